@@ -1,0 +1,20 @@
+# ----- local stack of real services (deploy/stack.sh) -------------------------------
+# MariaDB :13306, ZooKeeper :12181, tansu (Kafka) :19092, osmem (ES API) :19200, state in
+# .work/stack/. Set MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS / ES_URL to use external services.
+.PHONY: install stack-up stack-down stack-clean stack-status
+
+install:
+	deploy/install.sh
+
+stack-up: install
+	deploy/stack.sh up
+
+stack-down:
+	deploy/stack.sh down
+
+stack-clean:
+	deploy/stack.sh clean
+
+stack-status:
+	deploy/stack.sh status
+# ----- end local stack --------------------------------------------------------------

@@ -1,0 +1,158 @@
+//! Layered configuration: a TOML file, then `SLUICE_…` environment variables (`__` for
+//! nesting, e.g. `SLUICE_KAFKA__BROKERS`). Every service's config struct denies unknown
+//! fields; errors name the offending key by its full path.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: config::ConfigError,
+    },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+    #[error("invalid configuration:\n{}", .0.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Problems(Vec<String>),
+}
+
+/// Loads `T` from `path` (TOML) overlaid with `<prefix>_…` environment variables.
+pub fn load_config<T: DeserializeOwned>(
+    path: Option<&Path>,
+    env_prefix: &str,
+) -> Result<T, ConfigError> {
+    let mut builder = config::Config::builder();
+    if let Some(path) = path {
+        builder = builder.add_source(
+            config::File::from(path)
+                .format(config::FileFormat::Toml)
+                .required(true),
+        );
+    }
+    builder = builder.add_source(
+        config::Environment::with_prefix(env_prefix)
+            .prefix_separator("_")
+            .separator("__")
+            .try_parsing(true),
+    );
+    let cfg = builder.build().map_err(|source| ConfigError::Read {
+        path: path
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "<environment>".into()),
+        source,
+    })?;
+    serde_path_to_error::deserialize(cfg).map_err(|e| {
+        // The path includes an unknown field's own name ("kafka.brokerz").
+        let key = e.path().to_string();
+        let message = e.into_inner().to_string();
+        ConfigError::Invalid { key, message }
+    })
+}
+
+/// A secret (password, token). Never printed by `Debug` or `Display`, never serialized.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        inner: Inner,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        size: u32,
+        password: Secret,
+    }
+
+    fn write(text: &str) -> tempfile_path::TempPath {
+        tempfile_path::TempPath::with(text)
+    }
+
+    mod tempfile_path {
+        use super::*;
+        pub struct TempPath(pub std::path::PathBuf);
+        impl TempPath {
+            pub fn with(text: &str) -> Self {
+                static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let p = std::env::temp_dir()
+                    .join(format!("sluice-cfg-{}-{n}.toml", std::process::id()));
+                std::fs::File::create(&p)
+                    .unwrap()
+                    .write_all(text.as_bytes())
+                    .unwrap();
+                Self(p)
+            }
+        }
+        impl Drop for TempPath {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_nested_key_is_named_with_its_path() {
+        let f = write("name = \"a\"\n[inner]\nsize = 1\npassword = \"p\"\nsise = 2\n");
+        let err = load_config::<Outer>(Some(&f.0), "SLUICE_TEST_UNKNOWN").unwrap_err();
+        match err {
+            ConfigError::Invalid { key, .. } => assert_eq!(key, "inner.sise"),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn wrong_type_is_named_and_secret_hidden() {
+        let f = write("name = \"a\"\n[inner]\nsize = \"big\"\npassword = \"hunter2\"\n");
+        let err = load_config::<Outer>(Some(&f.0), "SLUICE_TEST_TYPE").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("inner.size"), "{text}");
+        let ok = write("name = \"a\"\n[inner]\nsize = 3\npassword = \"hunter2\"\n");
+        let outer: Outer = load_config(Some(&ok.0), "SLUICE_TEST_OK").unwrap();
+        assert!(!format!("{outer:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,195 @@
+//! The change-event envelope: one JSON document per row change on Kafka.
+//!
+//! Envelope version 1 (`"v": 1`). Readable by any consumer; documented field by field in
+//! README.md ("Change events"). Values inside `key`, `before` and `after` are typed JSON:
+//!
+//! | MySQL type                                   | JSON                                                  |
+//! |----------------------------------------------|-------------------------------------------------------|
+//! | TINYINT..BIGINT (signed/unsigned), YEAR, BIT | number (BIGINT UNSIGNED up to 18446744073709551615)   |
+//! | DECIMAL                                      | string, exact, with the column's scale (`"12.50"`)    |
+//! | FLOAT, DOUBLE                                | number (FLOAT at single precision: shortest form)     |
+//! | CHAR, VARCHAR, TEXT                          | string (UTF-8)                                        |
+//! | BINARY, VARBINARY, BLOB                      | string, base64 (standard alphabet, padded)            |
+//! | DATE                                         | `"YYYY-MM-DD"`                                        |
+//! | DATETIME                                     | `"YYYY-MM-DDTHH:MM:SS[.ffffff]"` (no zone)            |
+//! | TIMESTAMP                                    | `"YYYY-MM-DDTHH:MM:SS[.ffffff]Z"` (UTC)               |
+//! | TIME                                         | `"[-]HH:MM:SS[.ffffff]"` (hours may exceed 24)        |
+//! | ENUM                                         | string label                                          |
+//! | SET                                          | array of labels, in definition order                  |
+//! | JSON (MySQL)                                 | the JSON value itself (MariaDB stores JSON as text)   |
+//! | NULL; zero dates (`0000-00-00`)              | null                                                  |
+//!
+//! Fractional seconds are printed with exactly the column's precision (`DATETIME(3)` →
+//! `.123`); columns without fractions print none.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub const ENVELOPE_VERSION: u8 = 1;
+
+/// What happened to the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Insert.
+    #[serde(rename = "c")]
+    Create,
+    /// Update.
+    #[serde(rename = "u")]
+    Update,
+    /// Delete.
+    #[serde(rename = "d")]
+    Delete,
+    /// Row read by a snapshot.
+    #[serde(rename = "r")]
+    Read,
+}
+
+/// Where the change came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    /// The MySQL instance's name in Sluice (the task name).
+    pub instance: String,
+    /// `server_id` of the server that wrote the event.
+    pub server_id: u32,
+    /// Binlog file of the rows event.
+    pub file: String,
+    /// Start offset of the rows event in `file`.
+    pub pos: u64,
+    /// Index of this row inside the rows event.
+    pub row: u32,
+    /// GTID of the transaction, when the server has GTIDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+    /// Commit timestamp of the transaction, milliseconds since the Unix epoch (binlog
+    /// timestamps have second precision).
+    pub ts_ms: u64,
+}
+
+/// One column as the binlog described it when the row was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// SQL type as Sluice understood it: `bigint unsigned`, `decimal(10,2)`, `varchar`,
+    /// `text`, `blob`, `datetime(6)`, `enum`, `set`, `json`, ...
+    #[serde(rename = "type")]
+    pub sql_type: String,
+    /// Part of the primary key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub key: bool,
+}
+
+/// A row change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeEvent {
+    pub v: u8,
+    pub source: SourceInfo,
+    pub db: String,
+    pub table: String,
+    pub op: Op,
+    /// Primary-key columns and their values (from `after`, or `before` for deletes).
+    pub key: Map<String, Value>,
+    #[serde(default)]
+    pub before: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub after: Option<Map<String, Value>>,
+    pub columns: Vec<ColumnInfo>,
+    /// The external version for Elasticsearch (see [`crate::version`]).
+    pub version: u64,
+}
+
+impl ChangeEvent {
+    /// The Elasticsearch `_id` of the row: the key's single value as text, or for a
+    /// composite key the values joined by `:` with `\` and `:` escaped.
+    pub fn document_id(&self) -> Option<String> {
+        document_id(&self.key)
+    }
+}
+
+/// See [`ChangeEvent::document_id`]. `None` when the key is empty or holds null.
+pub fn document_id(key: &Map<String, Value>) -> Option<String> {
+    let mut parts = key.values().map(|v| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    });
+    if key.len() == 1 {
+        return parts.next().flatten();
+    }
+    let mut id = String::new();
+    for (i, part) in parts.enumerate() {
+        let part = part?;
+        if i > 0 {
+            id.push(':');
+        }
+        for c in part.chars() {
+            if c == '\\' || c == ':' {
+                id.push('\\');
+            }
+            id.push(c);
+        }
+    }
+    (!id.is_empty()).then_some(id)
+}
+
+/// A DDL statement, published to the instance's schema topic (schema history).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DdlEvent {
+    pub v: u8,
+    pub source: SourceInfo,
+    /// Default database of the statement.
+    pub db: String,
+    pub ddl: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ids_for_single_and_composite_keys() {
+        let single = json!({"id": 18446744073709551615u64})
+            .as_object()
+            .unwrap()
+            .clone();
+        assert_eq!(document_id(&single).unwrap(), "18446744073709551615");
+        let composite = json!({"a": "x:y", "b": 7}).as_object().unwrap().clone();
+        assert_eq!(document_id(&composite).unwrap(), "x\\:y:7");
+        let null = json!({"a": null}).as_object().unwrap().clone();
+        assert_eq!(document_id(&null), None);
+    }
+
+    #[test]
+    fn op_codes_match_the_documented_envelope() {
+        let e = ChangeEvent {
+            v: ENVELOPE_VERSION,
+            source: SourceInfo {
+                instance: "m1".into(),
+                server_id: 1,
+                file: "binlog.000001".into(),
+                pos: 400,
+                row: 0,
+                gtid: Some("0-1-9".into()),
+                ts_ms: 1000,
+            },
+            db: "shop".into(),
+            table: "t".into(),
+            op: Op::Delete,
+            key: json!({"id": 1}).as_object().unwrap().clone(),
+            before: Some(json!({"id": 1}).as_object().unwrap().clone()),
+            after: None,
+            columns: vec![ColumnInfo {
+                name: "id".into(),
+                sql_type: "int".into(),
+                key: true,
+            }],
+            version: 7,
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["op"], "d");
+        assert_eq!(v["columns"][0]["type"], "int");
+        assert_eq!(serde_json::from_value::<ChangeEvent>(v).unwrap(), e);
+    }
+}

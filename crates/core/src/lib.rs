@@ -1,0 +1,15 @@
+//! Types every Sluice service shares: binlog positions and GTID sets, the external
+//! document version derived from them, the change-event envelope published to Kafka,
+//! layered configuration loading, secrets, shutdown and telemetry set-up.
+
+pub mod config;
+pub mod event;
+pub mod position;
+pub mod shutdown;
+pub mod telemetry;
+pub mod version;
+
+pub use config::{load_config, ConfigError, Secret};
+pub use event::{ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION};
+pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
+pub use version::{ExternalVersion, VersionError};

@@ -1,0 +1,30 @@
+//! One shutdown primitive: a cancellation token. The first SIGTERM/SIGINT cancels it and
+//! the service drains within its bound; a second signal exits the process at once.
+
+use tokio_util::sync::CancellationToken;
+
+/// Returns a token cancelled by the first SIGTERM or SIGINT. Must be called inside a
+/// Tokio runtime.
+pub fn on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested: draining (send the signal again to exit at once)");
+        t.cancel();
+        wait_for_signal().await;
+        tracing::warn!("second signal: exiting without draining");
+        std::process::exit(130);
+    });
+    token
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,779 @@
+//! The HTTP client: one method per REST call Sluice needs.
+//!
+//! The client does not retry: each failure says whether it is transient
+//! ([`EsError::is_transient`]) and the caller decides on backoff, so that
+//! backpressure reaches the consumer instead of piling up here.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use url::Url;
+
+use crate::bulk::{classify_with_target, encode_ops, validate_op, BulkOp, ItemOutcome};
+use crate::error::EsError;
+
+/// Where the cluster is and how to authenticate.
+///
+/// `Debug` never shows the password.
+#[derive(Clone)]
+pub struct EsClientConfig {
+    /// Base URL, e.g. `https://es.internal:9200` or `https://proxy/es/` (a path prefix
+    /// is kept). It must not embed credentials: use `username`/`password`.
+    pub url: Url,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Limit on a whole request, connect to last byte of the answer.
+    pub request_timeout: Duration,
+}
+
+impl fmt::Debug for EsClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EsClientConfig")
+            .field("url", &self.url.as_str())
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// Which server answered `GET /`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Distribution {
+    Elasticsearch,
+    OpenSearch,
+    Other(String),
+}
+
+/// What `GET /` says about the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    pub distribution: Distribution,
+    /// `version.number`, e.g. `8.13.4` or `2.15.0`.
+    pub version: String,
+    pub cluster_name: String,
+    pub node_name: String,
+}
+
+impl ServerInfo {
+    /// The major version, when `version` starts with a number.
+    pub fn major_version(&self) -> Option<u32> {
+        self.version.split('.').next()?.parse().ok()
+    }
+}
+
+/// One action of an atomic `POST /_aliases` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AliasAction {
+    Add { index: String, alias: String },
+    Remove { index: String, alias: String },
+}
+
+impl AliasAction {
+    fn to_json(&self) -> Value {
+        match self {
+            AliasAction::Add { index, alias } => json!({"add": {"index": index, "alias": alias}}),
+            AliasAction::Remove { index, alias } => {
+                json!({"remove": {"index": index, "alias": alias}})
+            }
+        }
+    }
+
+    fn names(&self) -> (&str, &str) {
+        match self {
+            AliasAction::Add { index, alias } | AliasAction::Remove { index, alias } => {
+                (index, alias)
+            }
+        }
+    }
+}
+
+/// A client for the Elasticsearch 7.x/8.x and OpenSearch 2.x REST API.
+/// Cloning is cheap and clones share one connection pool.
+#[derive(Clone)]
+pub struct EsClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    base: Url,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+impl fmt::Debug for EsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EsClient")
+            .field("url", &self.inner.base.as_str())
+            .field("username", &self.inner.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An answer read to the end.
+struct Answer {
+    status: StatusCode,
+    body: Vec<u8>,
+}
+
+impl EsClient {
+    /// Checks the configuration and builds the HTTP client; does no I/O.
+    pub fn new(cfg: EsClientConfig) -> Result<Self, EsError> {
+        let url = cfg.url;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(EsError::Config(format!(
+                "Elasticsearch URL {url} must use http or https"
+            )));
+        }
+        if url.cannot_be_a_base() || url.host_str().is_none() {
+            return Err(EsError::Config(format!(
+                "Elasticsearch URL {url} has no host"
+            )));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            // Not echoing the URL: it holds a secret.
+            return Err(EsError::Config(
+                "the Elasticsearch URL must not embed credentials; set the username and password separately"
+                    .to_owned(),
+            ));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(EsError::Config(format!(
+                "Elasticsearch URL {url} must not have a query or fragment"
+            )));
+        }
+        if cfg.password.is_some() && cfg.username.is_none() {
+            return Err(EsError::Config(
+                "an Elasticsearch password is set without a username".to_owned(),
+            ));
+        }
+        if cfg.request_timeout.is_zero() {
+            return Err(EsError::Config(
+                "the Elasticsearch request timeout must be above zero".to_owned(),
+            ));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(cfg.request_timeout)
+            .connect_timeout(cfg.request_timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!("sluice-elastic/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| EsError::Config(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                base: url,
+                username: cfg.username,
+                password: cfg.password,
+            }),
+        })
+    }
+
+    /// The base URL (never holds credentials).
+    pub fn url(&self) -> &Url {
+        &self.inner.base
+    }
+
+    /// `GET /`: which distribution and version the server is.
+    pub async fn ping(&self) -> Result<ServerInfo, EsError> {
+        const CALL: &str = "ping";
+        let target = self.inner.base.as_str();
+        let answer = self
+            .send(CALL, target, self.request(Method::GET, &[]))
+            .await?;
+        let body = expect_success(CALL, target, answer)?;
+
+        #[derive(Deserialize)]
+        struct Root {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            cluster_name: String,
+            version: Version,
+        }
+        #[derive(Deserialize)]
+        struct Version {
+            number: String,
+            #[serde(default)]
+            distribution: Option<String>,
+        }
+        let root: Root = parse(CALL, target, &body)?;
+        // OpenSearch says so in `version.distribution`; Elasticsearch has no such field.
+        let distribution = match root.version.distribution.as_deref() {
+            None | Some("elasticsearch") => Distribution::Elasticsearch,
+            Some("opensearch") => Distribution::OpenSearch,
+            Some(other) => Distribution::Other(other.to_owned()),
+        };
+        Ok(ServerInfo {
+            distribution,
+            version: root.version.number,
+            cluster_name: root.cluster_name,
+            node_name: root.name,
+        })
+    }
+
+    /// `POST /_bulk`: one outcome per operation, in the order of `ops`.
+    ///
+    /// Operations that would fail the whole request's validation (see
+    /// [`crate::validate_op`]) are not sent and come back `Rejected` with status 400.
+    /// A whole-request failure (connection error, timeout, HTTP 429/5xx, any other
+    /// non-200) is an [`EsError`]; then none of the outcomes are known, but every
+    /// operation is safe to send again thanks to external versions.
+    pub async fn bulk(&self, ops: &[BulkOp]) -> Result<Vec<ItemOutcome>, EsError> {
+        const CALL: &str = "bulk";
+        let mut outcomes: Vec<Option<ItemOutcome>> = ops
+            .iter()
+            .map(|op| {
+                validate_op(op).map(|reason| ItemOutcome::Rejected {
+                    status: 400,
+                    reason: format!("refused before sending: {reason}"),
+                })
+            })
+            .collect();
+        let to_send: Vec<&BulkOp> = ops
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| o.is_none())
+            .map(|(op, _)| op)
+            .collect();
+        if to_send.is_empty() {
+            return Ok(outcomes.into_iter().flatten().collect());
+        }
+
+        let target = bulk_target(&to_send);
+        let mut body = Vec::with_capacity(to_send.len() * 256);
+        encode_ops(to_send.iter().copied(), &mut body);
+        let body_bytes = body.len();
+        let started = Instant::now();
+        let request = self
+            .request(Method::POST, &["_bulk"])
+            .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
+            .body(body);
+        let answer = self.send(CALL, &target, request).await?;
+        let response = expect_success(CALL, &target, answer)?;
+        let sent = classify_with_target(&response, to_send.len(), &target)?;
+
+        let mut sent = sent.into_iter();
+        for slot in outcomes.iter_mut().filter(|o| o.is_none()) {
+            *slot = sent.next();
+        }
+        let outcomes: Vec<ItemOutcome> = outcomes.into_iter().flatten().collect();
+        debug_assert_eq!(outcomes.len(), ops.len());
+        tracing::debug!(
+            target = %target,
+            ops = ops.len(),
+            sent = to_send.len(),
+            body_bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            not_done = outcomes.iter().filter(|o| !o.is_done()).count(),
+            "bulk request answered"
+        );
+        Ok(outcomes)
+    }
+
+    /// `HEAD /{index}`: whether an index (or an alias) of that name exists.
+    pub async fn index_exists(&self, index: &str) -> Result<bool, EsError> {
+        const CALL: &str = "index_exists";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(CALL, index, self.request(Method::HEAD, &[index]))
+            .await?;
+        match answer.status {
+            StatusCode::OK => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            status => Err(EsError::server(CALL, index, status.as_u16(), &answer.body)),
+        }
+    }
+
+    /// `PUT /{index}` with settings, mappings and aliases in `body`.
+    /// An index that already exists is success, whatever its mapping.
+    pub async fn create_index(&self, index: &str, body: &Value) -> Result<(), EsError> {
+        const CALL: &str = "create_index";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(CALL, index, self.request(Method::PUT, &[index]).json(body))
+            .await?;
+        if answer.status == StatusCode::BAD_REQUEST {
+            let err = EsError::server(CALL, index, 400, &answer.body);
+            return match err.server_error_type() {
+                // The second name is what Elasticsearch before 6.0 called it.
+                Some("resource_already_exists_exception" | "index_already_exists_exception") => {
+                    Ok(())
+                }
+                _ => Err(err),
+            };
+        }
+        let body = expect_success(CALL, index, answer)?;
+        warn_unacknowledged(CALL, index, &body);
+        Ok(())
+    }
+
+    /// `GET /_alias/{alias}`: the indices the alias points to, sorted;
+    /// empty when there is no such alias.
+    pub async fn alias_targets(&self, alias: &str) -> Result<Vec<String>, EsError> {
+        const CALL: &str = "alias_targets";
+        check_name(CALL, alias)?;
+        let answer = self
+            .send(CALL, alias, self.request(Method::GET, &["_alias", alias]))
+            .await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(Vec::new());
+        }
+        let body = expect_success(CALL, alias, answer)?;
+        let map: serde_json::Map<String, Value> = parse(CALL, alias, &body)?;
+        let mut indices: Vec<String> = map.into_iter().map(|(index, _)| index).collect();
+        indices.sort();
+        Ok(indices)
+    }
+
+    /// `POST /_aliases`: applies all actions atomically, or none of them.
+    pub async fn update_aliases(&self, actions: &[AliasAction]) -> Result<(), EsError> {
+        const CALL: &str = "update_aliases";
+        if actions.is_empty() {
+            return Ok(());
+        }
+        let mut names = Vec::new();
+        for action in actions {
+            let (index, alias) = action.names();
+            check_name(CALL, index)?;
+            check_name(CALL, alias)?;
+            names.push(match action {
+                AliasAction::Add { .. } => format!("+{alias}->{index}"),
+                AliasAction::Remove { .. } => format!("-{alias}->{index}"),
+            });
+        }
+        let target = names.join(" ");
+        let body = json!({"actions": actions.iter().map(AliasAction::to_json).collect::<Vec<_>>()});
+        let answer = self
+            .send(
+                CALL,
+                &target,
+                self.request(Method::POST, &["_aliases"]).json(&body),
+            )
+            .await?;
+        let body = expect_success(CALL, &target, answer)?;
+        warn_unacknowledged(CALL, &target, &body);
+        Ok(())
+    }
+
+    /// `PUT /{index}/_settings`: changes dynamic settings (`refresh_interval`,
+    /// `index.gc_deletes`, `number_of_replicas`...).
+    pub async fn update_settings(&self, index: &str, settings: &Value) -> Result<(), EsError> {
+        const CALL: &str = "update_settings";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(
+                CALL,
+                index,
+                self.request(Method::PUT, &[index, "_settings"])
+                    .json(settings),
+            )
+            .await?;
+        let body = expect_success(CALL, index, answer)?;
+        warn_unacknowledged(CALL, index, &body);
+        Ok(())
+    }
+
+    /// `POST /{index}/_refresh`: makes every acknowledged write visible to search.
+    pub async fn refresh(&self, index: &str) -> Result<(), EsError> {
+        const CALL: &str = "refresh";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(
+                CALL,
+                index,
+                self.request(Method::POST, &[index, "_refresh"]),
+            )
+            .await?;
+        expect_success(CALL, index, answer)?;
+        Ok(())
+    }
+
+    /// `GET /{index}/_count`: the number of searchable documents (see [`Self::refresh`]).
+    pub async fn count(&self, index: &str) -> Result<u64, EsError> {
+        const CALL: &str = "count";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(CALL, index, self.request(Method::GET, &[index, "_count"]))
+            .await?;
+        let body = expect_success(CALL, index, answer)?;
+        #[derive(Deserialize)]
+        struct Count {
+            count: u64,
+        }
+        Ok(parse::<Count>(CALL, index, &body)?.count)
+    }
+
+    /// `POST /{index}/_mget`: each document's `_source`, or `None` when it does not
+    /// exist, in the order of `ids`. Reads are real-time (no refresh needed).
+    /// Documents written with a routing value need [`Self::mget_routed`].
+    pub async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<Value>>, EsError> {
+        let docs: Vec<Value> = ids.iter().map(|id| json!({"_id": id})).collect();
+        self.mget_docs(index, docs).await
+    }
+
+    /// Like [`Self::mget`], with a routing value per document.
+    pub async fn mget_routed(
+        &self,
+        index: &str,
+        docs: &[(String, Option<String>)],
+    ) -> Result<Vec<Option<Value>>, EsError> {
+        let docs: Vec<Value> = docs
+            .iter()
+            .map(|(id, routing)| match routing {
+                Some(r) => json!({"_id": id, "routing": r}),
+                None => json!({"_id": id}),
+            })
+            .collect();
+        self.mget_docs(index, docs).await
+    }
+
+    async fn mget_docs(
+        &self,
+        index: &str,
+        docs: Vec<Value>,
+    ) -> Result<Vec<Option<Value>>, EsError> {
+        const CALL: &str = "mget";
+        check_name(CALL, index)?;
+        if docs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let expected = docs.len();
+        let answer = self
+            .send(
+                CALL,
+                index,
+                self.request(Method::POST, &[index, "_mget"])
+                    .json(&json!({ "docs": docs })),
+            )
+            .await?;
+        let body = expect_success(CALL, index, answer)?;
+
+        #[derive(Deserialize)]
+        struct Mget {
+            docs: Vec<MgetDoc>,
+        }
+        #[derive(Deserialize)]
+        struct MgetDoc {
+            #[serde(default)]
+            found: bool,
+            #[serde(default)]
+            _source: Option<Value>,
+            #[serde(default)]
+            error: Option<Value>,
+        }
+        let mget: Mget = parse(CALL, index, &body)?;
+        if mget.docs.len() != expected {
+            return Err(EsError::malformed(
+                CALL,
+                index,
+                format!("{} documents for {expected} ids", mget.docs.len()),
+            ));
+        }
+        mget.docs
+            .into_iter()
+            .map(|doc| {
+                if let Some(error) = doc.error {
+                    // Per-document failures (missing index, alias with several
+                    // indices) fail the call: "absent" would be a lie.
+                    let error = crate::ServerError::from_error_value(&error);
+                    let status = match error.error_type.as_str() {
+                        "index_not_found_exception" => 404,
+                        _ => 400,
+                    };
+                    return Err(EsError::Server {
+                        call: CALL,
+                        target: index.to_owned(),
+                        status,
+                        error,
+                    });
+                }
+                match (doc.found, doc._source) {
+                    (true, Some(source)) => Ok(Some(source)),
+                    (true, None) => Err(EsError::malformed(
+                        CALL,
+                        index,
+                        "a found document has no _source (is _source disabled?)",
+                    )),
+                    (false, _) => Ok(None),
+                }
+            })
+            .collect()
+    }
+
+    /// `GET /{index}/_settings`: the answer as the server gives it, keyed by concrete
+    /// index name: `{"orders_v2": {"settings": {"index": {...}}}}` (an alias or pattern
+    /// yields one entry per index).
+    pub async fn get_settings(&self, index: &str) -> Result<Value, EsError> {
+        const CALL: &str = "get_settings";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(
+                CALL,
+                index,
+                self.request(Method::GET, &[index, "_settings"]),
+            )
+            .await?;
+        let body = expect_success(CALL, index, answer)?;
+        parse(CALL, index, &body)
+    }
+
+    /// `DELETE /{index}`: a missing index is success. The name must be a concrete
+    /// index (Elasticsearch 8 refuses aliases here; wildcards are refused locally).
+    pub async fn delete_index(&self, index: &str) -> Result<(), EsError> {
+        const CALL: &str = "delete_index";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(CALL, index, self.request(Method::DELETE, &[index]))
+            .await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            let err = EsError::server(CALL, index, 404, &answer.body);
+            return match err.server_error_type() {
+                Some("index_not_found_exception") => Ok(()),
+                _ => Err(err),
+            };
+        }
+        expect_success(CALL, index, answer)?;
+        Ok(())
+    }
+
+    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+        let mut url = self.inner.base.clone();
+        if !segments.is_empty() {
+            url.path_segments_mut()
+                .expect("checked in EsClient::new: the URL can be a base")
+                .pop_if_empty()
+                .extend(segments);
+        }
+        let request = self.inner.http.request(method, url);
+        match &self.inner.username {
+            // reqwest marks the Authorization header sensitive.
+            Some(user) => request.basic_auth(user, self.inner.password.as_deref()),
+            None => request,
+        }
+    }
+
+    async fn send(
+        &self,
+        call: &'static str,
+        target: &str,
+        request: RequestBuilder,
+    ) -> Result<Answer, EsError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| EsError::transport(call, target, e))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| EsError::transport(call, target, e))?;
+        Ok(Answer {
+            status,
+            body: body.to_vec(),
+        })
+    }
+}
+
+/// The body of a 2xx answer, or the server's error.
+fn expect_success(call: &'static str, target: &str, answer: Answer) -> Result<Vec<u8>, EsError> {
+    if answer.status.is_success() {
+        Ok(answer.body)
+    } else {
+        Err(EsError::server(
+            call,
+            target,
+            answer.status.as_u16(),
+            &answer.body,
+        ))
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    call: &'static str,
+    target: &str,
+    body: &[u8],
+) -> Result<T, EsError> {
+    serde_json::from_slice(body).map_err(|e| {
+        EsError::malformed(
+            call,
+            target,
+            format!("{e}: {}", crate::error::excerpt(body)),
+        )
+    })
+}
+
+/// `"acknowledged": false` means the change was committed but not every node
+/// confirmed it within the timeout: not a failure, but worth a line in the log.
+fn warn_unacknowledged(call: &'static str, target: &str, body: &[u8]) {
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        if value.get("acknowledged") == Some(&Value::Bool(false)) {
+            tracing::warn!(
+                call,
+                target,
+                "Elasticsearch applied the change but not every node acknowledged it in time; \
+                 it will converge, check cluster health if this repeats"
+            );
+        }
+    }
+}
+
+/// Names the distinct indices of a bulk request for error messages.
+fn bulk_target(ops: &[&BulkOp]) -> String {
+    let mut indices: Vec<&str> = ops.iter().map(|op| op.index()).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    const SHOWN: usize = 5;
+    let mut target = format!("_bulk [{}", indices[..indices.len().min(SHOWN)].join(", "));
+    if indices.len() > SHOWN {
+        target.push_str(&format!(", and {} more", indices.len() - SHOWN));
+    }
+    target.push(']');
+    target
+}
+
+/// Refuses names that would turn a call into something else: empty (`DELETE /`),
+/// API endpoints (`_all`, `_bulk`), wildcards and lists (`*`, `a,b`), path tricks.
+/// Everything else (case, length) is left to the server, which explains itself.
+fn check_name(call: &'static str, name: &str) -> Result<(), EsError> {
+    let problem = if name.is_empty() {
+        Some("the name is empty")
+    } else if name.starts_with(['_', '-', '+']) {
+        Some("the name starts with '_', '-' or '+'")
+    } else if name == "." || name == ".." {
+        Some("the name is '.' or '..'")
+    } else if name.contains(['*', ',', '/', '\\', '?', '"', '<', '>', '|', ' ', '#']) {
+        Some("the name holds one of * , / \\ ? \" < > | space #")
+    } else {
+        None
+    };
+    match problem {
+        Some(detail) => Err(EsError::InvalidArgument {
+            call,
+            target: name.to_owned(),
+            detail: detail.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(url: &str) -> EsClientConfig {
+        EsClientConfig {
+            url: Url::parse(url).unwrap(),
+            username: Some("elastic".into()),
+            password: Some("hunter2-secret".into()),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let cfg = config("http://127.0.0.1:9200");
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let client = EsClient::new(cfg).unwrap();
+        let shown = format!("{client:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("elastic"), "{shown}");
+    }
+
+    #[test]
+    fn refuses_credentials_in_the_url_without_echoing_them() {
+        let err =
+            EsClient::new(config("http://elastic:hunter2-secret@127.0.0.1:9200")).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+    }
+
+    #[test]
+    fn refuses_unusable_configs() {
+        assert!(EsClient::new(config("ftp://h/")).is_err());
+        assert!(EsClient::new(config("http://h/?x=1")).is_err());
+        let mut cfg = config("http://h");
+        cfg.request_timeout = Duration::ZERO;
+        assert!(EsClient::new(cfg).is_err());
+        let mut cfg = config("http://h");
+        cfg.username = None;
+        assert!(EsClient::new(cfg).is_err());
+    }
+
+    #[test]
+    fn builds_urls_under_a_path_prefix_and_escapes_segments() {
+        for base in ["http://h:9200", "http://h:9200/"] {
+            let client = EsClient::new(config(base)).unwrap();
+            let req = client
+                .request(Method::GET, &["a_v1", "_count"])
+                .build()
+                .unwrap();
+            assert_eq!(req.url().as_str(), "http://h:9200/a_v1/_count");
+        }
+        let client = EsClient::new(config("https://proxy/es/")).unwrap();
+        let req = client
+            .request(Method::GET, &["_alias", "a%b"])
+            .build()
+            .unwrap();
+        assert_eq!(req.url().as_str(), "https://proxy/es/_alias/a%25b");
+        let req = client.request(Method::GET, &[]).build().unwrap();
+        assert_eq!(req.url().as_str(), "https://proxy/es/");
+    }
+
+    #[test]
+    fn sends_basic_auth_marked_sensitive() {
+        let client = EsClient::new(config("http://h")).unwrap();
+        let req = client.request(Method::GET, &[]).build().unwrap();
+        let auth = req.headers().get(reqwest::header::AUTHORIZATION).unwrap();
+        assert!(auth.is_sensitive());
+        // base64("elastic:hunter2-secret")
+        assert_eq!(
+            auth.to_str().unwrap(),
+            "Basic ZWxhc3RpYzpodW50ZXIyLXNlY3JldA=="
+        );
+    }
+
+    #[test]
+    fn refuses_names_that_change_the_call() {
+        for bad in ["", "_all", "*", "a,b", "a/b", "..", "-x", "a b"] {
+            let err = check_name("delete_index", bad).unwrap_err();
+            assert!(!err.is_transient());
+        }
+        for good in ["orders_v1", "Orders", ".kibana", "a-b.c_d"] {
+            check_name("delete_index", good).unwrap();
+        }
+    }
+
+    #[test]
+    fn bulk_target_lists_distinct_indices() {
+        let op = |index: &str| BulkOp::Delete {
+            index: index.into(),
+            id: "1".into(),
+            version: 1,
+            routing: None,
+        };
+        let ops = [op("b"), op("a"), op("b")];
+        let refs: Vec<&BulkOp> = ops.iter().collect();
+        assert_eq!(bulk_target(&refs), "_bulk [a, b]");
+        let ops: Vec<BulkOp> = (0..7).map(|n| op(&format!("i{n}"))).collect();
+        let refs: Vec<&BulkOp> = ops.iter().collect();
+        assert_eq!(bulk_target(&refs), "_bulk [i0, i1, i2, i3, i4, and 2 more]");
+    }
+
+    #[test]
+    fn server_info_major_version() {
+        let info = ServerInfo {
+            distribution: Distribution::OpenSearch,
+            version: "2.15.0".into(),
+            cluster_name: String::new(),
+            node_name: String::new(),
+        };
+        assert_eq!(info.major_version(), Some(2));
+    }
+}

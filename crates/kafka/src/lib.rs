@@ -1,0 +1,273 @@
+//! Kafka clients for Sluice: producer and consumer factories with the settings the
+//! invariants need, librdkafka's logs routed into `tracing`, and topic creation.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{ConsumerContext, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::FutureProducer;
+use serde::Deserialize;
+
+pub use rdkafka;
+
+/// How to reach Kafka. `properties` are passed to librdkafka as they are (e.g.
+/// `security.protocol`, `sasl.mechanisms`) and override Sluice's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    pub brokers: String,
+    /// Partitions for topics Sluice creates.
+    #[serde(default = "default_partitions")]
+    pub partitions: i32,
+    /// Replication factor for topics Sluice creates.
+    #[serde(default = "default_replication")]
+    pub replication_factor: i32,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+fn default_partitions() -> i32 {
+    3
+}
+
+fn default_replication() -> i32 {
+    1
+}
+
+impl KafkaConfig {
+    pub fn new(brokers: impl Into<String>) -> Self {
+        Self {
+            brokers: brokers.into(),
+            partitions: default_partitions(),
+            replication_factor: default_replication(),
+            properties: BTreeMap::new(),
+        }
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        c.set_log_level(RDKafkaLogLevel::Info);
+        c
+    }
+
+    fn apply_overrides(&self, c: &mut ClientConfig) {
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+    }
+}
+
+/// Routes librdkafka's log lines into `tracing` under the `librdkafka` target.
+#[derive(Clone, Default)]
+pub struct TracingContext;
+
+impl ClientContext for TracingContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(target: "librdkafka", %error, "{reason}");
+    }
+}
+
+impl ConsumerContext for TracingContext {}
+
+pub type Producer = FutureProducer<TracingContext>;
+pub type Consumer = StreamConsumer<TracingContext>;
+
+/// An idempotent producer with `acks=all` that retries forever: while Kafka is down,
+/// deliveries stay pending and the caller's in-flight bound turns that into backpressure
+/// on the binlog reader (DESIGN.md invariant 6) instead of failing events.
+pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
+    let mut c = cfg.client_config();
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("message.timeout.ms", "0")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "200000")
+        .set("compression.type", "none");
+    cfg.apply_overrides(&mut c);
+    c.create_with_context(TracingContext)
+}
+
+/// A consumer in `group` that never commits by itself: the caller commits offsets only
+/// for messages that were applied or dead-lettered.
+pub fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> {
+    let mut c = cfg.client_config();
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("max.poll.interval.ms", "300000")
+        .set("topic.metadata.refresh.interval.ms", "5000");
+    cfg.apply_overrides(&mut c);
+    c.create_with_context(TracingContext)
+}
+
+/// Creates the topics that do not exist yet, with the configured partitions and
+/// replication. Existing topics are left as they are.
+pub async fn ensure_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), KafkaError> {
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let mut c = cfg.client_config();
+    cfg.apply_overrides(&mut c);
+    let admin: AdminClient<TracingContext> = c.create_with_context(TracingContext)?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            NewTopic::new(
+                t,
+                cfg.partitions,
+                TopicReplication::Fixed(cfg.replication_factor),
+            )
+        })
+        .collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin.create_topics(&new, &opts).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                return Err(KafkaError::AdminOp(code))
+                    .inspect_err(|_| tracing::error!(%topic, ?code, "cannot create topic"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Renders a topic template: `{instance}`, `{db}` and `{table}` are replaced, and any
+/// character Kafka does not allow in a topic name becomes `_`.
+pub fn render_topic(template: &str, instance: &str, db: &str, table: &str) -> String {
+    template
+        .replace("{instance}", instance)
+        .replace("{db}", db)
+        .replace("{table}", table)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_template_renders_and_sanitises() {
+        assert_eq!(
+            render_topic(
+                "sluice.{instance}.{db}.{table}",
+                "m1",
+                "shop",
+                "order items"
+            ),
+            "sluice.m1.shop.order_items"
+        );
+    }
+}
+
+/// Topic names, as templates over `{instance}`, `{db}` and `{table}`. Shared by the worker
+/// (which publishes) and the etl (which subscribes), so both agree by construction.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// Row changes of one table. Default `sluice.{instance}.{db}.{table}`.
+    #[serde(default = "default_rows_topic")]
+    pub rows: String,
+    /// DDL statements of one instance (schema history). Default `sluice.{instance}.schema`.
+    #[serde(default = "default_schema_topic")]
+    pub schema: String,
+    /// Binlog events the worker could not decode. Default `sluice.{instance}.dlq`.
+    #[serde(default = "default_source_dlq_topic")]
+    pub source_dead_letter: String,
+}
+
+fn default_rows_topic() -> String {
+    "sluice.{instance}.{db}.{table}".into()
+}
+
+fn default_schema_topic() -> String {
+    "sluice.{instance}.schema".into()
+}
+
+fn default_source_dlq_topic() -> String {
+    "sluice.{instance}.dlq".into()
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self {
+            rows: default_rows_topic(),
+            schema: default_schema_topic(),
+            source_dead_letter: default_source_dlq_topic(),
+        }
+    }
+}
+
+impl TopicConfig {
+    pub fn rows_topic(&self, instance: &str, db: &str, table: &str) -> String {
+        render_topic(&self.rows, instance, db, table)
+    }
+
+    pub fn schema_topic(&self, instance: &str) -> String {
+        render_topic(&self.schema, instance, "", "")
+    }
+
+    pub fn source_dead_letter_topic(&self, instance: &str) -> String {
+        render_topic(&self.source_dead_letter, instance, "", "")
+    }
+
+    /// Problems with the templates, each naming its key under `prefix`.
+    pub fn problems(&self, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.rows.contains("{table}") {
+            out.push(format!(
+                "{prefix}.rows: `{}` must contain {{table}} so each table gets its own topic",
+                self.rows
+            ));
+        }
+        for (key, t) in [
+            ("rows", &self.rows),
+            ("schema", &self.schema),
+            ("source_dead_letter", &self.source_dead_letter),
+        ] {
+            if t.trim().is_empty() {
+                out.push(format!("{prefix}.{key}: must not be empty"));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,604 @@
+//! Decoding rows with the schema in force when they were written.
+//!
+//! With `binlog_row_metadata=FULL` every TABLE_MAP event carries the table's column names,
+//! signedness, charsets, ENUM/SET labels and primary key as they were when the rows that
+//! follow it were written. Decoding from it (rather than from today's
+//! `information_schema`) is what keeps a row written before an `ALTER TABLE` decodable
+//! after it, however far behind the reader is.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::consts::ColumnType;
+use mysql_async::Value;
+use serde_json::{Map, Number, Value as Json};
+use sluice_core::ColumnInfo;
+
+/// MySQL's `binary` character set: the column holds bytes, not text.
+const BINARY_CHARSET: u16 = 63;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Int,
+    Float,
+    Double,
+    Decimal,
+    Text,
+    Bytes,
+    Date,
+    DateTime,
+    Timestamp,
+    Time,
+    Year,
+    Enum,
+    Set,
+    Bit,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnSchema {
+    pub name: String,
+    pub kind: Kind,
+    pub charset: u16,
+    /// Fractional-second digits of temporal columns.
+    pub fsp: u8,
+    pub labels: Vec<String>,
+    pub key: bool,
+}
+
+/// A table as one TABLE_MAP event described it.
+#[derive(Debug, Clone)]
+pub struct TableSchema {
+    pub db: String,
+    pub table: String,
+    pub columns: Vec<ColumnSchema>,
+    /// The same columns in the envelope's form, shared by every event of this table map.
+    pub infos: Arc<Vec<ColumnInfo>>,
+    pub key_columns: Vec<usize>,
+}
+
+impl TableSchema {
+    /// Builds the schema from a TABLE_MAP event. Fails when the event lacks column names
+    /// (`binlog_row_metadata` is not FULL), because then rows could not be named.
+    pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<Self, String> {
+        let n = tme.columns_count() as usize;
+        let mut names = Vec::new();
+        let mut signedness: Vec<bool> = Vec::new();
+        let mut enum_labels: Vec<Vec<String>> = Vec::new();
+        let mut set_labels: Vec<Vec<String>> = Vec::new();
+        let mut key_columns: Vec<usize> = Vec::new();
+        let mut default_charset: Option<u16> = None;
+        let mut non_default_charsets: Vec<(usize, u16)> = Vec::new();
+        let mut column_charsets: Option<Vec<u16>> = None;
+
+        for field in tme.iter_optional_meta() {
+            let field = field.map_err(|e| format!("bad optional metadata: {e}"))?;
+            match field {
+                OptionalMetadataField::Signedness(bits) => {
+                    signedness = bits.iter().by_vals().collect()
+                }
+                OptionalMetadataField::ColumnName(cn) => {
+                    for name in cn.iter_names() {
+                        names.push(name.map_err(|e| e.to_string())?.name().into_owned());
+                    }
+                }
+                OptionalMetadataField::DefaultCharset(dc) => {
+                    default_charset = Some(dc.default_charset());
+                    for nd in dc.iter_non_default() {
+                        let nd = nd.map_err(|e| e.to_string())?;
+                        non_default_charsets.push((nd.column_index() as usize, nd.charset()));
+                    }
+                }
+                OptionalMetadataField::ColumnCharset(cc) => {
+                    let mut v = Vec::new();
+                    for c in cc.iter_charsets() {
+                        v.push(c.map_err(|e| e.to_string())?);
+                    }
+                    column_charsets = Some(v);
+                }
+                OptionalMetadataField::EnumStrValue(ev) => {
+                    for values in ev.iter_values() {
+                        let values = values.map_err(|e| e.to_string())?;
+                        enum_labels.push(
+                            values
+                                .values()
+                                .iter()
+                                .map(|v| v.value().into_owned())
+                                .collect(),
+                        );
+                    }
+                }
+                OptionalMetadataField::SetStrValue(sv) => {
+                    for values in sv.iter_values() {
+                        let values = values.map_err(|e| e.to_string())?;
+                        set_labels.push(
+                            values
+                                .values()
+                                .iter()
+                                .map(|v| v.value().into_owned())
+                                .collect(),
+                        );
+                    }
+                }
+                OptionalMetadataField::SimplePrimaryKey(pk) => {
+                    for i in pk.iter_indexes() {
+                        key_columns.push(i.map_err(|e| e.to_string())? as usize);
+                    }
+                }
+                OptionalMetadataField::PrimaryKeyWithPrefix(pk) => {
+                    for k in pk.iter_keys() {
+                        key_columns.push(k.map_err(|e| e.to_string())?.column_index() as usize);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if names.len() != n {
+            return Err(format!(
+                "TABLE_MAP of {}.{} carries {} column names for {n} columns: set binlog_row_metadata=FULL",
+                tme.database_name(),
+                tme.table_name(),
+                names.len()
+            ));
+        }
+
+        let mut signed_iter = signedness.into_iter();
+        let mut enum_iter = enum_labels.into_iter();
+        let mut set_iter = set_labels.into_iter();
+        let mut char_idx = 0usize;
+        let mut nd_iter = non_default_charsets.into_iter().peekable();
+        let mut columns = Vec::with_capacity(n);
+        let mut infos = Vec::with_capacity(n);
+        for (i, name) in names.into_iter().enumerate() {
+            let ty = tme
+                .get_column_type(i)
+                .map_err(|e| format!("column {name}: {e}"))?
+                .ok_or_else(|| format!("column {name}: no type"))?;
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+            let unsigned = if ty.is_numeric_type() {
+                signed_iter.next().unwrap_or(false)
+            } else {
+                false
+            };
+            let charset = if ty.is_character_type() {
+                let c = match &column_charsets {
+                    Some(v) => v.get(char_idx).copied().unwrap_or(0),
+                    None => match nd_iter.peek() {
+                        Some(&(idx, cs)) if idx == char_idx => {
+                            nd_iter.next();
+                            cs
+                        }
+                        _ => default_charset.unwrap_or(0),
+                    },
+                };
+                char_idx += 1;
+                c
+            } else {
+                0
+            };
+            let mut labels = Vec::new();
+            let (kind, fsp, sql_type) = classify(ty, meta, unsigned, charset);
+            match kind {
+                Kind::Enum => labels = enum_iter.next().unwrap_or_default(),
+                Kind::Set => labels = set_iter.next().unwrap_or_default(),
+                _ => {}
+            }
+            let key = key_columns.contains(&i);
+            infos.push(ColumnInfo {
+                name: name.clone(),
+                sql_type,
+                key,
+            });
+            columns.push(ColumnSchema {
+                name,
+                kind,
+                charset,
+                fsp,
+                labels,
+                key,
+            });
+        }
+        Ok(Self {
+            db: tme.database_name().into_owned(),
+            table: tme.table_name().into_owned(),
+            columns,
+            infos: Arc::new(infos),
+            key_columns,
+        })
+    }
+
+    /// Converts one binlog row image into a JSON object keyed by column name.
+    pub fn row_to_json(
+        &self,
+        values: Vec<BinlogValue<'static>>,
+    ) -> Result<Map<String, Json>, String> {
+        if values.len() != self.columns.len() {
+            return Err(format!(
+                "row has {} values for {} columns (binlog_row_image must be FULL)",
+                values.len(),
+                self.columns.len()
+            ));
+        }
+        let mut out = Map::with_capacity(values.len());
+        for (col, value) in self.columns.iter().zip(values) {
+            let json =
+                value_to_json(col, value).map_err(|e| format!("column `{}`: {e}", col.name))?;
+            out.insert(col.name.clone(), json);
+        }
+        Ok(out)
+    }
+
+    /// The primary-key columns of a decoded row, in key order.
+    pub fn key_of(&self, row: &Map<String, Json>) -> Map<String, Json> {
+        self.key_columns
+            .iter()
+            .filter_map(|&i| self.columns.get(i))
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    row.get(&c.name).cloned().unwrap_or(Json::Null),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Maps a binlog column type and its metadata to a decoding kind, fractional digits and
+/// the SQL type name reported in the envelope.
+fn classify(ty: ColumnType, meta: &[u8], unsigned: bool, charset: u16) -> (Kind, u8, String) {
+    use ColumnType::*;
+    let u = if unsigned { " unsigned" } else { "" };
+    let m0 = meta.first().copied().unwrap_or(0);
+    let m1 = meta.get(1).copied().unwrap_or(0);
+    let binary = charset == BINARY_CHARSET;
+    match ty {
+        MYSQL_TYPE_TINY => (Kind::Int, 0, format!("tinyint{u}")),
+        MYSQL_TYPE_SHORT => (Kind::Int, 0, format!("smallint{u}")),
+        MYSQL_TYPE_INT24 => (Kind::Int, 0, format!("mediumint{u}")),
+        MYSQL_TYPE_LONG => (Kind::Int, 0, format!("int{u}")),
+        MYSQL_TYPE_LONGLONG => (Kind::Int, 0, format!("bigint{u}")),
+        MYSQL_TYPE_FLOAT => (Kind::Float, 0, format!("float{u}")),
+        MYSQL_TYPE_DOUBLE => (Kind::Double, 0, format!("double{u}")),
+        MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => {
+            (Kind::Decimal, 0, format!("decimal({m0},{m1}){u}"))
+        }
+        MYSQL_TYPE_YEAR => (Kind::Year, 0, "year".into()),
+        MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => (Kind::Date, 0, "date".into()),
+        MYSQL_TYPE_DATETIME => (Kind::DateTime, 0, "datetime".into()),
+        MYSQL_TYPE_DATETIME2 => (Kind::DateTime, m0, with_fsp("datetime", m0)),
+        MYSQL_TYPE_TIMESTAMP => (Kind::Timestamp, 0, "timestamp".into()),
+        MYSQL_TYPE_TIMESTAMP2 => (Kind::Timestamp, m0, with_fsp("timestamp", m0)),
+        MYSQL_TYPE_TIME => (Kind::Time, 0, "time".into()),
+        MYSQL_TYPE_TIME2 => (Kind::Time, m0, with_fsp("time", m0)),
+        MYSQL_TYPE_ENUM => (Kind::Enum, 0, "enum".into()),
+        MYSQL_TYPE_SET => (Kind::Set, 0, "set".into()),
+        MYSQL_TYPE_BIT => (Kind::Bit, 0, format!("bit({})", m1 as u32 * 8 + m0 as u32)),
+        MYSQL_TYPE_JSON => (Kind::Json, 0, "json".into()),
+        MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
+            if binary {
+                (Kind::Bytes, 0, "varbinary".into())
+            } else {
+                (Kind::Text, 0, "varchar".into())
+            }
+        }
+        MYSQL_TYPE_STRING => {
+            if binary {
+                (Kind::Bytes, 0, "binary".into())
+            } else {
+                (Kind::Text, 0, "char".into())
+            }
+        }
+        MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB | MYSQL_TYPE_BLOB => {
+            let size = match m0 {
+                1 => "tiny",
+                3 => "medium",
+                4 => "long",
+                _ => "",
+            };
+            if binary {
+                (Kind::Bytes, 0, format!("{size}blob"))
+            } else {
+                (Kind::Text, 0, format!("{size}text"))
+            }
+        }
+        MYSQL_TYPE_GEOMETRY => (Kind::Bytes, 0, "geometry".into()),
+        other => (Kind::Bytes, 0, format!("{other:?}").to_ascii_lowercase()),
+    }
+}
+
+fn with_fsp(name: &str, fsp: u8) -> String {
+    if fsp == 0 {
+        name.to_owned()
+    } else {
+        format!("{name}({fsp})")
+    }
+}
+
+fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json, String> {
+    let value = match value {
+        BinlogValue::Value(v) => v,
+        BinlogValue::Jsonb(j) => {
+            return Json::try_from(j).map_err(|e| format!("invalid JSON document: {e}"));
+        }
+        BinlogValue::JsonDiff(_) => {
+            return Err("partial JSON update (binlog_row_value_options=PARTIAL_JSON) is not supported: turn it off".into())
+        }
+    };
+    if value == Value::NULL {
+        return Ok(Json::Null);
+    }
+    match (col.kind, value) {
+        (Kind::Int, Value::Int(i)) => Ok(Json::from(i)),
+        (Kind::Int, Value::UInt(u)) => Ok(Json::from(u)),
+        (Kind::Float, Value::Float(f)) => {
+            // Print at single precision, then widen: FLOAT 1.1 is "1.1", not 1.100000023841858.
+            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
+            number_from_f64(shortest)
+        }
+        (Kind::Float | Kind::Double, Value::Double(d)) => number_from_f64(d),
+        (Kind::Decimal, Value::Bytes(b)) => Ok(Json::String(
+            String::from_utf8(b).map_err(|e| e.to_string())?,
+        )),
+        (Kind::Year, Value::Bytes(b)) => {
+            let y: u32 = std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or("bad YEAR")?;
+            // The binlog stores YEAR as years since 1900, with 0 meaning 0000.
+            Ok(Json::from(if y == 1900 { 0 } else { y }))
+        }
+        (Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
+        (Kind::Text, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
+        (Kind::Bytes, Value::Bytes(b)) => Ok(Json::String(
+            base64::engine::general_purpose::STANDARD.encode(b),
+        )),
+        (Kind::Date, Value::Date(y, m, d, ..)) => {
+            if y == 0 && m == 0 && d == 0 {
+                Ok(Json::Null)
+            } else {
+                Ok(Json::String(format!("{y:04}-{m:02}-{d:02}")))
+            }
+        }
+        (Kind::DateTime, Value::Date(y, mo, d, h, mi, s, us)) => {
+            if y == 0 && mo == 0 && d == 0 {
+                return Ok(Json::Null);
+            }
+            Ok(Json::String(format!(
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}",
+                fraction(us, col.fsp)
+            )))
+        }
+        (Kind::Timestamp, Value::Bytes(b)) => {
+            let text = String::from_utf8(b).map_err(|e| e.to_string())?;
+            let (secs, micros) = match text.split_once('.') {
+                Some((s, f)) => (
+                    s.parse::<i64>().map_err(|e| e.to_string())?,
+                    f.parse::<u32>().map_err(|e| e.to_string())?,
+                ),
+                None => (text.parse::<i64>().map_err(|e| e.to_string())?, 0),
+            };
+            if secs == 0 && micros == 0 {
+                return Ok(Json::Null);
+            }
+            Ok(Json::String(format!(
+                "{}{}Z",
+                utc_datetime(secs),
+                fraction(micros, col.fsp)
+            )))
+        }
+        (Kind::Timestamp, Value::Int(secs)) => {
+            if secs == 0 {
+                return Ok(Json::Null);
+            }
+            Ok(Json::String(format!("{}Z", utc_datetime(secs))))
+        }
+        (Kind::Time, Value::Time(neg, days, h, m, s, us)) => {
+            let hours = days as u64 * 24 + h as u64;
+            let sign = if neg { "-" } else { "" };
+            Ok(Json::String(format!(
+                "{sign}{hours:02}:{m:02}:{s:02}{}",
+                fraction(us, col.fsp)
+            )))
+        }
+        (Kind::Enum, Value::Int(i)) => {
+            if i == 0 {
+                // MySQL's "invalid value" index stores the empty string.
+                return Ok(Json::String(String::new()));
+            }
+            col.labels
+                .get(i as usize - 1)
+                .map(|l| Json::String(l.clone()))
+                .ok_or_else(|| format!("ENUM index {i} out of {} labels", col.labels.len()))
+        }
+        (Kind::Set, Value::Bytes(b)) => {
+            let mut bits: u64 = 0;
+            for (i, byte) in b.iter().enumerate().take(8) {
+                bits |= (*byte as u64) << (8 * i);
+            }
+            let labels = col
+                .labels
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| bits & (1u64 << i) != 0)
+                .map(|(_, l)| Json::String(l.clone()))
+                .collect();
+            Ok(Json::Array(labels))
+        }
+        (Kind::Bit, Value::Bytes(b)) => {
+            if b.len() > 8 {
+                return Err(format!("BIT value of {} bytes", b.len()));
+            }
+            Ok(Json::from(
+                b.iter().fold(0u64, |acc, byte| (acc << 8) | *byte as u64),
+            ))
+        }
+        // MariaDB stores JSON as LONGTEXT; a JSON column arriving as text stays text.
+        (Kind::Json, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
+        (kind, v) => Err(format!(
+            "unexpected binlog value {v:?} for a {kind:?} column"
+        )),
+    }
+}
+
+fn number_from_f64(f: f64) -> Result<Json, String> {
+    Number::from_f64(f)
+        .map(Json::Number)
+        .ok_or_else(|| format!("non-finite number {f}"))
+}
+
+/// `.ffffff` cut to the column's precision; nothing for precision 0.
+fn fraction(micros: u32, fsp: u8) -> String {
+    if fsp == 0 {
+        return String::new();
+    }
+    let full = format!("{micros:06}");
+    format!(".{}", &full[..fsp.min(6) as usize])
+}
+
+/// Decodes text in the column's character set. utf8/utf8mb4/ascii are UTF-8 on the wire;
+/// latin1 maps byte for byte (MySQL's latin1 is cp1252; the 0x80-0x9F range differs).
+fn decode_text(bytes: Vec<u8>, charset: u16) -> Result<String, String> {
+    const LATIN1: [u16; 6] = [5, 8, 15, 31, 47, 48];
+    if LATIN1.contains(&charset) {
+        return Ok(bytes.into_iter().map(char::from).collect());
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| format!("text is not valid UTF-8 (charset id {charset}): {e}"))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` in UTC for seconds since the Unix epoch.
+pub fn utc_datetime(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_datetime(0), "1970-01-01T00:00:00");
+        assert_eq!(utc_datetime(951_782_400), "2000-02-29T00:00:00");
+        assert_eq!(utc_datetime(2_147_483_647), "2038-01-19T03:14:07");
+        assert_eq!(utc_datetime(1_700_000_000), "2023-11-14T22:13:20");
+    }
+
+    #[test]
+    fn fractions_follow_column_precision() {
+        assert_eq!(fraction(123_456, 0), "");
+        assert_eq!(fraction(123_456, 3), ".123");
+        assert_eq!(fraction(5, 6), ".000005");
+    }
+
+    #[test]
+    fn latin1_and_utf8_text() {
+        assert_eq!(
+            decode_text(vec![0x63, 0x61, 0x66, 0xe9], 8).unwrap(),
+            "café"
+        );
+        assert_eq!(
+            decode_text("café 🚀".as_bytes().to_vec(), 45).unwrap(),
+            "café 🚀"
+        );
+        assert!(decode_text(vec![0xff, 0xfe], 45).is_err());
+    }
+
+    fn col(kind: Kind, fsp: u8, labels: &[&str]) -> ColumnSchema {
+        ColumnSchema {
+            name: "c".into(),
+            kind,
+            charset: 45,
+            fsp,
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+            key: false,
+        }
+    }
+
+    #[test]
+    fn values_take_their_documented_json_form() {
+        let v = |c: &ColumnSchema, x: Value| value_to_json(c, BinlogValue::Value(x)).unwrap();
+        assert_eq!(
+            v(&col(Kind::Int, 0, &[]), Value::UInt(u64::MAX)),
+            Json::from(u64::MAX)
+        );
+        assert_eq!(
+            v(&col(Kind::Float, 0, &[]), Value::Float(1.1)),
+            serde_json::json!(1.1)
+        );
+        assert_eq!(
+            v(&col(Kind::Decimal, 0, &[]), Value::Bytes(b"-0.50".to_vec())),
+            "-0.50"
+        );
+        assert_eq!(
+            v(&col(Kind::Year, 0, &[]), Value::Bytes(b"1900".to_vec())),
+            0
+        );
+        assert_eq!(
+            v(
+                &col(Kind::DateTime, 3, &[]),
+                Value::Date(2024, 2, 29, 13, 4, 5, 123_000)
+            ),
+            "2024-02-29T13:04:05.123"
+        );
+        assert_eq!(
+            v(&col(Kind::Date, 0, &[]), Value::Date(0, 0, 0, 0, 0, 0, 0)),
+            Json::Null
+        );
+        assert_eq!(
+            v(
+                &col(Kind::Timestamp, 6, &[]),
+                Value::Bytes(b"1700000000.000042".to_vec())
+            ),
+            "2023-11-14T22:13:20.000042Z"
+        );
+        assert_eq!(
+            v(
+                &col(Kind::Time, 2, &[]),
+                Value::Time(true, 34, 22, 59, 59, 990_000)
+            ),
+            "-838:59:59.99"
+        );
+        assert_eq!(v(&col(Kind::Enum, 0, &["a", "b"]), Value::Int(2)), "b");
+        assert_eq!(
+            v(
+                &col(Kind::Set, 0, &["x", "y", "z"]),
+                Value::Bytes(vec![0b101])
+            ),
+            serde_json::json!(["x", "z"])
+        );
+        assert_eq!(
+            v(&col(Kind::Bit, 0, &[]), Value::Bytes(vec![0x01, 0x02])),
+            258
+        );
+        assert_eq!(
+            v(&col(Kind::Bytes, 0, &[]), Value::Bytes(vec![0, 255])),
+            "AP8="
+        );
+        assert_eq!(v(&col(Kind::Text, 0, &[]), Value::NULL), Json::Null);
+    }
+}

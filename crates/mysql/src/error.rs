@@ -1,0 +1,70 @@
+use sluice_core::BinlogPosition;
+
+/// Where in the binlog a failure happened.
+#[derive(Debug, Clone, Default)]
+pub struct At {
+    pub position: Option<BinlogPosition>,
+    pub table: Option<String>,
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.position {
+            Some(p) => write!(f, "at {p}")?,
+            None => f.write_str("at start")?,
+        }
+        if let Some(t) = &self.table {
+            write!(f, " in {t}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MysqlError {
+    #[error("cannot connect to source `{source_name}`: {error}")]
+    Connect {
+        source_name: String,
+        #[source]
+        error: mysql_async::Error,
+    },
+    #[error("query on source `{source_name}` failed ({what}): {error}")]
+    Query {
+        source_name: String,
+        what: &'static str,
+        #[source]
+        error: mysql_async::Error,
+    },
+    #[error("binlog stream of `{source_name}` failed {at}: {error}")]
+    Stream {
+        source_name: String,
+        at: At,
+        #[source]
+        error: mysql_async::Error,
+    },
+    #[error("cannot decode binlog event of `{source_name}` {at}: {detail}")]
+    Decode {
+        source_name: String,
+        at: At,
+        detail: String,
+    },
+    #[error("source `{source_name}` cannot be streamed:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Preflight {
+        source_name: String,
+        problems: Vec<String>,
+    },
+}
+
+impl MysqlError {
+    /// Transient failures are retried with backoff; definite ones need an operator.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            MysqlError::Connect { .. } | MysqlError::Stream { .. } => true,
+            MysqlError::Query { error, .. } => matches!(
+                error,
+                mysql_async::Error::Io(_) | mysql_async::Error::Driver(_)
+            ),
+            MysqlError::Decode { .. } | MysqlError::Preflight { .. } => false,
+        }
+    }
+}

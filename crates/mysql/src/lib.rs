@@ -1,0 +1,14 @@
+//! Reading MySQL and MariaDB: connection settings, the preflight that checks a source can
+//! be streamed, and the binlog reader that turns row events into typed row changes.
+//! Knows nothing of Kafka or ZooKeeper.
+
+pub mod decode;
+pub mod error;
+pub mod preflight;
+pub mod reader;
+pub mod source;
+
+pub use error::MysqlError;
+pub use preflight::{preflight, Flavor, ServerInfo};
+pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
+pub use source::{SourceConfig, TableFilter};

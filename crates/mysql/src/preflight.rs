@@ -1,0 +1,247 @@
+//! Checks that a source can be streamed before streaming it, and reports every problem at
+//! once with the fix: binlog on, ROW format, FULL row image, FULL row metadata, the
+//! privileges a replica needs, and — when resuming — that the position is still on the
+//! server.
+
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use sluice_core::{BinlogPosition, Checkpoint, GtidSet};
+
+use crate::error::MysqlError;
+use crate::source::SourceConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MariaDb,
+    MySql,
+}
+
+/// What the preflight learned about the server.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub flavor: Flavor,
+    pub version: String,
+    pub server_id: u32,
+    /// The server's current end of binlog.
+    pub end: BinlogPosition,
+    /// The server's GTID state at `end`, when GTIDs are in use.
+    pub gtid: Option<GtidSet>,
+}
+
+pub async fn connect(cfg: &SourceConfig) -> Result<Conn, MysqlError> {
+    Conn::new(cfg.opts())
+        .await
+        .map_err(|error| MysqlError::Connect {
+            source_name: cfg.name.clone(),
+            error,
+        })
+}
+
+fn query_err<'a>(
+    cfg: &'a SourceConfig,
+    what: &'static str,
+) -> impl FnOnce(mysql_async::Error) -> MysqlError + 'a {
+    move |error| MysqlError::Query {
+        source_name: cfg.name.clone(),
+        what,
+        error,
+    }
+}
+
+/// Runs every check; `Err(Preflight)` lists all problems found.
+pub async fn preflight(
+    cfg: &SourceConfig,
+    resume: Option<&Checkpoint>,
+) -> Result<ServerInfo, MysqlError> {
+    let mut conn = connect(cfg).await?;
+    let version: String = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(query_err(cfg, "read version"))?
+        .unwrap_or_default();
+    let flavor = if version.to_ascii_lowercase().contains("mariadb") {
+        Flavor::MariaDb
+    } else {
+        Flavor::MySql
+    };
+    let mut problems = Vec::new();
+
+    let vars: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN \
+             ('log_bin','binlog_format','binlog_row_image','binlog_row_metadata','server_id','gtid_mode',\
+              'binlog_row_value_options','binlog_transaction_compression')",
+        )
+        .await
+        .map_err(query_err(cfg, "read server variables"))?;
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let expect = |problems: &mut Vec<String>, name: &str, want: &str, fix: &str| match var(name) {
+        Some(v) if v.eq_ignore_ascii_case(want) => {}
+        Some(v) => problems.push(format!("{name} is {v}, must be {want}: {fix}")),
+        None => problems.push(format!("{name} is not available on {version}: {fix}")),
+    };
+    expect(
+        &mut problems,
+        "log_bin",
+        "ON",
+        "start the server with --log-bin",
+    );
+    expect(
+        &mut problems,
+        "binlog_format",
+        "ROW",
+        "SET GLOBAL binlog_format=ROW (and in the server config)",
+    );
+    expect(
+        &mut problems,
+        "binlog_row_image",
+        "FULL",
+        "SET GLOBAL binlog_row_image=FULL (and in the server config)",
+    );
+    expect(
+        &mut problems,
+        "binlog_row_metadata",
+        "FULL",
+        "SET GLOBAL binlog_row_metadata=FULL (MySQL 8.0.1+ / MariaDB 10.5+; older servers are not supported)",
+    );
+    if let Some(v) = var("binlog_row_value_options") {
+        if v.to_ascii_uppercase().contains("PARTIAL_JSON") {
+            problems.push("binlog_row_value_options has PARTIAL_JSON: set it to '' so JSON columns are logged whole".into());
+        }
+    }
+    let server_id: u32 = var("server_id").and_then(|v| v.parse().ok()).unwrap_or(0);
+    if server_id == cfg.server_id {
+        problems.push(format!(
+            "source `{}` announces replication server_id {} which is the server's own server_id: choose another",
+            cfg.name, cfg.server_id
+        ));
+    }
+
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS")
+        .await
+        .map_err(query_err(cfg, "read grants"))?;
+    let grants = grants.join("\n").to_ascii_uppercase();
+    if !grants.contains("ALL PRIVILEGES ON *.*") {
+        if !grants.contains("REPLICATION SLAVE") {
+            problems.push(format!(
+                "user `{}` lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO ...",
+                cfg.user
+            ));
+        }
+        if !(grants.contains("REPLICATION CLIENT") || grants.contains("BINLOG MONITOR")) {
+            problems.push(format!(
+                "user `{}` lacks REPLICATION CLIENT (BINLOG MONITOR on MariaDB): GRANT REPLICATION CLIENT ON *.* TO ...",
+                cfg.user
+            ));
+        }
+        if !grants.contains("SELECT") {
+            problems.push(format!(
+                "user `{}` lacks SELECT: GRANT SELECT ON <db>.* TO ...",
+                cfg.user
+            ));
+        }
+    }
+
+    let (end, gtid) = current_end(&mut conn, cfg, flavor, var("gtid_mode")).await?;
+
+    if let Some(cp) = resume {
+        let logs: Vec<mysql_async::Row> = conn
+            .query("SHOW BINARY LOGS")
+            .await
+            .map_err(query_err(cfg, "list binary logs"))?;
+        let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
+        let gtid_resume =
+            matches!(flavor, Flavor::MariaDb) && cp.gtid.as_ref().is_some_and(|g| !g.is_empty());
+        if !files.iter().any(|f| *f == cp.position.file) && !gtid_resume {
+            problems.push(format!(
+                "resume position {} is gone: binlog file {} was purged (oldest is {}). \
+                 Nothing was skipped: reset the task's position (and re-snapshot) to continue",
+                cp.position,
+                cp.position.file,
+                files.first().map(String::as_str).unwrap_or("none")
+            ));
+        }
+        if gtid_resume {
+            if let Some(GtidSet::MariaDb(want)) = &cp.gtid {
+                let first_file = files.first().cloned().unwrap_or_default();
+                let oldest: Option<Option<String>> = conn
+                    .exec_first("SELECT BINLOG_GTID_POS(?, 4)", (first_file,))
+                    .await
+                    .map_err(query_err(cfg, "read oldest GTID position"))?;
+                if let Some(Some(oldest)) = oldest {
+                    if let Ok(GtidSet::MariaDb(oldest)) = oldest.parse::<GtidSet>() {
+                        for (domain, g) in want {
+                            if let Some(o) = oldest.get(domain) {
+                                if o.seq > g.seq {
+                                    problems.push(format!(
+                                        "resume GTID {}-{}-{} is gone: the oldest binlog starts after {}-{}-{}. \
+                                         Nothing was skipped: reset the task's position (and re-snapshot) to continue",
+                                        g.domain, g.server, g.seq, o.domain, o.server, o.seq
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let _ = conn.disconnect().await;
+    if !problems.is_empty() {
+        return Err(MysqlError::Preflight {
+            source_name: cfg.name.clone(),
+            problems,
+        });
+    }
+    Ok(ServerInfo {
+        flavor,
+        version,
+        server_id,
+        end,
+        gtid,
+    })
+}
+
+async fn current_end(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    flavor: Flavor,
+    gtid_mode: Option<&str>,
+) -> Result<(BinlogPosition, Option<GtidSet>), MysqlError> {
+    let status: Option<mysql_async::Row> = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .map_err(query_err(cfg, "SHOW MASTER STATUS"))?;
+    let status = status.ok_or_else(|| MysqlError::Preflight {
+        source_name: cfg.name.clone(),
+        problems: vec![
+            "SHOW MASTER STATUS is empty: binary logging is off (start the server with --log-bin)"
+                .into(),
+        ],
+    })?;
+    let file: String = status.get(0).unwrap_or_default();
+    let pos: u64 = status.get(1).unwrap_or(4);
+    let gtid = match flavor {
+        Flavor::MariaDb => {
+            let g: Option<String> = conn
+                .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+                .await
+                .map_err(query_err(cfg, "read gtid_binlog_pos"))?;
+            g.and_then(|g| g.parse().ok())
+        }
+        Flavor::MySql if gtid_mode.is_some_and(|m| m.eq_ignore_ascii_case("ON")) => {
+            let g: Option<String> = conn
+                .query_first("SELECT @@GLOBAL.gtid_executed")
+                .await
+                .map_err(query_err(cfg, "read gtid_executed"))?;
+            g.and_then(|g| g.parse().ok())
+        }
+        Flavor::MySql => None,
+    };
+    Ok((BinlogPosition::new(file, pos), gtid))
+}

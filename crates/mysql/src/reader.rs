@@ -1,0 +1,632 @@
+//! The binlog reader: streams a server's binlog from a start position and yields row
+//! changes, DDL statements and transaction commits, each with its coordinates.
+//!
+//! Positions: `CommitPoint::position` is the end of a committed transaction — the only
+//! place a stream may resume from without splitting a transaction. Row changes carry the
+//! start offset of their rows event plus their index in it (the version's raw material).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mysql_async::binlog::events::{EventData, RowsEventData};
+use mysql_async::prelude::*;
+use mysql_async::{BinlogStream, BinlogStreamRequest};
+use serde_json::{Map, Value};
+use sluice_core::position::MariaDbGtid;
+use sluice_core::{BinlogPosition, GtidSet, Op};
+
+use crate::decode::TableSchema;
+use crate::error::{At, MysqlError};
+use crate::preflight::{connect, Flavor};
+use crate::source::{SourceConfig, TableFilter};
+
+// MariaDB's own event types (sent once the replica announces capability 4).
+const MARIADB_ANNOTATE_ROWS: u8 = 160;
+const MARIADB_BINLOG_CHECKPOINT: u8 = 161;
+const MARIADB_GTID: u8 = 162;
+const MARIADB_GTID_LIST: u8 = 163;
+const MARIADB_GTID_FLAG_STANDALONE: u8 = 1;
+
+/// How often an idle server sends a heartbeat; silence for much longer means the
+/// connection is dead even if TCP has not noticed.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// Where to start streaming.
+#[derive(Debug, Clone)]
+pub enum StartAt {
+    /// A file/offset on this server.
+    Position(BinlogPosition),
+    /// A GTID state; `position` is where that state was reached on this server (used to
+    /// name the first file until the server's rotate event arrives).
+    Gtid {
+        gtid: GtidSet,
+        position: BinlogPosition,
+    },
+}
+
+/// One decoded row change.
+#[derive(Debug, Clone)]
+pub struct RowChange {
+    pub schema: Arc<TableSchema>,
+    pub op: Op,
+    pub key: Map<String, Value>,
+    pub before: Option<Map<String, Value>>,
+    pub after: Option<Map<String, Value>>,
+    pub file: Arc<str>,
+    /// Start offset of the rows event (for compressed MySQL transactions: of the payload
+    /// event, with `row` counting every row in the payload).
+    pub pos: u64,
+    pub row: u32,
+    pub server_id: u32,
+    pub ts_ms: u64,
+    pub gtid: Option<String>,
+}
+
+/// A DDL statement.
+#[derive(Debug, Clone)]
+pub struct Ddl {
+    pub db: String,
+    pub query: String,
+    pub file: Arc<str>,
+    pub pos: u64,
+    pub server_id: u32,
+    pub ts_ms: u64,
+    pub gtid: Option<String>,
+}
+
+/// The end of a committed transaction: a position that may be confirmed once every
+/// event before it is safely published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPoint {
+    pub position: BinlogPosition,
+    pub gtid: Option<GtidSet>,
+    pub ts_ms: u64,
+}
+
+/// Rows of a captured table that could not be decoded: dead-lettered with the reason by
+/// the worker, so the stream goes on and the position never skips them silently.
+#[derive(Debug, Clone)]
+pub struct Unreadable {
+    pub db: String,
+    pub table: String,
+    pub file: Arc<str>,
+    pub pos: u64,
+    pub server_id: u32,
+    pub ts_ms: u64,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    Row(RowChange),
+    Ddl(Ddl),
+    Unreadable(Unreadable),
+    Commit(CommitPoint),
+}
+
+/// What the reader knows of a table id from its last TABLE_MAP.
+enum TableState {
+    Skipped,
+    Schema(Arc<TableSchema>),
+    Broken {
+        db: String,
+        table: String,
+        reason: String,
+    },
+}
+
+enum PendingGtid {
+    MariaDb(MariaDbGtid),
+    MySql(String, u64),
+}
+
+impl PendingGtid {
+    fn text(&self) -> String {
+        match self {
+            PendingGtid::MariaDb(g) => format!("{}-{}-{}", g.domain, g.server, g.seq),
+            PendingGtid::MySql(uuid, gno) => format!("{uuid}:{gno}"),
+        }
+    }
+}
+
+/// Bookkeeping for a MySQL compressed transaction (TRANSACTION_PAYLOAD).
+struct Payload {
+    start: u64,
+    end: u64,
+    rows: u32,
+}
+
+pub struct BinlogReader {
+    name: String,
+    stream: BinlogStream,
+    filter: TableFilter,
+    file: Arc<str>,
+    next_pos: u64,
+    gtid_set: Option<GtidSet>,
+    pending_gtid: Option<PendingGtid>,
+    in_trx: bool,
+    payload: Option<Payload>,
+    tables: HashMap<u64, TableState>,
+    queue: VecDeque<SourceEvent>,
+}
+
+impl BinlogReader {
+    /// Connects as a replica and requests the binlog from `at`.
+    pub async fn start(
+        cfg: &SourceConfig,
+        flavor: Flavor,
+        at: StartAt,
+    ) -> Result<Self, MysqlError> {
+        let mut conn = connect(cfg).await?;
+        let setup_err = |what: &'static str| {
+            let name = cfg.name.clone();
+            move |error| MysqlError::Query {
+                source_name: name,
+                what,
+                error,
+            }
+        };
+        conn.query_drop(format!(
+            "SET @master_heartbeat_period = {}",
+            HEARTBEAT.as_nanos()
+        ))
+        .await
+        .map_err(setup_err("set heartbeat period"))?;
+        if flavor == Flavor::MariaDb {
+            conn.query_drop("SET @mariadb_slave_capability = 4")
+                .await
+                .map_err(setup_err("announce MariaDB replica capability"))?;
+        }
+        let (file, pos, gtid_set) = match &at {
+            StartAt::Position(p) => (p.file.clone(), p.pos, None),
+            StartAt::Gtid { gtid, position } => {
+                (position.file.clone(), position.pos, Some(gtid.clone()))
+            }
+        };
+        let stream = match (&at, flavor) {
+            (
+                StartAt::Gtid {
+                    gtid: gtid @ GtidSet::MariaDb(_),
+                    ..
+                },
+                Flavor::MariaDb,
+            ) => {
+                conn.query_drop(format!("SET @slave_connect_state = '{gtid}'"))
+                    .await
+                    .map_err(setup_err("set slave_connect_state"))?;
+                conn.query_drop("SET @slave_gtid_strict_mode = 1")
+                    .await
+                    .map_err(setup_err("set slave_gtid_strict_mode"))?;
+                conn.query_drop("SET @slave_gtid_ignore_duplicates = 0")
+                    .await
+                    .map_err(setup_err("set slave_gtid_ignore_duplicates"))?;
+                conn.get_binlog_stream(BinlogStreamRequest::new(cfg.server_id))
+                    .await
+            }
+            (
+                StartAt::Gtid {
+                    gtid: GtidSet::MySql(m),
+                    ..
+                },
+                Flavor::MySql,
+            ) => {
+                let sids = mysql_sids(m).map_err(|detail| MysqlError::Decode {
+                    source_name: cfg.name.clone(),
+                    at: At::default(),
+                    detail,
+                })?;
+                conn.get_binlog_stream(
+                    BinlogStreamRequest::new(cfg.server_id)
+                        .with_gtid()
+                        .with_gtid_set(sids),
+                )
+                .await
+            }
+            _ => {
+                conn.get_binlog_stream(
+                    BinlogStreamRequest::new(cfg.server_id)
+                        .with_filename(file.as_bytes())
+                        .with_pos(pos),
+                )
+                .await
+            }
+        }
+        .map_err(|error| MysqlError::Stream {
+            source_name: cfg.name.clone(),
+            at: At {
+                position: Some(BinlogPosition::new(file.clone(), pos)),
+                table: None,
+            },
+            error,
+        })?;
+        Ok(Self {
+            name: cfg.name.clone(),
+            stream,
+            filter: cfg.filter(),
+            file: file.into(),
+            next_pos: pos,
+            gtid_set,
+            pending_gtid: None,
+            in_trx: false,
+            payload: None,
+            tables: HashMap::new(),
+            queue: VecDeque::new(),
+        })
+    }
+
+    /// The position after the last event read.
+    pub fn position(&self) -> BinlogPosition {
+        BinlogPosition::new(&*self.file, self.next_pos)
+    }
+
+    /// The next event, `Ok(None)` when the server ended the stream. Waits for the server;
+    /// fails when it stays silent for several heartbeat periods.
+    pub async fn next(&mut self) -> Result<Option<SourceEvent>, MysqlError> {
+        loop {
+            if let Some(ev) = self.queue.pop_front() {
+                return Ok(Some(ev));
+            }
+            let event = match tokio::time::timeout(HEARTBEAT * 4, self.stream.next()).await {
+                Err(_) => {
+                    return Err(MysqlError::Stream {
+                        source_name: self.name.clone(),
+                        at: self.at(None),
+                        error: mysql_async::Error::Io(mysql_async::IoError::Io(
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!("no event or heartbeat for {:?}", HEARTBEAT * 4),
+                            ),
+                        )),
+                    })
+                }
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(error))) => {
+                    return Err(MysqlError::Stream {
+                        source_name: self.name.clone(),
+                        at: self.at(None),
+                        error,
+                    })
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            self.handle(event)?;
+        }
+    }
+
+    fn at(&self, table: Option<String>) -> At {
+        At {
+            position: Some(self.position()),
+            table,
+        }
+    }
+
+    fn decode_err(&self, table: Option<String>, detail: impl Into<String>) -> MysqlError {
+        MysqlError::Decode {
+            source_name: self.name.clone(),
+            at: self.at(table),
+            detail: detail.into(),
+        }
+    }
+
+    fn handle(&mut self, event: mysql_async::binlog::events::Event) -> Result<(), MysqlError> {
+        let header = event.header();
+        let ty = header.event_type_raw();
+        let log_pos = header.log_pos() as u64;
+        let size = header.event_size() as u64;
+        let server_id = header.server_id();
+        let ts_ms = header.timestamp() as u64 * 1000;
+        let inside_payload = self.payload.is_some() && log_pos == 0;
+        let start = if inside_payload {
+            self.payload
+                .as_ref()
+                .map(|p| p.start)
+                .unwrap_or(self.next_pos)
+        } else if log_pos >= size {
+            log_pos - size
+        } else {
+            self.next_pos
+        };
+        let end = if inside_payload {
+            self.payload
+                .as_ref()
+                .map(|p| p.end)
+                .unwrap_or(self.next_pos)
+        } else {
+            log_pos
+        };
+
+        match ty {
+            MARIADB_GTID => {
+                let body = event.data();
+                if body.len() < 13 {
+                    return Err(self.decode_err(None, "short MariaDB GTID event"));
+                }
+                let seq = u64::from_le_bytes(body[0..8].try_into().expect("8 bytes"));
+                let domain = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+                let flags = body[12];
+                self.pending_gtid = Some(PendingGtid::MariaDb(MariaDbGtid {
+                    domain,
+                    server: server_id,
+                    seq,
+                }));
+                self.in_trx = flags & MARIADB_GTID_FLAG_STANDALONE == 0;
+            }
+            MARIADB_ANNOTATE_ROWS | MARIADB_BINLOG_CHECKPOINT | MARIADB_GTID_LIST => {}
+            _ => {
+                let data = event
+                    .read_data()
+                    .map_err(|e| self.decode_err(None, format!("event type {ty}: {e}")))?;
+                match data {
+                    Some(EventData::RotateEvent(r)) => {
+                        self.file = r.name().as_ref().into();
+                        self.next_pos = r.position();
+                        return Ok(());
+                    }
+                    Some(EventData::HeartbeatEvent) => return Ok(()),
+                    Some(EventData::GtidEvent(g)) => {
+                        self.pending_gtid = Some(PendingGtid::MySql(uuid_text(&g.sid()), g.gno()));
+                    }
+                    Some(EventData::TransactionPayloadEvent(_)) => {
+                        self.payload = Some(Payload {
+                            start,
+                            end: log_pos,
+                            rows: 0,
+                        });
+                    }
+                    Some(EventData::QueryEvent(q)) => {
+                        let sql = q.query();
+                        let word = sql
+                            .trim_start()
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or("")
+                            .to_ascii_uppercase();
+                        match word.as_str() {
+                            "BEGIN" => self.in_trx = true,
+                            "COMMIT" | "ROLLBACK" => self.commit(end, ts_ms),
+                            "XA" | "SAVEPOINT" => {}
+                            _ => {
+                                let db = q.schema().into_owned();
+                                self.queue.push_back(SourceEvent::Ddl(Ddl {
+                                    db,
+                                    query: sql.into_owned(),
+                                    file: self.file.clone(),
+                                    pos: start,
+                                    server_id,
+                                    ts_ms,
+                                    gtid: self.pending_gtid.as_ref().map(PendingGtid::text),
+                                }));
+                                if !self.in_trx {
+                                    self.commit(end, ts_ms);
+                                }
+                            }
+                        }
+                    }
+                    Some(EventData::TableMapEvent(tme)) => {
+                        let id = tme.table_id();
+                        let wanted = self
+                            .filter
+                            .includes(&tme.database_name(), &tme.table_name());
+                        let state = if !wanted {
+                            TableState::Skipped
+                        } else {
+                            match TableSchema::from_table_map(&tme) {
+                                Ok(schema) => TableState::Schema(Arc::new(schema)),
+                                Err(reason) => TableState::Broken {
+                                    db: tme.database_name().into_owned(),
+                                    table: tme.table_name().into_owned(),
+                                    reason,
+                                },
+                            }
+                        };
+                        self.tables.insert(id, state);
+                    }
+                    Some(EventData::RowsEvent(rows)) => {
+                        self.rows(&rows, start, server_id, ts_ms)?
+                    }
+                    Some(EventData::XidEvent(_)) => self.commit(end, ts_ms),
+                    _ => {}
+                }
+            }
+        }
+        if log_pos != 0 && !inside_payload {
+            self.next_pos = log_pos;
+        }
+        Ok(())
+    }
+
+    fn rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        start: u64,
+        server_id: u32,
+        ts_ms: u64,
+    ) -> Result<(), MysqlError> {
+        let id = rows.table_id();
+        let schema = match self.tables.get(&id) {
+            Some(TableState::Schema(schema)) => schema.clone(),
+            Some(TableState::Skipped) => return Ok(()),
+            Some(TableState::Broken { db, table, reason }) => {
+                let (db, table, reason) = (db.clone(), table.clone(), reason.clone());
+                self.unreadable(db, table, start, server_id, ts_ms, reason);
+                return Ok(());
+            }
+            None => {
+                return Err(self.decode_err(
+                    None,
+                    format!("rows event for unknown table id {id} (no TABLE_MAP)"),
+                ))
+            }
+        };
+        let op = match rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => Op::Create,
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
+            _ => Op::Update,
+        };
+        let Some(tme) = self.stream.get_tme(id) else {
+            return Err(self.decode_err(
+                Some(format!("{}.{}", schema.db, schema.table)),
+                format!("table map {id} vanished"),
+            ));
+        };
+        let gtid = self.pending_gtid.as_ref().map(PendingGtid::text);
+        let mut decoded = Vec::new();
+        let mut failure = None;
+        for (i, row) in rows.rows(tme).enumerate() {
+            let decoded_row = row.map_err(|e| e.to_string()).and_then(|(before, after)| {
+                let to_json = |r: Option<mysql_async::binlog::row::BinlogRow>| {
+                    r.map(|r| schema.row_to_json(r.unwrap())).transpose()
+                };
+                Ok((to_json(before)?, to_json(after)?))
+            });
+            match decoded_row {
+                Ok((before, after)) => {
+                    let key = after
+                        .as_ref()
+                        .or(before.as_ref())
+                        .map(|r| schema.key_of(r))
+                        .unwrap_or_default();
+                    decoded.push((key, before, after));
+                }
+                Err(detail) => {
+                    failure = Some(format!("row {i}: {detail}"));
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = failure {
+            // The whole event is dead-lettered: its rows cannot be split reliably once one
+            // of them fails to parse.
+            self.unreadable(
+                schema.db.clone(),
+                schema.table.clone(),
+                start,
+                server_id,
+                ts_ms,
+                reason,
+            );
+            return Ok(());
+        }
+        let (pos, first_row) = match &mut self.payload {
+            Some(p) => {
+                let first = p.rows;
+                p.rows += decoded.len() as u32;
+                (p.start, first)
+            }
+            None => (start, 0),
+        };
+        for (i, (key, before, after)) in decoded.into_iter().enumerate() {
+            self.queue.push_back(SourceEvent::Row(RowChange {
+                schema: schema.clone(),
+                op,
+                key,
+                before,
+                after,
+                file: self.file.clone(),
+                pos,
+                row: first_row + i as u32,
+                server_id,
+                ts_ms,
+                gtid: gtid.clone(),
+            }));
+        }
+        Ok(())
+    }
+
+    fn unreadable(
+        &mut self,
+        db: String,
+        table: String,
+        pos: u64,
+        server_id: u32,
+        ts_ms: u64,
+        reason: String,
+    ) {
+        tracing::error!(source = %self.name, %db, %table, file = %self.file, pos, %reason, "undecodable rows event: dead-lettering it");
+        self.queue.push_back(SourceEvent::Unreadable(Unreadable {
+            db,
+            table,
+            file: self.file.clone(),
+            pos,
+            server_id,
+            ts_ms,
+            reason,
+        }));
+    }
+
+    fn commit(&mut self, end: u64, ts_ms: u64) {
+        match self.pending_gtid.take() {
+            Some(PendingGtid::MariaDb(g)) => self
+                .gtid_set
+                .get_or_insert_with(GtidSet::empty_mariadb)
+                .apply_mariadb(g),
+            Some(PendingGtid::MySql(uuid, gno)) => self
+                .gtid_set
+                .get_or_insert_with(GtidSet::empty_mysql)
+                .apply_mysql(&uuid, gno),
+            None => {}
+        }
+        self.in_trx = false;
+        self.payload = None;
+        self.queue.push_back(SourceEvent::Commit(CommitPoint {
+            position: BinlogPosition::new(&*self.file, end),
+            gtid: self.gtid_set.clone(),
+            ts_ms,
+        }));
+    }
+
+    pub async fn close(self) {
+        let _ = self.stream.close().await;
+    }
+}
+
+fn uuid_text(sid: &[u8; 16]) -> String {
+    let h: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn mysql_sids(
+    set: &std::collections::BTreeMap<String, Vec<(u64, u64)>>,
+) -> Result<Vec<mysql_async::Sid<'static>>, String> {
+    set.iter()
+        .map(|(uuid, ivs)| {
+            let hex: String = uuid.chars().filter(|c| *c != '-').collect();
+            if hex.len() != 32 {
+                return Err(format!("bad server uuid {uuid}"));
+            }
+            let mut bytes = [0u8; 16];
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                    .map_err(|_| format!("bad server uuid {uuid}"))?;
+            }
+            let intervals = ivs
+                .iter()
+                .map(|&(a, b)| mysql_async::GnoInterval::new(a, b + 1))
+                .collect();
+            Ok(mysql_async::Sid::new(bytes).with_intervals(intervals))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_formatting() {
+        let sid = [
+            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+            0x95, 0x62,
+        ];
+        assert_eq!(uuid_text(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
+    }
+}

@@ -1,0 +1,88 @@
+//! How to reach a MySQL instance and which of its tables to capture.
+
+use serde::Deserialize;
+use sluice_core::Secret;
+
+/// One MySQL/MariaDB instance: one binlog task.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// The instance's name in Sluice; also the task name and part of topic names.
+    pub name: String,
+    pub host: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    pub user: String,
+    pub password: Secret,
+    /// Replication server id this worker announces; unique among the server's replicas.
+    pub server_id: u32,
+    /// `db.table` or `db.*` patterns to capture; empty captures every non-system table.
+    #[serde(default)]
+    pub tables: Vec<String>,
+}
+
+fn default_port() -> u16 {
+    3306
+}
+
+impl SourceConfig {
+    pub fn opts(&self) -> mysql_async::Opts {
+        mysql_async::OptsBuilder::default()
+            .ip_or_hostname(self.host.clone())
+            .tcp_port(self.port)
+            .user(Some(self.user.clone()))
+            .pass(Some(self.password.expose().to_owned()))
+            .prefer_socket(false)
+            .into()
+    }
+
+    pub fn filter(&self) -> TableFilter {
+        TableFilter::new(&self.tables)
+    }
+}
+
+/// Which tables a task captures.
+#[derive(Debug, Clone, Default)]
+pub struct TableFilter {
+    patterns: Vec<(String, Option<String>)>,
+}
+
+const SYSTEM_SCHEMAS: [&str; 4] = ["mysql", "information_schema", "performance_schema", "sys"];
+
+impl TableFilter {
+    pub fn new(patterns: &[String]) -> Self {
+        let patterns = patterns
+            .iter()
+            .map(|p| match p.split_once('.') {
+                Some((db, "*")) => (db.to_owned(), None),
+                Some((db, table)) => (db.to_owned(), Some(table.to_owned())),
+                None => (p.clone(), None),
+            })
+            .collect();
+        Self { patterns }
+    }
+
+    pub fn includes(&self, db: &str, table: &str) -> bool {
+        if self.patterns.is_empty() {
+            return !SYSTEM_SCHEMAS.contains(&db);
+        }
+        self.patterns
+            .iter()
+            .any(|(d, t)| d == db && t.as_deref().is_none_or(|t| t == table))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_patterns() {
+        let f = TableFilter::new(&["shop.*".into(), "crm.people".into()]);
+        assert!(f.includes("shop", "orders"));
+        assert!(f.includes("crm", "people"));
+        assert!(!f.includes("crm", "leads"));
+        let all = TableFilter::new(&[]);
+        assert!(all.includes("shop", "x") && !all.includes("mysql", "user"));
+    }
+}

@@ -1,0 +1,152 @@
+//! `sluice-worker` configuration (TOML file, then `SLUICE_…` environment overrides).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use sluice_kafka::{KafkaConfig, TopicConfig};
+use sluice_mysql::SourceConfig;
+use sluice_zk::ZkConfig;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    #[serde(default)]
+    pub worker: WorkerSection,
+    pub zookeeper: ZkConfig,
+    pub kafka: KafkaConfig,
+    #[serde(default)]
+    pub topics: TopicConfig,
+    /// The MySQL instances this worker streams (the center assigns them in a later
+    /// release; here they come from the file).
+    #[serde(default)]
+    pub sources: Vec<SourceConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSection {
+    /// This worker's id in ZooKeeper. Default: the host name.
+    #[serde(default = "default_id")]
+    pub id: String,
+    /// Events published but not yet acknowledged by Kafka, per task. Reading the binlog
+    /// waits when this many are outstanding.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// How often the confirmed position is written to ZooKeeper.
+    #[serde(default = "default_confirm_interval", with = "humantime_serde")]
+    pub confirm_interval: Duration,
+    /// How long a shutdown waits for Kafka to acknowledge what is in flight.
+    #[serde(default = "default_drain_timeout", with = "humantime_serde")]
+    pub drain_timeout: Duration,
+    /// Pause before a failed task is retried (doubles up to 30 s).
+    #[serde(default = "default_retry_backoff", with = "humantime_serde")]
+    pub retry_backoff: Duration,
+}
+
+impl Default for WorkerSection {
+    fn default() -> Self {
+        Self {
+            id: default_id(),
+            max_in_flight: default_max_in_flight(),
+            confirm_interval: default_confirm_interval(),
+            drain_timeout: default_drain_timeout(),
+            retry_backoff: default_retry_backoff(),
+        }
+    }
+}
+
+fn default_id() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("worker-{}", std::process::id()))
+}
+
+fn default_max_in_flight() -> usize {
+    20_000
+}
+
+fn default_confirm_interval() -> Duration {
+    Duration::from_millis(500)
+}
+
+fn default_drain_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_retry_backoff() -> Duration {
+    Duration::from_millis(500)
+}
+
+impl WorkerConfig {
+    /// Checks values without I/O; every problem, each naming its key.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        if self.worker.id.trim().is_empty() || self.worker.id.contains('/') {
+            problems.push(format!(
+                "worker.id: `{}` must be non-empty and contain no `/`",
+                self.worker.id
+            ));
+        }
+        if self.worker.max_in_flight == 0 {
+            problems.push("worker.max_in_flight: must be at least 1".into());
+        }
+        if self.worker.confirm_interval.is_zero() {
+            problems.push("worker.confirm_interval: must be positive".into());
+        }
+        if let Err(issues) = self.zookeeper.validate() {
+            problems.extend(
+                issues
+                    .into_iter()
+                    .map(|i| format!("zookeeper.{}: {}", i.key, i.reason)),
+            );
+        }
+        if self.kafka.brokers.trim().is_empty() {
+            problems.push("kafka.brokers: must name at least one broker".into());
+        }
+        problems.extend(self.topics.problems("topics"));
+        if self.sources.is_empty() {
+            problems.push("sources: no source configured; add a [[sources]] table".into());
+        }
+        for (i, s) in self.sources.iter().enumerate() {
+            let key = format!("sources[{i}]");
+            if s.name.is_empty()
+                || !s
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            {
+                problems.push(format!(
+                    "{key}.name: `{}` must be non-empty [A-Za-z0-9._-]",
+                    s.name
+                ));
+            }
+            if s.server_id == 0 {
+                problems.push(format!(
+                    "{key}.server_id: must be a non-zero replication server id"
+                ));
+            }
+            if self.sources[..i].iter().any(|o| o.name == s.name) {
+                problems.push(format!(
+                    "{key}.name: `{}` is used by another source",
+                    s.name
+                ));
+            }
+            if self.sources[..i]
+                .iter()
+                .any(|o| o.server_id == s.server_id && o.host == s.host && o.port == s.port)
+            {
+                problems.push(format!(
+                    "{key}.server_id: {} is used by another source on the same server",
+                    s.server_id
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}

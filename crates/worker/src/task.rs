@@ -1,0 +1,353 @@
+//! One binlog task: lock → preflight → stream → publish → confirm, retried with backoff.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context as _};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use sluice_core::{Checkpoint, GtidSet};
+use sluice_kafka::Producer;
+use sluice_mysql::{BinlogReader, Flavor, SourceConfig, SourceEvent, StartAt};
+use sluice_zk::{Coordinator, SessionState, TaskLock, ZkError};
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerConfig;
+use crate::envelope::{self, Record};
+use crate::pause;
+
+pub(crate) struct TaskCtx {
+    pub cfg: Arc<WorkerConfig>,
+    pub producer: Producer,
+    pub coord: Coordinator,
+    pub shutdown: CancellationToken,
+    pub known_topics: Arc<Mutex<HashSet<String>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the ZooKeeper session expired: the task was dropped")]
+struct SessionExpired;
+
+/// What the publisher hands the acknowledger, in binlog order.
+enum Entry {
+    Delivery(DeliveryFuture),
+    Commit(Checkpoint),
+}
+
+/// Runs the source's task until shutdown or until the ZooKeeper session expires.
+pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
+    let owner =
+        serde_json::json!({ "worker": ctx.cfg.worker.id, "pid": std::process::id() }).to_string();
+    let mut backoff = ctx.cfg.worker.retry_backoff;
+    loop {
+        if ctx.shutdown.is_cancelled() {
+            return;
+        }
+        let lock = match ctx
+            .coord
+            .acquire_task_lock(&src.name, owner.as_bytes(), &ctx.shutdown)
+            .await
+        {
+            Ok(lock) => lock,
+            Err(ZkError::Cancelled) => return,
+            Err(e) if matches!(*ctx.coord.session().borrow(), SessionState::Expired) => {
+                tracing::warn!(task = %src.name, error = %e, "cannot take the task: session expired");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(task = %src.name, error = %e, "cannot take the task lock; retrying");
+                pause(backoff, &ctx.shutdown).await;
+                continue;
+            }
+        };
+        tracing::info!(task = %src.name, "task lock acquired");
+        let started = Instant::now();
+        match stream(&ctx, &src, lock).await {
+            Ok(()) => return,
+            Err(e) if e.is::<SessionExpired>() => {
+                tracing::warn!(task = %src.name, "{e}");
+                return;
+            }
+            Err(e) => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    backoff = ctx.cfg.worker.retry_backoff;
+                }
+                tracing::error!(task = %src.name, error = format!("{e:#}"), retry_in = ?backoff, "task failed; it resumes from the last confirmed position");
+                pause(backoff, &ctx.shutdown).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Streams while holding `lock`. Returns `Ok` only on shutdown, after draining.
+async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow::Result<()> {
+    let resumed = match lock.checkpoint() {
+        Some(bytes) if !bytes.is_empty() => {
+            Some(Checkpoint::from_json(bytes).with_context(|| {
+                format!(
+                    "checkpoint of task `{}` is not a valid checkpoint",
+                    src.name
+                )
+            })?)
+        }
+        _ => None,
+    };
+    let info = match sluice_mysql::preflight(src, resumed.as_ref()).await {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = lock.release().await;
+            return Err(e.into());
+        }
+    };
+    let checkpoint = match resumed {
+        Some(cp) => cp,
+        None => {
+            // First start: begin at the current end and record it at once, so a crash
+            // before the first commit cannot move the start past unread events.
+            let cp = Checkpoint {
+                position: info.end.clone(),
+                gtid: info.gtid.clone().filter(|g| !g.is_empty()),
+                epoch: 0,
+                ts_ms: 0,
+            };
+            lock.confirm(&cp.to_json())
+                .await
+                .context("cannot record the initial position")?;
+            tracing::info!(task = %src.name, position = %cp.position, "first start: streaming from the current end of the binlog");
+            cp
+        }
+    };
+    let start = match (&checkpoint.gtid, info.flavor) {
+        (Some(g @ GtidSet::MariaDb(_)), Flavor::MariaDb)
+        | (Some(g @ GtidSet::MySql(_)), Flavor::MySql)
+            if !g.is_empty() =>
+        {
+            StartAt::Gtid {
+                gtid: g.clone(),
+                position: checkpoint.position.clone(),
+            }
+        }
+        _ => StartAt::Position(checkpoint.position.clone()),
+    };
+    tracing::info!(task = %src.name, server = %info.version, start = ?start, "streaming");
+    let reader = match BinlogReader::start(src, info.flavor, start).await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = lock.release().await;
+            return Err(e.into());
+        }
+    };
+
+    let (tx, rx) = mpsc::channel(ctx.cfg.worker.max_in_flight);
+    let interval = ctx.cfg.worker.confirm_interval;
+    let task_name = src.name.clone();
+    let acker = tokio::spawn(async move {
+        let result = acknowledge(rx, &mut lock, interval, &task_name).await;
+        (lock, result)
+    });
+    let read_result = publish_loop(ctx, src, reader, tx, checkpoint.epoch).await;
+
+    // The publisher is done (shutdown or failure): let the acknowledger confirm what Kafka
+    // acknowledges, within the drain bound.
+    let drained = tokio::time::timeout(ctx.cfg.worker.drain_timeout, acker).await;
+    match drained {
+        Ok(Ok((lock, ack_result))) => {
+            let release = lock.release().await;
+            if let Err(e) = release {
+                tracing::debug!(task = %src.name, error = %e, "lock release failed (the session will drop it)");
+            }
+            ack_result?;
+        }
+        Ok(Err(join)) => bail!("acknowledger task failed: {join}"),
+        Err(_) => {
+            tracing::warn!(task = %src.name, "drain timed out: unacknowledged events will be re-read from the last confirmed position");
+        }
+    }
+    read_result
+}
+
+/// Reads the binlog and publishes each event; commit points follow their events into
+/// the acknowledger's queue, whose capacity bounds the work in flight.
+async fn publish_loop(
+    ctx: &TaskCtx,
+    src: &SourceConfig,
+    mut reader: BinlogReader,
+    tx: mpsc::Sender<Entry>,
+    epoch: u16,
+) -> anyhow::Result<()> {
+    let mut session = ctx.coord.session();
+    let topics = &ctx.cfg.topics;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = ctx.shutdown.cancelled() => {
+                reader.close().await;
+                return Ok(());
+            }
+            next = reader.next() => next,
+        };
+        let record = match next? {
+            None => bail!(
+                "the server ended the binlog stream at {}",
+                reader.position()
+            ),
+            Some(SourceEvent::Row(rc)) => envelope::row(topics, &src.name, epoch, rc)?,
+            Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
+            Some(SourceEvent::Unreadable(u)) => envelope::unreadable(topics, &src.name, u)?,
+            Some(SourceEvent::Commit(cp)) => {
+                let cp = Checkpoint {
+                    position: cp.position,
+                    gtid: cp.gtid,
+                    epoch,
+                    ts_ms: cp.ts_ms,
+                };
+                tx.send(Entry::Commit(cp))
+                    .await
+                    .map_err(|_| anyhow!("acknowledger stopped"))?;
+                continue;
+            }
+        };
+        wait_publishable(&mut session, &ctx.shutdown).await?;
+        ensure_topic(ctx, &record.topic).await?;
+        let delivery = send(&ctx.producer, &record).await?;
+        tx.send(Entry::Delivery(delivery))
+            .await
+            .map_err(|_| anyhow!("acknowledger stopped"))?;
+    }
+}
+
+/// Publishing goes on only while the session is confirmed alive; it pauses while the
+/// connection is lost and stops for good when the session expires.
+async fn wait_publishable(
+    session: &mut watch::Receiver<SessionState>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let mut warned = false;
+    loop {
+        match *session.borrow_and_update() {
+            SessionState::Connected => {
+                if warned {
+                    tracing::info!("ZooKeeper connection back: publishing resumes");
+                }
+                return Ok(());
+            }
+            SessionState::Expired => return Err(SessionExpired.into()),
+            SessionState::Disconnected => {}
+        }
+        if !warned {
+            tracing::warn!("ZooKeeper connection lost: publishing paused");
+            warned = true;
+        }
+        tokio::select! {
+            changed = session.changed() => if changed.is_err() { return Err(SessionExpired.into()) },
+            _ = shutdown.cancelled() => bail!("shutdown while paused"),
+        }
+    }
+}
+
+async fn ensure_topic(ctx: &TaskCtx, topic: &str) -> anyhow::Result<()> {
+    let mut known = ctx.known_topics.lock().await;
+    if known.contains(topic) {
+        return Ok(());
+    }
+    sluice_kafka::ensure_topics(&ctx.cfg.kafka, &[topic.to_owned()])
+        .await
+        .with_context(|| format!("cannot create topic {topic}"))?;
+    known.insert(topic.to_owned());
+    Ok(())
+}
+
+/// Hands a record to librdkafka; a full local queue is backpressure, so wait and retry.
+async fn send(producer: &Producer, record: &Record) -> anyhow::Result<DeliveryFuture> {
+    loop {
+        let r = FutureRecord::to(&record.topic)
+            .key(&record.key)
+            .payload(&record.payload);
+        match producer.send_result(r) {
+            Ok(delivery) => return Ok(delivery),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err((e, _)) => {
+                return Err(anyhow!(e).context(format!("cannot publish to {}", record.topic)))
+            }
+        }
+    }
+}
+
+enum Step {
+    Entry(Option<Entry>),
+    Tick,
+    Lost(String),
+}
+
+/// Awaits Kafka's acknowledgements in binlog order; a commit point becomes confirmable
+/// once every delivery before it succeeded, and is written (compare-and-set) at most every
+/// `interval`. Any failed delivery stops the task before its commit can be confirmed.
+async fn acknowledge(
+    mut rx: mpsc::Receiver<Entry>,
+    lock: &mut TaskLock,
+    interval: Duration,
+    task: &str,
+) -> anyhow::Result<()> {
+    let mut ready: Option<Checkpoint> = None;
+    let mut last_write = Instant::now();
+    loop {
+        let step = tokio::select! {
+            entry = rx.recv() => Step::Entry(entry),
+            _ = tokio::time::sleep_until(last_write + interval), if ready.is_some() => Step::Tick,
+            why = lock.lost() => Step::Lost(why),
+        };
+        match step {
+            Step::Lost(why) => bail!("task lock lost: {why}"),
+            Step::Tick => {}
+            Step::Entry(None) => {
+                if let Some(cp) = ready.take() {
+                    confirm(lock, &cp, task).await?;
+                }
+                return Ok(());
+            }
+            Step::Entry(Some(Entry::Commit(cp))) => ready = Some(cp),
+            Step::Entry(Some(Entry::Delivery(delivery))) => match delivery.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, msg))) => return Err(delivery_error(e, &msg)),
+                Err(_) => bail!("the producer dropped a delivery report"),
+            },
+        }
+        if last_write.elapsed() >= interval {
+            if let Some(cp) = ready.take() {
+                match confirm(lock, &cp, task).await {
+                    Ok(()) => last_write = Instant::now(),
+                    Err(e)
+                        if e.downcast_ref::<ZkError>()
+                            .is_some_and(ZkError::is_transient) =>
+                    {
+                        tracing::warn!(task, error = %e, "cannot confirm yet; will retry");
+                        ready = Some(cp);
+                        last_write = Instant::now();
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+async fn confirm(lock: &mut TaskLock, cp: &Checkpoint, task: &str) -> anyhow::Result<()> {
+    lock.confirm(&cp.to_json()).await?;
+    tracing::debug!(task, position = %cp.position, "position confirmed");
+    Ok(())
+}
+
+fn delivery_error(e: KafkaError, msg: &OwnedMessage) -> anyhow::Error {
+    use rdkafka::Message as _;
+    anyhow!(e).context(format!(
+        "Kafka refused an event for {} (the position was not confirmed past it)",
+        msg.topic()
+    ))
+}

@@ -1,0 +1,780 @@
+//! One ZooKeeper session and the operations Sluice's services run in it.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, timeout_at, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+use zookeeper_async::{Acl, CreateMode, WatchedEvent, ZooKeeper};
+
+use crate::config::{check_name, ConfigIssue, ZkConfig};
+use crate::error::{ZkCode, ZkError};
+use crate::handshake::negotiate_session_timeout;
+use crate::lock::{watch_lock, LockCheck, TaskLock};
+use crate::session::{SessionState, Shared, Supervisor, Timings};
+
+/// Persistent children of the root (the layout in DESIGN.md), created by `connect`.
+/// `sessions` holds one ephemeral marker per live coordinator; see [`Coordinator`].
+pub const LAYOUT: [&str; 8] = [
+    "election",
+    "workers",
+    "assignments",
+    "locks",
+    "tasks",
+    "mappings",
+    "pipelines",
+    "sessions",
+];
+
+/// Pause between failed TCP connects inside the client library (without one it retries
+/// in a busy loop).
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(250);
+/// Pause before retrying a request that lost its connection during set-up.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// The library cannot work with less: it re-arms its read deadline in whole seconds of
+/// two thirds of the granted timeout.
+const MIN_GRANTED_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How often `acquire_task_lock` re-reads and re-claims a checkpoint that keeps changing
+/// under it before giving up.
+const CLAIM_ATTEMPTS: usize = 5;
+
+/// One ZooKeeper session, supervised (see [`SessionState`]). Cheap to clone; all clones
+/// share the session. Dropping the last clone ends the session in the background; prefer
+/// [`Coordinator::close`], which waits for it.
+///
+/// `connect` creates an ephemeral-sequential marker `/<root>/sessions/s-NNNNNNNNNN` whose
+/// `ephemeralOwner` tells the session id, and which the heartbeat reads: when it is gone,
+/// the session is.
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    zk: Arc<ZooKeeper>,
+    shared: Arc<Shared>,
+    root: String,
+    session_id: i64,
+    timings: Timings,
+    cancel: CancellationToken,
+    supervisor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The supervisor closes the session when it stops.
+        self.cancel.cancel();
+    }
+}
+
+impl fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("root", &self.inner.root)
+            .field("session_id", &format_args!("{:#x}", self.inner.session_id))
+            .field("session_timeout", &self.inner.timings.session)
+            .field("state", &self.inner.shared.state())
+            .finish()
+    }
+}
+
+impl Coordinator {
+    /// Opens a session, makes sure the root and the layout's persistent parents exist and
+    /// starts supervising the session. Gives up after one `session_timeout`.
+    pub async fn connect(cfg: &ZkConfig) -> Result<Self, ZkError> {
+        cfg.validate().map_err(ZkError::InvalidConfig)?;
+        let deadline = Instant::now() + cfg.session_timeout;
+
+        let granted =
+            negotiate_session_timeout(&cfg.connect, cfg.session_timeout, deadline).await?;
+        if granted < MIN_GRANTED_TIMEOUT {
+            return Err(ZkError::InvalidConfig(vec![ConfigIssue {
+                key: "session_timeout",
+                reason: format!(
+                    "the server grants only {granted:?} (its minSessionTimeout/maxSessionTimeout); \
+                     at least {MIN_GRANTED_TIMEOUT:?} is needed"
+                ),
+            }]));
+        }
+        if granted != cfg.session_timeout {
+            warn!(
+                requested = ?cfg.session_timeout,
+                ?granted,
+                "ZooKeeper granted a different session timeout; supervising with the granted one"
+            );
+        }
+        let timings = Timings::for_session_timeout(granted);
+
+        let zk = timeout_at(
+            deadline,
+            ZooKeeper::connect_with_retry_time(
+                &cfg.connect,
+                cfg.session_timeout,
+                |event: WatchedEvent| debug!(?event, "unclaimed ZooKeeper event"),
+                RECONNECT_BACKOFF,
+            ),
+        )
+        .await
+        .map_err(|_| ZkError::Unreachable {
+            connect: cfg.connect.clone(),
+            detail: "no connection before the connect deadline".to_owned(),
+        })?
+        .map_err(|e| ZkError::Unreachable {
+            connect: cfg.connect.clone(),
+            detail: e.to_string(),
+        })?;
+        let zk = Arc::new(zk);
+
+        let shared = Arc::new(Shared::new());
+        let (events_tx, events) = mpsc::unbounded_channel();
+        {
+            let shared = Arc::clone(&shared);
+            zk.add_listener(move |state| {
+                shared.on_library_state(state);
+                let _ = events_tx.send(state);
+            });
+        }
+
+        // From here on a failure must close the client: its task would keep the session
+        // alive otherwise.
+        let (marker, session_id, sent) = match set_up(&zk, &cfg.root, deadline).await {
+            Ok(done) => done,
+            Err(e) => {
+                let _ = timeout(Duration::from_secs(1), zk.close()).await;
+                return Err(e);
+            }
+        };
+        shared.library_connected_at_start();
+        shared.extend_lease(sent + timings.lease);
+        shared.mark_connected();
+
+        let cancel = CancellationToken::new();
+        let span = tracing::info_span!("zk_session", session = %format_args!("{session_id:#x}"));
+        info!(
+            parent: &span,
+            connect = %cfg.connect,
+            root = %cfg.root,
+            session_timeout = ?granted,
+            lease = ?timings.lease,
+            "ZooKeeper session established"
+        );
+        let supervisor = Supervisor {
+            zk: Arc::clone(&zk),
+            shared: Arc::clone(&shared),
+            marker,
+            session_id,
+            timings,
+            events,
+            cancel: cancel.clone(),
+        };
+        let handle = tokio::spawn(supervisor.run().instrument(span));
+
+        Ok(Self {
+            inner: Arc::new(Inner {
+                zk,
+                shared,
+                root: cfg.root.clone(),
+                session_id,
+                timings,
+                cancel,
+                supervisor: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    /// The session's state; see [`SessionState`] for what each value demands.
+    pub fn session(&self) -> watch::Receiver<SessionState> {
+        self.inner.shared.subscribe()
+    }
+
+    /// The ZooKeeper session id (what `ephemeralOwner` of our ephemeral nodes holds).
+    pub fn session_id(&self) -> i64 {
+        self.inner.session_id
+    }
+
+    /// The session timeout the server granted; publishing stops at the latest half of it
+    /// after the last confirmed heartbeat.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.timings.session
+    }
+
+    /// `rel` below the root: `path("locks/db1")` is `/sluice/locks/db1`.
+    pub fn path(&self, rel: &str) -> String {
+        let rel = rel.trim_matches('/');
+        if rel.is_empty() {
+            self.inner.root.clone()
+        } else {
+            format!("{}/{rel}", self.inner.root)
+        }
+    }
+
+    /// Takes the task's lock: the ephemeral node `/<root>/locks/<task>` holding
+    /// `owner_info`. While another session holds it, waits for its deletion (a watch,
+    /// re-armed after every reconnect) until it is gone or `cancel` fires. A lock node this
+    /// session already owns (its create was answered by a lost connection, or a previous
+    /// `TaskLock` was dropped without release) is adopted.
+    ///
+    /// Then claims the checkpoint: rewrites it unchanged as a compare-and-set (or creates
+    /// it empty), so its version moves past anything a previous holder read. A zombie's
+    /// late confirm therefore fails, even one that was on the wire when we took over, and
+    /// cannot fence us instead.
+    pub async fn acquire_task_lock(
+        &self,
+        task: &str,
+        owner_info: &[u8],
+        cancel: &CancellationToken,
+    ) -> Result<TaskLock, ZkError> {
+        check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
+        let lock_path = self.lock_path(task);
+        loop {
+            if cancel.is_cancelled() {
+                return Err(ZkError::Cancelled);
+            }
+            self.wait_connected(cancel).await?;
+            let created = self
+                .call(
+                    "create",
+                    &lock_path,
+                    self.inner.zk.create2(
+                        &lock_path,
+                        owner_info.to_vec(),
+                        Acl::open_unsafe().clone(),
+                        CreateMode::Ephemeral,
+                    ),
+                )
+                .await;
+            match created {
+                Ok((_, stat)) if stat.ephemeral_owner == self.session_id() => break,
+                Ok((_, stat)) => {
+                    // The library reconnected with a new session under us.
+                    self.expire(&format!(
+                        "lock node created by session {:#x}, not ours",
+                        stat.ephemeral_owner
+                    ));
+                    return Err(ZkError::SessionExpired);
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NodeExists,
+                    ..
+                }) => {
+                    let mut session = self.session();
+                    let (tx, fired) = oneshot::channel();
+                    let holder = self
+                        .call(
+                            "exists",
+                            &lock_path,
+                            self.inner.zk.exists_w(&lock_path, move |event| {
+                                let _ = tx.send(event);
+                            }),
+                        )
+                        .await;
+                    match holder {
+                        Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => {
+                            info!(task, "adopting the lock node this session already owns");
+                            break;
+                        }
+                        Ok(Some(stat)) => {
+                            info!(
+                                task,
+                                holder = %format_args!("{:#x}", stat.ephemeral_owner),
+                                "task is locked by another session; waiting for it to go"
+                            );
+                            self.wait_for_change(&mut session, fired, cancel).await?;
+                        }
+                        Ok(None) => {}
+                        Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NoNode,
+                    ..
+                }) => self.ensure_persistent(&self.path("locks")).await?,
+                Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {
+                    debug!(task, error = %e, "creating the lock node; trying again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+
+        let taken = async {
+            let watched = watch_lock(self, &lock_path).await.map_err(|e| match e {
+                LockCheck::Lost(why) => ZkError::Fenced {
+                    task: task.to_owned(),
+                    detail: why,
+                },
+                LockCheck::Failed(e) => e,
+            })?;
+            let (checkpoint, version) = self.claim_checkpoint(task).await?;
+            Ok::<_, ZkError>((watched, checkpoint, version))
+        };
+        match taken.await {
+            Ok((watched, checkpoint, version)) => {
+                info!(task, checkpoint_version = version, "task lock taken");
+                Ok(TaskLock::start(
+                    self.clone(),
+                    task.to_owned(),
+                    lock_path,
+                    self.checkpoint_path(task),
+                    checkpoint,
+                    version,
+                    watched,
+                ))
+            }
+            Err(e) => {
+                if let Err(release) = self.delete_own_lock(&lock_path).await {
+                    warn!(task, error = %release, "could not delete the lock node after a failed acquire; it goes with the session");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The last confirmed position of `task` (`/<root>/tasks/<task>/checkpoint`), `None`
+    /// when none was ever confirmed.
+    pub async fn read_checkpoint(&self, task: &str) -> Result<Option<Vec<u8>>, ZkError> {
+        check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
+        let path = self.checkpoint_path(task);
+        match self
+            .call("get", &path, self.inner.zk.get_data(&path, false))
+            .await
+        {
+            Ok((data, _)) => Ok(non_empty(data)),
+            Err(ZkError::Zk {
+                source: ZkCode::NoNode,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Overwrites the checkpoint regardless of who holds the task (operators, tests: reset
+    /// a position). A running holder's next confirm is fenced and its task stops; when it
+    /// is taken again it starts from this position. Empty `data` clears the checkpoint.
+    pub async fn write_checkpoint_unfenced(&self, task: &str, data: &[u8]) -> Result<(), ZkError> {
+        check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
+        let path = self.checkpoint_path(task);
+        loop {
+            match self
+                .call(
+                    "set",
+                    &path,
+                    self.inner.zk.set_data(&path, data.to_vec(), None),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(ZkError::Zk {
+                    source: ZkCode::NoNode,
+                    ..
+                }) => {}
+                Err(e) => return Err(e),
+            }
+            self.ensure_persistent(&self.path(&format!("tasks/{task}")))
+                .await?;
+            match self
+                .call(
+                    "create",
+                    &path,
+                    self.inner.zk.create(
+                        &path,
+                        data.to_vec(),
+                        Acl::open_unsafe().clone(),
+                        CreateMode::Persistent,
+                    ),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(ZkError::Zk {
+                    source: ZkCode::NodeExists,
+                    ..
+                }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        info!(task, "checkpoint overwritten without fencing");
+        Ok(())
+    }
+
+    /// Ends the session: its ephemeral nodes (locks, markers) are deleted by the server
+    /// and every clone of this coordinator reports `Expired`.
+    pub async fn close(self) {
+        let handle = self
+            .inner
+            .supervisor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.inner.cancel.cancel();
+        if let Some(handle) = handle {
+            if let Err(e) = handle.await {
+                warn!(error = %e, "ZooKeeper session supervisor failed");
+            }
+        }
+    }
+
+    // ----- crate-internal ------------------------------------------------------------
+
+    pub(crate) fn zk(&self) -> &ZooKeeper {
+        &self.inner.zk
+    }
+
+    pub(crate) fn timings(&self) -> Timings {
+        self.inner.timings
+    }
+
+    /// The session is confirmed alive right now (see `Shared::is_live`).
+    pub(crate) fn is_live(&self) -> bool {
+        self.inner.shared.is_live()
+    }
+
+    /// Which connection of the session is current; it changes on every reconnect.
+    pub(crate) fn connection(&self) -> u64 {
+        self.inner.shared.connection()
+    }
+
+    pub(crate) fn is_expired(&self) -> bool {
+        self.inner.shared.is_expired()
+    }
+
+    fn expire(&self, why: &str) {
+        if self.inner.shared.mark_expired() {
+            warn!(reason = why, "ZooKeeper session treated as expired");
+        }
+        self.inner.cancel.cancel();
+    }
+
+    fn lock_path(&self, task: &str) -> String {
+        self.path(&format!("locks/{task}"))
+    }
+
+    fn checkpoint_path(&self, task: &str) -> String {
+        self.path(&format!("tasks/{task}/checkpoint"))
+    }
+
+    /// Runs one operation: refused once the session expired, bounded by the operation
+    /// deadline, errors mapped (and an expiry the server reports latched).
+    pub(crate) async fn call<T>(
+        &self,
+        op: &'static str,
+        path: &str,
+        request: impl Future<Output = Result<T, ZkCode>>,
+    ) -> Result<T, ZkError> {
+        if self.is_expired() {
+            return Err(ZkError::SessionExpired);
+        }
+        let deadline = self.inner.timings.op;
+        match timeout(deadline, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(ZkCode::SessionExpired)) => {
+                self.expire("an operation was answered with SESSIONEXPIRED");
+                Err(ZkError::SessionExpired)
+            }
+            Ok(Err(code)) => Err(ZkError::zk(op, path, code)),
+            Err(_) => Err(ZkError::Timeout {
+                op,
+                path: path.to_owned(),
+                timeout: deadline,
+            }),
+        }
+    }
+
+    /// Waits until the session is `Connected`.
+    pub(crate) async fn wait_connected(&self, cancel: &CancellationToken) -> Result<(), ZkError> {
+        let mut session = self.session();
+        loop {
+            match *session.borrow_and_update() {
+                SessionState::Connected => return Ok(()),
+                SessionState::Expired => return Err(ZkError::SessionExpired),
+                SessionState::Disconnected => {}
+            }
+            tokio::select! {
+                changed = session.changed() => if changed.is_err() {
+                    return Err(ZkError::SessionExpired);
+                },
+                _ = cancel.cancelled() => return Err(ZkError::Cancelled),
+            }
+        }
+    }
+
+    /// Waits until a watch set after `session` was subscribed fires, or must be set again:
+    /// the library does not re-register watches after a reconnect, so any return to
+    /// `Connected` means "look again".
+    pub(crate) async fn wait_for_change(
+        &self,
+        session: &mut watch::Receiver<SessionState>,
+        fired: oneshot::Receiver<WatchedEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<(), ZkError> {
+        tokio::pin!(fired);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(ZkError::Cancelled),
+                event = &mut fired => {
+                    debug!(?event, "watch fired");
+                    return Ok(());
+                }
+                changed = session.changed() => {
+                    if changed.is_err() {
+                        return Err(ZkError::SessionExpired);
+                    }
+                    match *session.borrow_and_update() {
+                        SessionState::Expired => return Err(ZkError::SessionExpired),
+                        SessionState::Connected => return Ok(()),
+                        SessionState::Disconnected => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Creates `path` (and its parents) as persistent nodes if missing.
+    async fn ensure_persistent(&self, path: &str) -> Result<(), ZkError> {
+        for end in path
+            .char_indices()
+            .skip(1)
+            .filter(|&(_, c)| c == '/')
+            .map(|(i, _)| i)
+            .chain(std::iter::once(path.len()))
+        {
+            let prefix = &path[..end];
+            match self
+                .call(
+                    "create",
+                    prefix,
+                    self.inner.zk.create(
+                        prefix,
+                        Vec::new(),
+                        Acl::open_unsafe().clone(),
+                        CreateMode::Persistent,
+                    ),
+                )
+                .await
+            {
+                Ok(_)
+                | Err(ZkError::Zk {
+                    source: ZkCode::NodeExists,
+                    ..
+                }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Bumps the checkpoint's version by rewriting it unchanged (or creates it empty).
+    /// Returns what it held and the version our confirms must match.
+    async fn claim_checkpoint(&self, task: &str) -> Result<(Option<Vec<u8>>, i32), ZkError> {
+        let path = self.checkpoint_path(task);
+        for _ in 0..CLAIM_ATTEMPTS {
+            if !self.is_live() {
+                return Err(if self.is_expired() {
+                    ZkError::SessionExpired
+                } else {
+                    ZkError::NotConnected
+                });
+            }
+            match self
+                .call("get", &path, self.inner.zk.get_data(&path, false))
+                .await
+            {
+                Ok((data, stat)) => {
+                    match self
+                        .call(
+                            "set",
+                            &path,
+                            self.inner
+                                .zk
+                                .set_data(&path, data.clone(), Some(stat.version)),
+                        )
+                        .await
+                    {
+                        Ok(claimed) => return Ok((non_empty(data), claimed.version)),
+                        // Written (a zombie's last confirm, an operator) or deleted
+                        // between our read and write: read again.
+                        Err(ZkError::Zk {
+                            source: ZkCode::BadVersion | ZkCode::NoNode,
+                            ..
+                        }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NoNode,
+                    ..
+                }) => {
+                    self.ensure_persistent(&self.path(&format!("tasks/{task}")))
+                        .await?;
+                    match self
+                        .call(
+                            "create",
+                            &path,
+                            self.inner.zk.create(
+                                &path,
+                                Vec::new(),
+                                Acl::open_unsafe().clone(),
+                                CreateMode::Persistent,
+                            ),
+                        )
+                        .await
+                    {
+                        Ok(_) => return Ok((None, 0)),
+                        Err(ZkError::Zk {
+                            source: ZkCode::NodeExists,
+                            ..
+                        }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ZkError::Fenced {
+            task: task.to_owned(),
+            detail: format!(
+                "its checkpoint changed {CLAIM_ATTEMPTS} times while the lock was being taken"
+            ),
+        })
+    }
+
+    /// Deletes the lock node if this session owns it.
+    pub(crate) async fn delete_own_lock(&self, path: &str) -> Result<(), ZkError> {
+        if self.is_expired() {
+            // Gone with the session.
+            return Ok(());
+        }
+        let version = match self
+            .call("exists", path, self.inner.zk.exists(path, false))
+            .await
+        {
+            Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => stat.version,
+            Ok(Some(stat)) => {
+                warn!(
+                    path,
+                    owner = %format_args!("{:#x}", stat.ephemeral_owner),
+                    "lock node belongs to another session; leaving it"
+                );
+                return Ok(());
+            }
+            Ok(None) | Err(ZkError::SessionExpired) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match self
+            .call("delete", path, self.inner.zk.delete(path, Some(version)))
+            .await
+        {
+            Ok(())
+            | Err(ZkError::SessionExpired)
+            | Err(ZkError::Zk {
+                source: ZkCode::NoNode,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn non_empty(data: Vec<u8>) -> Option<Vec<u8>> {
+    if data.is_empty() {
+        None
+    } else {
+        Some(data)
+    }
+}
+
+/// Root, layout parents and this session's marker. Returns the marker's path, the session
+/// id and when the marker's create was sent (the start of the first lease).
+async fn set_up(
+    zk: &ZooKeeper,
+    root: &str,
+    deadline: Instant,
+) -> Result<(String, i64, Instant), ZkError> {
+    let mut parents: Vec<String> = root
+        .char_indices()
+        .skip(1)
+        .filter(|&(_, c)| c == '/')
+        .map(|(i, _)| root[..i].to_owned())
+        .collect();
+    parents.push(root.to_owned());
+    parents.extend(LAYOUT.iter().map(|child| format!("{root}/{child}")));
+
+    for path in &parents {
+        until_deadline(deadline, "create", path, || {
+            zk.create(
+                path,
+                Vec::new(),
+                Acl::open_unsafe().clone(),
+                CreateMode::Persistent,
+            )
+        })
+        .await
+        .map(drop)
+        .or_else(|e| match e {
+            ZkError::Zk {
+                source: ZkCode::NodeExists,
+                ..
+            } => Ok(()),
+            e => Err(e),
+        })?;
+    }
+
+    let marker_prefix = format!("{root}/sessions/s-");
+    let info = serde_json::json!({
+        "pid": std::process::id(),
+        "crate": concat!(env!("CARGO_PKG_NAME"), " ", env!("CARGO_PKG_VERSION")),
+    })
+    .to_string()
+    .into_bytes();
+    let sent = Instant::now();
+    let (marker, stat) = until_deadline(deadline, "create", &marker_prefix, || {
+        zk.create2(
+            &marker_prefix,
+            info.clone(),
+            Acl::open_unsafe().clone(),
+            CreateMode::EphemeralSequential,
+        )
+    })
+    .await?;
+    Ok((marker, stat.ephemeral_owner, sent))
+}
+
+/// Retries `request` while the connection is being (re-)established, until `deadline`.
+async fn until_deadline<T, F, Fut>(
+    deadline: Instant,
+    op: &'static str,
+    path: &str,
+    mut request: F,
+) -> Result<T, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ZkCode>>,
+{
+    let started = Instant::now();
+    let timed_out = || ZkError::Timeout {
+        op,
+        path: path.to_owned(),
+        timeout: deadline.saturating_duration_since(started),
+    };
+    loop {
+        match timeout_at(deadline, request()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(ZkCode::ConnectionLoss)) => {
+                debug!(op, path, "connection lost while setting up; trying again");
+                if timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
+                    .await
+                    .is_err()
+                {
+                    return Err(timed_out());
+                }
+            }
+            Ok(Err(code)) => return Err(ZkError::zk(op, path, code)),
+            Err(_) => return Err(timed_out()),
+        }
+    }
+}

@@ -1,0 +1,745 @@
+//! `sluice-zk` against a real ZooKeeper: env `ZOOKEEPER` (default `127.0.0.1:12181`, the
+//! one `make stack-up` starts). Every test works below its own random root. Connection
+//! loss and partitions are produced with a TCP proxy between a coordinator and the server.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sluice_zk::{CancellationToken, Coordinator, SessionState, ZkCode, ZkConfig, ZkError, LAYOUT};
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, Instant};
+use zookeeper_async::{ZooKeeper, ZooKeeperExt};
+
+/// Short enough for quick expiries, within the stack's [minSessionTimeout, maxSessionTimeout].
+const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+const TASK: &str = "db1.example-3306";
+
+fn zookeeper() -> String {
+    std::env::var("ZOOKEEPER").unwrap_or_else(|_| "127.0.0.1:12181".to_owned())
+}
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A private root and a plain client (another session) to look at and meddle with it.
+struct Fixture {
+    root: String,
+    raw: ZooKeeper,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        init_tracing();
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let root = format!(
+            "/sluice-test-{}-{}-{millis}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        let addr = zookeeper();
+        let raw = timeout(
+            Duration::from_secs(10),
+            ZooKeeper::connect(&addr, Duration::from_secs(10), |_| {}),
+        )
+        .await
+        .unwrap_or_else(|_| unreachable_zookeeper(&addr, "no connection within 10 s"))
+        .unwrap_or_else(|e| unreachable_zookeeper(&addr, &e.to_string()));
+        // Requests queue until the session is up: the first answer proves it.
+        match timeout(Duration::from_secs(10), raw.exists("/", false)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => unreachable_zookeeper(&addr, &e.to_string()),
+            Err(_) => unreachable_zookeeper(&addr, "no answer within 10 s"),
+        }
+        Self { root, raw }
+    }
+
+    fn cfg(&self, connect: &str) -> ZkConfig {
+        ZkConfig {
+            connect: connect.to_owned(),
+            root: self.root.clone(),
+            session_timeout: SESSION_TIMEOUT,
+        }
+    }
+
+    async fn connect(&self) -> Coordinator {
+        connect(&self.cfg(&zookeeper())).await
+    }
+
+    fn checkpoint_path(&self) -> String {
+        format!("{}/tasks/{TASK}/checkpoint", self.root)
+    }
+
+    fn lock_path(&self) -> String {
+        format!("{}/locks/{TASK}", self.root)
+    }
+
+    async fn checkpoint_version(&self) -> i32 {
+        self.raw
+            .get_data(&self.checkpoint_path(), false)
+            .await
+            .unwrap()
+            .1
+            .version
+    }
+
+    async fn cleanup(self) {
+        let _ = self.raw.delete_recursive(&self.root).await;
+        let _ = self.raw.close().await;
+    }
+}
+
+fn unreachable_zookeeper(addr: &str, why: &str) -> ! {
+    panic!(
+        "ZooKeeper is unreachable at {addr} ({why}): run `make stack-up`, or set ZOOKEEPER=host:port"
+    )
+}
+
+async fn connect(cfg: &ZkConfig) -> Coordinator {
+    match Coordinator::connect(cfg).await {
+        Ok(coordinator) => coordinator,
+        Err(e) => unreachable_zookeeper(&cfg.connect, &e.to_string()),
+    }
+}
+
+/// `acquire_task_lock` in a task; yields when it got the lock, and when.
+fn acquire_in_background(
+    coordinator: &Coordinator,
+    owner: &'static [u8],
+    cancel: CancellationToken,
+) -> JoinHandle<Result<(Instant, sluice_zk::TaskLock), ZkError>> {
+    let coordinator = coordinator.clone();
+    tokio::spawn(async move {
+        let lock = coordinator.acquire_task_lock(TASK, owner, &cancel).await?;
+        Ok((Instant::now(), lock))
+    })
+}
+
+/// Asserts that a background acquire is still waiting a while after it started.
+async fn assert_still_waiting<T: std::fmt::Debug>(waiter: &mut JoinHandle<T>) {
+    if let Ok(done) = timeout(Duration::from_secs(1), &mut *waiter).await {
+        panic!("acquired a lock another live session holds: {done:?}");
+    }
+}
+
+/// The futures a worker holds across `.await`s must be `Send` (checked at compile time).
+#[allow(dead_code)]
+fn futures_are_send(coordinator: &Coordinator, lock: &mut sluice_zk::TaskLock) {
+    fn is_send<T: Send>(_: &T) {}
+    let cancel = CancellationToken::new();
+    is_send(&Coordinator::connect(&ZkConfig::new("x:1")));
+    is_send(&coordinator.acquire_task_lock(TASK, b"", &cancel));
+    is_send(&coordinator.read_checkpoint(TASK));
+    is_send(&coordinator.write_checkpoint_unfenced(TASK, b""));
+    is_send(&coordinator.clone().close());
+    is_send(&lock.lost());
+    is_send(&lock.confirm(b""));
+}
+
+async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_creates_the_layout_and_a_session_marker() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    assert_ne!(a.session_id(), 0);
+    assert_eq!(*a.session().borrow(), SessionState::Connected);
+    assert_eq!(a.path("locks/x"), format!("{}/locks/x", fx.root));
+    assert_eq!(a.path("/tasks/"), format!("{}/tasks", fx.root));
+    assert_eq!(a.path(""), fx.root);
+    for child in LAYOUT {
+        let stat = fx.raw.exists(&a.path(child), false).await.unwrap();
+        assert!(stat.is_some_and(|s| s.ephemeral_owner == 0), "{child}");
+    }
+    let markers = fx
+        .raw
+        .get_children(&a.path("sessions"), false)
+        .await
+        .unwrap();
+    assert_eq!(markers.len(), 1, "{markers:?}");
+    let marker = a.path(&format!("sessions/{}", markers[0]));
+    let (_, stat) = fx.raw.get_data(&marker, false).await.unwrap();
+    assert_eq!(stat.ephemeral_owner, a.session_id());
+
+    // A second coordinator on the same root is another session; connecting is idempotent.
+    let b = fx.connect().await;
+    assert_ne!(a.session_id(), b.session_id());
+
+    let mut state = a.session();
+    a.close().await;
+    assert_eq!(*state.borrow_and_update(), SessionState::Expired);
+    assert_eq!(
+        fx.raw.exists(&marker, false).await.unwrap().map(|_| ()),
+        None
+    );
+    b.close().await;
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_zookeeper_is_a_clear_error() {
+    init_tracing();
+    let cfg = ZkConfig {
+        session_timeout: Duration::from_secs(2),
+        ..ZkConfig::new("127.0.0.1:1")
+    };
+    let err = within(
+        Duration::from_secs(5),
+        "connect to a closed port",
+        Coordinator::connect(&cfg),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ZkError::Unreachable { .. }), "{err:?}");
+    assert!(err.is_transient());
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+
+    let bad = ZkConfig {
+        root: "relative".to_owned(),
+        ..ZkConfig::new("127.0.0.1:1")
+    };
+    let err = Coordinator::connect(&bad).await.unwrap_err();
+    assert!(matches!(err, ZkError::InvalidConfig(_)), "{err:?}");
+    assert!(err.to_string().contains("`root`"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_is_exclusive_and_passes_on_release() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    let b = fx.connect().await;
+
+    let lock_a = a
+        .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(lock_a.may_publish());
+    let (owner_info, stat) = fx.raw.get_data(&fx.lock_path(), false).await.unwrap();
+    assert_eq!(owner_info, b"worker-a");
+    assert_eq!(stat.ephemeral_owner, a.session_id());
+
+    let mut waiter = acquire_in_background(&b, b"worker-b", CancellationToken::new());
+    assert_still_waiting(&mut waiter).await;
+
+    // A second waiter gives up when cancelled.
+    let cancel = CancellationToken::new();
+    let cancelled = acquire_in_background(&b, b"worker-c", cancel.clone());
+    cancel.cancel();
+    let err = within(Duration::from_secs(5), "cancelled acquire", cancelled)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, ZkError::Cancelled), "{err:?}");
+
+    assert!(!waiter.is_finished());
+    lock_a.release().await.unwrap();
+    let (_, lock_b) = within(Duration::from_secs(5), "B takes the released lock", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lock_b.may_publish());
+    let (owner_info, stat) = fx.raw.get_data(&fx.lock_path(), false).await.unwrap();
+    assert_eq!(owner_info, b"worker-b");
+    assert_eq!(stat.ephemeral_owner, b.session_id());
+
+    lock_b.release().await.unwrap();
+    assert!(fx
+        .raw
+        .exists(&fx.lock_path(), false)
+        .await
+        .unwrap()
+        .is_none());
+    a.close().await;
+    b.close().await;
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_passes_when_the_holder_session_closes() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    let b = fx.connect().await;
+    let mut lock_a = a
+        .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
+        .await
+        .unwrap();
+    lock_a.confirm(b"pos-1").await.unwrap();
+
+    let mut waiter = acquire_in_background(&b, b"worker-b", CancellationToken::new());
+    assert_still_waiting(&mut waiter).await;
+
+    let mut state_a = a.session();
+    a.close().await;
+    assert_eq!(*state_a.borrow_and_update(), SessionState::Expired);
+    assert!(!lock_a.may_publish());
+    let why = within(Duration::from_secs(1), "lost() after close", lock_a.lost()).await;
+    assert!(why.contains("expired"), "{why}");
+
+    let (_, mut lock_b) = within(Duration::from_secs(10), "B takes over", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock_b.checkpoint(), Some(&b"pos-1"[..]));
+    lock_b.confirm(b"pos-2").await.unwrap();
+
+    let err = lock_a.confirm(b"pos-zombie").await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+    assert_eq!(*state_a.borrow(), SessionState::Expired);
+    assert_eq!(
+        b.read_checkpoint(TASK).await.unwrap().as_deref(),
+        Some(&b"pos-2"[..])
+    );
+    lock_b.release().await.unwrap();
+    b.close().await;
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_round_trip_and_operator_reset() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    let never = CancellationToken::new();
+    assert_eq!(a.read_checkpoint(TASK).await.unwrap(), None);
+
+    let mut lock = a.acquire_task_lock(TASK, b"a", &never).await.unwrap();
+    assert_eq!(lock.checkpoint(), None);
+    assert_eq!(a.read_checkpoint(TASK).await.unwrap(), None);
+    lock.confirm(b"mysql-bin.000001:4").await.unwrap();
+    let v1 = fx.checkpoint_version().await;
+    lock.confirm(b"mysql-bin.000001:120").await.unwrap();
+    assert_eq!(fx.checkpoint_version().await, v1 + 1);
+    assert_eq!(
+        a.read_checkpoint(TASK).await.unwrap().as_deref(),
+        Some(&b"mysql-bin.000001:120"[..])
+    );
+    let err = lock.confirm(b"").await.unwrap_err();
+    assert!(matches!(err, ZkError::InvalidArgument(_)), "{err:?}");
+    lock.release().await.unwrap();
+
+    let mut lock = a.acquire_task_lock(TASK, b"a", &never).await.unwrap();
+    assert_eq!(lock.checkpoint(), Some(&b"mysql-bin.000001:120"[..]));
+
+    // An operator resets the position under the running holder: its next confirm is
+    // fenced and does not land; the task restarts from the reset position.
+    a.write_checkpoint_unfenced(TASK, b"mysql-bin.000001:4")
+        .await
+        .unwrap();
+    let err = lock.confirm(b"mysql-bin.000001:500").await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+    assert!(!lock.may_publish());
+    assert!(lock
+        .confirm(b"mysql-bin.000001:501")
+        .await
+        .unwrap_err()
+        .is_fenced());
+    assert_eq!(
+        a.read_checkpoint(TASK).await.unwrap().as_deref(),
+        Some(&b"mysql-bin.000001:4"[..])
+    );
+    lock.release().await.unwrap();
+    let lock = a.acquire_task_lock(TASK, b"a", &never).await.unwrap();
+    assert_eq!(lock.checkpoint(), Some(&b"mysql-bin.000001:4"[..]));
+    lock.release().await.unwrap();
+
+    // A fresh task: the unfenced write creates the node.
+    a.write_checkpoint_unfenced("other", b"x").await.unwrap();
+    assert_eq!(
+        a.read_checkpoint("other").await.unwrap().as_deref(),
+        Some(&b"x"[..])
+    );
+    let err = a.acquire_task_lock("a/b", b"", &never).await.unwrap_err();
+    assert!(matches!(err, ZkError::InvalidArgument(_)), "{err:?}");
+    a.close().await;
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_is_fenced_at_the_store() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    let b = fx.connect().await;
+    let mut lock_a = a
+        .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
+        .await
+        .unwrap();
+    lock_a.confirm(b"pos-1").await.unwrap();
+    // The version A's next confirm would be made with.
+    let stale = fx.checkpoint_version().await;
+
+    let mut waiter = acquire_in_background(&b, b"worker-b", CancellationToken::new());
+    assert_still_waiting(&mut waiter).await;
+    a.close().await;
+    let (_, mut lock_b) = within(Duration::from_secs(10), "B takes over", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock_b.checkpoint(), Some(&b"pos-1"[..]));
+
+    // A write A had in flight lands after the take-over, before B confirmed anything:
+    // taking the lock moved the version, so it fails at the store...
+    let late = fx
+        .raw
+        .set_data(&fx.checkpoint_path(), b"pos-zombie".to_vec(), Some(stale))
+        .await
+        .unwrap_err();
+    assert_eq!(late, ZkCode::BadVersion);
+    // ... and does not fence the rightful holder.
+    lock_b.confirm(b"pos-2").await.unwrap();
+    let late = fx
+        .raw
+        .set_data(&fx.checkpoint_path(), b"pos-zombie".to_vec(), Some(stale))
+        .await
+        .unwrap_err();
+    assert_eq!(late, ZkCode::BadVersion);
+
+    let err = lock_a.confirm(b"pos-zombie").await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+    assert_eq!(
+        b.read_checkpoint(TASK).await.unwrap().as_deref(),
+        Some(&b"pos-2"[..])
+    );
+    lock_b.release().await.unwrap();
+    b.close().await;
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_node_of_our_own_session_is_adopted() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    let never = CancellationToken::new();
+    let mut first = a.acquire_task_lock(TASK, b"a", &never).await.unwrap();
+    first.confirm(b"pos-1").await.unwrap();
+    drop(first); // the node stays: it belongs to the live session
+    assert!(fx
+        .raw
+        .exists(&fx.lock_path(), false)
+        .await
+        .unwrap()
+        .is_some());
+
+    let mut again = within(
+        Duration::from_secs(5),
+        "re-acquire our own lock",
+        a.acquire_task_lock(TASK, b"a", &never),
+    )
+    .await
+    .unwrap();
+    assert!(again.may_publish());
+    assert_eq!(again.checkpoint(), Some(&b"pos-1"[..]));
+    again.confirm(b"pos-2").await.unwrap();
+    again.release().await.unwrap();
+    assert!(fx
+        .raw
+        .exists(&fx.lock_path(), false)
+        .await
+        .unwrap()
+        .is_none());
+    a.close().await;
+    fx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_pauses_at_once_and_the_same_session_resumes() {
+    let fx = Fixture::new().await;
+    let proxy = proxy::Proxy::start(zookeeper()).await;
+    let a = connect(&fx.cfg(&proxy.addr())).await;
+    let mut lock_a = a
+        .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
+        .await
+        .unwrap();
+    lock_a.confirm(b"pos-1").await.unwrap();
+    let lease = a.session_timeout() / 2;
+    let mut state = a.session();
+    state.borrow_and_update();
+
+    proxy.set(proxy::Mode::Refuse);
+    // Reported by the connection drop itself, well before the lease would run out.
+    within(
+        lease / 2,
+        "Disconnected after the connection dropped",
+        state.wait_for(|s| *s == SessionState::Disconnected),
+    )
+    .await
+    .unwrap();
+    assert!(!lock_a.may_publish());
+    let err = lock_a.confirm(b"pos-2").await.unwrap_err();
+    assert!(matches!(err, ZkError::NotConnected), "{err:?}");
+    assert!(err.is_transient());
+
+    proxy.set(proxy::Mode::Open);
+    within(
+        a.session_timeout(),
+        "Connected again in the same session",
+        state.wait_for(|s| *s == SessionState::Connected),
+    )
+    .await
+    .unwrap();
+    assert!(lock_a.may_publish());
+    lock_a.confirm(b"pos-2").await.unwrap();
+    let (_, stat) = fx.raw.get_data(&fx.lock_path(), false).await.unwrap();
+    assert_eq!(stat.ephemeral_owner, a.session_id());
+
+    // The lock's watch works after the reconnect: an operator deleting the node revokes it.
+    fx.raw.delete(&fx.lock_path(), None).await.unwrap();
+    let why = within(Duration::from_secs(5), "lock revoked", lock_a.lost()).await;
+    assert!(why.contains("deleted"), "{why}");
+    assert!(!lock_a.may_publish());
+    assert!(lock_a.confirm(b"pos-3").await.unwrap_err().is_fenced());
+    assert_eq!(*a.session().borrow(), SessionState::Connected);
+    a.close().await;
+    fx.cleanup().await;
+}
+
+/// The seeds' split-brain: the holder is cut off from ZooKeeper without noticing a
+/// closed connection. It must stop publishing before its session can expire, i.e. before
+/// anyone else can get the lock; its late writes are fenced; it never becomes Connected
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_pauses_before_anyone_can_take_over() {
+    let fx = Fixture::new().await;
+    let proxy = proxy::Proxy::start(zookeeper()).await;
+    let a = connect(&fx.cfg(&proxy.addr())).await;
+    let b = fx.connect().await;
+    let t = a.session_timeout();
+
+    let mut lock_a = a
+        .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
+        .await
+        .unwrap();
+    lock_a.confirm(b"pos-1").await.unwrap();
+    let stale = fx.checkpoint_version().await;
+    let mut waiter = acquire_in_background(&b, b"worker-b", CancellationToken::new());
+    assert_still_waiting(&mut waiter).await;
+
+    // Record every state A goes through from now on.
+    let mut state = a.session();
+    assert_eq!(*state.borrow_and_update(), SessionState::Connected);
+    let history = tokio::spawn({
+        let mut state = state.clone();
+        async move {
+            let mut seen = Vec::new();
+            while state.changed().await.is_ok() {
+                let now = *state.borrow_and_update();
+                seen.push(now);
+                if now == SessionState::Expired {
+                    break;
+                }
+            }
+            seen
+        }
+    });
+
+    let frozen_at = Instant::now();
+    proxy.set(proxy::Mode::Frozen);
+    within(
+        t / 2 + Duration::from_millis(500),
+        "A pauses within the lease",
+        state.wait_for(|s| *s != SessionState::Connected),
+    )
+    .await
+    .unwrap();
+    let paused_at = Instant::now();
+    assert!(!lock_a.may_publish());
+    let err = lock_a.confirm(b"pos-late").await.unwrap_err();
+    assert!(matches!(err, ZkError::NotConnected), "{err:?}");
+
+    let (acquired_at, mut lock_b) = within(t * 3, "B takes over after A's session expired", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        paused_at < acquired_at,
+        "A paused {:?} after the partition, B acquired after {:?}",
+        paused_at - frozen_at,
+        acquired_at - frozen_at
+    );
+    assert!(!lock_a.may_publish());
+    assert_eq!(lock_b.checkpoint(), Some(&b"pos-1"[..]));
+    lock_b.confirm(b"pos-2").await.unwrap();
+
+    // The partition heals: A learns its session is gone and stays out.
+    proxy.set(proxy::Mode::Open);
+    within(
+        Duration::from_secs(30),
+        "A reports Expired",
+        state.wait_for(|s| *s == SessionState::Expired),
+    )
+    .await
+    .unwrap();
+    let seen = within(Duration::from_secs(1), "state history", history)
+        .await
+        .unwrap();
+    assert!(!seen.contains(&SessionState::Connected), "{seen:?}");
+    assert_eq!(seen.last(), Some(&SessionState::Expired), "{seen:?}");
+    assert!(!lock_a.may_publish());
+    assert!(lock_a.confirm(b"pos-zombie").await.unwrap_err().is_fenced());
+    let late = fx
+        .raw
+        .set_data(&fx.checkpoint_path(), b"pos-zombie".to_vec(), Some(stale))
+        .await
+        .unwrap_err();
+    assert_eq!(late, ZkCode::BadVersion);
+    assert_eq!(
+        b.read_checkpoint(TASK).await.unwrap().as_deref(),
+        Some(&b"pos-2"[..])
+    );
+    // A no longer has a session of any kind: no session marker but B's is left.
+    let markers = fx
+        .raw
+        .get_children(&b.path("sessions"), false)
+        .await
+        .unwrap();
+    assert_eq!(markers.len(), 1, "{markers:?}");
+
+    lock_b.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+    fx.cleanup().await;
+}
+
+/// A TCP proxy that can pass traffic, hold it (a partition: connections stay open, no byte
+/// moves) or refuse it (connections cut, new ones refused).
+mod proxy {
+    use std::net::SocketAddr;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+    use tokio::task::JoinHandle;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Mode {
+        Open,
+        Frozen,
+        Refuse,
+    }
+
+    pub struct Proxy {
+        addr: SocketAddr,
+        mode: watch::Sender<Mode>,
+        task: JoinHandle<()>,
+    }
+
+    impl Proxy {
+        pub async fn start(upstream: String) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (mode, rx) = watch::channel(Mode::Open);
+            let task = tokio::spawn(serve(listener, addr, upstream, rx));
+            Self { addr, mode, task }
+        }
+
+        pub fn addr(&self) -> String {
+            self.addr.to_string()
+        }
+
+        pub fn set(&self, mode: Mode) {
+            self.mode.send_replace(mode);
+        }
+    }
+
+    impl Drop for Proxy {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    async fn serve(
+        listener: TcpListener,
+        addr: SocketAddr,
+        upstream: String,
+        mut mode: watch::Receiver<Mode>,
+    ) {
+        let mut listener = Some(listener);
+        loop {
+            let current = *mode.borrow_and_update();
+            if current == Mode::Refuse {
+                listener = None;
+            } else if listener.is_none() {
+                listener = Some(
+                    TcpListener::bind(addr)
+                        .await
+                        .expect("re-bind the proxy port"),
+                );
+            }
+            tokio::select! {
+                accepted = async { listener.as_ref().expect("guarded").accept().await },
+                    if listener.is_some() =>
+                {
+                    if let Ok((client, _)) = accepted {
+                        tokio::spawn(pipe(client, upstream.clone(), mode.clone()));
+                    }
+                }
+                changed = mode.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    async fn pipe(client: TcpStream, upstream: String, mode: watch::Receiver<Mode>) {
+        let Ok(server) = TcpStream::connect(&upstream).await else {
+            return;
+        };
+        let (client_rx, client_tx) = client.into_split();
+        let (server_rx, server_tx) = server.into_split();
+        // When either direction ends, both connections are dropped (closed).
+        tokio::select! {
+            _ = pump(client_rx, server_tx, mode.clone()) => {}
+            _ = pump(server_rx, client_tx, mode) => {}
+        }
+    }
+
+    /// Waits while frozen; `false` when the traffic must be cut.
+    async fn wait_open(mode: &mut watch::Receiver<Mode>) -> bool {
+        loop {
+            let current = *mode.borrow_and_update();
+            match current {
+                Mode::Open => return true,
+                Mode::Refuse => return false,
+                Mode::Frozen => {
+                    if mode.changed().await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn pump(
+        mut from: OwnedReadHalf,
+        mut to: OwnedWriteHalf,
+        mut mode: watch::Receiver<Mode>,
+    ) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if !wait_open(&mut mode).await {
+                return;
+            }
+            tokio::select! {
+                read = from.read(&mut buf) => {
+                    let n = match read {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    // Bytes read just before a freeze are held until it thaws.
+                    if !wait_open(&mut mode).await || to.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                changed = mode.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs what the local stack needs on a fresh Debian machine, skipping what is present.
+#   MariaDB (binlog source), ZooKeeper, tansu (Kafka protocol broker), osmem-server
+#   (Elasticsearch API), cmake (bundled librdkafka), sysbench (bench load), and the
+#   confluent-kafka wheel (bundles librdkafka 2.x; Debian's 2.0.2 cannot talk to tansu)
+#   that deploy/stack.sh uses to health-check the broker.
+set -euo pipefail
+
+log() { printf '[install] %s\n' "$*"; }
+
+need_apt=()
+command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server mariadb-client)
+[ -d /usr/share/zookeeper ] || need_apt+=(zookeeper)
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v sysbench >/dev/null 2>&1 || need_apt+=(sysbench)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+if ((${#need_apt[@]})); then
+  log "apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # Debian's mariadb-server postinst tries to start a system service; we never use it.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+else
+  log "apt packages present"
+fi
+
+# Debian 12's own python3 refuses pip installs (PEP 668) without this; other pythons
+# (pyenv, venv) ignore it.
+export PIP_BREAK_SYSTEM_PACKAGES=1
+
+if ! python3 -c 'import osmem_server' >/dev/null 2>&1; then
+  log "pip install osmem-server"
+  python3 -m pip install -q osmem-server
+else
+  log "osmem-server present"
+fi
+
+if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
+  log "pip install confluent-kafka"
+  python3 -m pip install -q confluent-kafka
+else
+  log "confluent-kafka present"
+fi
+
+# tansu's default features include no storage engine at all: the broker then dies with
+# FeatureNotEnabled { feature: "dynostore" }. dynostore = memory:// (and s3://); postgres =
+# a durable engine for broker-restart tests. A binary built without them is rebuilt.
+TANSU_FEATURES="dynostore,postgres"
+tansu_has_features() {
+  [ -x "$HOME/.cargo/bin/tansu" ] && python3 - "$TANSU_FEATURES" <<'PY'
+import json, os, sys
+want = set(sys.argv[1].split(","))
+installs = json.load(open(os.path.expanduser("~/.cargo/.crates2.json")))["installs"]
+sys.exit(0 if any(k.startswith("tansu ") and want <= set(v["features"])
+                  for k, v in installs.items()) else 1)
+PY
+}
+if ! tansu_has_features 2>/dev/null; then
+  log "cargo install tansu --features $TANSU_FEATURES (takes ~10 minutes on 2 cores)"
+  cargo install tansu --locked --quiet --features "$TANSU_FEATURES"
+else
+  log "tansu present"
+fi
+log "done"
