@@ -87,9 +87,10 @@ first_hostport() { local s=${1%%,*}; s=${s%%/*}; echo "$s"; }
 launch() {
   local svc=$1; shift
   local out; out=$(logfile "$svc")
+  printf '\n===== %s: starting %s =====\n' "$svc" "$(date -Is)" >>"$out"
   (
-    # cwd = the service's directory: JVM crash files land there and tansu's dotenv
-    # lookup cannot pick up a stray .env from the caller's directory.
+    # cwd = the service's directory: JVM crash files land there, and tansu's dotenv
+    # (which reads .env from its cwd upwards) no longer sees the caller's directory.
     cd "$(dir_of "$svc")"
     for fd in /proc/$BASHPID/fd/*; do
       fd=${fd##*/}
@@ -324,7 +325,6 @@ start_service() {
   if tcp_open 127.0.0.1 "$port"; then
     die "$svc: port $port is taken by a process this script did not start; stop it or set $(env_var "$svc")"
   fi
-  printf '\n===== %s: starting %s =====\n' "$svc" "$(date -Is)" >>"$(logfile "$svc")"
   STARTED_AT[$svc]=$(now_ms)
   "${svc}_start"
 }

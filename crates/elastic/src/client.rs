@@ -363,18 +363,34 @@ impl EsClient {
     /// `PUT /{index}/_settings`: changes dynamic settings (`refresh_interval`,
     /// `index.gc_deletes`, `number_of_replicas`...).
     pub async fn update_settings(&self, index: &str, settings: &Value) -> Result<(), EsError> {
-        const CALL: &str = "update_settings";
-        check_name(CALL, index)?;
+        self.put_index_json("update_settings", index, "_settings", settings)
+            .await
+    }
+
+    /// `PUT /{index}/_mapping`: adds fields to an index's mapping. Changing an existing
+    /// field's type is refused by the server (a definite error).
+    pub async fn put_mapping(&self, index: &str, mapping: &Value) -> Result<(), EsError> {
+        self.put_index_json("put_mapping", index, "_mapping", mapping)
+            .await
+    }
+
+    async fn put_index_json(
+        &self,
+        call: &'static str,
+        index: &str,
+        endpoint: &str,
+        body: &Value,
+    ) -> Result<(), EsError> {
+        check_name(call, index)?;
         let answer = self
             .send(
-                CALL,
+                call,
                 index,
-                self.request(Method::PUT, &[index, "_settings"])
-                    .json(settings),
+                self.request(Method::PUT, &[index, endpoint]).json(body),
             )
             .await?;
-        let body = expect_success(CALL, index, answer)?;
-        warn_unacknowledged(CALL, index, &body);
+        let body = expect_success(call, index, answer)?;
+        warn_unacknowledged(call, index, &body);
         Ok(())
     }
 

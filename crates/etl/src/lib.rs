@@ -1,1 +1,385 @@
+//! `sluice-etl`: consumes change events from Kafka and applies them to Elasticsearch as
+//! versioned bulk writes (DESIGN.md invariants 2, 3, 5 and 6).
+//!
+//! A batch (bounded by documents, bytes and linger time) is applied in full before its
+//! offsets are committed: every item is either written, found stale (409: a newer version
+//! is already there), or dead-lettered with its reason; 429/5xx items are retried with
+//! backoff. A crash before the commit only replays events, which versions make harmless.
 
+pub mod config;
+mod mapping;
+mod pipeline;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use rdkafka::consumer::{CommitMode, Consumer as _};
+use rdkafka::message::Message as _;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use sluice_core::{ChangeEvent, ConfigError};
+use sluice_elastic::{BulkOp, EsClient, EsClientConfig, ItemOutcome};
+use sluice_kafka::{Consumer, Producer};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use config::EtlConfig;
+pub use mapping::{field_mapping, index_body};
+
+use pipeline::Router;
+
+/// Loads and validates the configuration; errors name the offending keys.
+pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
+    let cfg: EtlConfig = sluice_core::load_config(Some(path), "SLUICE")?;
+    cfg.validate().map_err(ConfigError::Problems)?;
+    Ok(cfg)
+}
+
+/// One consumed message, detached from the consumer.
+struct Msg {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+}
+
+/// A message that must go to the dead-letter topic, and why.
+struct DeadLetter {
+    msg: usize,
+    reason: String,
+    pipeline: Option<String>,
+}
+
+#[derive(Default)]
+struct Stats {
+    events: u64,
+    written: u64,
+    stale: u64,
+    retried: u64,
+    dead_lettered: u64,
+}
+
+/// Runs until `shutdown` is cancelled, then applies and commits the batch in hand.
+pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let es = EsClient::new(EsClientConfig {
+        url: cfg.elasticsearch.url.clone(),
+        username: cfg.elasticsearch.username.clone(),
+        password: cfg
+            .elasticsearch
+            .password
+            .as_ref()
+            .map(|s| s.expose().to_owned()),
+        request_timeout: cfg.elasticsearch.request_timeout,
+    })
+    .context("elasticsearch")?;
+    let producer =
+        sluice_kafka::producer(&cfg.kafka).context("cannot create the dead-letter producer")?;
+    let mut topics: Vec<String> = cfg
+        .pipelines
+        .iter()
+        .map(|p| cfg.topics.rows_topic(&p.source, &p.database, &p.table))
+        .collect();
+    topics.sort();
+    topics.dedup();
+    let mut to_create = topics.clone();
+    to_create.push(cfg.etl.dead_letter_topic.clone());
+    sluice_kafka::ensure_topics(&cfg.kafka, &to_create)
+        .await
+        .context("cannot create the change and dead-letter topics")?;
+    let consumer = sluice_kafka::consumer(&cfg.kafka, &cfg.etl.group_id)
+        .context("cannot create the Kafka consumer")?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&names).context("cannot subscribe")?;
+    tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
+
+    let mut router = Router::new(&cfg.pipelines);
+    let mut stats = Stats::default();
+    let mut last_report = Instant::now();
+    loop {
+        let (batch, stop) = collect(&consumer, &cfg, &shutdown).await;
+        if !batch.is_empty() {
+            match apply(
+                &mut router,
+                &es,
+                &producer,
+                &cfg,
+                &batch,
+                &shutdown,
+                &mut stats,
+            )
+            .await?
+            {
+                Applied::All => commit(&consumer, &batch),
+                Applied::Interrupted => {
+                    tracing::info!("shutdown during retries: the unfinished batch is left uncommitted and will be replayed");
+                    break;
+                }
+            }
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) && stats.events > 0 {
+            tracing::info!(
+                events = stats.events,
+                written = stats.written,
+                stale = stats.stale,
+                retried = stats.retried,
+                dead_lettered = stats.dead_lettered,
+                "progress"
+            );
+            last_report = Instant::now();
+        }
+        if stop {
+            break;
+        }
+    }
+    tracing::info!("etl stopped");
+    Ok(())
+}
+
+/// Fills a batch up to the document or byte bound, or until `linger` after its first
+/// message. Returns `stop = true` on shutdown (with whatever was collected).
+async fn collect(
+    consumer: &Consumer,
+    cfg: &EtlConfig,
+    shutdown: &CancellationToken,
+) -> (Vec<Msg>, bool) {
+    let mut batch = Vec::new();
+    let mut bytes = 0usize;
+    let mut deadline: Option<Instant> = None;
+    loop {
+        if batch.len() >= cfg.etl.max_batch_docs || bytes >= cfg.etl.max_batch_bytes {
+            return (batch, false);
+        }
+        let received = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return (batch, true),
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return (batch, false),
+            m = consumer.recv() => m,
+        };
+        match received {
+            Ok(m) => {
+                let payload = m.payload().unwrap_or_default().to_vec();
+                bytes += payload.len();
+                batch.push(Msg {
+                    topic: m.topic().to_owned(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload,
+                });
+                deadline.get_or_insert_with(|| Instant::now() + cfg.etl.linger);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Kafka consumer error");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+enum Applied {
+    All,
+    Interrupted,
+}
+
+/// Applies every message of the batch: written, stale, or dead-lettered.
+async fn apply(
+    router: &mut Router,
+    es: &EsClient,
+    producer: &Producer,
+    cfg: &EtlConfig,
+    batch: &[Msg],
+    shutdown: &CancellationToken,
+    stats: &mut Stats,
+) -> anyhow::Result<Applied> {
+    stats.events += batch.len() as u64;
+    let mut dead = Vec::new();
+    // (index, id) → (op, message it came from): the newest version of a document in the
+    // batch supersedes older ones, which would only be answered 409.
+    let mut latest: HashMap<(String, String), (BulkOp, usize)> = HashMap::new();
+    for (i, msg) in batch.iter().enumerate() {
+        let event: ChangeEvent = match serde_json::from_slice(&msg.payload) {
+            Ok(e) => e,
+            Err(e) => {
+                dead.push(DeadLetter {
+                    msg: i,
+                    reason: format!("not a Sluice change event: {e}"),
+                    pipeline: None,
+                });
+                continue;
+            }
+        };
+        let pipelines = router.pipelines_for(&event).to_vec();
+        for p in pipelines {
+            let targets = loop {
+                match router.targets(es, p, &event.columns).await {
+                    Ok(t) => break t,
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(error = %e, "Elasticsearch unavailable while preparing the index; retrying");
+                        if !pause(cfg.etl.retry_backoff * 5, shutdown).await {
+                            return Ok(Applied::Interrupted);
+                        }
+                    }
+                    Err(e) => return Err(e).context("cannot prepare the pipeline's index"),
+                }
+            };
+            for index in targets {
+                match router.op(p, &index, &event) {
+                    Ok(op) => {
+                        let key = (index, op_id(&op).to_owned());
+                        let newer = latest
+                            .get(&key)
+                            .is_none_or(|(old, _)| op_version(old) < op_version(&op));
+                        if newer {
+                            latest.insert(key, (op, i));
+                        }
+                    }
+                    Err(reason) => dead.push(DeadLetter {
+                        msg: i,
+                        reason,
+                        pipeline: Some(router.pipelines[p].cfg.name.clone()),
+                    }),
+                }
+            }
+        }
+    }
+
+    let (ops, origins): (Vec<BulkOp>, Vec<usize>) = latest.into_values().unzip();
+    let mut pending: Vec<usize> = (0..ops.len()).collect();
+    let mut backoff = cfg.etl.retry_backoff;
+    while !pending.is_empty() {
+        let request: Vec<BulkOp> = pending.iter().map(|&i| ops[i].clone()).collect();
+        let mut retry = Vec::new();
+        match es.bulk(&request).await {
+            Ok(outcomes) => {
+                for (&i, outcome) in pending.iter().zip(outcomes) {
+                    match outcome {
+                        ItemOutcome::Applied => stats.written += 1,
+                        ItemOutcome::Stale => stats.stale += 1,
+                        ItemOutcome::Retry { status, reason } => {
+                            tracing::debug!(status, %reason, "bulk item will be retried");
+                            retry.push(i);
+                        }
+                        ItemOutcome::Rejected { status, reason } => dead.push(DeadLetter {
+                            msg: origins[i],
+                            reason: format!(
+                                "Elasticsearch rejected the document (HTTP {status}): {reason}"
+                            ),
+                            pipeline: None,
+                        }),
+                    }
+                }
+            }
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
+                retry = pending.clone();
+            }
+            Err(e) => {
+                return Err(e)
+                    .context("bulk request refused (fix the cause; nothing was committed)")
+            }
+        }
+        stats.retried += retry.len() as u64;
+        pending = retry;
+        if !pending.is_empty() {
+            if !pause(backoff, shutdown).await {
+                return Ok(Applied::Interrupted);
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    if !dead.is_empty() {
+        stats.dead_lettered += dead.len() as u64;
+        dead_letter(producer, &cfg.etl.dead_letter_topic, batch, &dead).await?;
+    }
+    Ok(Applied::All)
+}
+
+fn op_id(op: &BulkOp) -> &str {
+    match op {
+        BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } => id,
+    }
+}
+
+fn op_version(op: &BulkOp) -> u64 {
+    match op {
+        BulkOp::Index { version, .. } | BulkOp::Delete { version, .. } => *version,
+    }
+}
+
+/// Publishes dead letters and waits until Kafka has them all; only then may the batch's
+/// offsets be committed.
+async fn dead_letter(
+    producer: &Producer,
+    topic: &str,
+    batch: &[Msg],
+    dead: &[DeadLetter],
+) -> anyhow::Result<()> {
+    let mut deliveries = Vec::with_capacity(dead.len());
+    for d in dead {
+        let msg = &batch[d.msg];
+        let original: Value = serde_json::from_slice(&msg.payload)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&msg.payload).into_owned()));
+        tracing::warn!(topic = %msg.topic, partition = msg.partition, offset = msg.offset, reason = %d.reason, "dead-lettering event");
+        let payload = serde_json::to_vec(&json!({
+            "v": 1,
+            "reason": d.reason,
+            "pipeline": d.pipeline,
+            "topic": msg.topic,
+            "partition": msg.partition,
+            "offset": msg.offset,
+            "event": original,
+        }))?;
+        let mut record = FutureRecord::to(topic).payload(&payload);
+        if let Some(k) = &msg.key {
+            record = record.key(k);
+        }
+        let delivery = producer
+            .send_result(record)
+            .map_err(|(e, _)| anyhow::anyhow!(e).context("cannot queue a dead letter"))?;
+        deliveries.push(delivery);
+    }
+    for delivery in deliveries {
+        match delivery.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => {
+                return Err(anyhow::anyhow!(e)
+                    .context("Kafka refused a dead letter; the batch is not committed"))
+            }
+            Err(_) => anyhow::bail!("dead-letter delivery report lost; the batch is not committed"),
+        }
+    }
+    Ok(())
+}
+
+/// Commits, per partition, the offset after the batch's last message.
+fn commit(consumer: &Consumer, batch: &[Msg]) {
+    let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+    for m in batch {
+        let e = next.entry((&m.topic, m.partition)).or_insert(m.offset + 1);
+        *e = (*e).max(m.offset + 1);
+    }
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), offset) in next {
+        if let Err(e) = tpl.add_partition_offset(topic, partition, Offset::Offset(offset)) {
+            tracing::warn!(error = %e, topic, partition, "cannot record offset");
+        }
+    }
+    // A failed commit (e.g. the partition moved to another consumer in a rebalance) only
+    // means the events are applied again, harmlessly.
+    if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+        tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
+    }
+}
+
+/// Waits `d` unless shutdown comes first; `false` on shutdown. A retry pace only.
+async fn pause(d: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = shutdown.cancelled() => false,
+    }
+}

@@ -148,6 +148,10 @@ pub struct BinlogReader {
     pending_gtid: Option<PendingGtid>,
     in_trx: bool,
     payload: Option<Payload>,
+    /// Checksum bytes trailing each event on the wire. mysql_common strips them once it
+    /// has seen a FORMAT_DESCRIPTION; the artificial ROTATE sent before it still has them.
+    checksum_len: usize,
+    seen_format_description: bool,
     tables: HashMap<u64, TableState>,
     queue: VecDeque<SourceEvent>,
 }
@@ -174,6 +178,14 @@ impl BinlogReader {
         ))
         .await
         .map_err(setup_err("set heartbeat period"))?;
+        let checksum: Option<String> = conn
+            .query_first("SELECT @@GLOBAL.binlog_checksum")
+            .await
+            .map_err(setup_err("read binlog_checksum"))?;
+        let checksum_len = match checksum.as_deref() {
+            Some(c) if !c.eq_ignore_ascii_case("NONE") => 4,
+            _ => 0,
+        };
         if flavor == Flavor::MariaDb {
             conn.query_drop("SET @mariadb_slave_capability = 4")
                 .await
@@ -251,6 +263,8 @@ impl BinlogReader {
             pending_gtid: None,
             in_trx: false,
             payload: None,
+            checksum_len,
+            seen_format_description: false,
             tables: HashMap::new(),
             queue: VecDeque::new(),
         })
@@ -360,11 +374,18 @@ impl BinlogReader {
                     .map_err(|e| self.decode_err(None, format!("event type {ty}: {e}")))?;
                 match data {
                     Some(EventData::RotateEvent(r)) => {
-                        self.file = r.name().as_ref().into();
+                        let mut name = r.name_raw();
+                        if !self.seen_format_description {
+                            name = &name[..name.len().saturating_sub(self.checksum_len)];
+                        }
+                        self.file = String::from_utf8_lossy(name).as_ref().into();
                         self.next_pos = r.position();
                         return Ok(());
                     }
                     Some(EventData::HeartbeatEvent) => return Ok(()),
+                    Some(EventData::FormatDescriptionEvent(_)) => {
+                        self.seen_format_description = true
+                    }
                     Some(EventData::GtidEvent(g)) => {
                         self.pending_gtid = Some(PendingGtid::MySql(uuid_text(&g.sid()), g.gno()));
                     }

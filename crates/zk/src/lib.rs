@@ -23,6 +23,10 @@
 //!   partition depends on the library noticing the dead connection (`2 × ⌊2T/3⌋` s of
 //!   silence) and reaching a server again; until then the state is `Disconnected`, which
 //!   already stops publishing.
+//! * The lock node is watched; the library drops watches on reconnect (no `SetWatches`),
+//!   so after every reconnect the node is looked at and watched again before
+//!   `may_publish` can be true ([`TaskLock::ready`] waits for that). A deletion of the
+//!   lock node (an operator, a lost session) revokes the lock for good.
 //! * The checkpoint is fenced at the store: taking a lock bumps the checkpoint's znode
 //!   version (an unchanged rewrite), and every confirm is a `setData` on the version we
 //!   hold. A zombie's confirm — even one delayed in the network — fails and stops it.

@@ -19,8 +19,10 @@ use crate::session::SessionState;
 ///
 /// A watch on the lock node revokes the lock as soon as the node is deleted or owned by
 /// another session. The library loses watches on reconnect, so after every reconnect the
-/// node is looked at (and watched) again before publishing may resume. Dropping a `TaskLock` does not delete
-/// the node (that needs I/O): call [`TaskLock::release`], or close the coordinator.
+/// node is looked at (and watched) again before publishing may resume.
+///
+/// Dropping a `TaskLock` does not delete the node (that needs I/O): call
+/// [`TaskLock::release`], or close the coordinator.
 pub struct TaskLock {
     coord: Coordinator,
     task: String,

@@ -140,6 +140,7 @@ fn futures_are_send(coordinator: &Coordinator, lock: &mut sluice_zk::TaskLock) {
     is_send(&coordinator.write_checkpoint_unfenced(TASK, b""));
     is_send(&coordinator.clone().close());
     is_send(&lock.lost());
+    is_send(&lock.ready());
     is_send(&lock.confirm(b""));
 }
 
@@ -486,17 +487,23 @@ async fn a_lost_connection_pauses_at_once_and_the_same_session_resumes() {
     )
     .await
     .unwrap();
+    // The lock node is looked at again in the new connection before publishing resumes.
+    within(a.session_timeout(), "lock ready again", lock_a.ready())
+        .await
+        .unwrap();
     assert!(lock_a.may_publish());
     lock_a.confirm(b"pos-2").await.unwrap();
     let (_, stat) = fx.raw.get_data(&fx.lock_path(), false).await.unwrap();
     assert_eq!(stat.ephemeral_owner, a.session_id());
 
-    // The lock's watch works after the reconnect: an operator deleting the node revokes it.
+    // The lock's watch was set again in the new connection (the old one's died with it):
+    // an operator deleting the node revokes the lock.
     fx.raw.delete(&fx.lock_path(), None).await.unwrap();
     let why = within(Duration::from_secs(5), "lock revoked", lock_a.lost()).await;
     assert!(why.contains("deleted"), "{why}");
     assert!(!lock_a.may_publish());
     assert!(lock_a.confirm(b"pos-3").await.unwrap_err().is_fenced());
+    assert!(lock_a.ready().await.unwrap_err().is_fenced());
     assert_eq!(*a.session().borrow(), SessionState::Connected);
     a.close().await;
     fx.cleanup().await;

@@ -1,0 +1,472 @@
+//! The stack's endpoints, per-test isolation, and the Sluice binaries as child processes.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use sluice_elastic::{EsClient, EsClientConfig};
+
+use crate::{eventually, unique};
+
+/// Where the real services are.
+#[derive(Clone)]
+pub struct Stack {
+    pub mysql_url: String,
+    pub mysql_host: String,
+    pub mysql_port: u16,
+    pub source_user: String,
+    pub source_password: String,
+    pub zookeeper: String,
+    pub kafka: String,
+    pub es_url: String,
+    pub mysql: mysql_async::Pool,
+    pub es: EsClient,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+const HOW: &str = "start the local stack with `make stack-up` (or point MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS / ES_URL at running services)";
+
+impl Stack {
+    /// Connects to every service, failing with how to start it when one is unreachable.
+    pub async fn connect() -> Stack {
+        crate::init_tracing();
+        let mysql_url = env_or(
+            "MYSQL_URL",
+            "mysql://sluice_admin:sluice_admin@127.0.0.1:13306",
+        );
+        let opts = mysql_async::Opts::from_url(&mysql_url)
+            .unwrap_or_else(|e| panic!("MYSQL_URL is not a mysql:// URL: {e}"));
+        let mysql_host = opts.ip_or_hostname().to_string();
+        let mysql_port = opts.tcp_port();
+        let mysql = mysql_async::Pool::new(opts);
+        let mut conn = mysql.get_conn().await.unwrap_or_else(|e| {
+            panic!("MySQL at {mysql_host}:{mysql_port} is not reachable ({e}): {HOW}")
+        });
+        conn.query_drop("SELECT 1").await.expect("MySQL answers");
+        drop(conn);
+
+        let zookeeper = env_or("ZOOKEEPER", "127.0.0.1:12181");
+        let zk_addr = zookeeper
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::TcpStream::connect(&zk_addr),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("ZooKeeper at {zookeeper} is not reachable: {HOW}"));
+
+        let kafka = env_or("KAFKA_BROKERS", "127.0.0.1:19092");
+        let kafka_addr = kafka.split(',').next().unwrap_or_default().to_owned();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::TcpStream::connect(&kafka_addr),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("Kafka at {kafka} is not reachable: {HOW}"));
+
+        let es_url = env_or("ES_URL", "http://127.0.0.1:19200");
+        let es = EsClient::new(EsClientConfig {
+            url: es_url.parse().expect("ES_URL is a URL"),
+            username: std::env::var("ES_USERNAME").ok(),
+            password: std::env::var("ES_PASSWORD").ok(),
+            request_timeout: Duration::from_secs(60),
+        })
+        .expect("Elasticsearch client");
+        es.ping()
+            .await
+            .unwrap_or_else(|e| panic!("Elasticsearch at {es_url} is not reachable ({e}): {HOW}"));
+
+        Stack {
+            mysql_url,
+            mysql_host,
+            mysql_port,
+            source_user: env_or("MYSQL_SOURCE_USER", "sluice"),
+            source_password: env_or("MYSQL_SOURCE_PASSWORD", "sluice"),
+            zookeeper,
+            kafka,
+            es_url,
+            mysql,
+            es,
+        }
+    }
+
+    pub async fn conn(&self) -> mysql_async::Conn {
+        self.mysql.get_conn().await.expect("MySQL connection")
+    }
+}
+
+/// One test's private corner of the stack.
+pub struct TestCtx {
+    pub stack: Stack,
+    pub suffix: String,
+    pub db: String,
+    pub instance: String,
+    pub zk_root: String,
+    pub group: String,
+    pub dlq_topic: String,
+    pub server_id: u32,
+    pub dir: PathBuf,
+}
+
+/// A table → index pipeline as a test declares it.
+pub struct Pipeline {
+    pub table: String,
+    pub alias: String,
+    pub columns: Vec<String>,
+}
+
+impl TestCtx {
+    pub async fn new(name: &str) -> TestCtx {
+        let stack = Stack::connect().await;
+        let suffix = unique("");
+        let db = format!("it_{name}_{suffix}");
+        stack
+            .conn()
+            .await
+            .query_drop(format!("CREATE DATABASE `{db}`"))
+            .await
+            .expect("create the test database");
+        let dir = target_dir().join("it").join(format!("{name}-{suffix}"));
+        fs::create_dir_all(&dir).expect("test directory");
+        let server_id = 100_000
+            + (std::process::id() % 20_000) * 100
+            + (crate::COUNTER.load(std::sync::atomic::Ordering::Relaxed) % 100);
+        TestCtx {
+            instance: format!("{name}{suffix}"),
+            zk_root: format!("/sluice-it-{name}-{suffix}"),
+            group: format!("etl-{name}-{suffix}"),
+            dlq_topic: format!("sluice.dlq.{name}.{suffix}"),
+            suffix,
+            db,
+            stack,
+            server_id,
+            dir,
+        }
+    }
+
+    pub fn pipeline(&self, table: &str) -> Pipeline {
+        Pipeline {
+            table: table.to_owned(),
+            alias: format!("{table}_{}", self.suffix).to_ascii_lowercase(),
+            columns: Vec::new(),
+        }
+    }
+
+    pub async fn exec(&self, sql: &str) {
+        let mut conn = self.stack.conn().await;
+        conn.query_drop(format!("USE `{}`", self.db))
+            .await
+            .expect("use db");
+        conn.query_drop(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Writes the worker's config and returns it as a (not yet started) service.
+    pub fn worker(&self) -> Service {
+        let path = self.dir.join("worker.toml");
+        fs::write(
+            &path,
+            format!(
+                r#"[worker]
+id = "w-{suffix}"
+confirm_interval = "200ms"
+
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "4s"
+
+[kafka]
+brokers = "{kafka}"
+partitions = 3
+
+[[sources]]
+name = "{instance}"
+host = "{host}"
+port = {port}
+user = "{user}"
+password = "{password}"
+server_id = {server_id}
+tables = ["{db}.*"]
+"#,
+                suffix = self.suffix,
+                zk = self.stack.zookeeper,
+                root = self.zk_root,
+                kafka = self.stack.kafka,
+                instance = self.instance,
+                host = self.stack.mysql_host,
+                port = self.stack.mysql_port,
+                user = self.stack.source_user,
+                password = self.stack.source_password,
+                server_id = self.server_id,
+                db = self.db,
+            ),
+        )
+        .expect("write worker config");
+        Service::new("sluice-worker", path, self.dir.join("worker.log"))
+    }
+
+    /// Writes the etl's config for `pipelines` and returns it as a service.
+    pub fn etl(&self, pipelines: &[Pipeline]) -> Service {
+        let path = self.dir.join("etl.toml");
+        let mut text = format!(
+            r#"[etl]
+group_id = "{group}"
+dead_letter_topic = "{dlq}"
+linger = "50ms"
+
+[kafka]
+brokers = "{kafka}"
+partitions = 3
+
+[elasticsearch]
+url = "{es}"
+"#,
+            group = self.group,
+            dlq = self.dlq_topic,
+            kafka = self.stack.kafka,
+            es = self.stack.es_url,
+        );
+        for p in pipelines {
+            let columns = p
+                .columns
+                .iter()
+                .map(|c| format!("{c:?}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            text.push_str(&format!(
+                r#"
+[[pipelines]]
+name = "{alias}"
+source = "{instance}"
+database = "{db}"
+table = "{table}"
+alias = "{alias}"
+columns = [{columns}]
+replicas = 0
+"#,
+                alias = p.alias,
+                instance = self.instance,
+                db = self.db,
+                table = p.table,
+            ));
+        }
+        fs::write(&path, text).expect("write etl config");
+        Service::new("sluice-etl", path, self.dir.join("etl.log"))
+    }
+
+    /// Waits until the worker has recorded its start position: writes after this point
+    /// are guaranteed to be streamed.
+    pub async fn wait_worker_ready(&self, worker: &Service) {
+        let cfg = sluice_zk::ZkConfig {
+            connect: self.stack.zookeeper.clone(),
+            root: self.zk_root.clone(),
+            session_timeout: Duration::from_secs(4),
+        };
+        let coord = sluice_zk::Coordinator::connect(&cfg)
+            .await
+            .expect("ZooKeeper");
+        let instance = self.instance.clone();
+        eventually(
+            "worker recorded its start position",
+            Duration::from_secs(60),
+            || {
+                let coord = coord.clone();
+                let instance = instance.clone();
+                let log = worker.log_tail();
+                async move {
+                    match coord.read_checkpoint(&instance).await {
+                        Ok(Some(cp)) if !cp.is_empty() => Ok(()),
+                        other => Err(format!("checkpoint: {other:?}\nworker log:\n{log}")),
+                    }
+                }
+            },
+        )
+        .await;
+        coord.close().await;
+    }
+
+    /// The task's confirmed checkpoint.
+    pub async fn checkpoint(&self) -> Option<sluice_core::Checkpoint> {
+        let cfg = sluice_zk::ZkConfig {
+            connect: self.stack.zookeeper.clone(),
+            root: self.zk_root.clone(),
+            session_timeout: Duration::from_secs(4),
+        };
+        let coord = sluice_zk::Coordinator::connect(&cfg)
+            .await
+            .expect("ZooKeeper");
+        let cp = coord
+            .read_checkpoint(&self.instance)
+            .await
+            .expect("read checkpoint");
+        coord.close().await;
+        cp.filter(|b| !b.is_empty())
+            .map(|b| sluice_core::Checkpoint::from_json(&b).expect("checkpoint JSON"))
+    }
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        })
+}
+
+/// A Sluice binary running as a child process, its output in a log file.
+pub struct Service {
+    pub bin: &'static str,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Service {
+    fn new(bin: &'static str, config: PathBuf, log: PathBuf) -> Service {
+        Service {
+            bin,
+            config,
+            log,
+            child: None,
+        }
+    }
+
+    pub fn binary(bin: &str) -> PathBuf {
+        let path = target_dir().join("debug").join(bin);
+        assert!(
+            path.exists(),
+            "{} is missing: build the binaries first (`cargo build --bins`; `make test` does)",
+            path.display()
+        );
+        path
+    }
+
+    pub fn start(&mut self) -> &mut Self {
+        assert!(self.child.is_none(), "{} already running", self.bin);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(Service::binary(self.bin))
+            .arg("--config")
+            .arg(&self.config)
+            .env(
+                "RUST_LOG",
+                std::env::var("SLUICE_IT_LOG").unwrap_or_else(|_| "info,librdkafka=warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin));
+        self.child = Some(child);
+        self
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `kill -9`: no drain, no goodbye.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for the exit (at most `within`).
+    pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("service running");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = c.try_wait().expect("wait") {
+                return status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = c.kill();
+                panic!(
+                    "{} did not exit within {within:?} of SIGTERM:\n{}",
+                    self.bin,
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs the binary to completion (for start-up failures) and returns (status, output).
+    pub fn run_to_exit(&self, within: Duration) -> (std::process::ExitStatus, String) {
+        let mut child = Command::new(Service::binary(self.bin))
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                let out = child.wait_with_output().expect("output");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                return (status, text);
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!("{} kept running with a bad config", self.bin);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// The last lines of the service's log (for failure messages).
+    pub fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
