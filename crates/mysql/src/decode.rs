@@ -47,6 +47,17 @@ pub struct ColumnSchema {
     pub fsp: u8,
     pub labels: Vec<String>,
     pub key: bool,
+    pub fixup: Fixup,
+}
+
+/// Corrections for what the binlog (or its decoder) leaves out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fixup {
+    None,
+    /// Signed MEDIUMINT arrives without sign extension from its 24 bits.
+    SignExtend24,
+    /// BINARY(n) is logged without its trailing zero bytes; SELECT returns all n.
+    PadTo(usize),
 }
 
 /// A table as one TABLE_MAP event described it.
@@ -187,6 +198,11 @@ impl TableSchema {
                 _ => {}
             }
             let key = key_columns.contains(&i);
+            let fixup = match (ty, kind) {
+                (ColumnType::MYSQL_TYPE_INT24, _) if !unsigned => Fixup::SignExtend24,
+                (ColumnType::MYSQL_TYPE_STRING, Kind::Bytes) => Fixup::PadTo(string_length(meta)),
+                _ => Fixup::None,
+            };
             infos.push(ColumnInfo {
                 name: name.clone(),
                 sql_type,
@@ -199,6 +215,7 @@ impl TableSchema {
                 fsp,
                 labels,
                 key,
+                fixup,
             });
         }
         Ok(Self {
@@ -309,6 +326,20 @@ fn classify(ty: ColumnType, meta: &[u8], unsigned: bool, charset: u16) -> (Kind,
     }
 }
 
+/// The declared byte length of a CHAR/BINARY column from its TABLE_MAP metadata (the
+/// high bits of the length are folded into the type byte for lengths over 255).
+fn string_length(meta: &[u8]) -> usize {
+    let (b0, b1) = (
+        meta.first().copied().unwrap_or(0) as usize,
+        meta.get(1).copied().unwrap_or(0) as usize,
+    );
+    if (b0 & 0x30) != 0x30 {
+        b1 | (((b0 & 0x30) ^ 0x30) << 4)
+    } else {
+        b1
+    }
+}
+
 fn with_fsp(name: &str, fsp: u8) -> String {
     if fsp == 0 {
         name.to_owned()
@@ -331,6 +362,9 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
         return Ok(Json::Null);
     }
     match (col.kind, value) {
+        (Kind::Int, Value::Int(i)) if col.fixup == Fixup::SignExtend24 && i >= 1 << 23 => {
+            Ok(Json::from(i - (1 << 24)))
+        }
         (Kind::Int, Value::Int(i)) => Ok(Json::from(i)),
         (Kind::Int, Value::UInt(u)) => Ok(Json::from(u)),
         (Kind::Float, Value::Float(f)) => {
@@ -352,9 +386,16 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
         }
         (Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
         (Kind::Text, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
-        (Kind::Bytes, Value::Bytes(b)) => Ok(Json::String(
-            base64::engine::general_purpose::STANDARD.encode(b),
-        )),
+        (Kind::Bytes, Value::Bytes(mut b)) => {
+            if let Fixup::PadTo(n) = col.fixup {
+                if b.len() < n {
+                    b.resize(n, 0);
+                }
+            }
+            Ok(Json::String(
+                base64::engine::general_purpose::STANDARD.encode(b),
+            ))
+        }
         (Kind::Date, Value::Date(y, m, d, ..)) => {
             if y == 0 && m == 0 && d == 0 {
                 Ok(Json::Null)
@@ -536,6 +577,7 @@ mod tests {
             fsp,
             labels: labels.iter().map(|s| s.to_string()).collect(),
             key: false,
+            fixup: Fixup::None,
         }
     }
 
@@ -600,5 +642,16 @@ mod tests {
             "AP8="
         );
         assert_eq!(v(&col(Kind::Text, 0, &[]), Value::NULL), Json::Null);
+        let medium = ColumnSchema {
+            fixup: Fixup::SignExtend24,
+            ..col(Kind::Int, 0, &[])
+        };
+        assert_eq!(v(&medium, Value::Int(8_388_608)), -8_388_608);
+        assert_eq!(v(&medium, Value::Int(8_388_607)), 8_388_607);
+        let binary4 = ColumnSchema {
+            fixup: Fixup::PadTo(4),
+            ..col(Kind::Bytes, 0, &[])
+        };
+        assert_eq!(v(&binary4, Value::Bytes(vec![0xff])), "/wAAAA==");
     }
 }

@@ -1,0 +1,49 @@
+//! A config file with a wrong key fails at start, naming that key.
+
+use std::time::Duration;
+
+use sluice_integration_tests::{Service, TestCtx};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
+    let ctx = TestCtx::new("cfg").await;
+    let pipeline = ctx.pipeline("x");
+
+    let worker = ctx.worker();
+    let text = std::fs::read_to_string(&worker.config)
+        .unwrap()
+        .replace("confirm_interval", "confirm_intervall");
+    std::fs::write(&worker.config, text).unwrap();
+    let (status, out) = worker.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success(), "worker started with a bad key:\n{out}");
+    assert!(
+        out.contains("worker.confirm_intervall"),
+        "the error must name the key:\n{out}"
+    );
+
+    let etl = ctx.etl(&[pipeline]);
+    let text = std::fs::read_to_string(&etl.config)
+        .unwrap()
+        .replace("replicas = 0", "replica = 0");
+    std::fs::write(&etl.config, text).unwrap();
+    let (status, out) = etl.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success(), "etl started with a bad key:\n{out}");
+    assert!(
+        out.contains("pipelines[0].replica"),
+        "the error must name the key:\n{out}"
+    );
+
+    // Values are checked too, all problems at once, before any connection is made.
+    let etl = ctx.etl(&[ctx.pipeline("Bad Alias")]);
+    let text = std::fs::read_to_string(&etl.config)
+        .unwrap()
+        .replace("linger = \"50ms\"", "linger = \"50ms\"\nmax_batch_docs = 0");
+    std::fs::write(&etl.config, text).unwrap();
+    let (status, out) = etl.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success());
+    assert!(
+        out.contains("etl.max_batch_docs") && out.contains("pipelines[0].alias"),
+        "{out}"
+    );
+    let _ = Service::binary("sluice-worker");
+}
