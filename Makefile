@@ -18,3 +18,11 @@ stack-clean:
 stack-status:
 	deploy/stack.sh status
 # ----- end local stack --------------------------------------------------------------
+
+# ----- benchmark (integration-tests/src/bin/bench.rs) --------------------------------
+# Release builds of the services and the bench; sizes: BENCH_ROWS, BENCH_LATENCY_SAMPLES.
+.PHONY: bench
+
+bench: stack-up
+	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-integration-tests
+	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/bench

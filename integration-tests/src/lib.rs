@@ -8,6 +8,7 @@
 //! not reachable fails the test with how to start it — never a silent skip.
 
 pub mod checker;
+pub mod kafka;
 pub mod services;
 
 use std::future::Future;

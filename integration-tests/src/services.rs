@@ -231,6 +231,7 @@ tables = ["{db}.*"]
         let mut text = format!(
             r#"[etl]
 group_id = "{group}"
+instance_id = "{group}-1"
 dead_letter_topic = "{dlq}"
 linger = "50ms"
 
@@ -353,8 +354,14 @@ impl Service {
         }
     }
 
+    /// The binary in `SLUICE_BIN_DIR` when set (`make bench` uses `target/release`),
+    /// otherwise in the debug build.
     pub fn binary(bin: &str) -> PathBuf {
-        let path = target_dir().join("debug").join(bin);
+        let dir = std::env::var_os("SLUICE_BIN_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| target_dir().join("debug"));
+        let path = dir.join(bin);
         assert!(
             path.exists(),
             "{} is missing: build the binaries first (`cargo build --bins`; `make test` does)",
@@ -373,6 +380,8 @@ impl Service {
         let child = Command::new(Service::binary(self.bin))
             .arg("--config")
             .arg(&self.config)
+            // Every SLUICE_* variable is a config override for the services.
+            .env_remove("SLUICE_BIN_DIR")
             .env(
                 "RUST_LOG",
                 std::env::var("SLUICE_IT_LOG").unwrap_or_else(|_| "info,librdkafka=warn".into()),
@@ -427,6 +436,7 @@ impl Service {
         let mut child = Command::new(Service::binary(self.bin))
             .arg("--config")
             .arg(&self.config)
+            .env_remove("SLUICE_BIN_DIR")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

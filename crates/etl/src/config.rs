@@ -25,6 +25,11 @@ pub struct EtlSection {
     /// Kafka consumer group. Default `sluice-etl`.
     #[serde(default = "default_group")]
     pub group_id: String,
+    /// Static group membership (Kafka's `group.instance.id`): a restarted etl with the same
+    /// id takes its partitions back at once instead of waiting for the dead member's
+    /// session to time out. Must be unique per running etl (e.g. the StatefulSet pod name).
+    #[serde(default)]
+    pub instance_id: Option<String>,
     /// Where events that cannot be applied go, with the reason. Default `sluice.dlq`.
     #[serde(default = "default_dlq")]
     pub dead_letter_topic: String,
@@ -46,6 +51,7 @@ impl Default for EtlSection {
     fn default() -> Self {
         Self {
             group_id: default_group(),
+            instance_id: None,
             dead_letter_topic: default_dlq(),
             max_batch_docs: default_max_docs(),
             max_batch_bytes: default_max_bytes(),

@@ -90,7 +90,13 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     sluice_kafka::ensure_topics(&cfg.kafka, &to_create)
         .await
         .context("cannot create the change and dead-letter topics")?;
-    let consumer = sluice_kafka::consumer(&cfg.kafka, &cfg.etl.group_id)
+    let mut consumer_cfg = cfg.kafka.clone();
+    if let Some(id) = &cfg.etl.instance_id {
+        consumer_cfg
+            .properties
+            .insert("group.instance.id".into(), id.clone());
+    }
+    let consumer = sluice_kafka::consumer(&consumer_cfg, &cfg.etl.group_id)
         .context("cannot create the Kafka consumer")?;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer.subscribe(&names).context("cannot subscribe")?;

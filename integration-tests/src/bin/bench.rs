@@ -1,0 +1,1077 @@
+//! `make bench`: throughput, latency and memory of MySQL → sluice-worker → Kafka →
+//! sluice-etl → Elasticsearch on the local stack, with the harness of the end-to-end tests.
+//!
+//! 1. binlog → Kafka: a generated load (multi-row INSERTs in ~1000-row transactions, each
+//!    also updating and deleting 10 % of its rows) is written while the worker is stopped;
+//!    the restarted worker is timed until its confirmed checkpoint reaches the binlog end.
+//! 2. Kafka → Elasticsearch: an etl with a fresh consumer group is timed until the index
+//!    holds every row and the group has committed the whole topic.
+//! 3. The ceiling: as many similar documents `_bulk`-indexed straight into a scratch index
+//!    of the same server, 2000 per request, one request at a time.
+//! 4. Commit-to-indexed latency: single-row transactions at a steady rate, each polled by
+//!    id (a real-time read) until it is visible.
+//! 5. Peak RSS (`VmHWM`) of the worker, the etl and the stack's services.
+//!
+//! Environment: `BENCH_ROWS` (default 50000), `BENCH_LATENCY_SAMPLES` (200),
+//! `BENCH_LATENCY_RATE` (rows/s, 20), `SLUICE_BIN_DIR` (which build of the services runs),
+//! and the stack endpoints the tests use (`MYSQL_URL`, `ZOOKEEPER`, `KAFKA_BROKERS`, `ES_URL`).
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{anyhow, bail, Context as _};
+use futures::FutureExt as _;
+use mysql_async::prelude::*;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::Message as _;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::{Map, Value};
+use sluice_core::{BinlogPosition, Checkpoint};
+use sluice_elastic::{BulkOp, ItemOutcome};
+use sluice_integration_tests::services::Pipeline;
+use sluice_integration_tests::{Service, TestCtx};
+use tokio::sync::mpsc;
+
+const TABLE: &str = "bench";
+const ROWS_PER_TXN: u64 = 1000;
+const RAW_BATCH: usize = 2000;
+const POLL: Duration = Duration::from_millis(50);
+
+struct Settings {
+    rows: u64,
+    latency_samples: usize,
+    latency_rate: f64,
+}
+
+fn env_num<T: FromStr>(name: &str, default: T) -> anyhow::Result<T> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| anyhow!("{name}={v} is not a number")),
+        _ => Ok(default),
+    }
+}
+
+impl Settings {
+    fn from_env() -> anyhow::Result<Settings> {
+        let s = Settings {
+            rows: env_num("BENCH_ROWS", 50_000)?,
+            latency_samples: env_num("BENCH_LATENCY_SAMPLES", 200)?,
+            latency_rate: env_num("BENCH_LATENCY_RATE", 20.0)?,
+        };
+        if s.rows == 0 || s.latency_samples == 0 || s.latency_rate <= 0.0 {
+            bail!("BENCH_ROWS, BENCH_LATENCY_SAMPLES and BENCH_LATENCY_RATE must be positive");
+        }
+        Ok(s)
+    }
+}
+
+/// xorshift64*: reproducible filler text without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Letters, digits and spaces only, so it needs no SQL escaping.
+    fn text(&mut self, min: u64, max: u64) -> String {
+        const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789     ";
+        let len = min + self.below(max - min + 1);
+        (0..len)
+            .map(|_| CHARS[self.below(CHARS.len() as u64) as usize] as char)
+            .collect()
+    }
+}
+
+struct LoadStats {
+    inserted: u64,
+    updated: u64,
+    deleted: u64,
+    transactions: u64,
+    elapsed: Duration,
+}
+
+impl LoadStats {
+    fn events(&self) -> u64 {
+        self.inserted + self.updated + self.deleted
+    }
+}
+
+struct Throughput {
+    count: u64,
+    total: Duration,
+    /// Until the first sign of progress (process start, connections, group join...).
+    startup: Option<Duration>,
+}
+
+impl Throughput {
+    fn rate(&self) -> f64 {
+        self.count as f64 / self.total.as_secs_f64()
+    }
+
+    fn steady_rate(&self) -> Option<f64> {
+        let s = self.startup?;
+        let rest = self.total.checked_sub(s)?.as_secs_f64();
+        (rest > 0.0).then(|| self.count as f64 / rest)
+    }
+}
+
+struct Latency {
+    sorted_ms: Vec<f64>,
+    lost: usize,
+    sent_rate: f64,
+}
+
+impl Latency {
+    fn pct(&self, p: f64) -> f64 {
+        if self.sorted_ms.is_empty() {
+            return f64::NAN;
+        }
+        // Nearest rank.
+        let rank = ((p / 100.0) * self.sorted_ms.len() as f64).ceil() as usize;
+        self.sorted_ms[rank.clamp(1, self.sorted_ms.len()) - 1]
+    }
+}
+
+struct Rss {
+    name: String,
+    pid: Option<u32>,
+    peak_kb: Option<u64>,
+    now_kb: Option<u64>,
+    note: &'static str,
+}
+
+struct Report {
+    bin_dir: String,
+    load: LoadStats,
+    kafka_events: i64,
+    worker: Throughput,
+    etl: Throughput,
+    etl_docs: u64,
+    raw: Throughput,
+    latency: Latency,
+    rss: Vec<Rss>,
+}
+
+struct Bench {
+    ctx: TestCtx,
+    pipeline: Pipeline,
+    topic: String,
+    settings: Settings,
+    worker: Option<Service>,
+    etl: Option<Service>,
+    raw_index: Option<String>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = TestCtx::new("bench").await;
+    let pipeline = ctx.pipeline(TABLE);
+    let topic = sluice_kafka::TopicConfig::default().rows_topic(&ctx.instance, &ctx.db, TABLE);
+    let mut bench = Bench {
+        ctx,
+        pipeline,
+        topic,
+        settings,
+        worker: None,
+        etl: None,
+        raw_index: None,
+    };
+    let outcome = AssertUnwindSafe(bench.run()).catch_unwind().await;
+    bench.cleanup().await;
+    match outcome {
+        Ok(Ok(report)) => {
+            report.print();
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("bench failed: {e:#}");
+            ExitCode::FAILURE
+        }
+        Err(_) => {
+            eprintln!("bench failed (panic above)");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+impl Bench {
+    async fn run(&mut self) -> anyhow::Result<Report> {
+        let bin_dir = Service::binary("sluice-worker")
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        println!(
+            "bench: {} rows, services from {bin_dir}, logs in {}",
+            self.settings.rows,
+            self.ctx.dir.display()
+        );
+        if !bin_dir.contains("release") {
+            println!("bench: WARNING: not a release build; set SLUICE_BIN_DIR=target/release");
+        }
+        self.ctx
+            .exec(
+                "CREATE TABLE bench (id BIGINT PRIMARY KEY AUTO_INCREMENT, k INT, \
+                 c VARCHAR(120), pad VARCHAR(60), ts DATETIME(6))",
+            )
+            .await;
+
+        // The worker's first start records the binlog end as its start; stop it, write the
+        // load, and time the restarted worker through it.
+        let mut worker = self.ctx.worker();
+        worker.start();
+        self.ctx.wait_worker_ready(&worker).await;
+        worker.terminate(Duration::from_secs(30));
+        self.worker = Some(worker);
+
+        let load = self.load().await?;
+        let end = self.binlog_end().await?;
+        println!(
+            "[1/5] load: {} transactions, {} inserts + {} updates + {} deletes = {} events written in {:.2} s; binlog end {end}",
+            load.transactions,
+            load.inserted,
+            load.updated,
+            load.deleted,
+            load.events(),
+            load.elapsed.as_secs_f64()
+        );
+        let (mut worker_tp, started) = self.time_worker(&end, load.events()).await?;
+        // The topic read back: the events it holds, where each partition ends, and when
+        // the worker published its first event (the producer's timestamp).
+        let kafka = KafkaProbe::new(&self.ctx, &self.topic)?;
+        let topic = kafka
+            .read_back(
+                load.events(),
+                Duration::from_secs(60 + load.events() / 1000),
+            )
+            .await?;
+        let watermarks: i64 = kafka.ends().await?.values().sum();
+        let kafka_events = topic.count as i64;
+        worker_tp.startup = topic
+            .first_ts
+            .and_then(|first| first.duration_since(started).ok());
+        println!(
+            "[1/5] binlog→Kafka (worker alone): {} events in {:.2} s = {:.0} events/s \
+             (first event published {:.2} s after the start; {:.0} events/s after it); \
+             Kafka holds {kafka_events} events{}{}",
+            worker_tp.count,
+            worker_tp.total.as_secs_f64(),
+            worker_tp.rate(),
+            worker_tp.startup.unwrap_or_default().as_secs_f64(),
+            worker_tp.steady_rate().unwrap_or(f64::NAN),
+            if kafka_events == load.events() as i64 {
+                String::new()
+            } else {
+                format!(" — MISMATCH: {} expected", load.events())
+            },
+            if watermarks == kafka_events {
+                String::new()
+            } else {
+                format!(" (the broker's high watermarks sum to {watermarks})")
+            }
+        );
+        let ends = topic.ends;
+
+        let rows = self.mysql_rows().await?;
+        let etl_tp = self.time_etl(&kafka, &ends, rows, load.inserted).await?;
+        println!(
+            "[2/5] Kafka→Elasticsearch (etl): {kafka_events} events → {rows} documents; {} documents written in {:.2} s = {:.0} docs/s \
+             ({:.0} events/s; start-up {:.2} s; {:.0} docs/s after it)",
+            etl_tp.count,
+            etl_tp.total.as_secs_f64(),
+            etl_tp.rate(),
+            kafka_events as f64 / etl_tp.total.as_secs_f64(),
+            etl_tp.startup.unwrap_or_default().as_secs_f64(),
+            etl_tp.steady_rate().unwrap_or(f64::NAN),
+        );
+
+        let raw = self.raw_bulk(load.inserted).await?;
+        println!(
+            "[3/5] raw _bulk ceiling (same Elasticsearch, {RAW_BATCH}/request, sequential): {} docs in {:.2} s = {:.0} docs/s",
+            raw.count,
+            raw.total.as_secs_f64(),
+            raw.rate()
+        );
+
+        let latency = self.latency().await?;
+        println!(
+            "[4/5] commit→indexed latency: {} samples at {:.1}/s: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms{}",
+            latency.sorted_ms.len(),
+            latency.sent_rate,
+            latency.pct(50.0),
+            latency.pct(99.0),
+            latency.sorted_ms.last().copied().unwrap_or(f64::NAN),
+            if latency.lost > 0 {
+                format!(" — {} never became visible", latency.lost)
+            } else {
+                String::new()
+            }
+        );
+
+        let rss = self.rss();
+        println!(
+            "[5/5] peak RSS: {}",
+            rss.iter()
+                .map(|r| format!("{} {}", r.name, fmt_kb(r.peak_kb)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for s in [&mut self.worker, &mut self.etl].into_iter().flatten() {
+            if !s.is_running() {
+                bail!("{} exited during the run:\n{}", s.bin, s.log_tail());
+            }
+        }
+
+        Ok(Report {
+            bin_dir,
+            load,
+            kafka_events,
+            worker: worker_tp,
+            etl: etl_tp,
+            etl_docs: rows,
+            raw,
+            latency,
+            rss,
+        })
+    }
+
+    async fn conn(&self) -> anyhow::Result<mysql_async::Conn> {
+        let mut conn = self.ctx.stack.conn().await;
+        conn.query_drop(format!("USE `{}`", self.ctx.db)).await?;
+        Ok(conn)
+    }
+
+    /// ~1000-row transactions: a multi-row INSERT, then an UPDATE of a tenth and a DELETE
+    /// of another tenth of those rows.
+    async fn load(&self) -> anyhow::Result<LoadStats> {
+        let mut conn = self.conn().await?;
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let started = Instant::now();
+        let mut stats = LoadStats {
+            inserted: 0,
+            updated: 0,
+            deleted: 0,
+            transactions: 0,
+            elapsed: Duration::ZERO,
+        };
+        let mut remaining = self.settings.rows;
+        while remaining > 0 {
+            let n = remaining.min(ROWS_PER_TXN);
+            remaining -= n;
+            let mut sql = String::with_capacity(n as usize * 200);
+            sql.push_str("INSERT INTO bench (k, c, pad, ts) VALUES ");
+            for i in 0..n {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!(
+                    "({}, '{}', '{}', NOW(6))",
+                    rng.below(1_000_000),
+                    rng.text(60, 100),
+                    rng.text(40, 60)
+                ));
+            }
+            let mut tx = conn
+                .start_transaction(mysql_async::TxOpts::default())
+                .await?;
+            tx.query_drop(&sql).await?;
+            stats.inserted += tx.affected_rows();
+            let first = tx.last_insert_id().context("no insert id")?;
+            let last = first + n - 1;
+            tx.query_drop(format!(
+                "UPDATE bench SET k = k + 1, c = CONCAT('updated ', LEFT(c, 100)) \
+                 WHERE id BETWEEN {first} AND {last} AND id % 10 = 1"
+            ))
+            .await?;
+            stats.updated += tx.affected_rows();
+            tx.query_drop(format!(
+                "DELETE FROM bench WHERE id BETWEEN {first} AND {last} AND id % 10 = 2"
+            ))
+            .await?;
+            stats.deleted += tx.affected_rows();
+            tx.commit().await?;
+            stats.transactions += 1;
+        }
+        stats.elapsed = started.elapsed();
+        Ok(stats)
+    }
+
+    async fn binlog_end(&self) -> anyhow::Result<BinlogPosition> {
+        let mut conn = self.ctx.stack.conn().await;
+        let row: mysql_async::Row = conn
+            .query_first("SHOW MASTER STATUS")
+            .await?
+            .context("SHOW MASTER STATUS is empty: is the binlog on?")?;
+        let file: String = row.get("File").context("File")?;
+        let pos: u64 = row.get("Position").context("Position")?;
+        Ok(BinlogPosition::new(file, pos))
+    }
+
+    async fn mysql_rows(&self) -> anyhow::Result<u64> {
+        let mut conn = self.conn().await?;
+        let n: Option<u64> = conn.query_first("SELECT COUNT(*) FROM bench").await?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// Restarts the worker and waits until its confirmed checkpoint reaches `end`.
+    async fn time_worker(
+        &mut self,
+        end: &BinlogPosition,
+        events: u64,
+    ) -> anyhow::Result<(Throughput, SystemTime)> {
+        let coord = sluice_zk::Coordinator::connect(&sluice_zk::ZkConfig {
+            connect: self.ctx.stack.zookeeper.clone(),
+            root: self.ctx.zk_root.clone(),
+            session_timeout: Duration::from_secs(4),
+        })
+        .await?;
+        let deadline = Duration::from_secs(60 + events / 200);
+        let worker = self.worker.as_mut().context("worker")?;
+        let started_at = SystemTime::now();
+        let started = Instant::now();
+        worker.start();
+        let result = loop {
+            let cp = coord
+                .read_checkpoint(&self.ctx.instance)
+                .await?
+                .filter(|b| !b.is_empty())
+                .map(|b| Checkpoint::from_json(&b))
+                .transpose()?;
+            let at = started.elapsed();
+            if let Some(cp) = cp {
+                if cp.position >= *end {
+                    let tp = Throughput {
+                        count: events,
+                        total: at,
+                        startup: None,
+                    };
+                    break Ok((tp, started_at));
+                }
+                if at > deadline {
+                    break Err(anyhow!(
+                        "the worker's checkpoint is at {} after {at:?}, short of {end}:\n{}",
+                        cp.position,
+                        worker.log_tail()
+                    ));
+                }
+            }
+            if !worker.is_running() {
+                break Err(anyhow!("the worker exited:\n{}", worker.log_tail()));
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        coord.close().await;
+        result
+    }
+
+    /// Starts the etl (its group is new: it reads the whole topic) and waits until the
+    /// index holds `rows` documents and the group has committed up to `ends`.
+    async fn time_etl(
+        &mut self,
+        kafka: &KafkaProbe,
+        ends: &HashMap<i32, i64>,
+        rows: u64,
+        docs_written: u64,
+    ) -> anyhow::Result<Throughput> {
+        let es = self.ctx.stack.es.clone();
+        let alias = self.pipeline.alias.clone();
+        let deadline = Duration::from_secs(120 + rows / 100);
+        let mut etl = self.ctx.etl(std::slice::from_ref(&self.pipeline));
+        let started = Instant::now();
+        etl.start();
+        let etl = self.etl.insert(etl);
+        let mut startup = None;
+        loop {
+            let count = match es.refresh(&alias).await {
+                Ok(()) => es.count(&alias).await.unwrap_or(0),
+                Err(_) => 0, // the etl has not created the index yet
+            };
+            let at = started.elapsed();
+            if startup.is_none() && count > 0 {
+                startup = Some(at);
+            }
+            if count == rows {
+                let committed = kafka.committed().await?;
+                let behind: Vec<String> = ends
+                    .iter()
+                    .filter(|(p, end)| committed.get(p).copied().unwrap_or(0) < **end)
+                    .map(|(p, end)| format!("partition {p}: {:?} of {end}", committed.get(p)))
+                    .collect();
+                if behind.is_empty() {
+                    return Ok(Throughput {
+                        count: docs_written,
+                        total: started.elapsed(),
+                        startup,
+                    });
+                }
+                if at > deadline {
+                    bail!("the etl's group has not committed the topic: {behind:?}");
+                }
+            }
+            if at > deadline {
+                bail!(
+                    "the index holds {count} of {rows} documents after {at:?}:\n{}",
+                    etl.log_tail()
+                );
+            }
+            if !etl.is_running() {
+                bail!("the etl exited:\n{}", etl.log_tail());
+            }
+            tokio::time::sleep(POLL * 2).await;
+        }
+    }
+
+    /// `docs` documents shaped like the etl's, `_bulk`-indexed into a scratch index.
+    async fn raw_bulk(&mut self, docs: u64) -> anyhow::Result<Throughput> {
+        let es = self.ctx.stack.es.clone();
+        let index = format!("bench_raw_{}", self.ctx.suffix).to_ascii_lowercase();
+        let props: Map<String, Value> = [
+            ("id", "bigint"),
+            ("k", "int"),
+            ("c", "varchar(120)"),
+            ("pad", "varchar(60)"),
+            ("ts", "datetime(6)"),
+        ]
+        .into_iter()
+        .map(|(name, ty)| (name.to_owned(), sluice_etl::field_mapping(ty)))
+        .collect();
+        self.raw_index = Some(index.clone());
+        es.create_index(&index, &sluice_etl::index_body(props, 1, 0, "60s"))
+            .await?;
+
+        let mut rng = Rng(0x5eed_1234_abcd_0002);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs() as i64;
+        let ops: Vec<BulkOp> = (1..=docs)
+            .map(|id| {
+                let mut doc = Map::new();
+                doc.insert("id".into(), id.into());
+                doc.insert("k".into(), rng.below(1_000_000).into());
+                doc.insert("c".into(), rng.text(60, 100).into());
+                doc.insert("pad".into(), rng.text(40, 60).into());
+                doc.insert(
+                    "ts".into(),
+                    format!(
+                        "{}.{:06}",
+                        sluice_mysql::decode::utc_datetime(now - rng.below(3600) as i64),
+                        rng.below(1_000_000)
+                    )
+                    .into(),
+                );
+                BulkOp::Index {
+                    index: index.clone(),
+                    id: id.to_string(),
+                    version: id,
+                    routing: None,
+                    doc: Value::Object(doc),
+                }
+            })
+            .collect();
+
+        let started = Instant::now();
+        for chunk in ops.chunks(RAW_BATCH) {
+            let outcomes = es.bulk(chunk).await?;
+            if let Some(bad) = outcomes.iter().find(|o| **o != ItemOutcome::Applied) {
+                bail!("raw _bulk: an item was not applied: {bad:?}");
+            }
+        }
+        let total = started.elapsed();
+        es.refresh(&index).await?;
+        let count = es.count(&index).await?;
+        if count != docs {
+            bail!("raw _bulk: the scratch index holds {count} of {docs} documents");
+        }
+        es.delete_index(&index).await?;
+        self.raw_index = None;
+        Ok(Throughput {
+            count: docs,
+            total,
+            startup: None,
+        })
+    }
+
+    /// Single-row transactions at a steady rate; each is polled by id (`_mget`, a
+    /// real-time read like `GET /<alias>/_doc/<id>`, one request for all ids in flight)
+    /// from the moment its COMMIT returns until it is visible.
+    async fn latency(&self) -> anyhow::Result<Latency> {
+        let samples = self.settings.latency_samples;
+        let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
+        let es = self.ctx.stack.es.clone();
+        let alias = self.pipeline.alias.clone();
+        let poller = tokio::spawn(async move {
+            let give_up = Duration::from_secs(30);
+            let mut pending: Vec<(String, Instant)> = Vec::new();
+            let mut seen_ms = Vec::new();
+            let mut lost = 0usize;
+            let mut open = true;
+            loop {
+                if pending.is_empty() {
+                    if !open {
+                        break;
+                    }
+                    match rx.recv().await {
+                        Some(p) => pending.push(p),
+                        None => break,
+                    }
+                }
+                while let Ok(p) = rx.try_recv() {
+                    pending.push(p);
+                }
+                if rx.is_closed() && rx.is_empty() {
+                    open = false;
+                }
+                let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
+                let found = es.mget(&alias, &ids).await?;
+                let now = Instant::now();
+                let mut i = 0;
+                pending.retain(|(_, committed)| {
+                    let visible = found[i].is_some();
+                    i += 1;
+                    if visible {
+                        seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
+                    } else if now - *committed > give_up {
+                        lost += 1;
+                        return false;
+                    }
+                    !visible
+                });
+                if !pending.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            seen_ms.sort_by(f64::total_cmp);
+            anyhow::Ok((seen_ms, lost))
+        });
+
+        let mut conn = self.conn().await?;
+        let mut rng = Rng(0x5eed_1234_abcd_0003);
+        let mut tick =
+            tokio::time::interval(Duration::from_secs_f64(1.0 / self.settings.latency_rate));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let started = Instant::now();
+        for _ in 0..samples {
+            tick.tick().await;
+            let mut t = conn
+                .start_transaction(mysql_async::TxOpts::default())
+                .await?;
+            t.exec_drop(
+                "INSERT INTO bench (k, c, pad, ts) VALUES (?, ?, ?, NOW(6))",
+                (rng.below(1_000_000), rng.text(60, 100), rng.text(40, 60)),
+            )
+            .await?;
+            let id = t.last_insert_id().context("no insert id")?;
+            t.commit().await?;
+            let _ = tx.send((id.to_string(), Instant::now()));
+        }
+        let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
+        drop(tx);
+        let (sorted_ms, lost) = poller.await??;
+        Ok(Latency {
+            sorted_ms,
+            lost,
+            sent_rate,
+        })
+    }
+
+    fn rss(&self) -> Vec<Rss> {
+        let mut out = Vec::new();
+        for s in [&self.worker, &self.etl].into_iter().flatten() {
+            let (peak_kb, now_kb) = s.pid().map(proc_rss).unwrap_or_default();
+            out.push(Rss {
+                name: s.bin.to_owned(),
+                pid: s.pid(),
+                peak_kb,
+                now_kb,
+                note: "this run",
+            });
+        }
+        let stack = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.work/stack");
+        for (svc, marker) in [
+            ("mariadb", "mariadbd"),
+            ("zookeeper", "QuorumPeerMain"),
+            ("tansu", "tansu"),
+            ("osmem", "osmem-server"),
+        ] {
+            let pid = std::fs::read_to_string(stack.join(svc).join(format!("{svc}.pid")))
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                        .unwrap_or(false)
+                });
+            let (peak_kb, now_kb) = pid.map(proc_rss).unwrap_or_default();
+            out.push(Rss {
+                name: svc.to_owned(),
+                pid,
+                peak_kb,
+                now_kb,
+                note: if pid.is_some() {
+                    "since the stack started"
+                } else {
+                    "not a local stack process"
+                },
+            });
+        }
+        out
+    }
+
+    /// Stops the services and removes what the run created: the database, the indexes,
+    /// the topics (tansu's memory storage and osmem keep everything in RAM), the ZK root.
+    async fn cleanup(&mut self) {
+        for s in [&mut self.etl, &mut self.worker].into_iter().flatten() {
+            if s.is_running() {
+                s.terminate(Duration::from_secs(30));
+            }
+        }
+        let es = self.ctx.stack.es.clone();
+        let mut indexes = es
+            .alias_targets(&self.pipeline.alias)
+            .await
+            .unwrap_or_default();
+        indexes.extend(self.raw_index.take());
+        for index in &indexes {
+            if let Err(e) = es.delete_index(index).await {
+                println!("cleanup: cannot delete index {index}: {e}");
+            }
+        }
+        let mut conn = self.ctx.stack.conn().await;
+        if let Err(e) = conn
+            .query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.ctx.db))
+            .await
+        {
+            println!("cleanup: cannot drop {}: {e}", self.ctx.db);
+        }
+        drop(conn);
+        let topics = [
+            self.topic.clone(),
+            self.ctx.dlq_topic.clone(),
+            sluice_kafka::TopicConfig::default().schema_topic(&self.ctx.instance),
+        ];
+        let topics_note = match delete_topics(&self.ctx.stack.kafka, &topics).await {
+            Ok(()) => "topics deleted".to_owned(),
+            Err(e) => format!("topics left ({e})"),
+        };
+        let zk_note = match delete_zk_root(&self.ctx.stack.zookeeper, &self.ctx.zk_root).await {
+            Ok(()) => format!("ZooKeeper {} deleted", self.ctx.zk_root),
+            Err(e) => format!("ZooKeeper {} left ({e})", self.ctx.zk_root),
+        };
+        println!(
+            "cleanup: services stopped, database {} dropped, {} index(es) deleted, {topics_note}, {zk_note}",
+            self.ctx.db,
+            indexes.len()
+        );
+    }
+}
+
+/// (`VmHWM`, `VmRSS`) in kB.
+fn proc_rss(pid: u32) -> (Option<u64>, Option<u64>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn fmt_kb(kb: Option<u64>) -> String {
+    match kb {
+        Some(kb) => format!("{:.1} MiB", kb as f64 / 1024.0),
+        None => "n/a".into(),
+    }
+}
+
+/// High watermarks of the topic and the etl group's committed offsets.
+struct KafkaProbe {
+    consumer: Arc<BaseConsumer>,
+    brokers: String,
+    topic: String,
+}
+
+struct TopicContent {
+    count: u64,
+    /// Per partition, the offset after its last event.
+    ends: HashMap<i32, i64>,
+    /// The earliest producer timestamp.
+    first_ts: Option<SystemTime>,
+}
+
+impl KafkaProbe {
+    fn new(ctx: &TestCtx, topic: &str) -> anyhow::Result<KafkaProbe> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &ctx.stack.kafka)
+            .set("group.id", &ctx.group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        Ok(KafkaProbe {
+            consumer: Arc::new(consumer),
+            brokers: ctx.stack.kafka.clone(),
+            topic: topic.to_owned(),
+        })
+    }
+
+    async fn ends(&self) -> anyhow::Result<HashMap<i32, i64>> {
+        let consumer = self.consumer.clone();
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let timeout = Duration::from_secs(10);
+            let md = consumer.fetch_metadata(Some(&topic), timeout)?;
+            let parts: Vec<i32> = md
+                .topics()
+                .first()
+                .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+                .unwrap_or_default();
+            if parts.is_empty() {
+                bail!("topic {topic} has no partitions");
+            }
+            parts
+                .into_iter()
+                .map(|p| Ok((p, consumer.fetch_watermarks(&topic, p, timeout)?.1)))
+                .collect()
+        })
+        .await?
+    }
+
+    /// Reads the topic from the start until `expected` events came and nothing more
+    /// follows for a moment (or `within` passes).
+    async fn read_back(&self, expected: u64, within: Duration) -> anyhow::Result<TopicContent> {
+        let brokers = self.brokers.clone();
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &brokers)
+                .set("group.id", "sluice-bench-read-back")
+                .set("enable.auto.commit", "false")
+                .set("fetch.wait.max.ms", "50")
+                .create()?;
+            let timeout = Duration::from_secs(10);
+            let md = consumer.fetch_metadata(Some(&topic), timeout)?;
+            let mut tpl = TopicPartitionList::new();
+            for t in md.topics() {
+                for p in t.partitions() {
+                    tpl.add_partition_offset(&topic, p.id(), Offset::Beginning)?;
+                }
+            }
+            consumer.assign(&tpl)?;
+            let deadline = Instant::now() + within;
+            let mut content = TopicContent {
+                count: 0,
+                ends: HashMap::new(),
+                first_ts: None,
+            };
+            let mut last_message = Instant::now();
+            while Instant::now() < deadline {
+                match consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => {
+                        content.count += 1;
+                        let end = content.ends.entry(m.partition()).or_insert(0);
+                        *end = (*end).max(m.offset() + 1);
+                        if let Some(ms) = m.timestamp().to_millis() {
+                            let ts = SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64);
+                            content.first_ts = Some(content.first_ts.map_or(ts, |t| t.min(ts)));
+                        }
+                        last_message = Instant::now();
+                    }
+                    Some(Err(e)) => bail!("reading {topic} back: {e}"),
+                    None if content.count >= expected
+                        && last_message.elapsed() > Duration::from_millis(500) =>
+                    {
+                        break
+                    }
+                    None => {}
+                }
+            }
+            Ok(content)
+        })
+        .await?
+    }
+
+    async fn committed(&self) -> anyhow::Result<HashMap<i32, i64>> {
+        let consumer = self.consumer.clone();
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let timeout = Duration::from_secs(10);
+            let md = consumer.fetch_metadata(Some(&topic), timeout)?;
+            let mut tpl = TopicPartitionList::new();
+            for t in md.topics() {
+                for p in t.partitions() {
+                    tpl.add_partition(&topic, p.id());
+                }
+            }
+            let committed = consumer.committed_offsets(tpl, timeout)?;
+            Ok(committed
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await?
+    }
+}
+
+async fn delete_topics(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let mut failed = Vec::new();
+    for result in admin.delete_topics(&names, &opts).await? {
+        if let Err((topic, code)) = result {
+            // A topic the run never created (no DDL → no schema topic) is fine.
+            if code != rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition {
+                failed.push(format!("{topic}: {code}"));
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failed.join(", "))
+    }
+}
+
+/// `deleteall` with the ZooKeeper CLI the local stack runs on (best effort).
+async fn delete_zk_root(connect: &str, root: &str) -> anyhow::Result<()> {
+    let server = connect.split('/').next().unwrap_or(connect);
+    let run = tokio::process::Command::new("java")
+        .args([
+            "-cp",
+            "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar",
+            "org.apache.zookeeper.ZooKeeperMain",
+            "-server",
+            server,
+            "deleteall",
+            root,
+        ])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .context("zookeeper CLI timed out")?
+        .context("cannot run the zookeeper CLI (java)")?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || text.contains("Exception") {
+        bail!("zookeeper CLI: {}", text.lines().last().unwrap_or("failed"));
+    }
+    Ok(())
+}
+
+impl Report {
+    fn print(&self) {
+        let l = &self.load;
+        println!();
+        println!(
+            "== sluice bench: {} rows in {} transactions ({} inserts, {} updates, {} deletes = {} events), binaries from {} ==",
+            self.etl_docs,
+            l.transactions,
+            l.inserted,
+            l.updated,
+            l.deleted,
+            l.events(),
+            self.bin_dir
+        );
+        let rows: Vec<(String, String)> = vec![
+            (
+                "binlog→Kafka (worker alone)".into(),
+                format!(
+                    "{:>8.0} events/s   ({} events in {:.2} s incl. {:.2} s start-up; {:.0}/s after it; Kafka holds {})",
+                    self.worker.rate(),
+                    self.worker.count,
+                    self.worker.total.as_secs_f64(),
+                    self.worker.startup.unwrap_or_default().as_secs_f64(),
+                    self.worker.steady_rate().unwrap_or(f64::NAN),
+                    self.kafka_events
+                ),
+            ),
+            (
+                "Kafka→Elasticsearch (etl)".into(),
+                format!(
+                    "{:>8.0} docs/s     ({} docs / {} events in {:.2} s incl. {:.2} s start-up; {:.0}/s after it)",
+                    self.etl.rate(),
+                    self.etl.count,
+                    self.kafka_events,
+                    self.etl.total.as_secs_f64(),
+                    self.etl.startup.unwrap_or_default().as_secs_f64(),
+                    self.etl.steady_rate().unwrap_or(f64::NAN)
+                ),
+            ),
+            (
+                "raw _bulk, same ES (ceiling)".into(),
+                format!(
+                    "{:>8.0} docs/s     ({} docs in {:.2} s, {RAW_BATCH}/request, sequential); etl at {:.0} % of it",
+                    self.raw.rate(),
+                    self.raw.count,
+                    self.raw.total.as_secs_f64(),
+                    100.0 * self.etl.rate() / self.raw.rate()
+                ),
+            ),
+            (
+                "commit→indexed latency".into(),
+                format!(
+                    "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} samples at {:.1}/s{})",
+                    self.latency.pct(50.0),
+                    self.latency.pct(99.0),
+                    self.latency.sorted_ms.last().copied().unwrap_or(f64::NAN),
+                    self.latency.sorted_ms.len(),
+                    self.latency.sent_rate,
+                    if self.latency.lost > 0 {
+                        format!(", {} lost", self.latency.lost)
+                    } else {
+                        String::new()
+                    }
+                ),
+            ),
+        ];
+        for (name, value) in rows {
+            println!("{name:<30} {value}");
+        }
+        println!(
+            "{:<30} {:>10} {:>10}  {:>8}",
+            "peak RSS (VmHWM)", "peak", "now", "pid"
+        );
+        for r in &self.rss {
+            println!(
+                "  {:<28} {:>10} {:>10}  {:>8}  {}",
+                r.name,
+                fmt_kb(r.peak_kb),
+                fmt_kb(r.now_kb),
+                r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                r.note
+            );
+        }
+    }
+}

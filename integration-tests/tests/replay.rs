@@ -1,0 +1,139 @@
+//! Replays and reordering are harmless (DESIGN.md invariant 3, FAULTS.md 12): rewinding
+//! the etl's consumer group changes no document, and an insert delivered again long after
+//! its row was deleted does not bring the document back.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+
+/// Every document of `alias` with its `_version`.
+async fn snapshot(ctx: &TestCtx, alias: &str, ids: &[String]) -> BTreeMap<String, (u64, Value)> {
+    let url = format!("{}/{alias}/_mget", ctx.stack.es_url.trim_end_matches('/'));
+    let body: Value = reqwest::Client::new()
+        .post(url)
+        .json(&serde_json::json!({ "ids": ids }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["docs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["found"] == true)
+        .map(|d| {
+            (
+                d["_id"].as_str().unwrap().to_owned(),
+                (d["_version"].as_u64().unwrap(), d["_source"].clone()),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect() {
+    let ctx = TestCtx::new("replay").await;
+    ctx.exec("CREATE TABLE kv (id INT PRIMARY KEY, v VARCHAR(20))")
+        .await;
+    let pipeline = ctx.pipeline("kv");
+    let topic = ctx.topic("kv");
+    let mut worker = ctx.worker();
+    worker.start();
+    ctx.wait_worker_ready(&worker).await;
+    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
+    etl.start();
+
+    for i in 0..50 {
+        ctx.exec(&format!("INSERT INTO kv VALUES ({i}, 'v{i}')"))
+            .await;
+    }
+    ctx.exec("UPDATE kv SET v = CONCAT(v, '-2') WHERE id % 2 = 0")
+        .await;
+    ctx.exec("UPDATE kv SET v = CONCAT(v, '-3') WHERE id % 3 = 0")
+        .await;
+    ctx.exec("DELETE FROM kv WHERE id % 5 = 0").await;
+    ctx.exec("INSERT INTO kv VALUES (900, 'doomed')").await;
+    ctx.exec("DELETE FROM kv WHERE id = 900").await;
+    let deleted_at = Instant::now();
+    eventually("converged", Duration::from_secs(60), || async {
+        check_table(&ctx, "kv", &pipeline.alias, &CheckOptions::default()).await?;
+        ctx.etl_caught_up(&topic).await
+    })
+    .await;
+    let ids: Vec<String> = (0..50).chain([900]).map(|i| i.to_string()).collect();
+    let before = snapshot(&ctx, &pipeline.alias, &ids).await;
+    assert!(!before.contains_key("900"));
+
+    // Rewind the group to the start: every event is applied again.
+    etl.terminate(Duration::from_secs(30));
+    ctx.rewind_etl(&topic).await;
+    assert!(
+        ctx.etl_caught_up(&topic).await.is_err(),
+        "the rewind must leave events to replay"
+    );
+    etl.start();
+    eventually("the replay consumed", Duration::from_secs(60), || {
+        ctx.etl_caught_up(&topic)
+    })
+    .await;
+    let after = snapshot(&ctx, &pipeline.alias, &ids).await;
+    assert_eq!(
+        before, after,
+        "a replay moved a document (content or _version)"
+    );
+    check_table(&ctx, "kv", &pipeline.alias, &CheckOptions::default())
+        .await
+        .unwrap();
+
+    // The index keeps delete tombstones far longer than Elasticsearch's 60 s default.
+    let index = ctx
+        .stack
+        .es
+        .alias_targets(&pipeline.alias)
+        .await
+        .unwrap()
+        .remove(0);
+    let settings = ctx.stack.es.get_settings(&index).await.unwrap();
+    assert_eq!(settings[&index]["settings"]["index"]["gc_deletes"], "7d");
+
+    // Deliver row 900's insert again after the default tombstone lifetime has passed.
+    let messages = ctx.read_topic(&topic).await;
+    let total = messages.len();
+    let insert = messages
+        .into_iter()
+        .find(|(_, _, _, payload)| {
+            let e: Value = serde_json::from_slice(payload).unwrap();
+            e["op"] == "c" && e["key"]["id"] == 900
+        })
+        .unwrap_or_else(|| {
+            panic!("row 900's insert event is not among the topic's {total} messages")
+        });
+    let wait = Duration::from_secs(62).saturating_sub(deleted_at.elapsed());
+    // Not synchronisation: the property under test is about elapsed time itself.
+    tokio::time::sleep(wait).await;
+    ctx.republish(&topic, insert.0, &insert.2, &insert.3).await;
+    eventually(
+        "the late insert was consumed",
+        Duration::from_secs(60),
+        || ctx.etl_caught_up(&topic),
+    )
+    .await;
+    let late = ctx
+        .stack
+        .es
+        .mget(&pipeline.alias, &["900".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        vec![None],
+        "a replayed insert resurrected a deleted row"
+    );
+    check_table(&ctx, "kv", &pipeline.alias, &CheckOptions::default())
+        .await
+        .unwrap();
+}
