@@ -26,3 +26,27 @@ stack-status:
 bench: stack-up
 	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-integration-tests
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/bench
+
+# ----- build, test, demo -------------------------------------------------------------
+.PHONY: build test lint demo demo-stop
+
+build:
+	cargo build --bins
+
+# Every test: formatting, lints, unit tests and the end-to-end tests on the real stack.
+test: stack-up
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo build --bins
+	cargo nextest run --workspace
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+# The main job on the local stack with sample data: see deploy/demo.sh.
+demo: stack-up build
+	deploy/demo.sh
+
+demo-stop:
+	deploy/demo.sh stop

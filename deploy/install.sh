@@ -16,6 +16,8 @@ command -v sysbench >/dev/null 2>&1 || need_apt+=(sysbench)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+# librdkafka 2.12 (bundled by rdkafka-sys) includes curl/curl.h even when built without curl.
+[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
 if ((${#need_apt[@]})); then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -64,5 +66,11 @@ if ! tansu_has_features 2>/dev/null; then
   cargo install tansu --locked --quiet --features "$TANSU_FEATURES"
 else
   log "tansu present"
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  log "cargo install cargo-nextest"
+  cargo install cargo-nextest --locked --quiet
+else
+  log "cargo-nextest present"
 fi
 log "done"

@@ -14,7 +14,7 @@ pub enum ConfigError {
     Read {
         path: String,
         #[source]
-        source: config::ConfigError,
+        source: Box<config::ConfigError>,
     },
     #[error("config key `{key}`: {message}")]
     Invalid { key: String, message: String },
@@ -42,10 +42,10 @@ pub fn load_config<T: DeserializeOwned>(
             .try_parsing(true),
     );
     let cfg = builder.build().map_err(|source| ConfigError::Read {
+        source: Box::new(source),
         path: path
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "<environment>".into()),
-        source,
     })?;
     serde_path_to_error::deserialize(cfg).map_err(|e| {
         // The path includes an unknown field's own name ("kafka.brokerz").

@@ -38,14 +38,14 @@ pub enum MysqlError {
     #[error("binlog stream of `{source_name}` failed {at}: {error}")]
     Stream {
         source_name: String,
-        at: At,
+        at: Box<At>,
         #[source]
         error: mysql_async::Error,
     },
     #[error("cannot decode binlog event of `{source_name}` {at}: {detail}")]
     Decode {
         source_name: String,
-        at: At,
+        at: Box<At>,
         detail: String,
     },
     #[error("source `{source_name}` cannot be streamed:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]

@@ -157,7 +157,7 @@ pub async fn preflight(
         let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
         let gtid_resume =
             matches!(flavor, Flavor::MariaDb) && cp.gtid.as_ref().is_some_and(|g| !g.is_empty());
-        if !files.iter().any(|f| *f == cp.position.file) && !gtid_resume {
+        if !files.contains(&cp.position.file) && !gtid_resume {
             problems.push(format!(
                 "resume position {} is gone: binlog file {} was purged (oldest is {}). \
                  Nothing was skipped: reset the task's position (and re-snapshot) to continue",

@@ -226,7 +226,7 @@ impl BinlogReader {
             ) => {
                 let sids = mysql_sids(m).map_err(|detail| MysqlError::Decode {
                     source_name: cfg.name.clone(),
-                    at: At::default(),
+                    at: Box::default(),
                     detail,
                 })?;
                 conn.get_binlog_stream(
@@ -247,10 +247,10 @@ impl BinlogReader {
         }
         .map_err(|error| MysqlError::Stream {
             source_name: cfg.name.clone(),
-            at: At {
+            at: Box::new(At {
                 position: Some(BinlogPosition::new(file.clone(), pos)),
                 table: None,
-            },
+            }),
             error,
         })?;
         Ok(Self {
@@ -309,11 +309,11 @@ impl BinlogReader {
         }
     }
 
-    fn at(&self, table: Option<String>) -> At {
-        At {
+    fn at(&self, table: Option<String>) -> Box<At> {
+        Box::new(At {
             position: Some(self.position()),
             table,
-        }
+        })
     }
 
     fn decode_err(&self, table: Option<String>, detail: impl Into<String>) -> MysqlError {
@@ -399,7 +399,6 @@ impl BinlogReader {
                     Some(EventData::QueryEvent(q)) => {
                         let sql = q.query();
                         let word = sql
-                            .trim_start()
                             .split_whitespace()
                             .next()
                             .unwrap_or("")

@@ -119,11 +119,20 @@ struct Throughput {
     total: Duration,
     /// Until the first sign of progress (process start, connections, group join...).
     startup: Option<Duration>,
+    /// The worker: until its last event was handed to the producer (the checkpoint it
+    /// confirms every 200 ms comes later).
+    published: Option<Duration>,
 }
 
 impl Throughput {
     fn rate(&self) -> f64 {
         self.count as f64 / self.total.as_secs_f64()
+    }
+
+    /// Between the first and the last event handed to the producer.
+    fn publish_rate(&self) -> Option<f64> {
+        let span = self.published?.checked_sub(self.startup?)?.as_secs_f64();
+        (span > 0.0).then(|| self.count as f64 / span)
     }
 
     fn steady_rate(&self) -> Option<f64> {
@@ -274,15 +283,19 @@ impl Bench {
         worker_tp.startup = topic
             .first_ts
             .and_then(|first| first.duration_since(started).ok());
+        worker_tp.published = topic
+            .last_ts
+            .and_then(|last| last.duration_since(started).ok());
         println!(
-            "[1/5] binlog→Kafka (worker alone): {} events in {:.2} s = {:.0} events/s \
-             (first event published {:.2} s after the start; {:.0} events/s after it); \
+            "[1/5] binlog→Kafka (worker alone): {} events confirmed {:.2} s after the start = {:.0} events/s \
+             (producer timestamps: first event at {:.2} s, last at {:.2} s = {:.0} events/s while publishing); \
              Kafka holds {kafka_events} events{}{}",
             worker_tp.count,
             worker_tp.total.as_secs_f64(),
             worker_tp.rate(),
             worker_tp.startup.unwrap_or_default().as_secs_f64(),
-            worker_tp.steady_rate().unwrap_or(f64::NAN),
+            worker_tp.published.unwrap_or_default().as_secs_f64(),
+            worker_tp.publish_rate().unwrap_or(f64::NAN),
             if kafka_events == load.events() as i64 {
                 String::new()
             } else {
@@ -300,7 +313,7 @@ impl Bench {
         let etl_tp = self.time_etl(&kafka, &ends, rows, load.inserted).await?;
         println!(
             "[2/5] Kafka→Elasticsearch (etl): {kafka_events} events → {rows} documents; {} documents written in {:.2} s = {:.0} docs/s \
-             ({:.0} events/s; start-up {:.2} s; {:.0} docs/s after it)",
+             ({:.0} events/s; first documents visible at {:.2} s (consumer group join); {:.0} docs/s after that)",
             etl_tp.count,
             etl_tp.total.as_secs_f64(),
             etl_tp.rate(),
@@ -468,6 +481,7 @@ impl Bench {
                         count: events,
                         total: at,
                         startup: None,
+                        published: None,
                     };
                     break Ok((tp, started_at));
                 }
@@ -526,6 +540,7 @@ impl Bench {
                         count: docs_written,
                         total: started.elapsed(),
                         startup,
+                        published: None,
                     });
                 }
                 if at > deadline {
@@ -613,6 +628,7 @@ impl Bench {
             count: docs,
             total,
             startup: None,
+            published: None,
         })
     }
 
@@ -820,8 +836,9 @@ struct TopicContent {
     count: u64,
     /// Per partition, the offset after its last event.
     ends: HashMap<i32, i64>,
-    /// The earliest producer timestamp.
+    /// The earliest and latest producer timestamps.
     first_ts: Option<SystemTime>,
+    last_ts: Option<SystemTime>,
 }
 
 impl KafkaProbe {
@@ -886,6 +903,7 @@ impl KafkaProbe {
                 count: 0,
                 ends: HashMap::new(),
                 first_ts: None,
+                last_ts: None,
             };
             let mut last_message = Instant::now();
             while Instant::now() < deadline {
@@ -897,6 +915,7 @@ impl KafkaProbe {
                         if let Some(ms) = m.timestamp().to_millis() {
                             let ts = SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64);
                             content.first_ts = Some(content.first_ts.map_or(ts, |t| t.min(ts)));
+                            content.last_ts = Some(content.last_ts.map_or(ts, |t| t.max(ts)));
                         }
                         last_message = Instant::now();
                     }
@@ -995,32 +1014,34 @@ impl Report {
         let l = &self.load;
         println!();
         println!(
-            "== sluice bench: {} rows in {} transactions ({} inserts, {} updates, {} deletes = {} events), binaries from {} ==",
-            self.etl_docs,
+            "== sluice bench: {} transactions ({} inserts, {} updates, {} deletes = {} events; {} rows remain), binaries from {} ==",
             l.transactions,
             l.inserted,
             l.updated,
             l.deleted,
             l.events(),
+            self.etl_docs,
             self.bin_dir
         );
         let rows: Vec<(String, String)> = vec![
             (
                 "binlog→Kafka (worker alone)".into(),
                 format!(
-                    "{:>8.0} events/s   ({} events in {:.2} s incl. {:.2} s start-up; {:.0}/s after it; Kafka holds {})",
+                    "{:>8.0} events/s   ({} events confirmed in {:.2} s from the worker's start; \
+                     published between {:.2} s and {:.2} s = {:.0}/s; Kafka holds {})",
                     self.worker.rate(),
                     self.worker.count,
                     self.worker.total.as_secs_f64(),
                     self.worker.startup.unwrap_or_default().as_secs_f64(),
-                    self.worker.steady_rate().unwrap_or(f64::NAN),
+                    self.worker.published.unwrap_or_default().as_secs_f64(),
+                    self.worker.publish_rate().unwrap_or(f64::NAN),
                     self.kafka_events
                 ),
             ),
             (
                 "Kafka→Elasticsearch (etl)".into(),
                 format!(
-                    "{:>8.0} docs/s     ({} docs / {} events in {:.2} s incl. {:.2} s start-up; {:.0}/s after it)",
+                    "{:>8.0} docs/s     ({} docs / {} events in {:.2} s; first documents visible at {:.2} s; {:.0}/s after that)",
                     self.etl.rate(),
                     self.etl.count,
                     self.kafka_events,
