@@ -382,6 +382,7 @@ impl Service {
             .arg(&self.config)
             // Every SLUICE_* variable is a config override for the services.
             .env_remove("SLUICE_BIN_DIR")
+            .env_remove("SLUICE_IT_LOG")
             .env(
                 "RUST_LOG",
                 std::env::var("SLUICE_IT_LOG").unwrap_or_else(|_| "info,librdkafka=warn".into()),
@@ -437,6 +438,7 @@ impl Service {
             .arg("--config")
             .arg(&self.config)
             .env_remove("SLUICE_BIN_DIR")
+            .env_remove("SLUICE_IT_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
