@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use checker::{check_table, CheckOptions};
-pub use services::{Service, Stack, TestCtx};
+pub use services::{Pipeline, Running, Service, Stack, TestCtx};
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.
 pub async fn eventually<F, Fut, T>(what: &str, timeout: Duration, mut probe: F) -> T

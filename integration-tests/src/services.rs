@@ -8,7 +8,7 @@ use std::time::Duration;
 use mysql_async::prelude::*;
 use sluice_elastic::{EsClient, EsClientConfig};
 
-use crate::{eventually, unique};
+use crate::{check_table, eventually, unique, CheckOptions};
 
 /// Where the real services are.
 #[derive(Clone)]
@@ -54,33 +54,10 @@ impl Stack {
         drop(conn);
 
         let zookeeper = env_or("ZOOKEEPER", "127.0.0.1:12181");
-        let zk_addr = zookeeper
-            .split(',')
-            .next()
-            .unwrap_or_default()
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::net::TcpStream::connect(&zk_addr),
-        )
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_else(|| panic!("ZooKeeper at {zookeeper} is not reachable: {HOW}"));
-
+        let zk_addr = zookeeper.split([',', '/']).next().unwrap_or_default();
+        require_tcp("ZooKeeper", &zookeeper, zk_addr).await;
         let kafka = env_or("KAFKA_BROKERS", "127.0.0.1:19092");
-        let kafka_addr = kafka.split(',').next().unwrap_or_default().to_owned();
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::net::TcpStream::connect(&kafka_addr),
-        )
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_else(|| panic!("Kafka at {kafka} is not reachable: {HOW}"));
+        require_tcp("Kafka", &kafka, kafka.split(',').next().unwrap_or_default()).await;
 
         let es_url = env_or("ES_URL", "http://127.0.0.1:19200");
         let es = EsClient::new(EsClientConfig {
@@ -113,6 +90,15 @@ impl Stack {
     }
 }
 
+/// Fails the test, saying how to start the service, unless `addr` accepts connections.
+async fn require_tcp(service: &str, endpoint: &str, addr: &str) {
+    let connected =
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr)).await;
+    if !matches!(connected, Ok(Ok(_))) {
+        panic!("{service} at {endpoint} is not reachable: {HOW}");
+    }
+}
+
 /// One test's private corner of the stack.
 pub struct TestCtx {
     pub stack: Stack,
@@ -124,6 +110,7 @@ pub struct TestCtx {
     pub dlq_topic: String,
     pub server_id: u32,
     pub dir: PathBuf,
+    zk: tokio::sync::OnceCell<sluice_zk::Coordinator>,
 }
 
 /// A table → index pipeline as a test declares it.
@@ -159,6 +146,7 @@ impl TestCtx {
             stack,
             server_id,
             dir,
+            zk: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -275,54 +263,95 @@ replicas = 0
         Service::new("sluice-etl", path, self.dir.join("etl.log"))
     }
 
-    /// Waits until the worker has recorded its start position: writes after this point
-    /// are guaranteed to be streamed.
-    pub async fn wait_worker_ready(&self, worker: &Service) {
-        let cfg = sluice_zk::ZkConfig {
-            connect: self.stack.zookeeper.clone(),
-            root: self.zk_root.clone(),
-            session_timeout: Duration::from_secs(4),
-        };
-        let coord = sluice_zk::Coordinator::connect(&cfg)
+    /// This test's ZooKeeper session (under its own root), opened on first use.
+    async fn zk(&self) -> &sluice_zk::Coordinator {
+        self.zk
+            .get_or_init(|| async {
+                let cfg = sluice_zk::ZkConfig {
+                    connect: self.stack.zookeeper.clone(),
+                    root: self.zk_root.clone(),
+                    session_timeout: Duration::from_secs(4),
+                };
+                sluice_zk::Coordinator::connect(&cfg)
+                    .await
+                    .expect("ZooKeeper")
+            })
             .await
-            .expect("ZooKeeper");
-        let instance = self.instance.clone();
-        eventually(
-            "worker recorded its start position",
-            Duration::from_secs(60),
-            || {
-                let coord = coord.clone();
-                let instance = instance.clone();
-                let log = worker.log_tail();
-                async move {
-                    match coord.read_checkpoint(&instance).await {
-                        Ok(Some(cp)) if !cp.is_empty() => Ok(()),
-                        other => Err(format!("checkpoint: {other:?}\nworker log:\n{log}")),
-                    }
-                }
-            },
-        )
-        .await;
-        coord.close().await;
     }
 
     /// The task's confirmed checkpoint.
     pub async fn checkpoint(&self) -> Option<sluice_core::Checkpoint> {
-        let cfg = sluice_zk::ZkConfig {
-            connect: self.stack.zookeeper.clone(),
-            root: self.zk_root.clone(),
-            session_timeout: Duration::from_secs(4),
-        };
-        let coord = sluice_zk::Coordinator::connect(&cfg)
+        let cp = self
+            .zk()
             .await
-            .expect("ZooKeeper");
-        let cp = coord
             .read_checkpoint(&self.instance)
             .await
             .expect("read checkpoint");
-        coord.close().await;
         cp.filter(|b| !b.is_empty())
             .map(|b| sluice_core::Checkpoint::from_json(&b).expect("checkpoint JSON"))
+    }
+
+    /// Waits until the worker has recorded its start position: writes after this point
+    /// are guaranteed to be streamed.
+    pub async fn wait_worker_ready(&self, worker: &Service) {
+        eventually(
+            "worker recorded its start position",
+            Duration::from_secs(60),
+            || async {
+                match self.checkpoint().await {
+                    Some(_) => Ok(()),
+                    None => Err(format!(
+                        "no checkpoint yet\nworker log:\n{}",
+                        worker.log_tail()
+                    )),
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Starts a worker, waits until it streams, then starts an etl for `pipelines`.
+    pub async fn start(&self, pipelines: &[Pipeline]) -> Running {
+        let mut worker = self.worker();
+        worker.start();
+        self.wait_worker_ready(&worker).await;
+        let mut etl = self.etl(pipelines);
+        etl.start();
+        Running { worker, etl }
+    }
+
+    /// Waits until the index behind `alias` equals `table` (see [`check_table`]); on
+    /// timeout fails with the last difference and both services' logs.
+    pub async fn converges(
+        &self,
+        running: &Running,
+        table: &str,
+        alias: &str,
+        opts: &CheckOptions,
+        within: Duration,
+    ) {
+        eventually(&format!("{table} equals {alias}"), within, || async {
+            check_table(self, table, alias, opts)
+                .await
+                .map_err(|e| format!("{e}\n{}", running.logs()))
+        })
+        .await;
+    }
+}
+
+/// The worker and etl of one test.
+pub struct Running {
+    pub worker: Service,
+    pub etl: Service,
+}
+
+impl Running {
+    pub fn logs(&self) -> String {
+        format!(
+            "--- etl log ---\n{}\n--- worker log ---\n{}",
+            self.etl.log_tail(),
+            self.worker.log_tail()
+        )
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{eventually, CheckOptions, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_transaction_of_100k_rows_arrives_whole() {
@@ -13,11 +13,7 @@ async fn one_transaction_of_100k_rows_arrives_whole() {
     ctx.exec("CREATE TABLE big (id INT PRIMARY KEY, label VARCHAR(40), n BIGINT)")
         .await;
     let pipeline = ctx.pipeline("big");
-    let mut worker = ctx.worker();
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
+    let run = ctx.start(std::slice::from_ref(&pipeline)).await;
 
     ctx.exec(
         "INSERT INTO big \
@@ -28,17 +24,13 @@ async fn one_transaction_of_100k_rows_arrives_whole() {
     .await;
     let before = ctx.checkpoint().await.expect("checkpoint").position;
 
-    eventually("100k rows indexed", Duration::from_secs(300), || async {
-        check_table(&ctx, "big", &pipeline.alias, &CheckOptions::default())
-            .await
-            .map_err(|e| {
-                format!(
-                    "{e}\n--- etl ---\n{}\n--- worker ---\n{}",
-                    etl.log_tail(),
-                    worker.log_tail()
-                )
-            })
-    })
+    ctx.converges(
+        &run,
+        "big",
+        &pipeline.alias,
+        &CheckOptions::default(),
+        Duration::from_secs(300),
+    )
     .await;
     // The position moved past the transaction only once all of it was in Kafka.
     eventually(
@@ -55,7 +47,8 @@ async fn one_transaction_of_100k_rows_arrives_whole() {
     )
     .await;
     // The source's memory stayed bounded while 100k events went through.
-    let rss = std::fs::read_to_string(format!("/proc/{}/status", worker.pid().unwrap())).unwrap();
+    let rss =
+        std::fs::read_to_string(format!("/proc/{}/status", run.worker.pid().unwrap())).unwrap();
     let peak_kib: u64 = rss
         .lines()
         .find(|l| l.starts_with("VmHWM:"))

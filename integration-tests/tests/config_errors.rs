@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{Service, TestCtx};
+use sluice_integration_tests::TestCtx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
@@ -45,5 +45,4 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
         out.contains("etl.max_batch_docs") && out.contains("pipelines[0].alias"),
         "{out}"
     );
-    let _ = Service::binary("sluice-worker");
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{CheckOptions, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
@@ -12,21 +12,21 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
     ctx.exec("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(32), legacy INT)")
         .await;
     let pipeline = ctx.pipeline("people");
-    let mut worker = ctx.worker();
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
+    let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
 
     ctx.exec("INSERT INTO people VALUES (1, 'ann', 10), (2, 'bob', 20)")
         .await;
-    eventually("first rows", Duration::from_secs(60), || async {
-        check_table(&ctx, "people", &pipeline.alias, &CheckOptions::default()).await
-    })
+    ctx.converges(
+        &run,
+        "people",
+        &pipeline.alias,
+        &CheckOptions::default(),
+        Duration::from_secs(60),
+    )
     .await;
 
     // The worker falls behind: everything below is read after all of it was written.
-    worker.kill9();
+    run.worker.kill9();
     ctx.exec("INSERT INTO people VALUES (3, 'cid', 30)").await;
     ctx.exec("ALTER TABLE people ADD COLUMN email VARCHAR(64) NULL AFTER name")
         .await;
@@ -44,24 +44,16 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
     ctx.exec("INSERT INTO people VALUES (6, 'fay', NULL, 99.50)")
         .await;
     ctx.exec("UPDATE people SET score = 1.25").await;
-    worker.start();
+    run.worker.start();
 
     // Every row was rewritten after the last ALTER, so documents equal rows exactly,
     // except that documents keep `legacy` until rewritten — all were rewritten.
-    eventually(
-        "rows written across ADD/DROP COLUMN",
+    ctx.converges(
+        &run,
+        "people",
+        &pipeline.alias,
+        &CheckOptions::default(),
         Duration::from_secs(60),
-        || async {
-            check_table(&ctx, "people", &pipeline.alias, &CheckOptions::default())
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{e}\n--- etl ---\n{}\n--- worker ---\n{}",
-                        etl.log_tail(),
-                        worker.log_tail()
-                    )
-                })
-        },
     )
     .await;
 }

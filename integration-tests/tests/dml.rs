@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{check_table, CheckOptions, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inserts_updates_deletes_and_multi_row_statements_converge() {
@@ -10,11 +10,7 @@ async fn inserts_updates_deletes_and_multi_row_statements_converge() {
     ctx.exec("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(64), qty INT, note TEXT)")
         .await;
     let pipeline = ctx.pipeline("items");
-    let mut worker = ctx.worker();
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
+    let run = ctx.start(std::slice::from_ref(&pipeline)).await;
 
     ctx.exec("INSERT INTO items VALUES (1, 'one', 1, 'first')")
         .await;
@@ -25,27 +21,18 @@ async fn inserts_updates_deletes_and_multi_row_statements_converge() {
     ctx.exec("DELETE FROM items WHERE id IN (3, 5)").await;
     ctx.exec("INSERT INTO items VALUES (5, 'five again', 50, 'back')")
         .await;
-    ctx.exec("BEGIN").await;
     // Several statements on the same rows in one transaction: only the last state may remain.
     ctx.exec("START TRANSACTION; INSERT INTO items VALUES (6, 'six', 6, 'a'); UPDATE items SET qty = 66 WHERE id = 6; \
               UPDATE items SET qty = 666 WHERE id = 6; DELETE FROM items WHERE id = 4; COMMIT").await;
     ctx.exec("INSERT INTO items SELECT id + 100, CONCAT('bulk-', id), id, NULL FROM items")
         .await;
 
-    eventually(
-        "Elasticsearch equals MySQL",
+    ctx.converges(
+        &run,
+        "items",
+        &pipeline.alias,
+        &CheckOptions::default(),
         Duration::from_secs(60),
-        || async {
-            check_table(&ctx, "items", &pipeline.alias, &CheckOptions::default())
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{e}\n--- etl log ---\n{}\n--- worker log ---\n{}",
-                        etl.log_tail(),
-                        worker.log_tail()
-                    )
-                })
-        },
     )
     .await;
 

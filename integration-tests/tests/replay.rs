@@ -41,11 +41,7 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
         .await;
     let pipeline = ctx.pipeline("kv");
     let topic = ctx.topic("kv");
-    let mut worker = ctx.worker();
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
+    let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
 
     for i in 0..50 {
         ctx.exec(&format!("INSERT INTO kv VALUES ({i}, 'v{i}')"))
@@ -69,13 +65,13 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
     assert!(!before.contains_key("900"));
 
     // Rewind the group to the start: every event is applied again.
-    etl.terminate(Duration::from_secs(30));
+    run.etl.terminate(Duration::from_secs(30));
     ctx.rewind_etl(&topic).await;
     assert!(
         ctx.etl_caught_up(&topic).await.is_err(),
         "the rewind must leave events to replay"
     );
-    etl.start();
+    run.etl.start();
     eventually("the replay consumed", Duration::from_secs(60), || {
         ctx.etl_caught_up(&topic)
     })

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{eventually, CheckOptions, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
@@ -12,11 +12,7 @@ async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT, note VARCHAR(40))")
         .await;
     let pipeline = ctx.pipeline("acct");
-    let mut worker = ctx.worker();
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
+    let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
 
     // A steady write load: inserts, updates and deletes in small transactions.
     let db = ctx.db.clone();
@@ -52,8 +48,8 @@ async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
         }
     })
     .await;
-    worker.kill9();
-    worker.start();
+    run.worker.kill9();
+    run.worker.start();
     eventually(
         "more documents after the worker restart",
         Duration::from_secs(60),
@@ -67,26 +63,18 @@ async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
         },
     )
     .await;
-    etl.kill9();
-    etl.start();
-    worker.kill9();
-    worker.start();
+    run.etl.kill9();
+    run.etl.start();
+    run.worker.kill9();
+    run.worker.start();
     load.await.unwrap();
 
-    eventually(
-        "Elasticsearch equals MySQL after the kills",
+    ctx.converges(
+        &run,
+        "acct",
+        &pipeline.alias,
+        &CheckOptions::default(),
         Duration::from_secs(120),
-        || async {
-            check_table(&ctx, "acct", &pipeline.alias, &CheckOptions::default())
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{e}\n--- etl ---\n{}\n--- worker ---\n{}",
-                        etl.log_tail(),
-                        worker.log_tail()
-                    )
-                })
-        },
     )
     .await;
 }

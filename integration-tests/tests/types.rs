@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{CheckOptions, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_common_type_round_trips_exactly() {
@@ -26,11 +26,7 @@ async fn every_common_type_round_trips_exactly() {
     )
     .await;
     let pipeline = ctx.pipeline("t");
-    let mut worker = ctx.worker();
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
+    let run = ctx.start(std::slice::from_ref(&pipeline)).await;
 
     ctx.exec(
         "INSERT INTO t VALUES
@@ -57,20 +53,12 @@ async fn every_common_type_round_trips_exactly() {
     .await;
     ctx.exec("UPDATE t SET vc = 'ŝanĝita', f = -1.5e-7, d = 1e308, st = 'green,blue,red', js = '\"just a string\"' WHERE id = 0").await;
 
-    eventually(
-        "every type equals MySQL",
+    ctx.converges(
+        &run,
+        "t",
+        &pipeline.alias,
+        &CheckOptions::default(),
         Duration::from_secs(60),
-        || async {
-            check_table(&ctx, "t", &pipeline.alias, &CheckOptions::default())
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{e}\n--- etl ---\n{}\n--- worker ---\n{}",
-                        etl.log_tail(),
-                        worker.log_tail()
-                    )
-                })
-        },
     )
     .await;
 
