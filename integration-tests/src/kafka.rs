@@ -1,7 +1,12 @@
-//! Kafka-side probes: how far the etl's group has committed, rewinding it, and
-//! re-publishing an old event.
+//! Kafka-side probes shared by the tests and the bench: reading a topic back, the etl
+//! group's committed offsets, rewinding the group, and re-publishing an old event.
+//!
+//! Partition ends are found by reading each partition, not from high watermarks: tansu
+//! 0.6 reports too low a high watermark for partitions written by an idempotent
+//! librdkafka 2.12 producer (often 1), which would make any "caught up" probe pass at once.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
@@ -10,73 +15,190 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::TestCtx;
 
+/// One record read back from a topic.
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// Producer timestamp, ms since the Unix epoch.
+    pub ts_ms: Option<i64>,
+}
+
+/// Partition → the offset after its last record.
+pub fn ends(records: &[Record]) -> BTreeMap<i32, i64> {
+    let mut ends = BTreeMap::new();
+    for r in records {
+        let end = ends.entry(r.partition).or_insert(0);
+        *end = (r.offset + 1).max(*end);
+    }
+    ends
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
 impl TestCtx {
     /// The change topic of `table`.
     pub fn topic(&self, table: &str) -> String {
         sluice_kafka::TopicConfig::default().rows_topic(&self.instance, &self.db, table)
     }
 
-    fn group_consumer(&self) -> BaseConsumer {
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.stack.kafka)
-            .set("group.id", &self.group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("Kafka consumer")
-    }
-
-    fn partitions(&self, consumer: &BaseConsumer, topic: &str) -> Vec<i32> {
-        let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .expect("topic metadata");
-        md.topics()[0].partitions().iter().map(|p| p.id()).collect()
-    }
-
-    /// `Ok` when the etl's group has committed every partition of `topic` up to its end.
-    ///
-    /// Ends are found by reading each partition to the end rather than from its high
-    /// watermark: tansu 0.6 reports a high watermark of 1 for partitions written by an
-    /// idempotent librdkafka 2.12 producer, which would make this probe pass at once.
-    pub async fn etl_caught_up(&self, topic: &str) -> Result<(), String> {
-        let mut ends: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
-        for (p, offset, _, _) in self.read_topic(topic).await {
-            ends.insert(p, offset + 1);
+    fn consumer(&self, group: &str, extra: &[(&str, &str)]) -> BaseConsumer {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", &self.stack.kafka)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false");
+        for (k, v) in extra {
+            cfg.set(*k, *v);
         }
-        let consumer = self.group_consumer();
+        cfg.create().expect("Kafka consumer")
+    }
+
+    fn partitions(consumer: &BaseConsumer, topic: &str) -> Vec<i32> {
+        let md = consumer
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .expect("topic metadata");
+        md.topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect()
+    }
+
+    /// Every record of `topic` from the start of each partition. Returns once at least
+    /// `at_least` records came and nothing followed for a second; panics if `within`
+    /// passes first.
+    pub async fn read_topic(&self, topic: &str, at_least: usize, within: Duration) -> Vec<Record> {
+        // A short fetch wait: tansu holds a fetch for the whole wait, which would look
+        // like an idle topic.
+        let consumer = self.consumer(
+            &format!("reader-{}", crate::unique("")),
+            &[("fetch.wait.max.ms", "50")],
+        );
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
             let mut tpl = TopicPartitionList::new();
-            for p in ends.keys() {
-                tpl.add_partition(&topic, *p);
+            for p in TestCtx::partitions(&consumer, &topic) {
+                tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                    .expect("offset");
             }
-            let committed = consumer
-                .committed_offsets(tpl, Duration::from_secs(10))
-                .map_err(|e| e.to_string())?;
-            for (p, end) in ends {
-                let at = match committed.find_partition(&topic, p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => o,
-                    _ => 0,
-                };
-                if at < end {
-                    return Err(format!("partition {p}: committed {at} of {end}"));
+            consumer.assign(&tpl).expect("assign");
+            let deadline = Instant::now() + within;
+            let mut records = Vec::new();
+            let mut last = Instant::now();
+            loop {
+                match consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => {
+                        records.push(Record {
+                            partition: m.partition(),
+                            offset: m.offset(),
+                            key: m.key().unwrap_or_default().to_vec(),
+                            payload: m.payload().unwrap_or_default().to_vec(),
+                            ts_ms: m.timestamp().to_millis(),
+                        });
+                        last = Instant::now();
+                    }
+                    // End-of-partition and transient broker notices are not data.
+                    Some(Err(e)) => tracing::debug!(%topic, error = %e, "reading"),
+                    None if records.len() >= at_least
+                        && last.elapsed() >= Duration::from_secs(1) =>
+                    {
+                        return records
+                    }
+                    None => {}
                 }
+                assert!(
+                    Instant::now() < deadline,
+                    "reading {topic}: {} of at least {at_least} records within {within:?}",
+                    records.len()
+                );
             }
-            Ok(())
         })
         .await
-        .expect("probe")
+        .expect("read topic")
+    }
+
+    /// The etl group's committed offset per partition of `topic` (partitions without a
+    /// commit are absent).
+    pub async fn committed(&self, topic: &str) -> BTreeMap<i32, i64> {
+        let consumer = self.consumer(&self.group, &[]);
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::new();
+            for p in TestCtx::partitions(&consumer, &topic) {
+                tpl.add_partition(&topic, p);
+            }
+            let committed = consumer
+                .committed_offsets(tpl, TIMEOUT)
+                .expect("committed offsets");
+            committed
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(o) => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .await
+        .expect("committed offsets")
+    }
+
+    /// `Ok` when the etl's group has committed every partition up to `ends` (from
+    /// [`ends`] over a [`TestCtx::read_topic`] taken while the topic was quiet).
+    pub async fn etl_committed_up_to(
+        &self,
+        topic: &str,
+        ends: &BTreeMap<i32, i64>,
+    ) -> Result<(), String> {
+        assert!(
+            !ends.is_empty(),
+            "no partition ends to compare with: the topic was read empty"
+        );
+        let committed = self.committed(topic).await;
+        let behind: Vec<String> = ends
+            .iter()
+            .filter(|(p, end)| committed.get(p).copied().unwrap_or(0) < **end)
+            .map(|(p, end)| format!("partition {p}: committed {:?} of {end}", committed.get(p)))
+            .collect();
+        if behind.is_empty() {
+            Ok(())
+        } else {
+            Err(behind.join(", "))
+        }
+    }
+
+    /// High watermarks as the broker reports them (see the module doc before trusting
+    /// them; the bench prints them next to what the topic really holds).
+    pub async fn watermarks(&self, topic: &str) -> BTreeMap<i32, i64> {
+        let consumer = self.consumer(&self.group, &[]);
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            TestCtx::partitions(&consumer, &topic)
+                .into_iter()
+                .map(|p| {
+                    (
+                        p,
+                        consumer
+                            .fetch_watermarks(&topic, p, TIMEOUT)
+                            .expect("watermarks")
+                            .1,
+                    )
+                })
+                .collect()
+        })
+        .await
+        .expect("watermarks")
     }
 
     /// Moves the (stopped) etl group's committed offsets of `topic` back to the start.
     pub async fn rewind_etl(&self, topic: &str) {
-        let consumer = self.group_consumer();
+        let consumer = self.consumer(&self.group, &[]);
         let topic = topic.to_owned();
-        let parts = self.partitions(&consumer, &topic);
         tokio::task::spawn_blocking(move || {
             let mut tpl = TopicPartitionList::new();
-            for p in parts {
+            for p in TestCtx::partitions(&consumer, &topic) {
                 let (low, _) = consumer
-                    .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                    .fetch_watermarks(&topic, p, TIMEOUT)
                     .expect("watermarks");
                 tpl.add_partition_offset(&topic, p, Offset::Offset(low))
                     .expect("offset");
@@ -87,52 +209,6 @@ impl TestCtx {
         })
         .await
         .expect("rewind");
-    }
-
-    /// Every (partition, offset, key, payload) currently in `topic`, read from the start
-    /// of each partition until it stays idle (see [`TestCtx::etl_caught_up`] on why not
-    /// up to the high watermark).
-    pub async fn read_topic(&self, topic: &str) -> Vec<(i32, i64, Vec<u8>, Vec<u8>)> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.stack.kafka)
-            .set("group.id", format!("reader-{}", crate::unique("")))
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("Kafka consumer");
-        let topic = topic.to_owned();
-        let parts = self.partitions(&consumer, &topic);
-        tokio::task::spawn_blocking(move || {
-            let mut tpl = TopicPartitionList::new();
-            for p in &parts {
-                tpl.add_partition_offset(&topic, *p, Offset::Beginning)
-                    .expect("offset");
-            }
-            consumer.assign(&tpl).expect("assign");
-            let mut out = Vec::new();
-            let mut idle = 0;
-            while idle < 3 {
-                match consumer.poll(Duration::from_millis(500)) {
-                    Some(Ok(m)) => {
-                        idle = 0;
-                        out.push((
-                            m.partition(),
-                            m.offset(),
-                            m.key().unwrap_or_default().to_vec(),
-                            m.payload().unwrap_or_default().to_vec(),
-                        ));
-                    }
-                    Some(Err(e)) => {
-                        // End-of-partition and transient broker notices are not data.
-                        tracing::debug!(%topic, error = %e, "reading");
-                        idle += 1;
-                    }
-                    None => idle += 1,
-                }
-            }
-            out
-        })
-        .await
-        .expect("read topic")
     }
 
     /// Publishes `payload` again, as a late duplicate delivery.

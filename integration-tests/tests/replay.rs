@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_integration_tests::{check_table, eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{check_table, eventually, kafka, CheckOptions, TestCtx};
 
 /// Every document of `alias` with its `_version`.
 async fn snapshot(ctx: &TestCtx, alias: &str, ids: &[String]) -> BTreeMap<String, (u64, Value)> {
@@ -55,9 +55,24 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
     ctx.exec("INSERT INTO kv VALUES (900, 'doomed')").await;
     ctx.exec("DELETE FROM kv WHERE id = 900").await;
     let deleted_at = Instant::now();
+    // Every change above is one event: inserts, the two updates, the deletes, row 900.
+    let events = 50
+        + (0..50).filter(|i| i % 2 == 0).count()
+        + (0..50).filter(|i| i % 3 == 0).count()
+        + (0..50).filter(|i| i % 5 == 0).count()
+        + 2;
+    let records = ctx
+        .read_topic(&topic, events, Duration::from_secs(60))
+        .await;
+    assert_eq!(
+        records.len(),
+        events,
+        "the topic holds exactly the changes made"
+    );
+    let ends = kafka::ends(&records);
     eventually("converged", Duration::from_secs(60), || async {
         check_table(&ctx, "kv", &pipeline.alias, &CheckOptions::default()).await?;
-        ctx.etl_caught_up(&topic).await
+        ctx.etl_committed_up_to(&topic, &ends).await
     })
     .await;
     let ids: Vec<String> = (0..50).chain([900]).map(|i| i.to_string()).collect();
@@ -68,12 +83,12 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
     run.etl.terminate(Duration::from_secs(30));
     ctx.rewind_etl(&topic).await;
     assert!(
-        ctx.etl_caught_up(&topic).await.is_err(),
+        ctx.etl_committed_up_to(&topic, &ends).await.is_err(),
         "the rewind must leave events to replay"
     );
     run.etl.start();
     eventually("the replay consumed", Duration::from_secs(60), || {
-        ctx.etl_caught_up(&topic)
+        ctx.etl_committed_up_to(&topic, &ends)
     })
     .await;
     let after = snapshot(&ctx, &pipeline.alias, &ids).await;
@@ -97,25 +112,24 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
     assert_eq!(settings[&index]["settings"]["index"]["gc_deletes"], "7d");
 
     // Deliver row 900's insert again after the default tombstone lifetime has passed.
-    let messages = ctx.read_topic(&topic).await;
-    let total = messages.len();
-    let insert = messages
-        .into_iter()
-        .find(|(_, _, _, payload)| {
-            let e: Value = serde_json::from_slice(payload).unwrap();
+    let insert = records
+        .iter()
+        .find(|r| {
+            let e: Value = serde_json::from_slice(&r.payload).unwrap();
             e["op"] == "c" && e["key"]["id"] == 900
         })
-        .unwrap_or_else(|| {
-            panic!("row 900's insert event is not among the topic's {total} messages")
-        });
+        .expect("row 900's insert event is in the topic");
     let wait = Duration::from_secs(62).saturating_sub(deleted_at.elapsed());
     // Not synchronisation: the property under test is about elapsed time itself.
     tokio::time::sleep(wait).await;
-    ctx.republish(&topic, insert.0, &insert.2, &insert.3).await;
+    ctx.republish(&topic, insert.partition, &insert.key, &insert.payload)
+        .await;
+    let mut late_ends = ends.clone();
+    *late_ends.get_mut(&insert.partition).expect("partition") += 1;
     eventually(
         "the late insert was consumed",
         Duration::from_secs(60),
-        || ctx.etl_caught_up(&topic),
+        || ctx.etl_committed_up_to(&topic, &late_ends),
     )
     .await;
     let late = ctx

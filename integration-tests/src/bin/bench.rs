@@ -16,12 +16,11 @@
 //! `BENCH_LATENCY_RATE` (rows/s, 20), `SLUICE_BIN_DIR` (which build of the services runs),
 //! and the stack endpoints the tests use (`MYSQL_URL`, `ZOOKEEPER`, `KAFKA_BROKERS`, `ES_URL`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -29,14 +28,12 @@ use futures::FutureExt as _;
 use mysql_async::prelude::*;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::message::Message as _;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use serde_json::{Map, Value};
 use sluice_core::{BinlogPosition, Checkpoint};
 use sluice_elastic::{BulkOp, ItemOutcome};
 use sluice_integration_tests::services::Pipeline;
-use sluice_integration_tests::{Service, TestCtx};
+use sluice_integration_tests::{kafka, Service, TestCtx};
 use tokio::sync::mpsc;
 
 const TABLE: &str = "bench";
@@ -271,21 +268,26 @@ impl Bench {
         let (mut worker_tp, started) = self.time_worker(&end, load.events()).await?;
         // The topic read back: the events it holds, where each partition ends, and when
         // the worker published its first event (the producer's timestamp).
-        let kafka = KafkaProbe::new(&self.ctx, &self.topic)?;
-        let topic = kafka
-            .read_back(
-                load.events(),
+        let records = self
+            .ctx
+            .read_topic(
+                &self.topic,
+                load.events() as usize,
                 Duration::from_secs(60 + load.events() / 1000),
             )
-            .await?;
-        let watermarks: i64 = kafka.ends().await?.values().sum();
-        let kafka_events = topic.count as i64;
-        worker_tp.startup = topic
-            .first_ts
-            .and_then(|first| first.duration_since(started).ok());
-        worker_tp.published = topic
-            .last_ts
-            .and_then(|last| last.duration_since(started).ok());
+            .await;
+        let watermarks: i64 = self.ctx.watermarks(&self.topic).await.values().sum();
+        let kafka_events = records.len() as i64;
+        let producer_time = |pick: fn(i64, i64) -> i64| {
+            records
+                .iter()
+                .filter_map(|r| r.ts_ms)
+                .reduce(pick)
+                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64))
+                .and_then(|t| t.duration_since(started).ok())
+        };
+        worker_tp.startup = producer_time(i64::min);
+        worker_tp.published = producer_time(i64::max);
         println!(
             "[1/5] binlog→Kafka (worker alone): {} events confirmed {:.2} s after the start = {:.0} events/s \
              (producer timestamps: first event at {:.2} s, last at {:.2} s = {:.0} events/s while publishing); \
@@ -307,10 +309,11 @@ impl Bench {
                 format!(" (the broker's high watermarks sum to {watermarks})")
             }
         );
-        let ends = topic.ends;
+        let ends = kafka::ends(&records);
+        drop(records);
 
         let rows = self.mysql_rows().await?;
-        let etl_tp = self.time_etl(&kafka, &ends, rows, load.inserted).await?;
+        let etl_tp = self.time_etl(&ends, rows, load.inserted).await?;
         println!(
             "[2/5] Kafka→Elasticsearch (etl): {kafka_events} events → {rows} documents; {} documents written in {:.2} s = {:.0} docs/s \
              ({:.0} events/s; first documents visible at {:.2} s (consumer group join); {:.0} docs/s after that)",
@@ -506,8 +509,7 @@ impl Bench {
     /// index holds `rows` documents and the group has committed up to `ends`.
     async fn time_etl(
         &mut self,
-        kafka: &KafkaProbe,
-        ends: &HashMap<i32, i64>,
+        ends: &BTreeMap<i32, i64>,
         rows: u64,
         docs_written: u64,
     ) -> anyhow::Result<Throughput> {
@@ -529,22 +531,19 @@ impl Bench {
                 startup = Some(at);
             }
             if count == rows {
-                let committed = kafka.committed().await?;
-                let behind: Vec<String> = ends
-                    .iter()
-                    .filter(|(p, end)| committed.get(p).copied().unwrap_or(0) < **end)
-                    .map(|(p, end)| format!("partition {p}: {:?} of {end}", committed.get(p)))
-                    .collect();
-                if behind.is_empty() {
-                    return Ok(Throughput {
-                        count: docs_written,
-                        total: started.elapsed(),
-                        startup,
-                        published: None,
-                    });
-                }
-                if at > deadline {
-                    bail!("the etl's group has not committed the topic: {behind:?}");
+                match self.ctx.etl_committed_up_to(&self.topic, ends).await {
+                    Ok(()) => {
+                        return Ok(Throughput {
+                            count: docs_written,
+                            total: started.elapsed(),
+                            startup,
+                            published: None,
+                        })
+                    }
+                    Err(behind) if at > deadline => {
+                        bail!("the etl's group has not committed the topic: {behind}")
+                    }
+                    Err(_) => {}
                 }
             }
             if at > deadline {
@@ -822,140 +821,6 @@ fn fmt_kb(kb: Option<u64>) -> String {
     match kb {
         Some(kb) => format!("{:.1} MiB", kb as f64 / 1024.0),
         None => "n/a".into(),
-    }
-}
-
-/// High watermarks of the topic and the etl group's committed offsets.
-struct KafkaProbe {
-    consumer: Arc<BaseConsumer>,
-    brokers: String,
-    topic: String,
-}
-
-struct TopicContent {
-    count: u64,
-    /// Per partition, the offset after its last event.
-    ends: HashMap<i32, i64>,
-    /// The earliest and latest producer timestamps.
-    first_ts: Option<SystemTime>,
-    last_ts: Option<SystemTime>,
-}
-
-impl KafkaProbe {
-    fn new(ctx: &TestCtx, topic: &str) -> anyhow::Result<KafkaProbe> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &ctx.stack.kafka)
-            .set("group.id", &ctx.group)
-            .set("enable.auto.commit", "false")
-            .create()?;
-        Ok(KafkaProbe {
-            consumer: Arc::new(consumer),
-            brokers: ctx.stack.kafka.clone(),
-            topic: topic.to_owned(),
-        })
-    }
-
-    async fn ends(&self) -> anyhow::Result<HashMap<i32, i64>> {
-        let consumer = self.consumer.clone();
-        let topic = self.topic.clone();
-        tokio::task::spawn_blocking(move || {
-            let timeout = Duration::from_secs(10);
-            let md = consumer.fetch_metadata(Some(&topic), timeout)?;
-            let parts: Vec<i32> = md
-                .topics()
-                .first()
-                .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-                .unwrap_or_default();
-            if parts.is_empty() {
-                bail!("topic {topic} has no partitions");
-            }
-            parts
-                .into_iter()
-                .map(|p| Ok((p, consumer.fetch_watermarks(&topic, p, timeout)?.1)))
-                .collect()
-        })
-        .await?
-    }
-
-    /// Reads the topic from the start until `expected` events came and nothing more
-    /// follows for a moment (or `within` passes).
-    async fn read_back(&self, expected: u64, within: Duration) -> anyhow::Result<TopicContent> {
-        let brokers = self.brokers.clone();
-        let topic = self.topic.clone();
-        tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &brokers)
-                .set("group.id", "sluice-bench-read-back")
-                .set("enable.auto.commit", "false")
-                .set("fetch.wait.max.ms", "50")
-                .create()?;
-            let timeout = Duration::from_secs(10);
-            let md = consumer.fetch_metadata(Some(&topic), timeout)?;
-            let mut tpl = TopicPartitionList::new();
-            for t in md.topics() {
-                for p in t.partitions() {
-                    tpl.add_partition_offset(&topic, p.id(), Offset::Beginning)?;
-                }
-            }
-            consumer.assign(&tpl)?;
-            let deadline = Instant::now() + within;
-            let mut content = TopicContent {
-                count: 0,
-                ends: HashMap::new(),
-                first_ts: None,
-                last_ts: None,
-            };
-            let mut last_message = Instant::now();
-            while Instant::now() < deadline {
-                match consumer.poll(Duration::from_millis(100)) {
-                    Some(Ok(m)) => {
-                        content.count += 1;
-                        let end = content.ends.entry(m.partition()).or_insert(0);
-                        *end = (*end).max(m.offset() + 1);
-                        if let Some(ms) = m.timestamp().to_millis() {
-                            let ts = SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64);
-                            content.first_ts = Some(content.first_ts.map_or(ts, |t| t.min(ts)));
-                            content.last_ts = Some(content.last_ts.map_or(ts, |t| t.max(ts)));
-                        }
-                        last_message = Instant::now();
-                    }
-                    Some(Err(e)) => bail!("reading {topic} back: {e}"),
-                    None if content.count >= expected
-                        && last_message.elapsed() > Duration::from_millis(500) =>
-                    {
-                        break
-                    }
-                    None => {}
-                }
-            }
-            Ok(content)
-        })
-        .await?
-    }
-
-    async fn committed(&self) -> anyhow::Result<HashMap<i32, i64>> {
-        let consumer = self.consumer.clone();
-        let topic = self.topic.clone();
-        tokio::task::spawn_blocking(move || {
-            let timeout = Duration::from_secs(10);
-            let md = consumer.fetch_metadata(Some(&topic), timeout)?;
-            let mut tpl = TopicPartitionList::new();
-            for t in md.topics() {
-                for p in t.partitions() {
-                    tpl.add_partition(&topic, p.id());
-                }
-            }
-            let committed = consumer.committed_offsets(tpl, timeout)?;
-            Ok(committed
-                .elements()
-                .iter()
-                .filter_map(|e| match e.offset() {
-                    Offset::Offset(o) => Some((e.partition(), o)),
-                    _ => None,
-                })
-                .collect())
-        })
-        .await?
     }
 }
 
