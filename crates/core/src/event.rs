@@ -22,6 +22,8 @@
 //! Fractional seconds are printed with exactly the column's precision (`DATETIME(3)` →
 //! `.123`); columns without fractions print none.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -92,7 +94,8 @@ pub struct ChangeEvent {
     pub before: Option<Map<String, Value>>,
     #[serde(default)]
     pub after: Option<Map<String, Value>>,
-    pub columns: Vec<ColumnInfo>,
+    /// Shared by every event of one table map: publishing an event does not copy it.
+    pub columns: Arc<[ColumnInfo]>,
     /// The external version for Elasticsearch (see [`crate::version`]).
     pub version: u64,
 }
@@ -184,7 +187,8 @@ mod tests {
                 name: "id".into(),
                 sql_type: "int".into(),
                 key: true,
-            }],
+            }]
+            .into(),
             version: 7,
         };
         let v = serde_json::to_value(&e).unwrap();

@@ -102,7 +102,7 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     consumer.subscribe(&names).context("cannot subscribe")?;
     tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
 
-    let mut router = Router::new(&cfg.pipelines);
+    let mut router = Router::new(&cfg.pipelines, &cfg.topics);
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     loop {
@@ -202,9 +202,42 @@ async fn apply(
     stats: &mut Stats,
 ) -> anyhow::Result<Applied> {
     stats.events += batch.len() as u64;
+    let Some(Plan {
+        ops,
+        origins,
+        mut dead,
+    }) = plan(router, es, cfg, batch, shutdown).await?
+    else {
+        return Ok(Applied::Interrupted);
+    };
+    if !write(es, cfg, ops, origins, &mut dead, shutdown, stats).await? {
+        return Ok(Applied::Interrupted);
+    }
+    if !dead.is_empty() {
+        stats.dead_lettered += dead.len() as u64;
+        dead_letter(producer, &cfg.etl.dead_letter_topic, batch, &dead).await?;
+    }
+    Ok(Applied::All)
+}
+
+/// A batch as bulk operations: the newest version of each document (older ones in the
+/// same batch would only be answered 409), each with the message it came from, and the
+/// messages that cannot become an operation.
+struct Plan {
+    ops: Vec<BulkOp>,
+    origins: Vec<usize>,
+    dead: Vec<DeadLetter>,
+}
+
+/// `None` when shutdown came while Elasticsearch was unavailable.
+async fn plan(
+    router: &mut Router,
+    es: &EsClient,
+    cfg: &EtlConfig,
+    batch: &[Msg],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Plan>> {
     let mut dead = Vec::new();
-    // (index, id) → (op, message it came from): the newest version of a document in the
-    // batch supersedes older ones, which would only be answered 409.
     let mut latest: HashMap<(String, String), (BulkOp, usize)> = HashMap::new();
     for (i, msg) in batch.iter().enumerate() {
         let event: ChangeEvent = match serde_json::from_slice(&msg.payload) {
@@ -218,24 +251,23 @@ async fn apply(
                 continue;
             }
         };
-        let pipelines = router.pipelines_for(&event).to_vec();
-        for p in pipelines {
-            let targets = loop {
-                match router.targets(es, p, &event.columns).await {
-                    Ok(t) => break t,
+        for p in router.pipelines_for(&msg.topic, &event).iter().copied() {
+            loop {
+                match router.prepare(es, p, &event.columns).await {
+                    Ok(()) => break,
                     Err(e) if e.is_transient() => {
                         tracing::warn!(error = %e, "Elasticsearch unavailable while preparing the index; retrying");
                         if !pause(cfg.etl.retry_backoff * 5, shutdown).await {
-                            return Ok(Applied::Interrupted);
+                            return Ok(None);
                         }
                     }
                     Err(e) => return Err(e).context("cannot prepare the pipeline's index"),
                 }
-            };
-            for index in targets {
-                match router.op(p, &index, &event) {
+            }
+            for index in router.targets(p) {
+                match router.op(p, index, &event) {
                     Ok(op) => {
-                        let key = (index, op_id(&op).to_owned());
+                        let key = (index.clone(), op_id(&op).to_owned());
                         let newer = latest
                             .get(&key)
                             .is_none_or(|(old, _)| op_version(old) < op_version(&op));
@@ -252,25 +284,38 @@ async fn apply(
             }
         }
     }
+    let (ops, origins) = latest.into_values().unzip();
+    Ok(Some(Plan { ops, origins, dead }))
+}
 
-    let (ops, origins): (Vec<BulkOp>, Vec<usize>) = latest.into_values().unzip();
-    let mut pending: Vec<usize> = (0..ops.len()).collect();
+/// Sends the operations, retrying 429/5xx items and failed requests with backoff until
+/// every item is written, stale or rejected (rejections join `dead`). `false` when
+/// shutdown interrupted the retries.
+async fn write(
+    es: &EsClient,
+    cfg: &EtlConfig,
+    mut ops: Vec<BulkOp>,
+    mut origins: Vec<usize>,
+    dead: &mut Vec<DeadLetter>,
+    shutdown: &CancellationToken,
+    stats: &mut Stats,
+) -> anyhow::Result<bool> {
     let mut backoff = cfg.etl.retry_backoff;
-    while !pending.is_empty() {
-        let request: Vec<BulkOp> = pending.iter().map(|&i| ops[i].clone()).collect();
-        let mut retry = Vec::new();
-        match es.bulk(&request).await {
+    while !ops.is_empty() {
+        match es.bulk(&ops).await {
             Ok(outcomes) => {
-                for (&i, outcome) in pending.iter().zip(outcomes) {
+                let (mut retry_ops, mut retry_origins) = (Vec::new(), Vec::new());
+                for ((op, origin), outcome) in ops.into_iter().zip(origins).zip(outcomes) {
                     match outcome {
                         ItemOutcome::Applied => stats.written += 1,
                         ItemOutcome::Stale => stats.stale += 1,
                         ItemOutcome::Retry { status, reason } => {
                             tracing::debug!(status, %reason, "bulk item will be retried");
-                            retry.push(i);
+                            retry_ops.push(op);
+                            retry_origins.push(origin);
                         }
                         ItemOutcome::Rejected { status, reason } => dead.push(DeadLetter {
-                            msg: origins[i],
+                            msg: origin,
                             reason: format!(
                                 "Elasticsearch rejected the document (HTTP {status}): {reason}"
                             ),
@@ -278,31 +323,25 @@ async fn apply(
                         }),
                     }
                 }
+                (ops, origins) = (retry_ops, retry_origins);
             }
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
-                retry = pending.clone();
             }
             Err(e) => {
                 return Err(e)
                     .context("bulk request refused (fix the cause; nothing was committed)")
             }
         }
-        stats.retried += retry.len() as u64;
-        pending = retry;
-        if !pending.is_empty() {
+        if !ops.is_empty() {
+            stats.retried += ops.len() as u64;
             if !pause(backoff, shutdown).await {
-                return Ok(Applied::Interrupted);
+                return Ok(false);
             }
             backoff = (backoff * 2).min(Duration::from_secs(30));
         }
     }
-
-    if !dead.is_empty() {
-        stats.dead_lettered += dead.len() as u64;
-        dead_letter(producer, &cfg.etl.dead_letter_topic, batch, &dead).await?;
-    }
-    Ok(Applied::All)
+    Ok(true)
 }
 
 fn op_id(op: &BulkOp) -> &str {

@@ -1,6 +1,7 @@
 //! Pipelines: which change events go to which index, as what document.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 use sluice_core::{ChangeEvent, ColumnInfo, Op};
@@ -8,11 +9,14 @@ use sluice_elastic::{AliasAction, BulkOp, EsClient, EsError};
 
 use crate::config::PipelineConfig;
 use crate::mapping;
+use sluice_kafka::TopicConfig;
 
 pub(crate) struct Pipeline {
     pub cfg: PipelineConfig,
     /// The physical indexes writes go to (resolved from the alias on first use).
     targets: Option<Vec<String>>,
+    /// The change topic this pipeline consumes.
+    topic: String,
     /// Columns this process has made sure are in the mapping.
     mapped: HashSet<String>,
 }
@@ -20,53 +24,65 @@ pub(crate) struct Pipeline {
 /// Finds the pipelines of a change event.
 pub(crate) struct Router {
     pub pipelines: Vec<Pipeline>,
-    by_table: HashMap<(String, String, String), Vec<usize>>,
+    /// Change topic → the pipelines that consume it.
+    by_topic: HashMap<String, Arc<[usize]>>,
 }
 
 impl Router {
-    pub fn new(configs: &[PipelineConfig]) -> Self {
-        let mut by_table: HashMap<_, Vec<usize>> = HashMap::new();
-        for (i, p) in configs.iter().enumerate() {
-            by_table
-                .entry((p.source.clone(), p.database.clone(), p.table.clone()))
-                .or_default()
-                .push(i);
-        }
-        let pipelines = configs
+    pub fn new(configs: &[PipelineConfig], topics: &TopicConfig) -> Self {
+        let pipelines: Vec<Pipeline> = configs
             .iter()
             .map(|cfg| Pipeline {
+                topic: topics.rows_topic(&cfg.source, &cfg.database, &cfg.table),
                 cfg: cfg.clone(),
                 targets: None,
                 mapped: HashSet::new(),
             })
             .collect();
+        let mut by_topic: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, p) in pipelines.iter().enumerate() {
+            by_topic.entry(p.topic.clone()).or_default().push(i);
+        }
+        let by_topic = by_topic.into_iter().map(|(t, v)| (t, v.into())).collect();
         Self {
             pipelines,
-            by_table,
+            by_topic,
         }
     }
 
-    /// The pipelines that consume `event`'s table.
-    pub fn pipelines_for(&self, event: &ChangeEvent) -> &[usize] {
-        self.by_table
-            .get(&(
-                event.source.instance.clone(),
-                event.db.clone(),
-                event.table.clone(),
-            ))
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+    /// The pipelines that consume `event`, which arrived on `topic`. Looked up by topic
+    /// (no allocation per event); the event's own table must match too, so a topic
+    /// template shared by several tables cannot route a row to the wrong index.
+    pub fn pipelines_for(&self, topic: &str, event: &ChangeEvent) -> Arc<[usize]> {
+        let Some(candidates) = self.by_topic.get(topic) else {
+            return Arc::from([]);
+        };
+        let matches = |&i: &usize| {
+            let c = &self.pipelines[i].cfg;
+            c.source == event.source.instance && c.database == event.db && c.table == event.table
+        };
+        if candidates.iter().all(matches) {
+            candidates.clone()
+        } else {
+            candidates.iter().copied().filter(matches).collect()
+        }
     }
 
-    /// The indexes pipeline `idx` writes to, creating `<alias>_v1` with a mapping generated
-    /// from `columns` and pointing the alias at it when the alias does not exist yet; and
-    /// adding to the mapping any column this process has not mapped yet (an ADD COLUMN).
-    pub async fn targets(
+    /// The indexes pipeline `idx` writes to; empty until [`Router::prepare`] ran.
+    pub fn targets(&self, idx: usize) -> &[String] {
+        self.pipelines[idx].targets.as_deref().unwrap_or_default()
+    }
+
+    /// Makes pipeline `idx` ready to write: resolves the indexes behind its alias, creating
+    /// `<alias>_v1` with a mapping generated from `columns` and pointing the alias at it
+    /// when the alias does not exist yet; and adds to the mapping any column this process
+    /// has not mapped yet (an ADD COLUMN).
+    pub async fn prepare(
         &mut self,
         es: &EsClient,
         idx: usize,
         columns: &[ColumnInfo],
-    ) -> Result<Vec<String>, EsError> {
+    ) -> Result<(), EsError> {
         let p = &mut self.pipelines[idx];
         if p.targets.is_none() {
             let alias = p.cfg.alias().to_owned();
@@ -92,7 +108,7 @@ impl Router {
             }
             p.targets = Some(targets);
         }
-        let targets = p.targets.clone().unwrap_or_default();
+        let targets = p.targets.as_deref().unwrap_or_default();
         let new: Vec<&ColumnInfo> = columns
             .iter()
             .filter(|c| {
@@ -105,7 +121,7 @@ impl Router {
                 .iter()
                 .map(|c| (c.name.clone(), mapping::field_mapping(&c.sql_type)))
                 .collect();
-            for index in &targets {
+            for index in targets {
                 if let Err(e) = es.put_mapping(index, &json!({ "properties": props })).await {
                     if e.is_transient() {
                         return Err(e);
@@ -116,7 +132,7 @@ impl Router {
             }
             p.mapped.extend(new.iter().map(|c| c.name.clone()));
         }
-        Ok(targets)
+        Ok(())
     }
 
     /// The bulk operation of `event` for pipeline `idx` on `index`, or why there is none.

@@ -67,7 +67,7 @@ pub struct TableSchema {
     pub table: String,
     pub columns: Vec<ColumnSchema>,
     /// The same columns in the envelope's form, shared by every event of this table map.
-    pub infos: Arc<Vec<ColumnInfo>>,
+    pub infos: Arc<[ColumnInfo]>,
     pub key_columns: Vec<usize>,
 }
 
@@ -222,7 +222,7 @@ impl TableSchema {
             db: tme.database_name().into_owned(),
             table: tme.table_name().into_owned(),
             columns,
-            infos: Arc::new(infos),
+            infos: infos.into(),
             key_columns,
         })
     }

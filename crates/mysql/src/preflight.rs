@@ -37,7 +37,7 @@ pub async fn connect(cfg: &SourceConfig) -> Result<Conn, MysqlError> {
         })
 }
 
-fn query_err<'a>(
+pub(crate) fn query_err<'a>(
     cfg: &'a SourceConfig,
     what: &'static str,
 ) -> impl FnOnce(mysql_async::Error) -> MysqlError + 'a {

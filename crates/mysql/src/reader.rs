@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mysql_async::binlog::events::{EventData, RowsEventData};
+use mysql_async::binlog::events::{EventData, RowsEventData, TableMapEvent};
 use mysql_async::prelude::*;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use serde_json::{Map, Value};
@@ -19,7 +19,7 @@ use sluice_core::{BinlogPosition, GtidSet, Op};
 
 use crate::decode::TableSchema;
 use crate::error::{At, MysqlError};
-use crate::preflight::{connect, Flavor};
+use crate::preflight::{connect, query_err, Flavor};
 use crate::source::{SourceConfig, TableFilter};
 
 // MariaDB's own event types (sent once the replica announces capability 4).
@@ -152,7 +152,9 @@ pub struct BinlogReader {
     /// has seen a FORMAT_DESCRIPTION; the artificial ROTATE sent before it still has them.
     checksum_len: usize,
     seen_format_description: bool,
-    tables: HashMap<u64, TableState>,
+    /// Per table id: the TABLE_MAP last seen and what it means. A TABLE_MAP precedes
+    /// every transaction's rows; the schema is rebuilt only when the map changed.
+    tables: HashMap<u64, (TableMapEvent<'static>, TableState)>,
     queue: VecDeque<SourceEvent>,
 }
 
@@ -164,24 +166,16 @@ impl BinlogReader {
         at: StartAt,
     ) -> Result<Self, MysqlError> {
         let mut conn = connect(cfg).await?;
-        let setup_err = |what: &'static str| {
-            let name = cfg.name.clone();
-            move |error| MysqlError::Query {
-                source_name: name,
-                what,
-                error,
-            }
-        };
         conn.query_drop(format!(
             "SET @master_heartbeat_period = {}",
             HEARTBEAT.as_nanos()
         ))
         .await
-        .map_err(setup_err("set heartbeat period"))?;
+        .map_err(query_err(cfg, "set heartbeat period"))?;
         let checksum: Option<String> = conn
             .query_first("SELECT @@GLOBAL.binlog_checksum")
             .await
-            .map_err(setup_err("read binlog_checksum"))?;
+            .map_err(query_err(cfg, "read binlog_checksum"))?;
         let checksum_len = match checksum.as_deref() {
             Some(c) if !c.eq_ignore_ascii_case("NONE") => 4,
             _ => 0,
@@ -189,7 +183,7 @@ impl BinlogReader {
         if flavor == Flavor::MariaDb {
             conn.query_drop("SET @mariadb_slave_capability = 4")
                 .await
-                .map_err(setup_err("announce MariaDB replica capability"))?;
+                .map_err(query_err(cfg, "announce MariaDB replica capability"))?;
         }
         let (file, pos, gtid_set) = match &at {
             StartAt::Position(p) => (p.file.clone(), p.pos, None),
@@ -207,13 +201,13 @@ impl BinlogReader {
             ) => {
                 conn.query_drop(format!("SET @slave_connect_state = '{gtid}'"))
                     .await
-                    .map_err(setup_err("set slave_connect_state"))?;
+                    .map_err(query_err(cfg, "set slave_connect_state"))?;
                 conn.query_drop("SET @slave_gtid_strict_mode = 1")
                     .await
-                    .map_err(setup_err("set slave_gtid_strict_mode"))?;
+                    .map_err(query_err(cfg, "set slave_gtid_strict_mode"))?;
                 conn.query_drop("SET @slave_gtid_ignore_duplicates = 0")
                     .await
-                    .map_err(setup_err("set slave_gtid_ignore_duplicates"))?;
+                    .map_err(query_err(cfg, "set slave_gtid_ignore_duplicates"))?;
                 conn.get_binlog_stream(BinlogStreamRequest::new(cfg.server_id))
                     .await
             }
@@ -426,22 +420,10 @@ impl BinlogReader {
                     }
                     Some(EventData::TableMapEvent(tme)) => {
                         let id = tme.table_id();
-                        let wanted = self
-                            .filter
-                            .includes(&tme.database_name(), &tme.table_name());
-                        let state = if !wanted {
-                            TableState::Skipped
-                        } else {
-                            match TableSchema::from_table_map(&tme) {
-                                Ok(schema) => TableState::Schema(Arc::new(schema)),
-                                Err(reason) => TableState::Broken {
-                                    db: tme.database_name().into_owned(),
-                                    table: tme.table_name().into_owned(),
-                                    reason,
-                                },
-                            }
-                        };
-                        self.tables.insert(id, state);
+                        if self.tables.get(&id).is_none_or(|(seen, _)| *seen != tme) {
+                            let state = self.table_state(&tme);
+                            self.tables.insert(id, (tme.into_owned(), state));
+                        }
                     }
                     Some(EventData::RowsEvent(rows)) => {
                         self.rows(&rows, start, server_id, ts_ms)?
@@ -465,7 +447,7 @@ impl BinlogReader {
         ts_ms: u64,
     ) -> Result<(), MysqlError> {
         let id = rows.table_id();
-        let schema = match self.tables.get(&id) {
+        let schema = match self.tables.get(&id).map(|(_, state)| state) {
             Some(TableState::Schema(schema)) => schema.clone(),
             Some(TableState::Skipped) => return Ok(()),
             Some(TableState::Broken { db, table, reason }) => {
@@ -553,6 +535,23 @@ impl BinlogReader {
             }));
         }
         Ok(())
+    }
+
+    fn table_state(&self, tme: &TableMapEvent<'_>) -> TableState {
+        if !self
+            .filter
+            .includes(&tme.database_name(), &tme.table_name())
+        {
+            return TableState::Skipped;
+        }
+        match TableSchema::from_table_map(tme) {
+            Ok(schema) => TableState::Schema(Arc::new(schema)),
+            Err(reason) => TableState::Broken {
+                db: tme.database_name().into_owned(),
+                table: tme.table_name().into_owned(),
+                reason,
+            },
+        }
     }
 
     fn unreadable(

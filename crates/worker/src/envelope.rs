@@ -44,7 +44,7 @@ pub(crate) fn row(
         key: rc.key,
         before: rc.before,
         after: rc.after,
-        columns: rc.schema.infos.as_ref().clone(),
+        columns: rc.schema.infos.clone(),
         version: version.get(),
     };
     Ok(Record {
