@@ -62,6 +62,25 @@ pub async fn check_table(
     if key.is_empty() {
         return Err(format!("{table} has no primary key"));
     }
+    // Cheap first: while the index is visibly behind, skip reading every row and
+    // document. Equal counts prove nothing; the full comparison below decides.
+    let mysql_count: Option<u64> = conn
+        .query_first(format!("SELECT COUNT(*) FROM `{}`.`{table}`", ctx.db))
+        .await
+        .map_err(|e| e.to_string())?;
+    let es = &ctx.stack.es;
+    es.refresh(alias)
+        .await
+        .map_err(|e| format!("refresh {alias}: {e}"))?;
+    let count = es
+        .count(alias)
+        .await
+        .map_err(|e| format!("count {alias}: {e}"))?;
+    if Some(count) != mysql_count {
+        return Err(format!(
+            "{table} vs {alias}: {count} documents for {mysql_count:?} rows"
+        ));
+    }
     let rows: Vec<mysql_async::Row> = conn
         .query(format!("SELECT * FROM `{}`.`{table}`", ctx.db))
         .await
@@ -83,10 +102,6 @@ pub async fn check_table(
         expected.push((id, doc));
     }
 
-    let es = &ctx.stack.es;
-    es.refresh(alias)
-        .await
-        .map_err(|e| format!("refresh {alias}: {e}"))?;
     let mut problems = Vec::new();
     for chunk in expected.chunks(500) {
         let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
