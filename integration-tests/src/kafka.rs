@@ -8,9 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::TestCtx;
@@ -36,6 +39,31 @@ pub fn ends(records: &[Record]) -> BTreeMap<i32, i64> {
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Deletes `topics`; ones that do not exist (never created) are fine.
+pub async fn delete_topics(brokers: &str, topics: &[String]) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|e| e.to_string())?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    let results = admin
+        .delete_topics(&names, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(Result::err)
+        .filter(|(_, code)| *code != RDKafkaErrorCode::UnknownTopicOrPartition)
+        .map(|(topic, code)| format!("{topic}: {code}"))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join(", "))
+    }
+}
 
 impl TestCtx {
     /// The change topic of `table`.

@@ -111,6 +111,9 @@ pub struct TestCtx {
     pub server_id: u32,
     pub dir: PathBuf,
     zk: tokio::sync::OnceCell<sluice_zk::Coordinator>,
+    /// Tables whose pipelines this test declared (their indexes and topics are removed).
+    tables: std::sync::Mutex<Vec<String>>,
+    cleaned: std::sync::atomic::AtomicBool,
 }
 
 /// A table → index pipeline as a test declares it.
@@ -147,13 +150,16 @@ impl TestCtx {
             server_id,
             dir,
             zk: tokio::sync::OnceCell::new(),
+            tables: Default::default(),
+            cleaned: Default::default(),
         }
     }
 
     pub fn pipeline(&self, table: &str) -> Pipeline {
+        self.tables.lock().expect("tables").push(table.to_owned());
         Pipeline {
             table: table.to_owned(),
-            alias: format!("{table}_{}", self.suffix).to_ascii_lowercase(),
+            alias: self.pipeline_alias(table),
             columns: Vec::new(),
         }
     }
@@ -336,6 +342,104 @@ replicas = 0
                 .map_err(|e| format!("{e}\n{}", running.logs()))
         })
         .await;
+    }
+}
+
+impl TestCtx {
+    fn leftovers(&self) -> Leftovers {
+        let tables = self.tables.lock().expect("tables").clone();
+        let topics = sluice_kafka::TopicConfig::default();
+        let mut all_topics: Vec<String> = tables.iter().map(|t| self.topic(t)).collect();
+        all_topics.extend([
+            self.dlq_topic.clone(),
+            topics.schema_topic(&self.instance),
+            topics.source_dead_letter_topic(&self.instance),
+        ]);
+        Leftovers {
+            db: self.db.clone(),
+            aliases: tables.iter().map(|t| self.pipeline_alias(t)).collect(),
+            topics: all_topics,
+        }
+    }
+
+    fn pipeline_alias(&self, table: &str) -> String {
+        format!("{table}_{}", self.suffix).to_ascii_lowercase()
+    }
+
+    /// Removes what the test created in the shared services — its indexes (osmem keeps
+    /// every document in RAM), database and topics (so does tansu) — and says what it
+    /// removed. Stop the services first. Runs by itself when a passing test's context is
+    /// dropped; a failing test keeps everything for inspection.
+    pub async fn cleanup(&self) -> String {
+        self.cleaned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.leftovers().remove(&self.stack).await
+    }
+}
+
+impl Drop for TestCtx {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "test failed: keeping database {}, its indexes and topics for inspection",
+                self.db
+            );
+            return;
+        }
+        if self.cleaned.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // Drop cannot await: clean up on a thread of its own, with clients of its own
+        // (connections belong to the runtime that opened them).
+        let leftovers = self.leftovers();
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move { leftovers.remove(&Stack::connect().await).await })
+        })
+        .join();
+        if let Err(e) = done {
+            eprintln!("cleanup of {} failed: {e:?}", self.db);
+        }
+    }
+}
+
+/// What a test leaves in the shared services.
+struct Leftovers {
+    db: String,
+    aliases: Vec<String>,
+    topics: Vec<String>,
+}
+
+impl Leftovers {
+    async fn remove(&self, stack: &Stack) -> String {
+        let mut notes = Vec::new();
+        let mut deleted = 0;
+        for alias in &self.aliases {
+            for index in stack.es.alias_targets(alias).await.unwrap_or_default() {
+                match stack.es.delete_index(&index).await {
+                    Ok(()) => deleted += 1,
+                    Err(e) => notes.push(format!("index {index} left ({e})")),
+                }
+            }
+        }
+        notes.push(format!("{deleted} index(es) deleted"));
+        match stack
+            .conn()
+            .await
+            .query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.db))
+            .await
+        {
+            Ok(()) => notes.push(format!("database {} dropped", self.db)),
+            Err(e) => notes.push(format!("database {} left ({e})", self.db)),
+        }
+        match crate::kafka::delete_topics(&stack.kafka, &self.topics).await {
+            Ok(()) => notes.push("topics deleted".into()),
+            Err(e) => notes.push(format!("topics left ({e})")),
+        }
+        notes.join(", ")
     }
 }
 

@@ -26,9 +26,6 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{anyhow, bail, Context as _};
 use futures::FutureExt as _;
 use mysql_async::prelude::*;
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 use serde_json::{Map, Value};
 use sluice_core::{BinlogPosition, Checkpoint};
 use sluice_elastic::{BulkOp, ItemOutcome};
@@ -765,43 +762,17 @@ impl Bench {
                 s.terminate(Duration::from_secs(30));
             }
         }
-        let es = self.ctx.stack.es.clone();
-        let mut indexes = es
-            .alias_targets(&self.pipeline.alias)
-            .await
-            .unwrap_or_default();
-        indexes.extend(self.raw_index.take());
-        for index in &indexes {
-            if let Err(e) = es.delete_index(index).await {
+        if let Some(index) = self.raw_index.take() {
+            if let Err(e) = self.ctx.stack.es.delete_index(&index).await {
                 println!("cleanup: cannot delete index {index}: {e}");
             }
         }
-        let mut conn = self.ctx.stack.conn().await;
-        if let Err(e) = conn
-            .query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.ctx.db))
-            .await
-        {
-            println!("cleanup: cannot drop {}: {e}", self.ctx.db);
-        }
-        drop(conn);
-        let topics = [
-            self.topic.clone(),
-            self.ctx.dlq_topic.clone(),
-            sluice_kafka::TopicConfig::default().schema_topic(&self.ctx.instance),
-        ];
-        let topics_note = match delete_topics(&self.ctx.stack.kafka, &topics).await {
-            Ok(()) => "topics deleted".to_owned(),
-            Err(e) => format!("topics left ({e})"),
-        };
+        let removed = self.ctx.cleanup().await;
         let zk_note = match delete_zk_root(&self.ctx.stack.zookeeper, &self.ctx.zk_root).await {
             Ok(()) => format!("ZooKeeper {} deleted", self.ctx.zk_root),
             Err(e) => format!("ZooKeeper {} left ({e})", self.ctx.zk_root),
         };
-        println!(
-            "cleanup: services stopped, database {} dropped, {} index(es) deleted, {topics_note}, {zk_note}",
-            self.ctx.db,
-            indexes.len()
-        );
+        println!("cleanup: services stopped, {removed}, {zk_note}");
     }
 }
 
@@ -821,28 +792,6 @@ fn fmt_kb(kb: Option<u64>) -> String {
     match kb {
         Some(kb) => format!("{:.1} MiB", kb as f64 / 1024.0),
         None => "n/a".into(),
-    }
-}
-
-async fn delete_topics(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let mut failed = Vec::new();
-    for result in admin.delete_topics(&names, &opts).await? {
-        if let Err((topic, code)) = result {
-            // A topic the run never created (no DDL → no schema topic) is fine.
-            if code != rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition {
-                failed.push(format!("{topic}: {code}"));
-            }
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        bail!("{}", failed.join(", "))
     }
 }
 
