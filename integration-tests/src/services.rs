@@ -326,18 +326,12 @@ replicas = 0
         Running { worker, etl }
     }
 
-    /// Waits until the index behind `alias` equals `table` (see [`check_table`]); on
-    /// timeout fails with the last difference and both services' logs.
-    pub async fn converges(
-        &self,
-        running: &Running,
-        table: &str,
-        alias: &str,
-        opts: &CheckOptions,
-        within: Duration,
-    ) {
+    /// Waits until `pipeline`'s index equals its table (see [`check_table`]); on timeout
+    /// fails with the last difference and both services' logs.
+    pub async fn converges(&self, running: &Running, pipeline: &Pipeline, within: Duration) {
+        let (table, alias) = (&pipeline.table, &pipeline.alias);
         eventually(&format!("{table} equals {alias}"), within, || async {
-            check_table(self, table, alias, opts)
+            check_table(self, table, alias, &CheckOptions::default())
                 .await
                 .map_err(|e| format!("{e}\n{}", running.logs()))
         })

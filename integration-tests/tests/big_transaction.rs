@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{eventually, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_transaction_of_100k_rows_arrives_whole() {
@@ -24,14 +24,8 @@ async fn one_transaction_of_100k_rows_arrives_whole() {
     .await;
     let before = ctx.checkpoint().await.expect("checkpoint").position;
 
-    ctx.converges(
-        &run,
-        "big",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(300),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(300))
+        .await;
     // The position moved past the transaction only once all of it was in Kafka.
     eventually(
         "checkpoint past the transaction",

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{CheckOptions, TestCtx};
+use sluice_integration_tests::TestCtx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
@@ -16,14 +16,8 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
 
     ctx.exec("INSERT INTO people VALUES (1, 'ann', 10), (2, 'bob', 20)")
         .await;
-    ctx.converges(
-        &run,
-        "people",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
 
     // The worker falls behind: everything below is read after all of it was written.
     run.worker.kill9();
@@ -48,12 +42,6 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
 
     // Every row was rewritten after the last ALTER, so documents equal rows exactly,
     // except that documents keep `legacy` until rewritten — all were rewritten.
-    ctx.converges(
-        &run,
-        "people",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice_elastic::AliasAction;
-use sluice_integration_tests::{eventually, kafka, CheckOptions, TestCtx};
+use sluice_integration_tests::{eventually, kafka, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_document_is_dead_lettered_with_its_reason_and_the_rest_flows() {
@@ -56,14 +56,8 @@ async fn a_rejected_document_is_dead_lettered_with_its_reason_and_the_rest_flows
     // The rows around it were applied, and so is a later change to the bad row.
     ctx.exec("UPDATE events SET happened = '2024-03-03' WHERE id = 2")
         .await;
-    ctx.converges(
-        &run,
-        "events",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
     let topic = ctx.topic("events");
     let ends = kafka::ends(&ctx.read_topic(&topic, 5, Duration::from_secs(60)).await);
     eventually(

@@ -27,14 +27,8 @@ async fn inserts_updates_deletes_and_multi_row_statements_converge() {
     ctx.exec("INSERT INTO items SELECT id + 100, CONCAT('bulk-', id), id, NULL FROM items")
         .await;
 
-    ctx.converges(
-        &run,
-        "items",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
 
     // The checker must notice a difference: a write that bypasses the pipeline shows up.
     let stray = sluice_elastic::BulkOp::Delete {

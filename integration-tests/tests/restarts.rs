@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use sluice_integration_tests::{eventually, CheckOptions, TestCtx};
+use sluice_integration_tests::{eventually, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
@@ -69,12 +69,6 @@ async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
     run.worker.start();
     load.await.unwrap();
 
-    ctx.converges(
-        &run,
-        "acct",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(120),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(120))
+        .await;
 }

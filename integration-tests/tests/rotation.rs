@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{CheckOptions, TestCtx};
+use sluice_integration_tests::TestCtx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_across_binlog_rotation_keep_growing_versions() {
@@ -22,28 +22,16 @@ async fn changes_across_binlog_rotation_keep_growing_versions() {
     // number in the version keeps them newer than the ones above.
     ctx.exec("UPDATE r SET v = 3 WHERE id IN (1, 2)").await;
     ctx.exec("DELETE FROM r WHERE id = 3").await;
-    ctx.converges(
-        &run,
-        "r",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
 
     run.worker.kill9();
     ctx.exec("FLUSH BINARY LOGS").await;
     ctx.exec("UPDATE r SET v = 4 WHERE id = 1").await;
     ctx.exec("INSERT INTO r VALUES (3, 4)").await;
     run.worker.start();
-    ctx.converges(
-        &run,
-        "r",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
     let now = ctx.checkpoint().await.expect("checkpoint").position.file;
     assert_ne!(
         now, first_file,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{CheckOptions, TestCtx};
+use sluice_integration_tests::TestCtx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_common_type_round_trips_exactly() {
@@ -53,14 +53,8 @@ async fn every_common_type_round_trips_exactly() {
     .await;
     ctx.exec("UPDATE t SET vc = 'ŝanĝita', f = -1.5e-7, d = 1e308, st = 'green,blue,red', js = '\"just a string\"' WHERE id = 0").await;
 
-    ctx.converges(
-        &run,
-        "t",
-        &pipeline.alias,
-        &CheckOptions::default(),
-        Duration::from_secs(60),
-    )
-    .await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
 
     // The envelope's typing, seen from the document: BIGINT UNSIGNED max as a number,
     // DECIMAL as an exact string, SET as an array.
