@@ -104,13 +104,26 @@ impl TestCtx {
         );
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
+            let deadline = Instant::now() + within;
+            // The topic may not exist yet (a dead-letter topic appears when its service
+            // starts): an assignment taken now would cover nothing and read nothing.
+            let partitions = loop {
+                let partitions = TestCtx::partitions(&consumer, &topic);
+                if !partitions.is_empty() {
+                    break partitions;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "reading {topic}: the topic did not appear within {within:?}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            };
             let mut tpl = TopicPartitionList::new();
-            for p in TestCtx::partitions(&consumer, &topic) {
+            for p in partitions {
                 tpl.add_partition_offset(&topic, p, Offset::Beginning)
                     .expect("offset");
             }
             consumer.assign(&tpl).expect("assign");
-            let deadline = Instant::now() + within;
             let mut records = Vec::new();
             let mut last = Instant::now();
             loop {

@@ -606,6 +606,15 @@ impl Service {
 
 impl Drop for Service {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // CI keeps only the test's output: the log is the one clue to what happened.
+            eprintln!(
+                "--- {} log ({}) ---\n{}",
+                self.bin,
+                self.log.display(),
+                self.log_tail()
+            );
+        }
         self.kill9();
     }
 }
