@@ -535,7 +535,7 @@ impl Coordinator {
     }
 
     /// Creates `path` (and its parents) as persistent nodes if missing.
-    async fn ensure_persistent(&self, path: &str) -> Result<(), ZkError> {
+    pub(crate) async fn ensure_persistent(&self, path: &str) -> Result<(), ZkError> {
         for end in path
             .char_indices()
             .skip(1)

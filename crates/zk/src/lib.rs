@@ -37,14 +37,18 @@
 
 mod config;
 mod coordinator;
+mod election;
 mod error;
 mod handshake;
 mod lock;
+mod nodes;
 pub mod session;
 
 pub use config::{ConfigIssue, ZkConfig, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT};
 pub use coordinator::{Coordinator, LAYOUT};
+pub use election::{EpochRecord, Leadership, LEADER_NODE};
 pub use error::{ZkCode, ZkError};
 pub use lock::TaskLock;
+pub use nodes::{Expect, Node, Watch};
 pub use session::SessionState;
 pub use tokio_util::sync::CancellationToken;
