@@ -72,9 +72,8 @@ impl Coordinator {
                     break;
                 }
                 let before = format!("{ELECTION}/{}", candidates[at - 1]);
-                match self.get_watched(&before).await? {
-                    (Some(_), watch) => watch.changed(self, cancel).await?,
-                    (None, _) => {}
+                if let (Some(_), watch) = self.get_watched(&before).await? {
+                    watch.changed(self, cancel).await?;
                 }
             }
             self.claim_epoch(&name).await
