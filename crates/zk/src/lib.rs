@@ -40,6 +40,7 @@ mod coordinator;
 mod election;
 mod error;
 mod handshake;
+pub mod layout;
 mod lock;
 mod nodes;
 pub mod session;

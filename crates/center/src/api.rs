@@ -1,0 +1,538 @@
+//! The gRPC API every replica serves: `sluice.v1.Admin`, `sluice.v1.WorkerReports`, the
+//! standard health service and reflection (so `grpcurl` works). Admin and reports are
+//! authenticated as configured (`api.auth`); health and reflection are open, for probes.
+//!
+//! Reads answer from ZooKeeper and the meta database on any replica. Writes are the
+//! leader's: a follower answers `FAILED_PRECONDITION` naming the leader's address, which
+//! `sluicectl` follows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sluice_proto::v1::admin_server::{Admin, AdminServer};
+use sluice_proto::v1::worker_reports_server::{WorkerReports, WorkerReportsServer};
+use sluice_proto::v1::*;
+use sluice_zk::layout::{self, AssignmentRecord, CenterRecord, WorkerRecord};
+use sluice_zk::Coordinator;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status};
+
+use crate::config::AuthMode;
+use crate::meta::MetaError;
+use crate::Shared;
+
+/// Serves until `shutdown`.
+pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let api = &shared.cfg.api;
+    let auth = Auth::from_config(&shared.cfg)?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<AdminServer<AdminApi>>().await;
+    health.set_serving::<WorkerReportsServer<AdminApi>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let service = AdminApi {
+        shared: shared.clone(),
+    };
+    let mut server = Server::builder();
+    if let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) {
+        let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+            std::fs::read(cert)
+                .map_err(|e| anyhow::anyhow!("api.tls_cert: {}: {e}", cert.display()))?,
+            std::fs::read(key)
+                .map_err(|e| anyhow::anyhow!("api.tls_key: {}: {e}", key.display()))?,
+        ));
+        if let Some(ca) = &api.client_ca {
+            tls = tls.client_ca_root(Certificate::from_pem(
+                std::fs::read(ca)
+                    .map_err(|e| anyhow::anyhow!("api.client_ca: {}: {e}", ca.display()))?,
+            ));
+        }
+        server = server.tls_config(tls)?;
+    }
+    let listen = shared.cfg.center.listen;
+    tracing::info!(%listen, auth = ?api.auth, "gRPC API listening");
+    server
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(AdminServer::with_interceptor(service.clone(), auth.clone()))
+        .add_service(WorkerReportsServer::with_interceptor(service, auth))
+        .serve_with_shutdown(listen, shutdown.cancelled_owned())
+        .await
+        .map_err(|e| anyhow::anyhow!("gRPC API on {listen}: {e}"))
+}
+
+/// Bearer-token check (mTLS is enforced by the TLS layer itself).
+#[derive(Clone)]
+struct Auth {
+    token: Option<Arc<str>>,
+}
+
+impl Auth {
+    fn from_config(cfg: &crate::CenterConfig) -> anyhow::Result<Self> {
+        let token = match cfg.api.auth {
+            AuthMode::Token => Some(match (&cfg.api.token, &cfg.api.token_file) {
+                (Some(t), _) => t.expose().to_owned(),
+                (None, Some(f)) => std::fs::read_to_string(f)
+                    .map_err(|e| anyhow::anyhow!("api.token_file: {}: {e}", f.display()))?
+                    .trim()
+                    .to_owned(),
+                (None, None) => anyhow::bail!("api.token: required with auth = \"token\""),
+            }),
+            AuthMode::Mtls | AuthMode::None => None,
+        };
+        if token.as_deref() == Some("") {
+            anyhow::bail!("api.token: must not be empty");
+        }
+        Ok(Self {
+            token: token.map(Into::into),
+        })
+    }
+}
+
+impl Interceptor for Auth {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(token) = &self.token else {
+            return Ok(req);
+        };
+        let given = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+            Ok(req)
+        } else {
+            Err(Status::unauthenticated(
+                "missing or wrong bearer token (header `authorization: Bearer <token>`)",
+            ))
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Clone)]
+struct AdminApi {
+    shared: Arc<Shared>,
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(e.to_string())
+}
+
+fn meta_err(e: MetaError) -> Status {
+    match e {
+        MetaError::Deposed { .. } => Status::failed_precondition(e.to_string()),
+        e => Status::unavailable(e.to_string()),
+    }
+}
+
+impl AdminApi {
+    fn coord(&self) -> Result<Coordinator, Status> {
+        self.shared
+            .coord()
+            .ok_or_else(|| Status::unavailable("not connected to ZooKeeper yet"))
+    }
+
+    async fn leader(&self) -> Result<Option<CenterRecord>, Status> {
+        let coord = self.coord()?;
+        Ok(coord
+            .leader_info()
+            .await
+            .map_err(internal)?
+            .and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    /// The epoch to write at, or the leader's address for the caller to go to.
+    async fn writable(&self) -> Result<u64, Status> {
+        if let Some(epoch) = self.shared.leading_epoch() {
+            return Ok(epoch);
+        }
+        let Some(l) = self.leader().await? else {
+            return Err(Status::unavailable(
+                "no center leads right now; retry shortly",
+            ));
+        };
+        let mut status = Status::failed_precondition(format!(
+            "not the leader: {} at {} leads; send writes there",
+            l.id, l.addr
+        ));
+        if let Ok(v) = MetadataValue::try_from(l.addr.as_str()) {
+            status.metadata_mut().insert("sluice-leader", v);
+        }
+        Err(status)
+    }
+
+    fn changed(&self) {
+        self.shared.nudge.notify_one();
+    }
+}
+
+fn check_name(field: &str, v: &str, max: usize) -> Result<(), Status> {
+    if v.is_empty()
+        || v.len() > max
+        || !v
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(Status::invalid_argument(format!(
+            "{field}: `{v}` must be 1..={max} characters of [A-Za-z0-9._-]"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_source(s: &mut Source) -> Result<(), Status> {
+    check_name("name", &s.name, 64)?;
+    if s.host.is_empty() {
+        return Err(Status::invalid_argument("host: required"));
+    }
+    if s.port == 0 {
+        s.port = 3306;
+    }
+    if s.port > u16::MAX.into() {
+        return Err(Status::invalid_argument(format!(
+            "port: {} is not a TCP port",
+            s.port
+        )));
+    }
+    if s.user.is_empty() {
+        return Err(Status::invalid_argument("user: required"));
+    }
+    let reference_ok = s
+        .password_ref
+        .strip_prefix("env:")
+        .or_else(|| s.password_ref.strip_prefix("file:"))
+        .is_some_and(|r| !r.is_empty());
+    if !reference_ok {
+        return Err(Status::invalid_argument(
+            "password_ref: must be `env:NAME` or `file:/path` (the password itself is never stored)",
+        ));
+    }
+    if s.server_id == 0 {
+        return Err(Status::invalid_argument(
+            "server_id: must be a non-zero replication server id, unique among the server's replicas",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_pipeline(p: &mut Pipeline) -> Result<(), Status> {
+    check_name("name", &p.name, 128)?;
+    check_name("source", &p.source, 64)?;
+    if p.database.is_empty() || p.table.is_empty() {
+        return Err(Status::invalid_argument("database, table: required"));
+    }
+    if p.alias.is_empty() {
+        p.alias = p.name.to_ascii_lowercase();
+    }
+    if p.alias.starts_with(['_', '-', '+'])
+        || p.alias
+            .chars()
+            .any(|c| c.is_ascii_uppercase() || r#" "*\<|,>/?#:"#.contains(c))
+    {
+        return Err(Status::invalid_argument(format!(
+            "alias: `{}` is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#:)",
+            p.alias
+        )));
+    }
+    if p.shards == 0 {
+        p.shards = 1;
+    }
+    if p.tombstone_retention.is_empty() {
+        p.tombstone_retention = "7d".into();
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Admin for AdminApi {
+    async fn get_leader(
+        &self,
+        _: Request<GetLeaderRequest>,
+    ) -> Result<Response<LeaderInfo>, Status> {
+        let coord = self.coord()?;
+        let leader = self.leader().await?;
+        let epoch = coord.current_epoch().await.map_err(internal)?;
+        Ok(Response::new(LeaderInfo {
+            leader_id: leader.as_ref().map(|l| l.id.clone()).unwrap_or_default(),
+            leader_addr: leader.map(|l| l.addr).unwrap_or_default(),
+            epoch,
+            answered_by: self.shared.cfg.center.id.clone(),
+            answered_by_leader: self.shared.leading_epoch().is_some(),
+        }))
+    }
+
+    async fn list_sources(
+        &self,
+        _: Request<ListSourcesRequest>,
+    ) -> Result<Response<ListSourcesResponse>, Status> {
+        let sources = self.shared.meta.sources().await.map_err(meta_err)?;
+        Ok(Response::new(ListSourcesResponse { sources }))
+    }
+
+    async fn put_source(&self, req: Request<Source>) -> Result<Response<Source>, Status> {
+        let mut s = req.into_inner();
+        validate_source(&mut s)?;
+        let epoch = self.writable().await?;
+        self.shared
+            .meta
+            .put_source(epoch, &s)
+            .await
+            .map_err(meta_err)?;
+        let _ = self
+            .shared
+            .meta
+            .add_event(
+                &self.shared.cfg.center.id,
+                "source",
+                &s.name,
+                &format!(
+                    "source put: {}:{} server_id {}",
+                    s.host, s.port, s.server_id
+                ),
+            )
+            .await;
+        self.changed();
+        Ok(Response::new(s))
+    }
+
+    async fn delete_source(
+        &self,
+        req: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let name = req.into_inner().name;
+        let epoch = self.writable().await?;
+        let existed = self
+            .shared
+            .meta
+            .delete_source(epoch, &name)
+            .await
+            .map_err(meta_err)?;
+        if existed {
+            let _ = self
+                .shared
+                .meta
+                .add_event(
+                    &self.shared.cfg.center.id,
+                    "source",
+                    &name,
+                    "source deleted",
+                )
+                .await;
+        }
+        self.changed();
+        Ok(Response::new(DeleteResponse { existed }))
+    }
+
+    async fn list_pipelines(
+        &self,
+        _: Request<ListPipelinesRequest>,
+    ) -> Result<Response<ListPipelinesResponse>, Status> {
+        let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
+        Ok(Response::new(ListPipelinesResponse { pipelines }))
+    }
+
+    async fn put_pipeline(&self, req: Request<Pipeline>) -> Result<Response<Pipeline>, Status> {
+        let mut p = req.into_inner();
+        validate_pipeline(&mut p)?;
+        let epoch = self.writable().await?;
+        self.shared
+            .meta
+            .put_pipeline(epoch, &p)
+            .await
+            .map_err(meta_err)?;
+        let _ = self
+            .shared
+            .meta
+            .add_event(
+                &self.shared.cfg.center.id,
+                "pipeline",
+                &p.name,
+                &format!(
+                    "pipeline put: {}.{}.{} -> {}",
+                    p.source, p.database, p.table, p.alias
+                ),
+            )
+            .await;
+        self.changed();
+        Ok(Response::new(p))
+    }
+
+    async fn delete_pipeline(
+        &self,
+        req: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let name = req.into_inner().name;
+        let epoch = self.writable().await?;
+        let existed = self
+            .shared
+            .meta
+            .delete_pipeline(epoch, &name)
+            .await
+            .map_err(meta_err)?;
+        self.changed();
+        Ok(Response::new(DeleteResponse { existed }))
+    }
+
+    async fn list_workers(
+        &self,
+        _: Request<ListWorkersRequest>,
+    ) -> Result<Response<ListWorkersResponse>, Status> {
+        let coord = self.coord()?;
+        let mut workers = Vec::new();
+        for id in coord.children("workers").await.map_err(internal)? {
+            let Some(node) = coord.get(&layout::worker(&id)).await.map_err(internal)? else {
+                continue;
+            };
+            let rec: WorkerRecord = serde_json::from_slice(&node.data)
+                .map_err(|e| internal(format!("workers/{id}: {e}")))?;
+            let tasks = coord
+                .children(&layout::assignments(&id))
+                .await
+                .map_err(internal)?;
+            workers.push(Worker {
+                id: rec.id,
+                addr: rec.addr,
+                version: rec.version,
+                started_at_ms: rec.started_at_ms,
+                capacity: rec.capacity,
+                tasks,
+            });
+        }
+        Ok(Response::new(ListWorkersResponse { workers }))
+    }
+
+    async fn list_tasks(
+        &self,
+        _: Request<ListTasksRequest>,
+    ) -> Result<Response<ListTasksResponse>, Status> {
+        let coord = self.coord()?;
+        let sources = self.shared.meta.sources().await.map_err(meta_err)?;
+        let statuses = self.shared.meta.statuses().await.map_err(meta_err)?;
+        let mut assigned: BTreeMap<String, (String, u64)> = BTreeMap::new();
+        for worker in coord.children("assignments").await.map_err(internal)? {
+            for task in coord
+                .children(&layout::assignments(&worker))
+                .await
+                .map_err(internal)?
+            {
+                let generation = coord
+                    .get(&layout::assignment(&worker, &task))
+                    .await
+                    .map_err(internal)?
+                    .and_then(|n| serde_json::from_slice::<AssignmentRecord>(&n.data).ok())
+                    .map_or(0, |r| r.generation);
+                assigned.insert(task, (worker.clone(), generation));
+            }
+        }
+        let mut tasks = Vec::new();
+        for s in sources {
+            let running_on = coord
+                .get(&layout::lock(&s.name))
+                .await
+                .map_err(internal)?
+                .and_then(|n| serde_json::from_slice::<serde_json::Value>(&n.data).ok())
+                .and_then(|v| v["worker"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let checkpoint = coord
+                .read_checkpoint(&s.name)
+                .await
+                .map_err(internal)?
+                .and_then(|b| sluice_core::Checkpoint::from_json(&b).ok());
+            let status = statuses.get(&s.name);
+            let (assigned_to, generation) = assigned.remove(&s.name).unwrap_or_default();
+            tasks.push(Task {
+                source: s.name,
+                assigned_to,
+                running_on,
+                position: checkpoint
+                    .as_ref()
+                    .map(|c| c.position.to_string())
+                    .unwrap_or_default(),
+                gtid: checkpoint
+                    .and_then(|c| c.gtid)
+                    .map(|g| g.to_string())
+                    .unwrap_or_default(),
+                state: status.map(|s| s.state.clone()).unwrap_or_default(),
+                events_published: status.map_or(0, |s| s.events_published),
+                lag_seconds: status.map_or(0.0, |s| s.lag_seconds),
+                reported_at_ms: status.map_or(0, |s| s.reported_at_ms),
+                generation,
+            });
+        }
+        Ok(Response::new(ListTasksResponse { tasks }))
+    }
+
+    async fn rebalance(
+        &self,
+        _: Request<RebalanceRequest>,
+    ) -> Result<Response<RebalanceResponse>, Status> {
+        self.writable().await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared
+            .rebalance
+            .send(tx)
+            .await
+            .map_err(|_| Status::unavailable("the leader loop is not running"))?;
+        let moves = tokio::time::timeout(std::time::Duration::from_secs(30), rx)
+            .await
+            .map_err(|_| Status::deadline_exceeded("the rebalance did not finish within 30 s"))?
+            .map_err(|_| Status::unavailable("leadership changed during the rebalance; retry"))?;
+        Ok(Response::new(RebalanceResponse {
+            moves: moves
+                .into_iter()
+                .map(|m| Move {
+                    task: m.task,
+                    from: m.from.unwrap_or_default(),
+                    to: m.to,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn list_events(
+        &self,
+        req: Request<ListEventsRequest>,
+    ) -> Result<Response<ListEventsResponse>, Status> {
+        let req = req.into_inner();
+        let limit = if req.limit == 0 { 50 } else { req.limit };
+        let events = self
+            .shared
+            .meta
+            .events(limit, &req.subject)
+            .await
+            .map_err(meta_err)?;
+        Ok(Response::new(ListEventsResponse { events }))
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerReports for AdminApi {
+    async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
+        let report = req.into_inner();
+        check_name("worker", &report.worker, 255)?;
+        for t in &report.tasks {
+            self.shared
+                .meta
+                .save_status(&report.worker, t)
+                .await
+                .map_err(meta_err)?;
+        }
+        for e in &report.events {
+            self.shared
+                .meta
+                .add_event(&report.worker, &e.kind, &e.subject, &e.message)
+                .await
+                .map_err(meta_err)?;
+        }
+        Ok(Response::new(ReportAck {}))
+    }
+}

@@ -1,0 +1,217 @@
+//! `sluice-center` configuration (TOML file, then `SLUICE_…` environment overrides).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use sluice_core::Secret;
+use sluice_zk::ZkConfig;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CenterConfig {
+    #[serde(default)]
+    pub center: CenterSection,
+    pub zookeeper: ZkConfig,
+    pub meta: MetaSection,
+    pub api: ApiSection,
+    #[serde(default)]
+    pub balance: BalanceSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CenterSection {
+    /// This replica's id. Default: the host name.
+    #[serde(default = "default_id")]
+    pub id: String,
+    /// Where the gRPC API (admin, worker reports, health, reflection) listens.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The address others reach this replica at. Default: `listen`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+}
+
+impl Default for CenterSection {
+    fn default() -> Self {
+        Self {
+            id: default_id(),
+            listen: default_listen(),
+            advertise: None,
+        }
+    }
+}
+
+impl CenterSection {
+    pub fn advertised(&self) -> String {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
+    }
+}
+
+fn default_id() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("center-{}", std::process::id()))
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 7070))
+}
+
+/// The MySQL meta database (sources, pipelines, assignment history, events). The center
+/// creates and migrates its schema.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetaSection {
+    pub host: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    pub user: String,
+    pub password: Secret,
+    pub database: String,
+}
+
+fn default_port() -> u16 {
+    3306
+}
+
+/// How callers authenticate to the gRPC API.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSection {
+    /// `token` (a bearer token in the `authorization` header), `mtls` (client certificates
+    /// signed by `client_ca`) or `none` (no authentication: only when explicitly chosen).
+    pub auth: AuthMode,
+    /// The bearer token (`auth = "token"`); prefer `token_file` or `SLUICE_API__TOKEN`.
+    #[serde(default)]
+    pub token: Option<Secret>,
+    /// A file holding the bearer token (e.g. a mounted Kubernetes secret).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Server certificate and key (PEM); required for `mtls`, optional TLS otherwise.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// CA that signs client certificates (`mtls`).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    Token,
+    Mtls,
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BalanceSection {
+    /// Tasks move automatically only when the busiest live worker has more than this many
+    /// tasks above the idlest (seed 001's threshold against flapping). An operator's
+    /// rebalance evens them out regardless.
+    #[serde(default = "default_threshold")]
+    pub threshold: usize,
+    /// After the set of live workers changes, wait this long for it to settle before
+    /// moving running tasks (a dead worker's tasks are reassigned at once).
+    #[serde(default = "default_settle", with = "humantime_serde")]
+    pub settle: Duration,
+    /// The leader reconciles at least this often, even without a watch firing.
+    #[serde(default = "default_resync", with = "humantime_serde")]
+    pub resync: Duration,
+}
+
+impl Default for BalanceSection {
+    fn default() -> Self {
+        Self {
+            threshold: default_threshold(),
+            settle: default_settle(),
+            resync: default_resync(),
+        }
+    }
+}
+
+fn default_threshold() -> usize {
+    1
+}
+fn default_settle() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_resync() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl CenterConfig {
+    /// Checks values without I/O; every problem, each naming its key.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut p = Vec::new();
+        if self.center.id.trim().is_empty() || self.center.id.contains('/') {
+            p.push(format!(
+                "center.id: `{}` must be non-empty and contain no `/`",
+                self.center.id
+            ));
+        }
+        if let Err(issues) = self.zookeeper.validate() {
+            p.extend(
+                issues
+                    .into_iter()
+                    .map(|i| format!("zookeeper.{}: {}", i.key, i.reason)),
+            );
+        }
+        if self.meta.database.is_empty()
+            || !self
+                .meta
+                .database
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            p.push(format!(
+                "meta.database: `{}` must be non-empty [A-Za-z0-9_]",
+                self.meta.database
+            ));
+        }
+        match self.api.auth {
+            AuthMode::Token => {
+                if self.api.token.is_none() == self.api.token_file.is_none() {
+                    p.push("api.token: with auth = \"token\" set exactly one of api.token and api.token_file".into());
+                }
+            }
+            AuthMode::Mtls => {
+                for (key, v) in [
+                    ("api.tls_cert", &self.api.tls_cert),
+                    ("api.tls_key", &self.api.tls_key),
+                    ("api.client_ca", &self.api.client_ca),
+                ] {
+                    if v.is_none() {
+                        p.push(format!("{key}: required with auth = \"mtls\""));
+                    }
+                }
+            }
+            AuthMode::None => {}
+        }
+        if self.api.tls_cert.is_some() != self.api.tls_key.is_some() {
+            p.push("api.tls_key: set api.tls_cert and api.tls_key together".into());
+        }
+        if self.balance.threshold == 0 {
+            p.push(
+                "balance.threshold: must be at least 1 (0 would move tasks back and forth)".into(),
+            );
+        }
+        if self.balance.resync.is_zero() {
+            p.push("balance.resync: must be positive".into());
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(p)
+        }
+    }
+}

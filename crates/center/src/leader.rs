@@ -1,0 +1,416 @@
+//! The campaign and, once elected, the leader's reconcile loop: publish sources and
+//! pipelines from the meta database to ZooKeeper, and keep every source's task assigned to
+//! exactly one live worker.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use sluice_proto::v1::{Pipeline, Source};
+use sluice_zk::layout::{
+    self, AssignmentRecord, CenterRecord, PipelineRecord, SourceRecord, WorkerRecord,
+};
+use sluice_zk::{Coordinator, Expect, Leadership, ZkError};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::balance::{self, LiveWorker, Move};
+use crate::meta::MetaError;
+use crate::Shared;
+
+type RebalanceRequests = mpsc::Receiver<oneshot::Sender<Vec<Move>>>;
+
+/// Connects, campaigns and leads, again after every lost session or leadership, until
+/// shutdown.
+pub(crate) async fn campaign_forever(
+    shared: Arc<Shared>,
+    mut rebalance: RebalanceRequests,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let me = CenterRecord {
+        id: shared.cfg.center.id.clone(),
+        addr: shared.cfg.center.advertised(),
+    };
+    let info = serde_json::to_vec(&me).expect("center record serializes");
+    let mut backoff = Duration::from_millis(250);
+    while !shutdown.is_cancelled() {
+        let coord = match Coordinator::connect(&shared.cfg.zookeeper).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot reach ZooKeeper; retrying");
+                pause(backoff, &shutdown).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(250);
+        *shared.coord.write().unwrap_or_else(|e| e.into_inner()) = Some(coord.clone());
+        match coord.campaign(&info, &shutdown).await {
+            Ok(leadership) => {
+                let epoch = leadership.epoch();
+                let result = lead(&shared, &coord, &leadership, &mut rebalance, &shutdown).await;
+                shared.leading.send_replace(None);
+                match &result {
+                    Ok(()) => {}
+                    Err(e) => tracing::warn!(epoch, error = format!("{e:#}"), "stopped leading"),
+                }
+                if shutdown.is_cancelled() {
+                    // Hand over at once instead of after a session timeout.
+                    leadership.resign().await;
+                } else {
+                    drop(leadership);
+                }
+            }
+            Err(ZkError::Cancelled) => {}
+            Err(e) => tracing::warn!(error = %e, "campaign interrupted; starting over"),
+        }
+        coord.close().await;
+    }
+    Ok(())
+}
+
+async fn pause(d: Duration, shutdown: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shutdown.cancelled() => {}
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Leads until the leadership is lost, a deposition is detected, or shutdown.
+async fn lead(
+    shared: &Shared,
+    coord: &Coordinator,
+    leadership: &Leadership,
+    rebalance: &mut RebalanceRequests,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let epoch = leadership.epoch();
+    let me = &shared.cfg.center.id;
+    shared
+        .meta
+        .take_leadership(epoch, me)
+        .await
+        .context("cannot record the leadership in the meta database")?;
+    let _ = shared
+        .meta
+        .add_event(me, "leader", me, &format!("leads at epoch {epoch}"))
+        .await;
+    shared.leading.send_replace(Some(epoch));
+    tracing::info!(epoch, "leading: reconciling");
+    let mut pending: Option<oneshot::Sender<Vec<Move>>> = None;
+    loop {
+        if !leadership.is_acting() {
+            // Connection in doubt: act on nothing until it is back (or lost for good).
+            shared.leading.send_replace(None);
+            let mut session = coord.session();
+            tokio::select! {
+                why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
+                _ = session.changed() => {}
+                _ = shutdown.cancelled() => return Ok(()),
+            }
+            if leadership.is_acting() {
+                shared.leading.send_replace(Some(epoch));
+            }
+            continue;
+        }
+        let operator = pending.is_some();
+        let (moves, wake, watch) = match reconcile(shared, coord, leadership, operator).await {
+            Ok(done) => done,
+            Err(e) if is_deposed(&e) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "reconcile failed; retrying");
+                pause(Duration::from_secs(1), shutdown).await;
+                if shutdown.is_cancelled() {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        if let Some(reply) = pending.take() {
+            let _ = reply.send(moves);
+        }
+        let resync = shared.cfg.balance.resync;
+        let wake = wake.map_or(resync, |w| w.min(resync));
+        tokio::select! {
+            why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = watch.changed(coord, shutdown) => {}
+            _ = shared.nudge.notified() => {}
+            req = rebalance.recv() => pending = req,
+            _ = tokio::time::sleep(wake) => {}
+        }
+    }
+}
+
+fn is_deposed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<MetaError>(),
+            Some(MetaError::Deposed { .. })
+        ) || c.downcast_ref::<Deposed>().is_some()
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("deposed: {0} carries epoch {1}, newer than ours")]
+struct Deposed(String, u64);
+
+/// One pass: publish metadata, then assign. Returns the moves made, when to look again
+/// for a worker that is about to settle, and a watch on the live workers.
+async fn reconcile(
+    shared: &Shared,
+    coord: &Coordinator,
+    leadership: &Leadership,
+    operator: bool,
+) -> anyhow::Result<(Vec<Move>, Option<Duration>, sluice_zk::Watch)> {
+    let epoch = leadership.epoch();
+    let (worker_ids, watch) = coord.children_watched("workers").await?;
+    let sources = shared.meta.sources().await?;
+    let pipelines = shared.meta.pipelines().await?;
+    let acting = || -> anyhow::Result<()> {
+        if leadership.is_acting() {
+            Ok(())
+        } else {
+            anyhow::bail!("not acting (ZooKeeper connection in doubt)")
+        }
+    };
+
+    // Sources → mappings/<source>.
+    let wanted: BTreeMap<String, Vec<u8>> = sources
+        .iter()
+        .map(|s| {
+            (
+                s.name.clone(),
+                serde_json::to_vec(&source_record(s, epoch)).expect("serializes"),
+            )
+        })
+        .collect();
+    publish(coord, "mappings", &wanted, epoch, &acting).await?;
+    let wanted: BTreeMap<String, Vec<u8>> = pipelines
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                serde_json::to_vec(&pipeline_record(p, epoch)).expect("serializes"),
+            )
+        })
+        .collect();
+    publish(coord, "pipelines", &wanted, epoch, &acting).await?;
+
+    // Live workers.
+    let settle = shared.cfg.balance.settle;
+    let now = now_ms();
+    let mut live = Vec::new();
+    let mut wake: Option<Duration> = None;
+    for id in &worker_ids {
+        let Some(node) = coord.get(&layout::worker(id)).await? else {
+            continue;
+        };
+        let rec: WorkerRecord = match serde_json::from_slice(&node.data) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(worker = %id, error = %e, "unreadable worker registration; ignoring it");
+                continue;
+            }
+        };
+        let age = Duration::from_millis(now.saturating_sub(rec.started_at_ms).max(0) as u64);
+        let settled = operator || age >= settle;
+        if !settled {
+            let left = settle - age;
+            wake = Some(wake.map_or(left, |w: Duration| w.min(left)));
+        }
+        live.push(LiveWorker {
+            id: id.clone(),
+            capacity: rec.capacity.max(1) as usize,
+            settled,
+        });
+    }
+
+    // Current assignments, including those of dead workers.
+    let tasks: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+    let task_set: HashSet<&str> = tasks.iter().map(String::as_str).collect();
+    let mut current = BTreeMap::new();
+    let mut nodes: BTreeMap<String, (String, i32, AssignmentRecord)> = BTreeMap::new();
+    for worker in coord.children("assignments").await? {
+        let assigned = coord.children(&layout::assignments(&worker)).await?;
+        if assigned.is_empty() && !worker_ids.contains(&worker) {
+            acting()?;
+            coord
+                .delete(&layout::assignments(&worker), None, false)
+                .await?;
+            continue;
+        }
+        for task in assigned {
+            let path = layout::assignment(&worker, &task);
+            let Some(node) = coord.get(&path).await? else {
+                continue;
+            };
+            let rec: AssignmentRecord = serde_json::from_slice(&node.data)
+                .with_context(|| format!("{path}: not an assignment record"))?;
+            if rec.epoch > epoch {
+                return Err(Deposed(path, rec.epoch).into());
+            }
+            if !task_set.contains(task.as_str()) || current.contains_key(&task) {
+                // A removed source, or a duplicate (never written by one leader): drop it.
+                acting()?;
+                coord.delete(&path, Some(node.version), false).await?;
+                let reason = if task_set.contains(task.as_str()) {
+                    "duplicate assignment"
+                } else {
+                    "source removed"
+                };
+                shared
+                    .meta
+                    .record_assignment(
+                        epoch,
+                        &shared.cfg.center.id,
+                        &task,
+                        Some(&worker),
+                        None,
+                        reason,
+                    )
+                    .await?;
+                continue;
+            }
+            current.insert(task.clone(), worker.clone());
+            nodes.insert(task, (worker.clone(), node.version, rec));
+        }
+    }
+
+    let threshold = if operator {
+        1
+    } else {
+        shared.cfg.balance.threshold
+    };
+    let moves = balance::plan(&live, &tasks, &current, threshold);
+    for m in &moves {
+        acting()?;
+        let reason = match (&m.from, operator) {
+            (None, _) => "unassigned",
+            (Some(from), _) if !worker_ids.contains(from) => "worker left",
+            (Some(_), true) => "operator rebalance",
+            (Some(_), false) => "rebalance",
+        };
+        let generation = shared
+            .meta
+            .record_assignment(
+                epoch,
+                &shared.cfg.center.id,
+                &m.task,
+                m.from.as_deref(),
+                Some(&m.to),
+                reason,
+            )
+            .await?;
+        if let Some((from, version, _)) = nodes.remove(&m.task) {
+            coord
+                .delete(&layout::assignment(&from, &m.task), Some(version), false)
+                .await?;
+        }
+        let rec = AssignmentRecord {
+            epoch,
+            generation,
+            assigned_at_ms: now_ms(),
+        };
+        coord
+            .put(
+                &layout::assignment(&m.to, &m.task),
+                &serde_json::to_vec(&rec).expect("serializes"),
+                Expect::Any,
+            )
+            .await?;
+        tracing::info!(task = %m.task, from = ?m.from, to = %m.to, reason, generation, "task assigned");
+    }
+    // Assignments that stay: stamp them with our epoch so workers (re)starting now trust
+    // them. Compare-and-set: a node changed under us means someone else writes here.
+    for (task, (worker, version, rec)) in nodes {
+        if rec.epoch < epoch {
+            acting()?;
+            let rec = AssignmentRecord { epoch, ..rec };
+            coord
+                .put(
+                    &layout::assignment(&worker, &task),
+                    &serde_json::to_vec(&rec).expect("serializes"),
+                    Expect::Version(version),
+                )
+                .await?;
+        }
+    }
+    Ok((moves, wake, watch))
+}
+
+/// Makes the children of `dir` exactly `wanted` (name → record), writing only what
+/// differs. A record of a newer epoch means we were deposed.
+async fn publish(
+    coord: &Coordinator,
+    dir: &str,
+    wanted: &BTreeMap<String, Vec<u8>>,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Stamp {
+        epoch: u64,
+    }
+    for name in coord.children(dir).await? {
+        if !wanted.contains_key(&name) {
+            acting()?;
+            coord.delete(&format!("{dir}/{name}"), None, false).await?;
+            tracing::info!(dir, name, "removed");
+        }
+    }
+    for (name, data) in wanted {
+        let rel = format!("{dir}/{name}");
+        let existing = coord.get(&rel).await?;
+        if let Some(node) = &existing {
+            if let Ok(stamp) = serde_json::from_slice::<Stamp>(&node.data) {
+                if stamp.epoch > epoch {
+                    return Err(Deposed(rel, stamp.epoch).into());
+                }
+            }
+            if node.data == *data {
+                continue;
+            }
+        }
+        acting()?;
+        let expect = existing.map_or(Expect::Absent, |n| Expect::Version(n.version));
+        coord.put(&rel, data, expect).await?;
+        tracing::info!(dir, name, "published");
+    }
+    Ok(())
+}
+
+pub(crate) fn source_record(s: &Source, epoch: u64) -> SourceRecord {
+    SourceRecord {
+        epoch,
+        name: s.name.clone(),
+        host: s.host.clone(),
+        port: s.port as u16,
+        user: s.user.clone(),
+        password_ref: s.password_ref.clone(),
+        server_id: s.server_id,
+        tables: s.tables.clone(),
+    }
+}
+
+pub(crate) fn pipeline_record(p: &Pipeline, epoch: u64) -> PipelineRecord {
+    PipelineRecord {
+        epoch,
+        name: p.name.clone(),
+        source: p.source.clone(),
+        database: p.database.clone(),
+        table: p.table.clone(),
+        alias: p.alias.clone(),
+        columns: p.columns.clone(),
+        shards: p.shards,
+        replicas: p.replicas,
+        tombstone_retention: p.tombstone_retention.clone(),
+    }
+}

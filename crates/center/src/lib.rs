@@ -1,0 +1,109 @@
+//! `sluice-center`: the control plane. Several replicas run; one leads (ZooKeeper
+//! election, [`sluice_zk::Leadership`]). Every replica serves the gRPC API — reads from
+//! ZooKeeper and the meta database, health and reflection — and takes workers' reports;
+//! only the leader changes anything: metadata writes, the `mappings`/`pipelines` it
+//! publishes to ZooKeeper, and task assignments.
+//!
+//! The leader keeps nothing that is not in ZooKeeper or the meta database: a new leader
+//! reads both and carries on. Its writes carry its epoch (ZooKeeper records) or are
+//! fenced by it (meta database transactions), so a deposed leader's late writes are
+//! ignored or rejected.
+
+pub mod api;
+pub mod balance;
+pub mod config;
+mod leader;
+pub mod meta;
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sluice_core::ConfigError;
+use sluice_zk::Coordinator;
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+pub use config::CenterConfig;
+
+/// Loads and validates the configuration; errors name the offending keys.
+pub fn load(path: &Path) -> Result<CenterConfig, ConfigError> {
+    let cfg: CenterConfig = sluice_core::load_config(Some(path), "SLUICE")?;
+    cfg.validate().map_err(ConfigError::Problems)?;
+    Ok(cfg)
+}
+
+/// What the API and the leader loop share.
+pub struct Shared {
+    pub cfg: CenterConfig,
+    pub meta: meta::Meta,
+    /// The current ZooKeeper session (replaced after an expiry).
+    coord: RwLock<Option<Coordinator>>,
+    /// `Some(epoch)` while this replica leads and may act.
+    leading: watch::Sender<Option<u64>>,
+    /// Asks the leader loop to reconcile now (metadata changed).
+    nudge: Notify,
+    /// An operator's rebalance, answered with the moves made.
+    rebalance: mpsc::Sender<oneshot::Sender<Vec<balance::Move>>>,
+}
+
+impl Shared {
+    pub fn coord(&self) -> Option<Coordinator> {
+        self.coord.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The epoch this replica leads at, if it leads right now.
+    pub fn leading_epoch(&self) -> Option<u64> {
+        *self.leading.borrow()
+    }
+}
+
+/// Runs the center until `shutdown`: serves the API, campaigns, and leads when elected.
+pub async fn run(cfg: CenterConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let meta = connect_meta(&cfg, &shutdown).await?;
+    let (rebalance_tx, rebalance_rx) = mpsc::channel(4);
+    let shared = Arc::new(Shared {
+        cfg,
+        meta,
+        coord: RwLock::new(None),
+        leading: watch::channel(None).0,
+        nudge: Notify::new(),
+        rebalance: rebalance_tx,
+    });
+    let server = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { api::serve(shared, shutdown).await })
+    };
+    let led = leader::campaign_forever(shared.clone(), rebalance_rx, shutdown.clone()).await;
+    shutdown.cancel();
+    let served = server.await.context("the API server task failed")?;
+    if let Some(coord) = shared.coord() {
+        coord.close().await;
+    }
+    shared.meta.clone().close().await;
+    tracing::info!("center stopped");
+    led.and(served)
+}
+
+async fn connect_meta(
+    cfg: &CenterConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<meta::Meta> {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match meta::Meta::connect(&cfg.meta).await {
+            Ok(m) => return Ok(m),
+            Err(e @ meta::MetaError::Corrupt(_)) => return Err(e.into()),
+            Err(e) => {
+                tracing::error!(error = %e, host = %cfg.meta.host, port = cfg.meta.port, "cannot reach the meta database; retrying");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.cancelled() => anyhow::bail!("shutdown before the meta database was reachable"),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}

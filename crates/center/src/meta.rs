@@ -1,0 +1,483 @@
+//! The meta database: sources, pipelines, assignment history, events and the workers'
+//! last reports. The center creates and migrates its schema at start (serialised between
+//! replicas by a named lock).
+//!
+//! Every write of the leader runs in a transaction that first locks the `leader` row and
+//! checks that it still holds the writer's epoch: a deposed leader's late write finds a
+//! newer epoch there and is rolled back ([`MetaError::Deposed`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Pool, Transaction, TxOpts};
+use serde::{Deserialize, Serialize};
+use sluice_proto::v1::{Event, Pipeline, Source, TaskProgress};
+
+use crate::config::MetaSection;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("meta database: {0}")]
+    Db(#[from] mysql_async::Error),
+    #[error("deposed: the meta database names epoch {current} as the leader's, not ours ({ours})")]
+    Deposed { ours: u64, current: u64 },
+    #[error("meta database: {0}")]
+    Corrupt(String),
+}
+
+/// Schema versions, applied in order; each entry's statements run once.
+const MIGRATIONS: &[(u32, &[&str])] = &[(
+    1,
+    &[
+        "CREATE TABLE leader (
+            id TINYINT UNSIGNED PRIMARY KEY,
+            epoch BIGINT UNSIGNED NOT NULL,
+            center VARCHAR(255) NOT NULL,
+            since TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+        )",
+        "INSERT INTO leader (id, epoch, center) VALUES (1, 0, '')",
+        "CREATE TABLE sources (
+            name VARCHAR(64) PRIMARY KEY,
+            host VARCHAR(255) NOT NULL,
+            port SMALLINT UNSIGNED NOT NULL,
+            user VARCHAR(128) NOT NULL,
+            password_ref VARCHAR(512) NOT NULL,
+            server_id INT UNSIGNED NOT NULL,
+            tables_json TEXT NOT NULL,
+            updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+            UNIQUE KEY replica (host, port, server_id)
+        )",
+        "CREATE TABLE pipelines (
+            name VARCHAR(128) PRIMARY KEY,
+            source VARCHAR(64) NOT NULL,
+            db_name VARCHAR(64) NOT NULL,
+            table_name VARCHAR(64) NOT NULL,
+            alias VARCHAR(255) NOT NULL,
+            spec_json TEXT NOT NULL,
+            updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+            UNIQUE KEY alias (alias)
+        )",
+        "CREATE TABLE assignments (
+            id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+            task VARCHAR(64) NOT NULL,
+            worker VARCHAR(255) NULL,
+            from_worker VARCHAR(255) NULL,
+            epoch BIGINT UNSIGNED NOT NULL,
+            reason VARCHAR(255) NOT NULL,
+            at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+            KEY task (task, id)
+        )",
+        "CREATE TABLE events (
+            id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+            at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+            origin VARCHAR(255) NOT NULL,
+            kind VARCHAR(64) NOT NULL,
+            subject VARCHAR(255) NOT NULL,
+            message TEXT NOT NULL,
+            KEY subject (subject, id)
+        )",
+        "CREATE TABLE task_status (
+            task VARCHAR(64) PRIMARY KEY,
+            worker VARCHAR(255) NOT NULL,
+            state VARCHAR(64) NOT NULL,
+            position VARCHAR(255) NOT NULL,
+            gtid TEXT NOT NULL,
+            events_published BIGINT UNSIGNED NOT NULL,
+            lag_seconds DOUBLE NOT NULL,
+            reported_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
+        )",
+    ],
+)];
+
+/// What a pipeline stores besides its key columns.
+#[derive(Debug, Serialize, Deserialize)]
+struct PipelineSpec {
+    columns: Vec<String>,
+    shards: u32,
+    replicas: u32,
+    tombstone_retention: String,
+}
+
+/// A worker's last report of a task.
+#[derive(Debug, Clone)]
+pub struct TaskStatus {
+    pub worker: String,
+    pub state: String,
+    pub events_published: u64,
+    pub lag_seconds: f64,
+    pub reported_at_ms: i64,
+}
+
+#[derive(Clone)]
+pub struct Meta {
+    pool: Pool,
+}
+
+impl Meta {
+    /// Connects, creates the database if missing and applies pending migrations.
+    pub async fn connect(cfg: &MetaSection) -> Result<Self, MetaError> {
+        let server = mysql_async::OptsBuilder::default()
+            .ip_or_hostname(cfg.host.clone())
+            .tcp_port(cfg.port)
+            .user(Some(cfg.user.clone()))
+            .pass(Some(cfg.password.expose().to_owned()))
+            .prefer_socket(false);
+        let mut conn = Conn::new(server.clone()).await?;
+        conn.query_drop(format!(
+            "CREATE DATABASE IF NOT EXISTS `{}` CHARACTER SET utf8mb4",
+            cfg.database
+        ))
+        .await?;
+        conn.disconnect().await?;
+        let pool = Pool::new(server.db_name(Some(cfg.database.clone())));
+        let meta = Self { pool };
+        meta.migrate().await?;
+        Ok(meta)
+    }
+
+    async fn migrate(&self) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let locked: Option<i64> = conn
+            .query_first("SELECT GET_LOCK(CONCAT(DATABASE(), '.migrate'), 60)")
+            .await?;
+        if locked != Some(1) {
+            return Err(MetaError::Corrupt(
+                "another center held the migration lock for 60 s".into(),
+            ));
+        }
+        let result = async {
+            conn.query_drop(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version INT UNSIGNED PRIMARY KEY,
+                    applied_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+                )",
+            )
+            .await?;
+            let done: Option<u32> = conn
+                .query_first("SELECT MAX(version) FROM schema_migrations")
+                .await?
+                .flatten();
+            let done = done.unwrap_or(0);
+            for (version, statements) in MIGRATIONS.iter().filter(|(v, _)| *v > done) {
+                // DDL commits implicitly in MySQL: each statement is its own step, and the
+                // version row is written last.
+                for statement in *statements {
+                    conn.query_drop(*statement).await?;
+                }
+                conn.exec_drop(
+                    "INSERT INTO schema_migrations (version) VALUES (?)",
+                    (version,),
+                )
+                .await?;
+                tracing::info!(version, "meta database migrated");
+            }
+            Ok::<_, MetaError>(())
+        }
+        .await;
+        conn.query_drop("SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.migrate'))")
+            .await?;
+        result
+    }
+
+    /// Records that `center` leads at `epoch`; fails if a newer epoch is already there.
+    pub async fn take_leadership(&self, epoch: u64, center: &str) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "UPDATE leader SET epoch = ?, center = ?, since = CURRENT_TIMESTAMP(3) WHERE id = 1 AND epoch < ?",
+            (epoch, center, epoch),
+        )
+        .await?;
+        if conn.affected_rows() == 0 {
+            let current: u64 = conn
+                .query_first("SELECT epoch FROM leader WHERE id = 1")
+                .await?
+                .unwrap_or(0);
+            if current != epoch {
+                return Err(MetaError::Deposed {
+                    ours: epoch,
+                    current,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a transaction in which the leader at `epoch` may write.
+    async fn fenced(&self, epoch: u64) -> Result<Transaction<'static>, MetaError> {
+        let mut tx = self.pool.start_transaction(TxOpts::default()).await?;
+        let current: u64 = tx
+            .query_first("SELECT epoch FROM leader WHERE id = 1 FOR UPDATE")
+            .await?
+            .unwrap_or(0);
+        if current != epoch {
+            tx.rollback().await?;
+            return Err(MetaError::Deposed {
+                ours: epoch,
+                current,
+            });
+        }
+        Ok(tx)
+    }
+
+    pub async fn sources(&self) -> Result<Vec<Source>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, String, u16, String, String, u32, String)> = conn
+            .query("SELECT name, host, port, user, password_ref, server_id, tables_json FROM sources ORDER BY name")
+            .await?;
+        rows.into_iter()
+            .map(
+                |(name, host, port, user, password_ref, server_id, tables)| {
+                    Ok(Source {
+                        tables: serde_json::from_str(&tables).map_err(|e| {
+                            MetaError::Corrupt(format!("sources.tables_json of {name}: {e}"))
+                        })?,
+                        name,
+                        host,
+                        port: port.into(),
+                        user,
+                        password_ref,
+                        server_id,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    pub async fn put_source(&self, epoch: u64, s: &Source) -> Result<(), MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "INSERT INTO sources (name, host, port, user, password_ref, server_id, tables_json)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE host = VALUES(host), port = VALUES(port), user = VALUES(user),
+               password_ref = VALUES(password_ref), server_id = VALUES(server_id),
+               tables_json = VALUES(tables_json)",
+            (
+                &s.name,
+                &s.host,
+                s.port,
+                &s.user,
+                &s.password_ref,
+                s.server_id,
+                serde_json::to_string(&s.tables).expect("strings serialize"),
+            ),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn delete_source(&self, epoch: u64, name: &str) -> Result<bool, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop("DELETE FROM sources WHERE name = ?", (name,))
+            .await?;
+        let existed = tx.affected_rows() > 0;
+        tx.exec_drop("DELETE FROM task_status WHERE task = ?", (name,))
+            .await?;
+        tx.commit().await?;
+        Ok(existed)
+    }
+
+    pub async fn pipelines(&self) -> Result<Vec<Pipeline>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, String, String, String, String, String)> = conn
+            .query("SELECT name, source, db_name, table_name, alias, spec_json FROM pipelines ORDER BY name")
+            .await?;
+        rows.into_iter()
+            .map(|(name, source, database, table, alias, spec)| {
+                let spec: PipelineSpec = serde_json::from_str(&spec).map_err(|e| {
+                    MetaError::Corrupt(format!("pipelines.spec_json of {name}: {e}"))
+                })?;
+                Ok(Pipeline {
+                    name,
+                    source,
+                    database,
+                    table,
+                    alias,
+                    columns: spec.columns,
+                    shards: spec.shards,
+                    replicas: spec.replicas,
+                    tombstone_retention: spec.tombstone_retention,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn put_pipeline(&self, epoch: u64, p: &Pipeline) -> Result<(), MetaError> {
+        let spec = PipelineSpec {
+            columns: p.columns.clone(),
+            shards: p.shards,
+            replicas: p.replicas,
+            tombstone_retention: p.tombstone_retention.clone(),
+        };
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "INSERT INTO pipelines (name, source, db_name, table_name, alias, spec_json)
+             VALUES (?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE source = VALUES(source), db_name = VALUES(db_name),
+               table_name = VALUES(table_name), alias = VALUES(alias), spec_json = VALUES(spec_json)",
+            (
+                &p.name,
+                &p.source,
+                &p.database,
+                &p.table,
+                &p.alias,
+                serde_json::to_string(&spec).expect("spec serializes"),
+            ),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn delete_pipeline(&self, epoch: u64, name: &str) -> Result<bool, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop("DELETE FROM pipelines WHERE name = ?", (name,))
+            .await?;
+        let existed = tx.affected_rows() > 0;
+        tx.commit().await?;
+        Ok(existed)
+    }
+
+    /// Records an assignment decision (and the event saying so); its id is the
+    /// assignment's generation.
+    pub async fn record_assignment(
+        &self,
+        epoch: u64,
+        center: &str,
+        task: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+        reason: &str,
+    ) -> Result<u64, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "INSERT INTO assignments (task, worker, from_worker, epoch, reason) VALUES (?, ?, ?, ?, ?)",
+            (task, to, from, epoch, reason),
+        )
+        .await?;
+        let generation = tx.last_insert_id().unwrap_or(0);
+        let message = match (from, to) {
+            (Some(f), Some(t)) => format!("moved from {f} to {t}: {reason}"),
+            (None, Some(t)) => format!("assigned to {t}: {reason}"),
+            (Some(f), None) => format!("taken from {f}: {reason}"),
+            (None, None) => format!("unassigned: {reason}"),
+        };
+        insert_event(&mut tx, center, "assignment", task, &message).await?;
+        tx.commit().await?;
+        Ok(generation)
+    }
+
+    /// Appends an event (leader changes, worker reports). Not fenced: events are a log,
+    /// and a deposed leader's account of what it saw is still true.
+    pub async fn add_event(
+        &self,
+        origin: &str,
+        kind: &str,
+        subject: &str,
+        message: &str,
+    ) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        insert_event(&mut conn, origin, kind, subject, message).await
+    }
+
+    pub async fn events(&self, limit: u32, subject: &str) -> Result<Vec<Event>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let limit = limit.clamp(1, 10_000);
+        let rows: Vec<(u64, i64, String, String, String, String)> = conn
+            .exec(
+                "SELECT id, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED), origin, kind, subject, message
+                 FROM events WHERE (? = '' OR subject = ?) ORDER BY id DESC LIMIT ?",
+                (subject, subject, limit),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, at_ms, origin, kind, subject, message)| Event {
+                id: id as i64,
+                at_ms,
+                origin,
+                kind,
+                subject,
+                message,
+            })
+            .collect())
+    }
+
+    pub async fn save_status(&self, worker: &str, t: &TaskProgress) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "INSERT INTO task_status (task, worker, state, position, gtid, events_published, lag_seconds)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE worker = VALUES(worker), state = VALUES(state),
+               position = VALUES(position), gtid = VALUES(gtid),
+               events_published = VALUES(events_published), lag_seconds = VALUES(lag_seconds)",
+            (
+                &t.source,
+                worker,
+                &t.state,
+                &t.position,
+                &t.gtid,
+                t.events_published,
+                t.lag_seconds,
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn statuses(&self) -> Result<HashMap<String, TaskStatus>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, String, String, u64, f64, i64)> = conn
+            .query(
+                "SELECT task, worker, state, events_published, lag_seconds,
+                        CAST(UNIX_TIMESTAMP(reported_at) * 1000 AS SIGNED) FROM task_status",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(task, worker, state, events_published, lag_seconds, reported_at_ms)| {
+                    (
+                        task,
+                        TaskStatus {
+                            worker,
+                            state,
+                            events_published,
+                            lag_seconds,
+                            reported_at_ms,
+                        },
+                    )
+                },
+            )
+            .collect())
+    }
+
+    /// The generation of each task's latest assignment.
+    pub async fn generations(&self) -> Result<HashMap<String, u64>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, u64)> = conn
+            .query("SELECT task, MAX(id) FROM assignments GROUP BY task")
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    pub async fn close(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.pool.disconnect()).await;
+    }
+}
+
+async fn insert_event(
+    q: &mut impl Queryable,
+    origin: &str,
+    kind: &str,
+    subject: &str,
+    message: &str,
+) -> Result<(), MetaError> {
+    q.exec_drop(
+        "INSERT INTO events (origin, kind, subject, message) VALUES (?, ?, ?, ?)",
+        (origin, kind, subject, message),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,540 @@
+//! `sluicectl`: the admin command line over the center's gRPC API. Readable tables by
+//! default, `--output json` for scripts. Writes go to the leader: a follower's answer
+//! names it, and sluicectl follows.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+use sluice_proto::v1::admin_client::AdminClient;
+use sluice_proto::v1::*;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Request, Status};
+
+#[derive(Parser)]
+#[command(version, about = "Sluice admin command line")]
+struct Cli {
+    /// Center addresses (any replica; comma-separated), e.g. `http://127.0.0.1:7070`.
+    #[arg(
+        long,
+        env = "SLUICECTL_CENTER",
+        default_value = "http://127.0.0.1:7070",
+        value_delimiter = ',',
+        global = true
+    )]
+    center: Vec<String>,
+    /// Bearer token (centers with `api.auth = "token"`).
+    #[arg(long, env = "SLUICECTL_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// CA certificate (PEM) to verify the center's TLS certificate.
+    #[arg(long, env = "SLUICECTL_CA", global = true)]
+    ca: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM) for mTLS.
+    #[arg(long, env = "SLUICECTL_CERT", global = true, requires = "key")]
+    cert: Option<std::path::PathBuf>,
+    #[arg(long, env = "SLUICECTL_KEY", global = true, requires = "cert")]
+    key: Option<std::path::PathBuf>,
+    #[arg(long, short, value_enum, default_value_t = Output::Table, global = true)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Who leads, at which epoch.
+    Leader,
+    /// MySQL instances (one binlog task each).
+    #[command(subcommand)]
+    Sources(SourceCmd),
+    /// Table → index pipelines.
+    #[command(subcommand)]
+    Pipelines(PipelineCmd),
+    /// Live workers and their tasks.
+    Workers,
+    /// Every task: assigned to, running on, position, lag.
+    Tasks,
+    /// Spread tasks evenly over the live workers now.
+    Rebalance,
+    /// Recent events, newest first.
+    Events {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Only events about this source, pipeline or worker.
+        #[arg(long, default_value = "")]
+        subject: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum SourceCmd {
+    List,
+    /// Create or replace a source.
+    Put(SourceArgs),
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct SourceArgs {
+    name: String,
+    #[arg(long)]
+    host: String,
+    #[arg(long, default_value_t = 3306)]
+    port: u32,
+    #[arg(long)]
+    user: String,
+    /// `env:NAME` (a variable of the workers' environment) or `file:/path`.
+    #[arg(long)]
+    password_ref: String,
+    #[arg(long)]
+    server_id: u32,
+    /// `db.table` or `db.*` patterns (comma-separated); none captures every table.
+    #[arg(long, value_delimiter = ',')]
+    tables: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum PipelineCmd {
+    List,
+    /// Create or replace a pipeline.
+    Put(PipelineArgs),
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct PipelineArgs {
+    name: String,
+    #[arg(long)]
+    source: String,
+    #[arg(long)]
+    database: String,
+    #[arg(long)]
+    table: String,
+    /// Default: the name, lowercased.
+    #[arg(long, default_value = "")]
+    alias: String,
+    /// Columns to index (comma-separated); none indexes every column.
+    #[arg(long, value_delimiter = ',')]
+    columns: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    #[arg(long, default_value = "7d")]
+    tombstone_retention: String,
+}
+
+type Client = AdminClient<InterceptedService<Channel, Bearer>>;
+
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+struct Conn<'a> {
+    cli: &'a Cli,
+    client: Client,
+}
+
+impl<'a> Conn<'a> {
+    async fn open(cli: &'a Cli) -> anyhow::Result<Self> {
+        let mut last = None;
+        for addr in &cli.center {
+            match connect(cli, addr).await {
+                Ok(client) => return Ok(Self { cli, client }),
+                Err(e) => last = Some(e.context(format!("center {addr}"))),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no --center given")))
+    }
+
+    /// Runs a call; when a follower refused a write, repeats it at the leader it named.
+    async fn call<T, F, Fut>(&mut self, call: F) -> anyhow::Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        match call(self.client.clone()).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) if s.code() == Code::FailedPrecondition => {
+                let Some(leader) = s
+                    .metadata()
+                    .get("sluice-leader")
+                    .and_then(|v| v.to_str().ok())
+                else {
+                    bail!(status(s));
+                };
+                let leader = with_scheme(self.cli, leader);
+                let client = connect(self.cli, &leader).await?;
+                self.client = client.clone();
+                call(client)
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|s| anyhow::anyhow!(status(s)))
+            }
+            Err(s) => bail!(status(s)),
+        }
+    }
+}
+
+fn with_scheme(cli: &Cli, addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_owned()
+    } else if cli.ca.is_some() {
+        format!("https://{addr}")
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+fn status(s: Status) -> String {
+    format!("{:?}: {}", s.code(), s.message())
+}
+
+async fn connect(cli: &Cli, addr: &str) -> anyhow::Result<Client> {
+    let addr = with_scheme(cli, addr);
+    let mut endpoint = Endpoint::from_shared(addr.clone())
+        .with_context(|| format!("`{addr}` is not a URL"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60));
+    if cli.ca.is_some() || cli.cert.is_some() {
+        let mut tls = ClientTlsConfig::new();
+        if let Some(ca) = &cli.ca {
+            tls = tls.ca_certificate(Certificate::from_pem(
+                std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?,
+            ));
+        }
+        if let (Some(cert), Some(key)) = (&cli.cert, &cli.key) {
+            tls = tls.identity(Identity::from_pem(
+                std::fs::read(cert).with_context(|| format!("--cert {}", cert.display()))?,
+                std::fs::read(key).with_context(|| format!("--key {}", key.display()))?,
+            ));
+        }
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    let channel = endpoint.connect().await?;
+    let bearer = match &cli.token {
+        Some(t) => Some(
+            MetadataValue::try_from(format!("Bearer {t}"))
+                .context("--token: not a valid header value")?,
+        ),
+        None => None,
+    };
+    Ok(AdminClient::with_interceptor(channel, Bearer(bearer)))
+}
+
+/// Prints rows as an aligned table, or the JSON value.
+fn print(output: Output, headers: &[&str], rows: Vec<Vec<String>>, as_json: Value) {
+    if output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&as_json).expect("JSON"));
+        return;
+    }
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_uppercase()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+fn ago(ms: i64) -> String {
+    if ms <= 0 {
+        return "-".into();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let s = (now - ms).max(0) / 1000;
+    match s {
+        0..=119 => format!("{s}s ago"),
+        120..=7199 => format!("{}m ago", s / 60),
+        _ => format!("{}h ago", s / 3600),
+    }
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_owned()
+    }
+}
+
+fn source_json(s: &Source) -> Value {
+    json!({"name": s.name, "host": s.host, "port": s.port, "user": s.user,
+           "password_ref": s.password_ref, "server_id": s.server_id, "tables": s.tables})
+}
+
+fn pipeline_json(p: &Pipeline) -> Value {
+    json!({"name": p.name, "source": p.source, "database": p.database, "table": p.table,
+           "alias": p.alias, "columns": p.columns, "shards": p.shards, "replicas": p.replicas,
+           "tombstone_retention": p.tombstone_retention})
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(&cli).await {
+        eprintln!("sluicectl: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<()> {
+    let mut conn = Conn::open(cli).await?;
+    let out = cli.output;
+    match &cli.command {
+        Command::Leader => {
+            let l = conn
+                .call(|mut c| async move { c.get_leader(GetLeaderRequest {}).await })
+                .await?;
+            print(
+                out,
+                &["leader", "address", "epoch", "answered by"],
+                vec![vec![
+                    or_dash(&l.leader_id),
+                    or_dash(&l.leader_addr),
+                    l.epoch.to_string(),
+                    l.answered_by.clone(),
+                ]],
+                json!({"leader_id": l.leader_id, "leader_addr": l.leader_addr, "epoch": l.epoch,
+                       "answered_by": l.answered_by, "answered_by_leader": l.answered_by_leader}),
+            );
+        }
+        Command::Sources(SourceCmd::List) => {
+            let r = conn
+                .call(|mut c| async move { c.list_sources(ListSourcesRequest {}).await })
+                .await?;
+            print(
+                out,
+                &[
+                    "name",
+                    "host",
+                    "port",
+                    "user",
+                    "password",
+                    "server id",
+                    "tables",
+                ],
+                r.sources
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            s.name.clone(),
+                            s.host.clone(),
+                            s.port.to_string(),
+                            s.user.clone(),
+                            s.password_ref.clone(),
+                            s.server_id.to_string(),
+                            if s.tables.is_empty() {
+                                "*".into()
+                            } else {
+                                s.tables.join(",")
+                            },
+                        ]
+                    })
+                    .collect(),
+                Value::Array(r.sources.iter().map(source_json).collect()),
+            );
+        }
+        Command::Sources(SourceCmd::Put(a)) => {
+            let s = Source {
+                name: a.name.clone(),
+                host: a.host.clone(),
+                port: a.port,
+                user: a.user.clone(),
+                password_ref: a.password_ref.clone(),
+                server_id: a.server_id,
+                tables: a.tables.clone(),
+            };
+            let s = conn
+                .call(|mut c| {
+                    let s = s.clone();
+                    async move { c.put_source(s).await }
+                })
+                .await?;
+            print(
+                out,
+                &["source", "stored"],
+                vec![vec![s.name.clone(), "yes".into()]],
+                source_json(&s),
+            );
+        }
+        Command::Sources(SourceCmd::Delete { name })
+        | Command::Pipelines(PipelineCmd::Delete { name }) => {
+            let is_source = matches!(cli.command, Command::Sources(_));
+            let req = DeleteRequest { name: name.clone() };
+            let r = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move {
+                        if is_source {
+                            c.delete_source(req).await
+                        } else {
+                            c.delete_pipeline(req).await
+                        }
+                    }
+                })
+                .await?;
+            print(
+                out,
+                &["deleted", "existed"],
+                vec![vec![name.clone(), r.existed.to_string()]],
+                json!({"name": name, "existed": r.existed}),
+            );
+        }
+        Command::Pipelines(PipelineCmd::List) => {
+            let r = conn
+                .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
+                .await?;
+            print(
+                out,
+                &[
+                    "name", "source", "table", "alias", "columns", "shards", "replicas",
+                ],
+                r.pipelines
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            p.name.clone(),
+                            p.source.clone(),
+                            format!("{}.{}", p.database, p.table),
+                            p.alias.clone(),
+                            if p.columns.is_empty() {
+                                "*".into()
+                            } else {
+                                p.columns.join(",")
+                            },
+                            p.shards.to_string(),
+                            p.replicas.to_string(),
+                        ]
+                    })
+                    .collect(),
+                Value::Array(r.pipelines.iter().map(pipeline_json).collect()),
+            );
+        }
+        Command::Pipelines(PipelineCmd::Put(a)) => {
+            let p = Pipeline {
+                name: a.name.clone(),
+                source: a.source.clone(),
+                database: a.database.clone(),
+                table: a.table.clone(),
+                alias: a.alias.clone(),
+                columns: a.columns.clone(),
+                shards: a.shards,
+                replicas: a.replicas,
+                tombstone_retention: a.tombstone_retention.clone(),
+            };
+            let p = conn
+                .call(|mut c| {
+                    let p = p.clone();
+                    async move { c.put_pipeline(p).await }
+                })
+                .await?;
+            print(
+                out,
+                &["pipeline", "alias"],
+                vec![vec![p.name.clone(), p.alias.clone()]],
+                pipeline_json(&p),
+            );
+        }
+        Command::Workers => {
+            let r = conn
+                .call(|mut c| async move { c.list_workers(ListWorkersRequest {}).await })
+                .await?;
+            print(
+                out,
+                &["worker", "address", "version", "started", "capacity", "tasks"],
+                r.workers
+                    .iter()
+                    .map(|w| vec![w.id.clone(), or_dash(&w.addr), w.version.clone(), ago(w.started_at_ms), w.capacity.to_string(), if w.tasks.is_empty() { "-".into() } else { w.tasks.join(",") }])
+                    .collect(),
+                Value::Array(r.workers.iter().map(|w| json!({"id": w.id, "addr": w.addr, "version": w.version, "started_at_ms": w.started_at_ms, "capacity": w.capacity, "tasks": w.tasks})).collect()),
+            );
+        }
+        Command::Tasks => {
+            let r = conn
+                .call(|mut c| async move { c.list_tasks(ListTasksRequest {}).await })
+                .await?;
+            print(
+                out,
+                &["task", "assigned to", "running on", "position", "gtid", "state", "events", "lag", "reported"],
+                r.tasks
+                    .iter()
+                    .map(|t| vec![t.source.clone(), or_dash(&t.assigned_to), or_dash(&t.running_on), or_dash(&t.position), or_dash(&t.gtid), or_dash(&t.state), t.events_published.to_string(), format!("{:.1}s", t.lag_seconds), ago(t.reported_at_ms)])
+                    .collect(),
+                Value::Array(r.tasks.iter().map(|t| json!({"source": t.source, "assigned_to": t.assigned_to, "running_on": t.running_on, "position": t.position, "gtid": t.gtid, "state": t.state, "events_published": t.events_published, "lag_seconds": t.lag_seconds, "reported_at_ms": t.reported_at_ms, "generation": t.generation})).collect()),
+            );
+        }
+        Command::Rebalance => {
+            let r = conn
+                .call(|mut c| async move { c.rebalance(RebalanceRequest {}).await })
+                .await?;
+            print(
+                out,
+                &["task", "from", "to"],
+                r.moves
+                    .iter()
+                    .map(|m| vec![m.task.clone(), or_dash(&m.from), m.to.clone()])
+                    .collect(),
+                Value::Array(
+                    r.moves
+                        .iter()
+                        .map(|m| json!({"task": m.task, "from": m.from, "to": m.to}))
+                        .collect(),
+                ),
+            );
+        }
+        Command::Events { limit, subject } => {
+            let req = ListEventsRequest {
+                limit: *limit,
+                subject: subject.clone(),
+            };
+            let r = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.list_events(req).await }
+                })
+                .await?;
+            print(
+                out,
+                &["id", "when", "origin", "kind", "subject", "message"],
+                r.events.iter().map(|e| vec![e.id.to_string(), ago(e.at_ms), e.origin.clone(), e.kind.clone(), e.subject.clone(), e.message.clone()]).collect(),
+                Value::Array(r.events.iter().map(|e| json!({"id": e.id, "at_ms": e.at_ms, "origin": e.origin, "kind": e.kind, "subject": e.subject, "message": e.message})).collect()),
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! Sluice's gRPC API (`proto/sluice/v1/admin.proto`): the admin service and the workers'
+//! report service, with the descriptor set the centers serve for reflection.
+
+#[allow(clippy::all, rust_2018_idioms)]
+pub mod v1 {
+    tonic::include_proto!("sluice.v1");
+}
+
+/// The encoded descriptors of every message and service, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/sluice_descriptor.bin"));
