@@ -77,14 +77,11 @@ pub fn plan(
     }
     let settled: BTreeMap<&str, bool> =
         workers.iter().map(|w| (w.id.as_str(), w.settled)).collect();
-    loop {
-        let Some((busiest, most)) = load
-            .iter()
-            .max_by_key(|(w, ts)| (ts.len(), std::cmp::Reverse(**w)))
-            .map(|(w, ts)| (*w, ts.len()))
-        else {
-            break;
-        };
+    while let Some((busiest, most)) = load
+        .iter()
+        .max_by_key(|(w, ts)| (ts.len(), std::cmp::Reverse(**w)))
+        .map(|(w, ts)| (*w, ts.len()))
+    {
         let Some((idlest, least)) = load
             .iter()
             .filter(|(w, ts)| settled[*w] && ts.len() < capacity[*w])
@@ -165,10 +162,8 @@ mod tests {
     #[test]
     fn a_dead_workers_tasks_move_and_others_stay() {
         let mut current = BTreeMap::new();
-        apply(
-            &mut current,
-            &plan(&workers(&["a", "b", "c"]), &tasks(6), &current, 1),
-        );
+        let moves = plan(&workers(&["a", "b", "c"]), &tasks(6), &current, 1);
+        apply(&mut current, &moves);
         let before = current.clone();
         let moves = plan(&workers(&["a", "c"]), &tasks(6), &current, 1);
         assert_eq!(moves.len(), 2, "{moves:?}");
@@ -188,10 +183,8 @@ mod tests {
     #[test]
     fn a_joining_worker_gets_tasks_once_settled_and_beyond_the_threshold() {
         let mut current = BTreeMap::new();
-        apply(
-            &mut current,
-            &plan(&workers(&["a", "b"]), &tasks(6), &current, 1),
-        );
+        let moves = plan(&workers(&["a", "b"]), &tasks(6), &current, 1);
+        apply(&mut current, &moves);
         let mut ws = workers(&["a", "b", "c"]);
         ws[2].settled = false;
         assert!(
@@ -219,10 +212,8 @@ mod tests {
     #[test]
     fn removed_tasks_are_not_planned() {
         let mut current = BTreeMap::new();
-        apply(
-            &mut current,
-            &plan(&workers(&["a"]), &tasks(2), &current, 1),
-        );
+        let moves = plan(&workers(&["a"]), &tasks(2), &current, 1);
+        apply(&mut current, &moves);
         let moves = plan(&workers(&["a", "b"]), &tasks(1), &current, 1);
         assert!(moves.is_empty(), "{moves:?}");
     }

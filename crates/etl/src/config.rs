@@ -15,6 +15,11 @@ pub struct EtlConfig {
     #[serde(default)]
     pub topics: TopicConfig,
     pub elasticsearch: EsSection,
+    /// In a cluster: follow the pipelines the center publishes in ZooKeeper
+    /// (`pipelines/<name>`), added, changed and removed at runtime.
+    #[serde(default)]
+    pub zookeeper: Option<sluice_zk::ZkConfig>,
+    /// Pipelines from this file (standalone, or in addition to the center's).
     #[serde(default)]
     pub pipelines: Vec<PipelineConfig>,
 }
@@ -97,7 +102,7 @@ fn default_timeout() -> Duration {
 }
 
 /// One table → one index alias.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
     pub name: String,
@@ -139,6 +144,26 @@ impl PipelineConfig {
     }
 }
 
+impl From<sluice_zk::layout::PipelineRecord> for PipelineConfig {
+    fn from(r: sluice_zk::layout::PipelineRecord) -> Self {
+        Self {
+            name: r.name,
+            source: r.source,
+            database: r.database,
+            table: r.table,
+            alias: Some(r.alias).filter(|a| !a.is_empty()),
+            columns: r.columns,
+            shards: r.shards.max(1),
+            replicas: r.replicas,
+            tombstone_retention: if r.tombstone_retention.is_empty() {
+                default_tombstones()
+            } else {
+                r.tombstone_retention
+            },
+        }
+    }
+}
+
 impl EtlConfig {
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
@@ -162,8 +187,17 @@ impl EtlConfig {
         if self.elasticsearch.password.is_some() && self.elasticsearch.username.is_none() {
             p.push("elasticsearch.password: set elasticsearch.username too".into());
         }
-        if self.pipelines.is_empty() {
-            p.push("pipelines: no pipeline configured; add a [[pipelines]] table".into());
+        if self.pipelines.is_empty() && self.zookeeper.is_none() {
+            p.push("pipelines: no pipeline configured; add a [[pipelines]] table, or a [zookeeper] section to follow the center's".into());
+        }
+        if let Some(zk) = &self.zookeeper {
+            if let Err(issues) = zk.validate() {
+                p.extend(
+                    issues
+                        .into_iter()
+                        .map(|i| format!("zookeeper.{}: {}", i.key, i.reason)),
+                );
+            }
         }
         for (i, pl) in self.pipelines.iter().enumerate() {
             let key = format!("pipelines[{i}]");

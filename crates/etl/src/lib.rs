@@ -7,6 +7,7 @@
 //! backoff. A crash before the commit only replays events, which versions make harmless.
 
 pub mod config;
+mod follow;
 mod mapping;
 mod pipeline;
 
@@ -23,6 +24,7 @@ use serde_json::{json, Value};
 use sluice_core::{ChangeEvent, ConfigError};
 use sluice_elastic::{BulkOp, EsClient, EsClientConfig, ItemOutcome};
 use sluice_kafka::{Consumer, Producer};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -78,18 +80,9 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     .context("elasticsearch")?;
     let producer =
         sluice_kafka::producer(&cfg.kafka).context("cannot create the dead-letter producer")?;
-    let mut topics: Vec<String> = cfg
-        .pipelines
-        .iter()
-        .map(|p| cfg.topics.rows_topic(&p.source, &p.database, &p.table))
-        .collect();
-    topics.sort();
-    topics.dedup();
-    let mut to_create = topics.clone();
-    to_create.push(cfg.etl.dead_letter_topic.clone());
-    sluice_kafka::ensure_topics(&cfg.kafka, &to_create)
+    sluice_kafka::ensure_topics(&cfg.kafka, std::slice::from_ref(&cfg.etl.dead_letter_topic))
         .await
-        .context("cannot create the change and dead-letter topics")?;
+        .context("cannot create the dead-letter topic")?;
     let mut consumer_cfg = cfg.kafka.clone();
     if let Some(id) = &cfg.etl.instance_id {
         consumer_cfg
@@ -98,15 +91,30 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     }
     let consumer = sluice_kafka::consumer(&consumer_cfg, &cfg.etl.group_id)
         .context("cannot create the Kafka consumer")?;
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    consumer.subscribe(&names).context("cannot subscribe")?;
-    tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
 
-    let mut router = Router::new(&cfg.pipelines, &cfg.topics);
+    // The pipelines: from the file, and from the center when a [zookeeper] section is set.
+    let (pipelines_tx, mut pipelines) = watch::channel(None);
+    let follower = match &cfg.zookeeper {
+        Some(zk) => Some(tokio::spawn(follow::follow(
+            zk.clone(),
+            cfg.pipelines.clone(),
+            pipelines_tx,
+            shutdown.clone(),
+        ))),
+        None => {
+            pipelines_tx.send_replace(Some(cfg.pipelines.clone()));
+            None
+        }
+    };
+    let mut router = Router::new(&[], &cfg.topics);
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     loop {
-        let (batch, stop) = collect(&consumer, &cfg, &shutdown).await;
+        if pipelines.has_changed().unwrap_or(false) {
+            let list = pipelines.borrow_and_update().clone().unwrap_or_default();
+            router = subscribe(&consumer, &cfg, &list).await?;
+        }
+        let (batch, stop) = collect(&consumer, &cfg, &mut pipelines, &shutdown).await;
         if !batch.is_empty() {
             match apply(
                 &mut router,
@@ -141,8 +149,38 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
             break;
         }
     }
+    if let Some(follower) = follower {
+        let _ = follower.await;
+    }
     tracing::info!("etl stopped");
     Ok(())
+}
+
+/// Subscribes to the change topics of `pipelines` (creating missing ones) and returns
+/// their router. Offsets of topics that stay are kept by the group.
+async fn subscribe(
+    consumer: &Consumer,
+    cfg: &EtlConfig,
+    pipelines: &[config::PipelineConfig],
+) -> anyhow::Result<Router> {
+    let mut topics: Vec<String> = pipelines
+        .iter()
+        .map(|p| cfg.topics.rows_topic(&p.source, &p.database, &p.table))
+        .collect();
+    topics.sort();
+    topics.dedup();
+    if topics.is_empty() {
+        consumer.unsubscribe();
+        tracing::info!("no pipelines: consuming nothing until one is added");
+    } else {
+        sluice_kafka::ensure_topics(&cfg.kafka, &topics)
+            .await
+            .context("cannot create the change topics")?;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names).context("cannot subscribe")?;
+        tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
+    }
+    Ok(Router::new(pipelines, &cfg.topics))
 }
 
 /// Fills a batch up to the document or byte bound, or until `linger` after its first
@@ -150,11 +188,13 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
 async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
+    pipelines: &mut watch::Receiver<Option<Vec<config::PipelineConfig>>>,
     shutdown: &CancellationToken,
 ) -> (Vec<Msg>, bool) {
     let mut batch = Vec::new();
     let mut bytes = 0usize;
     let mut deadline: Option<Instant> = None;
+    let mut following = true;
     loop {
         if batch.len() >= cfg.etl.max_batch_docs || bytes >= cfg.etl.max_batch_bytes {
             return (batch, false);
@@ -163,6 +203,11 @@ async fn collect(
             biased;
             _ = shutdown.cancelled() => return (batch, true),
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return (batch, false),
+            // The pipelines changed: apply what is in hand, then re-route.
+            changed = pipelines.changed(), if following => match changed {
+                Ok(()) => return (batch, false),
+                Err(_) => { following = false; continue; }
+            },
             m = consumer.recv() => m,
         };
         match received {

@@ -16,10 +16,31 @@ pub struct WorkerConfig {
     pub kafka: KafkaConfig,
     #[serde(default)]
     pub topics: TopicConfig,
-    /// The MySQL instances this worker streams (the center assigns them in a later
-    /// release; here they come from the file).
+    /// How the worker reaches the center's API (progress and event reports).
+    #[serde(default)]
+    pub center: CenterClientSection,
+    /// MySQL instances this worker streams on its own (standalone mode). Leave empty in
+    /// a cluster: the center's leader assigns sources through ZooKeeper.
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CenterClientSection {
+    /// Bearer token for the center's API (`api.auth = "token"`).
+    #[serde(default)]
+    pub token: Option<sluice_core::Secret>,
+    #[serde(default)]
+    pub token_file: Option<std::path::PathBuf>,
+    /// CA (PEM) that signed the center's certificate; enables TLS.
+    #[serde(default)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM) for `api.auth = "mtls"`.
+    #[serde(default)]
+    pub tls_cert: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -41,6 +62,15 @@ pub struct WorkerSection {
     /// Pause before a failed task is retried (doubles up to 30 s).
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// How many binlog tasks the center may give this worker.
+    #[serde(default = "default_capacity")]
+    pub capacity: u32,
+    /// The address this worker advertises in its registration (informational).
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// How often progress is reported to the center.
+    #[serde(default = "default_report_interval", with = "humantime_serde")]
+    pub report_interval: Duration,
 }
 
 impl Default for WorkerSection {
@@ -51,6 +81,9 @@ impl Default for WorkerSection {
             confirm_interval: default_confirm_interval(),
             drain_timeout: default_drain_timeout(),
             retry_backoff: default_retry_backoff(),
+            capacity: default_capacity(),
+            advertise: None,
+            report_interval: default_report_interval(),
         }
     }
 }
@@ -77,6 +110,14 @@ fn default_drain_timeout() -> Duration {
 
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(500)
+}
+
+fn default_capacity() -> u32 {
+    16
+}
+
+fn default_report_interval() -> Duration {
+    Duration::from_secs(2)
 }
 
 impl WorkerConfig {
@@ -106,8 +147,17 @@ impl WorkerConfig {
             problems.push("kafka.brokers: must name at least one broker".into());
         }
         problems.extend(self.topics.problems("topics"));
-        if self.sources.is_empty() {
-            problems.push("sources: no source configured; add a [[sources]] table".into());
+        if self.worker.capacity == 0 {
+            problems.push("worker.capacity: must be at least 1".into());
+        }
+        if self.worker.report_interval.is_zero() {
+            problems.push("worker.report_interval: must be positive".into());
+        }
+        if self.center.token.is_some() && self.center.token_file.is_some() {
+            problems.push("center.token: set center.token or center.token_file, not both".into());
+        }
+        if self.center.tls_cert.is_some() != self.center.tls_key.is_some() {
+            problems.push("center.tls_key: set center.tls_cert and center.tls_key together".into());
         }
         for (i, s) in self.sources.iter().enumerate() {
             let key = format!("sources[{i}]");

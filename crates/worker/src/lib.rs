@@ -7,17 +7,20 @@
 //! expires; checkpoints are compare-and-set writes, so a worker that lost its task can
 //! never move a position again.
 
+mod assigned;
 pub mod config;
 mod envelope;
+mod report;
 mod task;
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use sluice_core::ConfigError;
+use sluice_zk::layout::{self, WorkerRecord};
 use sluice_zk::{Coordinator, SessionState};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
@@ -34,12 +37,24 @@ pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
 
 /// Runs the worker until `shutdown` is cancelled; then drains (confirms what Kafka
 /// acknowledged) within the configured bound.
+///
+/// With `sources` in its configuration the worker runs those (standalone); without, it
+/// registers in ZooKeeper and runs what the center's leader assigns it.
 pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     let producer =
         sluice_kafka::producer(&cfg.kafka).context("cannot create the Kafka producer")?;
     let known_topics = Arc::new(Mutex::new(HashSet::new()));
-    tracing::info!(worker = %cfg.worker.id, sources = cfg.sources.len(), "worker starting");
+    let reports = Arc::new(report::Reports::default());
+    let cluster = cfg.sources.is_empty();
+    tracing::info!(
+        worker = %cfg.worker.id,
+        mode = if cluster { "cluster (tasks assigned by the center)" } else { "standalone (sources from the file)" },
+        "worker starting"
+    );
+    let started_at_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let mut backoff = cfg.worker.retry_backoff;
     while !shutdown.is_cancelled() {
         let coord = match Coordinator::connect(&cfg.zookeeper).await {
@@ -52,19 +67,52 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
             }
         };
         backoff = cfg.worker.retry_backoff;
-        let mut tasks = JoinSet::new();
-        for source in cfg.sources.iter().cloned() {
-            let ctx = task::TaskCtx {
-                cfg: cfg.clone(),
-                producer: producer.clone(),
-                coord: coord.clone(),
-                shutdown: shutdown.clone(),
-                known_topics: known_topics.clone(),
+        let session_done = shutdown.child_token();
+        let reporter = tokio::spawn(report::report_loop(
+            cfg.clone(),
+            coord.clone(),
+            reports.clone(),
+            session_done.clone(),
+        ));
+        let make_ctx = |task: &str, stop: CancellationToken| task::TaskCtx {
+            cfg: cfg.clone(),
+            producer: producer.clone(),
+            coord: coord.clone(),
+            shutdown: stop,
+            known_topics: known_topics.clone(),
+            progress: reports.task(task),
+            reports: reports.clone(),
+        };
+        if cluster {
+            let me = WorkerRecord {
+                id: cfg.worker.id.clone(),
+                addr: cfg.worker.advertise.clone().unwrap_or_default(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                started_at_ms,
+                capacity: cfg.worker.capacity,
             };
-            tasks.spawn(async move { task::run_source(ctx, source).await });
+            let data = serde_json::to_vec(&me).expect("worker record serializes");
+            match coord
+                .register(&layout::worker(&cfg.worker.id), &data, &shutdown)
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(worker = %cfg.worker.id, "registered; following assignments");
+                    assigned::follow(&coord, &cfg.worker.id, &make_ctx, &reports, &shutdown).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot register the worker"),
+            }
+        } else {
+            let mut tasks = JoinSet::new();
+            for source in cfg.sources.iter().cloned() {
+                let ctx = make_ctx(&source.name, shutdown.clone());
+                tasks.spawn(async move { task::run_source(ctx, source).await });
+            }
+            while tasks.join_next().await.is_some() {}
         }
-        while tasks.join_next().await.is_some() {}
         let expired = *coord.session().borrow() == SessionState::Expired;
+        session_done.cancel();
+        let _ = reporter.await;
         coord.close().await;
         if expired && !shutdown.is_cancelled() {
             tracing::warn!("ZooKeeper session expired: every task was dropped; reconnecting with a new session");

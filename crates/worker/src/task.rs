@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerConfig;
 use crate::envelope::{self, Record};
 use crate::pause;
+use crate::report::{Progress, Reports};
 
 pub(crate) struct TaskCtx {
     pub cfg: Arc<WorkerConfig>,
@@ -26,6 +27,8 @@ pub(crate) struct TaskCtx {
     pub coord: Coordinator,
     pub shutdown: CancellationToken,
     pub known_topics: Arc<Mutex<HashSet<String>>>,
+    pub progress: Arc<Progress>,
+    pub reports: Arc<Reports>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,8 +48,10 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
     let mut backoff = ctx.cfg.worker.retry_backoff;
     loop {
         if ctx.shutdown.is_cancelled() {
+            ctx.progress.state("stopped");
             return;
         }
+        ctx.progress.state("waiting for the task lock");
         let lock = match ctx
             .coord
             .acquire_task_lock(&src.name, owner.as_bytes(), &ctx.shutdown)
@@ -65,17 +70,32 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
             }
         };
         tracing::info!(task = %src.name, "task lock acquired");
+        ctx.progress.state("streaming");
+        ctx.reports.event(
+            "task_started",
+            &src.name,
+            format!("task lock taken by {}", ctx.cfg.worker.id),
+        );
         let started = Instant::now();
         match stream(&ctx, &src, lock).await {
-            Ok(()) => return,
+            Ok(()) => {
+                ctx.progress.state("stopped");
+                ctx.reports
+                    .event("task_stopped", &src.name, "stopped and released");
+                return;
+            }
             Err(e) if e.is::<SessionExpired>() => {
                 tracing::warn!(task = %src.name, "{e}");
+                ctx.progress.state("stopped");
+                ctx.reports.event("task_stopped", &src.name, e.to_string());
                 return;
             }
             Err(e) => {
                 if started.elapsed() > Duration::from_secs(60) {
                     backoff = ctx.cfg.worker.retry_backoff;
                 }
+                ctx.progress.state("retrying");
+                ctx.reports.event("task_error", &src.name, format!("{e:#}"));
                 tracing::error!(task = %src.name, error = format!("{e:#}"), retry_in = ?backoff, "task failed; it resumes from the last confirmed position");
                 pause(backoff, &ctx.shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -146,8 +166,9 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
     let (tx, rx) = mpsc::channel(ctx.cfg.worker.max_in_flight);
     let interval = ctx.cfg.worker.confirm_interval;
     let task_name = src.name.clone();
+    let progress = ctx.progress.clone();
     let acker = tokio::spawn(async move {
-        let result = acknowledge(rx, &mut lock, interval, &task_name).await;
+        let result = acknowledge(rx, &mut lock, interval, &task_name, &progress).await;
         (lock, result)
     });
     let read_result = publish_loop(ctx, src, reader, tx, checkpoint.epoch).await;
@@ -200,6 +221,7 @@ async fn publish_loop(
             Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
             Some(SourceEvent::Unreadable(u)) => envelope::unreadable(topics, &src.name, u)?,
             Some(SourceEvent::Commit(cp)) => {
+                ctx.progress.read_commit(cp.ts_ms);
                 let cp = Checkpoint {
                     position: cp.position,
                     gtid: cp.gtid,
@@ -215,6 +237,7 @@ async fn publish_loop(
         wait_publishable(&mut session, &ctx.shutdown).await?;
         ensure_topic(ctx, &record.topic).await?;
         let delivery = send(&ctx.producer, &record).await?;
+        ctx.progress.published();
         tx.send(Entry::Delivery(delivery))
             .await
             .map_err(|_| anyhow!("acknowledger stopped"))?;
@@ -294,6 +317,7 @@ async fn acknowledge(
     lock: &mut TaskLock,
     interval: Duration,
     task: &str,
+    progress: &Progress,
 ) -> anyhow::Result<()> {
     let mut ready: Option<Checkpoint> = None;
     let mut last_write = Instant::now();
@@ -308,7 +332,7 @@ async fn acknowledge(
             Step::Tick => {}
             Step::Entry(None) => {
                 if let Some(cp) = ready.take() {
-                    confirm(lock, &cp, task).await?;
+                    confirm(lock, &cp, task, progress).await?;
                 }
                 return Ok(());
             }
@@ -321,7 +345,7 @@ async fn acknowledge(
         }
         if last_write.elapsed() >= interval {
             if let Some(cp) = ready.take() {
-                match confirm(lock, &cp, task).await {
+                match confirm(lock, &cp, task, progress).await {
                     Ok(()) => last_write = Instant::now(),
                     Err(e)
                         if e.downcast_ref::<ZkError>()
@@ -338,8 +362,20 @@ async fn acknowledge(
     }
 }
 
-async fn confirm(lock: &mut TaskLock, cp: &Checkpoint, task: &str) -> anyhow::Result<()> {
+async fn confirm(
+    lock: &mut TaskLock,
+    cp: &Checkpoint,
+    task: &str,
+    progress: &Progress,
+) -> anyhow::Result<()> {
     lock.confirm(&cp.to_json()).await?;
+    progress.confirmed(
+        cp.position.to_string(),
+        cp.gtid
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    );
     tracing::debug!(task, position = %cp.position, "position confirmed");
     Ok(())
 }

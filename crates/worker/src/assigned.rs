@@ -1,0 +1,234 @@
+//! Cluster mode: run exactly the tasks the leader assigned to this worker.
+//!
+//! The worker watches `assignments/<me>` and, for each assigned task, the assignment node
+//! and the source's `mappings/<source>` record (how to reach it, what to capture). It
+//! starts a task only for an assignment stamped with the current leader epoch (a deposed
+//! leader's late write is ignored); it stops a task when its assignment or source goes,
+//! and restarts it when the source's record changes. Whether it may *publish* is still
+//! decided by the task's ephemeral lock and fenced checkpoint (invariant 1), never by the
+//! assignment alone.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::select_all;
+use sluice_core::Secret;
+use sluice_mysql::SourceConfig;
+use sluice_zk::layout::{self, AssignmentRecord, SourceRecord};
+use sluice_zk::{Coordinator, SessionState, Watch, ZkError, LEADER_NODE};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::report::Reports;
+use crate::task::{self, TaskCtx};
+
+/// What a task is started with: everything but the task's own progress and stop token.
+pub(crate) type MakeCtx<'a> = dyn Fn(&str, CancellationToken) -> TaskCtx + Send + Sync + 'a;
+
+struct Running {
+    record: SourceRecord,
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+/// One assigned task as ZooKeeper shows it now.
+struct Assigned {
+    /// Stamped with the current epoch (or newer): safe to start.
+    trusted: bool,
+    /// The source's record; `None` when the source is gone.
+    source: Option<SourceRecord>,
+}
+
+/// Follows this worker's assignments until the session expires or `shutdown`.
+pub(crate) async fn follow(
+    coord: &Coordinator,
+    worker: &str,
+    make_ctx: &MakeCtx<'_>,
+    reports: &Reports,
+    shutdown: &CancellationToken,
+) {
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut session = coord.session();
+    loop {
+        if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
+            break;
+        }
+        let (assigned, watches) = match look(coord, worker).await {
+            Ok(v) => v,
+            Err(ZkError::SessionExpired) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the assignments; retrying");
+                crate::pause(Duration::from_secs(1), shutdown).await;
+                continue;
+            }
+        };
+        let mut retry = false;
+        // Stop what is no longer ours, or whose source changed.
+        let names: Vec<String> = running.keys().cloned().collect();
+        for name in names {
+            let stop_why = match assigned.get(&name) {
+                None => Some("its assignment was removed"),
+                Some(Assigned { source: None, .. }) => Some("its source was removed"),
+                Some(Assigned {
+                    source: Some(s), ..
+                }) if !same_source(s, &running[&name].record) => Some("its source changed"),
+                Some(_) => None,
+            };
+            if let Some(why) = stop_why {
+                tracing::info!(task = %name, why, "stopping the task");
+                let r = running.remove(&name).expect("running");
+                r.stop.cancel();
+                if let Err(e) = r.handle.await {
+                    tracing::error!(task = %name, error = %e, "task ended abnormally");
+                }
+                if !matches!(
+                    assigned.get(&name),
+                    Some(Assigned {
+                        source: Some(_),
+                        ..
+                    })
+                ) {
+                    reports.forget(&name);
+                }
+            }
+        }
+        // Reap tasks that ended by themselves (the session expired under them).
+        running.retain(|_, r| !r.handle.is_finished());
+        // Start what is ours and not running.
+        for (name, a) in &assigned {
+            if running.contains_key(name) {
+                continue;
+            }
+            let Some(record) = &a.source else {
+                continue;
+            };
+            if !a.trusted {
+                tracing::warn!(task = %name, "assignment carries an old leader epoch; waiting for the current leader to confirm it");
+                continue;
+            }
+            let src = match source_config(record) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(task = %name, error = %e, "cannot start the task");
+                    reports.event("task_error", name, e);
+                    retry = true;
+                    continue;
+                }
+            };
+            let stop = shutdown.child_token();
+            let ctx = make_ctx(name, stop.clone());
+            tracing::info!(task = %name, host = %record.host, port = record.port, "starting the assigned task");
+            let handle = tokio::spawn(task::run_source(ctx, src));
+            running.insert(
+                name.clone(),
+                Running {
+                    record: record.clone(),
+                    stop,
+                    handle,
+                },
+            );
+        }
+
+        let changed = select_all(
+            watches
+                .into_iter()
+                .map(|w| Box::pin(w.changed(coord, shutdown))),
+        );
+        tokio::select! {
+            _ = changed => {}
+            _ = session.changed() => {}
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_secs(5)), if retry => {}
+        }
+    }
+    for (name, r) in running {
+        r.stop.cancel();
+        if let Err(e) = r.handle.await {
+            tracing::error!(task = %name, error = %e, "task ended abnormally");
+        }
+    }
+}
+
+/// Reads this worker's assignments and their sources, with watches on all of them and
+/// on the leader epoch.
+async fn look(
+    coord: &Coordinator,
+    worker: &str,
+) -> Result<(BTreeMap<String, Assigned>, Vec<Watch>), ZkError> {
+    let mut watches = Vec::new();
+    let (leader, w) = coord.get_watched(LEADER_NODE).await?;
+    watches.push(w);
+    let epoch = leader
+        .and_then(|n| serde_json::from_slice::<sluice_zk::EpochRecord>(&n.data).ok())
+        .map_or(0, |r| r.epoch);
+    let (names, w) = coord.children_watched(&layout::assignments(worker)).await?;
+    watches.push(w);
+    let mut assigned = BTreeMap::new();
+    for name in names {
+        let (node, w) = coord
+            .get_watched(&layout::assignment(worker, &name))
+            .await?;
+        watches.push(w);
+        let Some(node) = node else { continue };
+        let trusted = match serde_json::from_slice::<AssignmentRecord>(&node.data) {
+            Ok(rec) => rec.epoch >= epoch,
+            Err(e) => {
+                tracing::warn!(task = %name, error = %e, "unreadable assignment; ignoring it");
+                false
+            }
+        };
+        let (source, w) = coord.get_watched(&layout::mapping(&name)).await?;
+        watches.push(w);
+        let source = source.and_then(|n| match serde_json::from_slice::<SourceRecord>(&n.data) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(task = %name, error = %e, "unreadable source record; ignoring it");
+                None
+            }
+        });
+        assigned.insert(name, Assigned { trusted, source });
+    }
+    Ok((assigned, watches))
+}
+
+/// The same source apart from the epoch stamp (a new leader restamps unchanged records).
+fn same_source(a: &SourceRecord, b: &SourceRecord) -> bool {
+    SourceRecord {
+        epoch: 0,
+        ..a.clone()
+    } == SourceRecord {
+        epoch: 0,
+        ..b.clone()
+    }
+}
+
+/// The connection settings of a source record, its password resolved from the
+/// reference in this worker's environment.
+fn source_config(r: &SourceRecord) -> Result<SourceConfig, String> {
+    let password = if let Some(var) = r.password_ref.strip_prefix("env:") {
+        std::env::var(var).map_err(|_| {
+            format!(
+                "source {}: password_ref `{}`: the environment variable {var} is not set on this worker",
+                r.name, r.password_ref
+            )
+        })?
+    } else if let Some(path) = r.password_ref.strip_prefix("file:") {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+            .map_err(|e| format!("source {}: password_ref `{}`: {e}", r.name, r.password_ref))?
+    } else {
+        return Err(format!(
+            "source {}: password_ref `{}` must be env:NAME or file:/path",
+            r.name, r.password_ref
+        ));
+    };
+    Ok(SourceConfig {
+        name: r.name.clone(),
+        host: r.host.clone(),
+        port: r.port,
+        user: r.user.clone(),
+        password: Secret::new(password),
+        server_id: r.server_id,
+        tables: r.tables.clone(),
+    })
+}
