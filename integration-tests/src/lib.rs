@@ -8,6 +8,7 @@
 //! not reachable fails the test with how to start it — never a silent skip.
 
 pub mod checker;
+pub mod cluster;
 pub mod kafka;
 pub mod services;
 
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use checker::{check_table, CheckOptions};
+pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
 pub use services::{Pipeline, Running, Service, Stack, TestCtx};
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.

@@ -113,6 +113,8 @@ pub struct TestCtx {
     zk: tokio::sync::OnceCell<sluice_zk::Coordinator>,
     /// Tables whose pipelines this test declared (their indexes and topics are removed).
     tables: std::sync::Mutex<Vec<String>>,
+    /// More topics and databases the test created (cluster sources, the meta database).
+    pub(crate) extra: std::sync::Mutex<(Vec<String>, Vec<String>)>,
     cleaned: std::sync::atomic::AtomicBool,
 }
 
@@ -151,6 +153,7 @@ impl TestCtx {
             dir,
             zk: tokio::sync::OnceCell::new(),
             tables: Default::default(),
+            extra: Default::default(),
             cleaned: Default::default(),
         }
     }
@@ -349,8 +352,13 @@ impl TestCtx {
             topics.schema_topic(&self.instance),
             topics.source_dead_letter_topic(&self.instance),
         ]);
+        let (extra_topics, extra_dbs) = self.extra.lock().expect("extra").clone();
+        all_topics.extend(extra_topics);
+        let mut dbs = vec![self.db.clone()];
+        dbs.extend(extra_dbs);
         Leftovers {
-            db: self.db.clone(),
+            zk_root: self.zk_root.clone(),
+            dbs,
             aliases: tables.iter().map(|t| self.pipeline_alias(t)).collect(),
             topics: all_topics,
         }
@@ -402,7 +410,8 @@ impl Drop for TestCtx {
 
 /// What a test leaves in the shared services.
 struct Leftovers {
-    db: String,
+    zk_root: String,
+    dbs: Vec<String>,
     aliases: Vec<String>,
     topics: Vec<String>,
 }
@@ -420,14 +429,42 @@ impl Leftovers {
             }
         }
         notes.push(format!("{deleted} index(es) deleted"));
-        match stack
-            .conn()
+        for db in &self.dbs {
+            match stack
+                .conn()
+                .await
+                .query_drop(format!("DROP DATABASE IF EXISTS `{db}`"))
+                .await
+            {
+                Ok(()) => notes.push(format!("database {db} dropped")),
+                Err(e) => notes.push(format!("database {db} left ({e})")),
+            }
+        }
+        // A plain client: a coordinator would have its own session marker under the root.
+        let deleted = async {
+            use zookeeper_async::ZooKeeperExt as _;
+            let zk = zookeeper_async::ZooKeeper::connect(
+                &stack.zookeeper,
+                Duration::from_secs(10),
+                |_| {},
+            )
             .await
-            .query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.db))
-            .await
-        {
-            Ok(()) => notes.push(format!("database {} dropped", self.db)),
-            Err(e) => notes.push(format!("database {} left ({e})", self.db)),
+            .map_err(|e| e.to_string())?;
+            let result = match zk.exists(&self.zk_root, false).await {
+                Ok(Some(_)) => zk
+                    .delete_recursive(&self.zk_root)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = zk.close().await;
+            result
+        };
+        match tokio::time::timeout(Duration::from_secs(20), deleted).await {
+            Ok(Ok(())) => notes.push(format!("ZooKeeper root {} deleted", self.zk_root)),
+            Ok(Err(e)) => notes.push(format!("ZooKeeper root {} left ({e})", self.zk_root)),
+            Err(_) => notes.push(format!("ZooKeeper root {} left (timeout)", self.zk_root)),
         }
         match crate::kafka::delete_topics(&stack.kafka, &self.topics).await {
             Ok(()) => notes.push("topics deleted".into()),
@@ -468,17 +505,38 @@ pub struct Service {
     pub bin: &'static str,
     pub config: PathBuf,
     pub log: PathBuf,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
 impl Service {
-    fn new(bin: &'static str, config: PathBuf, log: PathBuf) -> Service {
+    pub(crate) fn new(bin: &'static str, config: PathBuf, log: PathBuf) -> Service {
         Service {
             bin,
             config,
             log,
+            env: Vec::new(),
             child: None,
         }
+    }
+
+    /// An environment variable for the process (never `SLUICE_…`: those are config keys).
+    pub fn with_env(mut self, key: &str, value: &str) -> Service {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`…) to the running process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self
+            .pid()
+            .unwrap_or_else(|| panic!("{} is not running", self.bin));
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
     }
 
     /// The binary in `SLUICE_BIN_DIR` when set (`make bench` uses `target/release`),
@@ -512,8 +570,10 @@ impl Service {
             .env_remove("SLUICE_IT_LOG")
             .env(
                 "RUST_LOG",
-                std::env::var("SLUICE_IT_LOG").unwrap_or_else(|_| "info,librdkafka=warn".into()),
+                std::env::var("SLUICE_IT_LOG")
+                    .unwrap_or_else(|_| "info,librdkafka=warn,zookeeper_async=warn".into()),
             )
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)

@@ -5,7 +5,7 @@ use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 
 pub fn init_logging() {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,librdkafka=warn"));
+        .unwrap_or_else(|_| EnvFilter::new("info,librdkafka=warn,zookeeper_async=warn"));
     let json = std::env::var("SLUICE_LOG_FORMAT").is_ok_and(|v| v == "json");
     let registry = tracing_subscriber::registry().with(filter);
     let result = if json {

@@ -109,12 +109,14 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     let mut router = Router::new(&[], &cfg.topics);
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
+    let mut reroute = false;
     loop {
-        if pipelines.has_changed().unwrap_or(false) {
+        if reroute || pipelines.has_changed().unwrap_or(false) {
             let list = pipelines.borrow_and_update().clone().unwrap_or_default();
             router = subscribe(&consumer, &cfg, &list).await?;
         }
-        let (batch, stop) = collect(&consumer, &cfg, &mut pipelines, &shutdown).await;
+        let (batch, stop);
+        (batch, stop, reroute) = collect(&consumer, &cfg, &mut pipelines, &shutdown).await;
         if !batch.is_empty() {
             match apply(
                 &mut router,
@@ -184,28 +186,29 @@ async fn subscribe(
 }
 
 /// Fills a batch up to the document or byte bound, or until `linger` after its first
-/// message. Returns `stop = true` on shutdown (with whatever was collected).
+/// message. Returns the batch, `stop` (shutdown came; the batch holds what was
+/// collected) and `reroute` (the pipelines changed: re-subscribe after this batch).
 async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
     pipelines: &mut watch::Receiver<Option<Vec<config::PipelineConfig>>>,
     shutdown: &CancellationToken,
-) -> (Vec<Msg>, bool) {
+) -> (Vec<Msg>, bool, bool) {
     let mut batch = Vec::new();
     let mut bytes = 0usize;
     let mut deadline: Option<Instant> = None;
     let mut following = true;
     loop {
         if batch.len() >= cfg.etl.max_batch_docs || bytes >= cfg.etl.max_batch_bytes {
-            return (batch, false);
+            return (batch, false, false);
         }
         let received = tokio::select! {
             biased;
-            _ = shutdown.cancelled() => return (batch, true),
-            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return (batch, false),
+            _ = shutdown.cancelled() => return (batch, true, false),
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return (batch, false, false),
             // The pipelines changed: apply what is in hand, then re-route.
             changed = pipelines.changed(), if following => match changed {
-                Ok(()) => return (batch, false),
+                Ok(()) => return (batch, false, true),
                 Err(_) => { following = false; continue; }
             },
             m = consumer.recv() => m,

@@ -1,0 +1,417 @@
+//! A local Sluice cluster for one test: N centers, M workers (cluster mode, tasks from
+//! the leader) and one etl following the center's pipelines, each a separate process,
+//! all under the test's ZooKeeper root, with the test's own meta database. Sources and
+//! pipelines are added the way an operator would: with `sluicectl`.
+
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::services::{Service, TestCtx};
+use crate::{check_table, eventually, CheckOptions, Pipeline};
+
+/// The environment variable the workers read the source password from (a source's
+/// `password_ref` is `env:` this).
+const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
+const TOKEN: &str = "it-admin-token";
+
+pub struct Cluster {
+    pub centers: Vec<Service>,
+    /// `host:port` of each center's API, by index.
+    pub addrs: Vec<String>,
+    pub workers: Vec<Service>,
+    pub etl: Service,
+}
+
+/// A source added to the cluster: one table of the test database, its own binlog task.
+pub struct ClusterSource {
+    pub name: String,
+    pub pipeline: Pipeline,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl TestCtx {
+    pub fn meta_db(&self) -> String {
+        format!("{}_meta", self.db)
+    }
+
+    fn center_config(&self, n: usize, port: u16) -> Service {
+        let opts = mysql_async::Opts::from_url(&self.stack.mysql_url).expect("MYSQL_URL");
+        let path = self.dir.join(format!("center-{n}.toml"));
+        fs::write(
+            &path,
+            format!(
+                r#"[center]
+id = "c{n}"
+listen = "127.0.0.1:{port}"
+
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "4s"
+
+[meta]
+host = "{host}"
+port = {mysql_port}
+user = "{user}"
+password = "{password}"
+database = "{meta}"
+
+[api]
+auth = "token"
+token = "{TOKEN}"
+
+[balance]
+settle = "1s"
+resync = "2s"
+"#,
+                zk = self.stack.zookeeper,
+                root = self.zk_root,
+                host = self.stack.mysql_host,
+                mysql_port = self.stack.mysql_port,
+                user = opts.user().unwrap_or("root"),
+                password = opts.pass().unwrap_or(""),
+                meta = self.meta_db(),
+            ),
+        )
+        .expect("write center config");
+        Service::new(
+            "sluice-center",
+            path,
+            self.dir.join(format!("center-{n}.log")),
+        )
+    }
+
+    fn cluster_worker(&self, n: usize) -> Service {
+        let path = self.dir.join(format!("worker-{n}.toml"));
+        fs::write(
+            &path,
+            format!(
+                r#"[worker]
+id = "w{n}"
+confirm_interval = "200ms"
+report_interval = "500ms"
+
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "4s"
+
+[kafka]
+brokers = "{kafka}"
+partitions = 3
+
+[center]
+token = "{TOKEN}"
+"#,
+                zk = self.stack.zookeeper,
+                root = self.zk_root,
+                kafka = self.stack.kafka,
+            ),
+        )
+        .expect("write worker config");
+        Service::new(
+            "sluice-worker",
+            path,
+            self.dir.join(format!("worker-{n}.log")),
+        )
+        .with_env(PASSWORD_VAR, &self.stack.source_password)
+    }
+
+    fn cluster_etl(&self) -> Service {
+        let path = self.dir.join("etl.toml");
+        fs::write(
+            &path,
+            format!(
+                r#"[etl]
+group_id = "{group}"
+instance_id = "{group}-1"
+dead_letter_topic = "{dlq}"
+linger = "50ms"
+
+[kafka]
+brokers = "{kafka}"
+partitions = 3
+
+[elasticsearch]
+url = "{es}"
+
+[zookeeper]
+connect = "{zk}"
+root = "{root}"
+session_timeout = "4s"
+"#,
+                group = self.group,
+                dlq = self.dlq_topic,
+                kafka = self.stack.kafka,
+                es = self.stack.es_url,
+                zk = self.stack.zookeeper,
+                root = self.zk_root,
+            ),
+        )
+        .expect("write etl config");
+        Service::new("sluice-etl", path, self.dir.join("etl.log"))
+    }
+
+    /// Starts `centers` centers and waits for a leader, then `workers` workers (waiting
+    /// until each registered) and the etl.
+    pub async fn start_cluster(&self, centers: usize, workers: usize) -> Cluster {
+        self.extra.lock().expect("extra").1.push(self.meta_db());
+        let mut cluster = Cluster {
+            centers: Vec::new(),
+            addrs: Vec::new(),
+            workers: Vec::new(),
+            etl: self.cluster_etl(),
+        };
+        for n in 0..centers {
+            let port = free_port();
+            let mut center = self.center_config(n, port);
+            center.start();
+            cluster.centers.push(center);
+            cluster.addrs.push(format!("127.0.0.1:{port}"));
+        }
+        cluster.wait_leader(Duration::from_secs(30), None).await;
+        for n in 0..workers {
+            cluster.add_worker(self).await;
+            let _ = n;
+        }
+        cluster.etl.start();
+        cluster
+    }
+
+    /// Adds table `table` of the test database as a source of its own (a binlog task)
+    /// with a pipeline to an index, through `sluicectl`.
+    pub async fn add_source(&self, cluster: &Cluster, table: &str, n: u32) -> ClusterSource {
+        let name = format!("{}-{table}", self.instance);
+        let pipeline = self.pipeline(table);
+        let topic = sluice_kafka::TopicConfig::default().rows_topic(&name, &self.db, table);
+        self.extra.lock().expect("extra").0.push(topic);
+        let server_id = (self.server_id + n).to_string();
+        let port = self.stack.mysql_port.to_string();
+        let password_ref = format!("env:{PASSWORD_VAR}");
+        let tables = format!("{}.{table}", self.db);
+        cluster
+            .ctl(&[
+                "sources",
+                "put",
+                &name,
+                "--host",
+                &self.stack.mysql_host,
+                "--port",
+                &port,
+                "--user",
+                &self.stack.source_user,
+                "--password-ref",
+                &password_ref,
+                "--server-id",
+                &server_id,
+                "--tables",
+                &tables,
+            ])
+            .unwrap_or_else(|e| panic!("sluicectl sources put: {e}"));
+        cluster
+            .ctl(&[
+                "pipelines",
+                "put",
+                &pipeline.alias,
+                "--source",
+                &name,
+                "--database",
+                &self.db,
+                "--table",
+                table,
+                "--alias",
+                &pipeline.alias,
+                "--replicas",
+                "0",
+            ])
+            .unwrap_or_else(|e| panic!("sluicectl pipelines put: {e}"));
+        ClusterSource { name, pipeline }
+    }
+}
+
+/// One row of `sluicectl tasks`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskView {
+    pub source: String,
+    pub assigned_to: String,
+    pub running_on: String,
+    pub position: String,
+}
+
+impl Cluster {
+    pub fn worker_id(n: usize) -> String {
+        format!("w{n}")
+    }
+
+    /// Starts one more worker and waits until it is registered.
+    pub async fn add_worker(&mut self, ctx: &TestCtx) -> usize {
+        let n = self.workers.len();
+        let mut w = ctx.cluster_worker(n);
+        w.start();
+        self.workers.push(w);
+        let id = Cluster::worker_id(n);
+        eventually(
+            &format!("worker {id} registered"),
+            Duration::from_secs(30),
+            || async {
+                let workers = self.ctl(&["workers"])?;
+                if workers
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|w| w["id"] == id.as_str()))
+                {
+                    Ok(())
+                } else {
+                    Err(format!("workers: {workers}\n{}", self.logs()))
+                }
+            },
+        )
+        .await;
+        n
+    }
+
+    /// Runs `sluicectl --output json ARGS` against every live center; the parsed output.
+    pub fn ctl(&self, args: &[&str]) -> Result<Value, String> {
+        let centers: Vec<String> = self
+            .addrs
+            .iter()
+            .zip(&self.centers)
+            .filter(|(_, c)| c.pid().is_some())
+            .map(|(a, _)| format!("http://{a}"))
+            .collect();
+        let out = Command::new(Service::binary("sluicectl"))
+            .arg("--center")
+            .arg(centers.join(","))
+            .arg("--output")
+            .arg("json")
+            .args(args)
+            .env("SLUICECTL_TOKEN", TOKEN)
+            .output()
+            .map_err(|e| format!("cannot run sluicectl: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "sluicectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("sluicectl output: {e}"))
+    }
+
+    /// Waits for a leader other than `not` (a center index); returns its index and epoch.
+    pub async fn wait_leader(&self, within: Duration, not: Option<usize>) -> (usize, u64) {
+        eventually("a center leads", within, || async {
+            let l = self.ctl(&["leader"])?;
+            let id = l["leader_id"].as_str().unwrap_or_default();
+            let idx = id
+                .strip_prefix('c')
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|i| {
+                    Some(*i) != not && self.centers.get(*i).is_some_and(|c| c.pid().is_some())
+                });
+            match idx {
+                Some(i) => Ok((i, l["epoch"].as_u64().unwrap_or(0))),
+                None => Err(format!("leader: {l}\n{}", self.logs())),
+            }
+        })
+        .await
+    }
+
+    pub fn tasks(&self) -> Result<Vec<TaskView>, String> {
+        let v = self.ctl(&["tasks"])?;
+        Ok(v.as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|t| TaskView {
+                source: t["source"].as_str().unwrap_or_default().to_owned(),
+                assigned_to: t["assigned_to"].as_str().unwrap_or_default().to_owned(),
+                running_on: t["running_on"].as_str().unwrap_or_default().to_owned(),
+                position: t["position"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect())
+    }
+
+    /// Waits until every task in `sources` runs on the worker it is assigned to (a live
+    /// one); returns task → worker.
+    pub async fn wait_running(
+        &self,
+        sources: &[&ClusterSource],
+        within: Duration,
+    ) -> std::collections::BTreeMap<String, String> {
+        eventually("every task runs where it is assigned", within, || async {
+            let tasks = self.tasks()?;
+            let mut placed = std::collections::BTreeMap::new();
+            for s in sources {
+                let t = tasks
+                    .iter()
+                    .find(|t| t.source == s.name)
+                    .ok_or_else(|| format!("no task {} in {tasks:?}", s.name))?;
+                if t.running_on.is_empty() || t.running_on != t.assigned_to {
+                    return Err(format!("{t:?}\n{}", self.logs()));
+                }
+                placed.insert(t.source.clone(), t.running_on.clone());
+            }
+            Ok(placed)
+        })
+        .await
+    }
+
+    /// Waits until `pipeline`'s index equals its table.
+    pub async fn converges(&self, ctx: &TestCtx, pipeline: &Pipeline, within: Duration) {
+        let (table, alias) = (&pipeline.table, &pipeline.alias);
+        eventually(&format!("{table} equals {alias}"), within, || async {
+            check_table(ctx, table, alias, &CheckOptions::default())
+                .await
+                .map_err(|e| format!("{e}\n{}", self.logs()))
+        })
+        .await;
+    }
+
+    pub fn worker_index(id: &str) -> usize {
+        id.strip_prefix('w')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("`{id}` is not a test worker id"))
+    }
+
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for s in self.centers.iter().chain(&self.workers).chain([&self.etl]) {
+            out.push_str(&format!(
+                "--- {} ({}) ---\n{}\n",
+                s.bin,
+                s.log.display(),
+                s.log_tail()
+            ));
+        }
+        out
+    }
+}
+
+/// How long `probe` took to succeed, polled every 100 ms (for failover figures); panics
+/// after `within`.
+pub async fn time_until<F, Fut>(what: &str, within: Duration, mut probe: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let started = Instant::now();
+    loop {
+        let last = match probe().await {
+            Ok(()) => return started.elapsed(),
+            Err(e) => e,
+        };
+        if started.elapsed() >= within {
+            panic!("{what}: not reached within {within:?}; last observation:\n{last}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,163 @@
+//! Operating a running cluster through sluicectl: sources and pipelines added at runtime
+//! stream with no restart; a joining worker receives tasks; the API demands its token.
+
+use std::time::Duration;
+
+use sluice_integration_tests::{Cluster, TestCtx};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_and_pipelines_added_at_runtime_stream_without_restarts() {
+    let ctx = TestCtx::new("rtadd").await;
+    ctx.exec("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+        .await;
+    let mut cluster = ctx.start_cluster(3, 3).await;
+    let pids: Vec<Option<u32>> = cluster
+        .centers
+        .iter()
+        .chain(&cluster.workers)
+        .chain([&cluster.etl])
+        .map(|s| s.pid())
+        .collect();
+
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    let placed = cluster
+        .wait_running(&[&items], Duration::from_secs(30))
+        .await;
+    ctx.exec("INSERT INTO items VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
+        .await;
+    ctx.exec("UPDATE items SET qty = qty * 10 WHERE id > 1")
+        .await;
+    ctx.exec("DELETE FROM items WHERE id = 1").await;
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(60))
+        .await;
+
+    // A second source and pipeline while the first streams.
+    ctx.exec("CREATE TABLE people (id BIGINT PRIMARY KEY, email VARCHAR(80))")
+        .await;
+    let people = ctx.add_source(&cluster, "people", 2).await;
+    cluster
+        .wait_running(&[&people], Duration::from_secs(30))
+        .await;
+    ctx.exec("INSERT INTO people VALUES (10, 'a@example.com'), (11, 'b@example.com')")
+        .await;
+    ctx.exec("INSERT INTO items VALUES (4, 'four', 4)").await;
+    cluster
+        .converges(&ctx, &people.pipeline, Duration::from_secs(60))
+        .await;
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(60))
+        .await;
+
+    let after: Vec<Option<u32>> = cluster
+        .centers
+        .iter_mut()
+        .chain(cluster.workers.iter_mut())
+        .chain([&mut cluster.etl])
+        .map(|s| s.is_running().then(|| s.pid()).flatten())
+        .collect();
+    assert_eq!(pids, after, "every process still runs, none was restarted");
+    assert_eq!(
+        cluster
+            .tasks()
+            .unwrap()
+            .iter()
+            .find(|t| t.source == items.name)
+            .unwrap()
+            .running_on,
+        placed[&items.name],
+        "the first task never moved"
+    );
+
+    // The events say what happened.
+    let events = cluster.ctl(&["events", "--limit", "200"]).unwrap();
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["leader", "source", "pipeline", "assignment", "task_started"] {
+        assert!(kinds.contains(&kind), "no `{kind}` event in {events}");
+    }
+
+    // Without the token the admin API refuses; health stays open (probes need no token).
+    let refused =
+        std::process::Command::new(sluice_integration_tests::Service::binary("sluicectl"))
+            .args([
+                "--center",
+                &format!("http://{}", cluster.addrs[0]),
+                "sources",
+                "list",
+            ])
+            .env_remove("SLUICECTL_TOKEN")
+            .output()
+            .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Unauthenticated"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_worker_receives_tasks_by_rebalancing() {
+    let ctx = TestCtx::new("join").await;
+    let mut sources = Vec::new();
+    let mut cluster = ctx.start_cluster(3, 2).await;
+    for (n, t) in ["t1", "t2", "t3", "t4"].iter().enumerate() {
+        ctx.exec(&format!("CREATE TABLE {t} (id INT PRIMARY KEY, v INT)"))
+            .await;
+        sources.push(ctx.add_source(&cluster, t, n as u32 + 1).await);
+    }
+    let refs: Vec<_> = sources.iter().collect();
+    let before = cluster.wait_running(&refs, Duration::from_secs(60)).await;
+    let mut load = std::collections::BTreeMap::<&str, usize>::new();
+    for w in before.values() {
+        *load.entry(w).or_default() += 1;
+    }
+    assert_eq!(
+        load.values().copied().collect::<Vec<_>>(),
+        [2, 2],
+        "{before:?}"
+    );
+
+    // A third worker joins: 2/2/0 is beyond the threshold (1), so one task moves to it
+    // once it has settled.
+    let n = cluster.add_worker(&ctx).await;
+    let newcomer = Cluster::worker_id(n);
+    sluice_integration_tests::eventually(
+        "the new worker runs a task",
+        Duration::from_secs(60),
+        || async {
+            let tasks = cluster.tasks()?;
+            if tasks.iter().any(|t| t.running_on == newcomer) {
+                Ok(())
+            } else {
+                Err(format!("{tasks:?}"))
+            }
+        },
+    )
+    .await;
+    for (i, s) in sources.iter().enumerate() {
+        ctx.exec(&format!("INSERT INTO t{} VALUES (1, 1), (2, 2)", i + 1))
+            .await;
+        let _ = s;
+    }
+    for s in &sources {
+        cluster
+            .converges(&ctx, &s.pipeline, Duration::from_secs(60))
+            .await;
+    }
+
+    // An operator's rebalance with nothing to fix moves nothing.
+    let moves = cluster.ctl(&["rebalance"]).unwrap();
+    assert_eq!(moves.as_array().map(Vec::len), Some(0), "{moves}");
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
