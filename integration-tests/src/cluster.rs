@@ -284,7 +284,7 @@ impl Cluster {
             .addrs
             .iter()
             .zip(&self.centers)
-            .filter(|(_, c)| c.pid().is_some())
+            .filter(|(_, c)| c.pid().is_some() && !c.paused)
             .map(|(a, _)| format!("http://{a}"))
             .collect();
         let out = Command::new(Service::binary("sluicectl"))

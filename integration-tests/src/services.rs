@@ -273,7 +273,7 @@ replicas = 0
     }
 
     /// This test's ZooKeeper session (under its own root), opened on first use.
-    async fn zk(&self) -> &sluice_zk::Coordinator {
+    pub async fn coordinator(&self) -> &sluice_zk::Coordinator {
         self.zk
             .get_or_init(|| async {
                 let cfg = sluice_zk::ZkConfig {
@@ -291,7 +291,7 @@ replicas = 0
     /// The task's confirmed checkpoint.
     pub async fn checkpoint(&self) -> Option<sluice_core::Checkpoint> {
         let cp = self
-            .zk()
+            .coordinator()
             .await
             .read_checkpoint(&self.instance)
             .await
@@ -507,6 +507,8 @@ pub struct Service {
     pub log: PathBuf,
     env: Vec<(String, String)>,
     child: Option<Child>,
+    /// Stopped by SIGSTOP and not continued since.
+    pub paused: bool,
 }
 
 impl Service {
@@ -517,6 +519,7 @@ impl Service {
             log,
             env: Vec::new(),
             child: None,
+            paused: false,
         }
     }
 
@@ -527,7 +530,7 @@ impl Service {
     }
 
     /// Sends `signal` (`STOP`, `CONT`, `TERM`…) to the running process.
-    pub fn signal(&self, signal: &str) {
+    pub fn signal(&mut self, signal: &str) {
         let pid = self
             .pid()
             .unwrap_or_else(|| panic!("{} is not running", self.bin));
@@ -537,6 +540,11 @@ impl Service {
             .status()
             .expect("kill");
         assert!(status.success(), "kill -{signal} {pid} failed");
+        match signal {
+            "STOP" => self.paused = true,
+            "CONT" => self.paused = false,
+            _ => {}
+        }
     }
 
     /// The binary in `SLUICE_BIN_DIR` when set (`make bench` uses `target/release`),

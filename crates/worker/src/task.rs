@@ -234,7 +234,7 @@ async fn publish_loop(
                 continue;
             }
         };
-        wait_publishable(&mut session, &ctx.shutdown).await?;
+        wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
         ensure_topic(ctx, &record.topic).await?;
         let delivery = send(&ctx.producer, &record).await?;
         ctx.progress.published();
@@ -244,30 +244,38 @@ async fn publish_loop(
     }
 }
 
-/// Publishing goes on only while the session is confirmed alive; it pauses while the
-/// connection is lost and stops for good when the session expires.
+/// Publishing goes on only while the session is confirmed alive within its lease; it
+/// pauses while the connection is lost or in doubt and stops for good when the session
+/// expires. The lease is read from the clock on every call, so a worker that was stopped
+/// (SIGSTOP, a long GC-like pause) and continued publishes nothing before its supervisor
+/// has caught up.
 async fn wait_publishable(
+    coord: &Coordinator,
     session: &mut watch::Receiver<SessionState>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let mut warned = false;
     loop {
-        match *session.borrow_and_update() {
-            SessionState::Connected => {
+        let state = *session.borrow_and_update();
+        match state {
+            SessionState::Connected if coord.is_live() => {
                 if warned {
-                    tracing::info!("ZooKeeper connection back: publishing resumes");
+                    tracing::info!("ZooKeeper session confirmed again: publishing resumes");
                 }
                 return Ok(());
             }
             SessionState::Expired => return Err(SessionExpired.into()),
-            SessionState::Disconnected => {}
+            SessionState::Connected | SessionState::Disconnected => {}
         }
         if !warned {
-            tracing::warn!("ZooKeeper connection lost: publishing paused");
+            tracing::warn!("ZooKeeper session not confirmed alive: publishing paused");
             warned = true;
         }
+        // Connected but out of lease: the supervisor is about to say so; look again soon.
+        let recheck = state == SessionState::Connected;
         tokio::select! {
             changed = session.changed() => if changed.is_err() { return Err(SessionExpired.into()) },
+            _ = tokio::time::sleep(Duration::from_millis(20)), if recheck => {}
             _ = shutdown.cancelled() => bail!("shutdown while paused"),
         }
     }

@@ -429,8 +429,10 @@ impl Coordinator {
         self.inner.timings
     }
 
-    /// The session is confirmed alive right now (see `Shared::is_live`).
-    pub(crate) fn is_live(&self) -> bool {
+    /// The session is confirmed alive right now: connected, and its lease (renewed by
+    /// answered heartbeats) has not run out. Turns false on time even if the supervisor is
+    /// late, e.g. right after the process was stopped and continued.
+    pub fn is_live(&self) -> bool {
         self.inner.shared.is_live()
     }
 

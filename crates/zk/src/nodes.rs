@@ -17,6 +17,8 @@ pub struct Node {
     pub version: i32,
     /// The session owning an ephemeral node; 0 for persistent ones.
     pub ephemeral_owner: i64,
+    /// The transaction that created it: a node deleted and created again differs.
+    pub created_zxid: i64,
 }
 
 /// What a write expects to find.
@@ -62,6 +64,7 @@ impl Coordinator {
                 data,
                 version: stat.version,
                 ephemeral_owner: stat.ephemeral_owner,
+                created_zxid: stat.czxid,
             })),
             Err(ZkError::Zk {
                 source: ZkCode::NoNode,
@@ -92,6 +95,7 @@ impl Coordinator {
                         data,
                         version: stat.version,
                         ephemeral_owner: stat.ephemeral_owner,
+                        created_zxid: stat.czxid,
                     };
                     return Ok((Some(node), Watch { session, fired }));
                 }

@@ -1,0 +1,371 @@
+//! Failover with 3 centers and 3 workers, each a separate process (DESIGN.md invariants 1
+//! and 4, FAULTS.md 9 and 10): the leader or a worker killed or stopped, writes going on
+//! throughout, and Elasticsearch equal to MySQL afterwards. Each test prints the failover
+//! time it measured.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use sluice_integration_tests::{time_until, Cluster, ClusterSource, TestCtx};
+use tokio::task::JoinHandle;
+
+/// The session timeout every process of the test cluster uses.
+const SESSION: Duration = Duration::from_secs(4);
+
+/// Inserts and updates rows of `tables` until stopped; returns how many statements ran.
+fn write_load(ctx: &TestCtx, tables: &[&str]) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let pool = ctx.stack.mysql.clone();
+    let db = ctx.db.clone();
+    let tables: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+    let flag = stop.clone();
+    let handle = tokio::spawn(async move {
+        let mut conn = pool.get_conn().await.expect("MySQL");
+        conn.query_drop(format!("USE `{db}`")).await.expect("use");
+        let mut n = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            n += 1;
+            for t in &tables {
+                conn.query_drop(format!("INSERT INTO {t} VALUES ({n}, {n})"))
+                    .await
+                    .expect("insert");
+                if n % 3 == 0 {
+                    conn.query_drop(format!("UPDATE {t} SET v = v + 1000 WHERE id = {}", n - 1))
+                        .await
+                        .expect("update");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await; // pacing a load, not a wait
+        }
+        n
+    });
+    (stop, handle)
+}
+
+async fn setup(name: &str, tables: &[&str]) -> (TestCtx, Cluster, Vec<ClusterSource>) {
+    let ctx = TestCtx::new(name).await;
+    for t in tables {
+        ctx.exec(&format!(
+            "CREATE TABLE {t} (id BIGINT PRIMARY KEY, v BIGINT)"
+        ))
+        .await;
+    }
+    let cluster = ctx.start_cluster(3, 3).await;
+    let mut sources = Vec::new();
+    for (n, t) in tables.iter().enumerate() {
+        sources.push(ctx.add_source(&cluster, t, n as u32 + 1).await);
+    }
+    (ctx, cluster, sources)
+}
+
+/// The lock node of each task: (owner session, creating transaction).
+async fn locks(ctx: &TestCtx, sources: &[ClusterSource]) -> Vec<(i64, i64)> {
+    let zk = ctx.coordinator().await;
+    let mut out = Vec::new();
+    for s in sources {
+        let node = zk
+            .get(&sluice_zk::layout::lock(&s.name))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("task {} holds no lock", s.name));
+        out.push((node.ephemeral_owner, node.created_zxid));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_elects_another_and_interrupts_no_task() {
+    let (ctx, mut cluster, sources) = setup("leaderkill", &["a", "b", "c"]).await;
+    let refs: Vec<&ClusterSource> = sources.iter().collect();
+    let placed = cluster.wait_running(&refs, Duration::from_secs(60)).await;
+    let locks_before = locks(&ctx, &sources).await;
+    let (stop, load) = write_load(&ctx, &["a", "b", "c"]);
+
+    let (old, epoch) = cluster.wait_leader(Duration::from_secs(10), None).await;
+    cluster.centers[old].kill9();
+    let failover = time_until("a new leader", Duration::from_secs(30), || async {
+        let l = cluster.ctl(&["leader"])?;
+        match l["epoch"].as_u64() {
+            Some(e) if e > epoch && l["leader_id"] != format!("c{old}").as_str() => Ok(()),
+            _ => Err(l.to_string()),
+        }
+    })
+    .await;
+    eprintln!("leader failover (kill -9 → new leader serving): {failover:?}");
+    assert!(
+        failover < SESSION + Duration::from_secs(6),
+        "the new leader took {failover:?}: more than the session timeout and a few seconds"
+    );
+
+    // The new leader changed nothing that ran: same tasks, same workers, same locks.
+    tokio::time::sleep(Duration::from_secs(3)).await; // two resync periods, for a negative
+    stop.store(true, Ordering::Relaxed);
+    let statements = load.await.unwrap();
+    assert!(statements > 10, "the load ran during the failover");
+    assert_eq!(
+        cluster.wait_running(&refs, Duration::from_secs(10)).await,
+        placed
+    );
+    assert_eq!(
+        locks(&ctx, &sources).await,
+        locks_before,
+        "a task lock was released and taken again: a task was interrupted"
+    );
+    for s in &sources {
+        cluster
+            .converges(&ctx, &s.pipeline, Duration::from_secs(60))
+            .await;
+    }
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_worker_moves_its_task_and_loses_nothing() {
+    let (ctx, mut cluster, sources) = setup("workerkill", &["a", "b", "c"]).await;
+    let refs: Vec<&ClusterSource> = sources.iter().collect();
+    let placed = cluster.wait_running(&refs, Duration::from_secs(60)).await;
+    let (stop, load) = write_load(&ctx, &["a", "b", "c"]);
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the load get going
+
+    let victim = placed[&sources[0].name].clone();
+    cluster.workers[Cluster::worker_index(&victim)].kill9();
+    let failover = time_until(
+        "the task runs on another worker",
+        Duration::from_secs(30),
+        || async {
+            let t = cluster
+                .tasks()?
+                .into_iter()
+                .find(|t| t.source == sources[0].name)
+                .ok_or("task gone")?;
+            if !t.running_on.is_empty() && t.running_on != victim && t.running_on == t.assigned_to {
+                Ok(())
+            } else {
+                Err(format!("{t:?}"))
+            }
+        },
+    )
+    .await;
+    eprintln!("worker failover (kill -9 → task running elsewhere): {failover:?}");
+    assert!(failover < SESSION + Duration::from_secs(6), "{failover:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    for s in &sources {
+        cluster
+            .converges(&ctx, &s.pipeline, Duration::from_secs(60))
+            .await;
+    }
+    // The other tasks stayed where they were.
+    let after = cluster.wait_running(&refs, Duration::from_secs(10)).await;
+    for s in &sources[1..] {
+        if placed[&s.name] != victim {
+            assert_eq!(
+                after[&s.name], placed[&s.name],
+                "{} moved off a live worker",
+                s.name
+            );
+        }
+    }
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
+    let (ctx, mut cluster, sources) = setup("zombie", &["a"]).await;
+    let task = sources[0].name.clone();
+    let placed = cluster
+        .wait_running(&[&sources[0]], Duration::from_secs(60))
+        .await;
+    let (stop, load) = write_load(&ctx, &["a"]);
+
+    // Watch the checkpoint throughout: it may only move forward.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let zk = ctx.coordinator().await.clone();
+        let (task, sampling) = (task.clone(), sampling.clone());
+        tokio::spawn(async move {
+            let mut last: Option<sluice_core::BinlogPosition> = None;
+            let mut samples = 0u32;
+            while sampling.load(Ordering::Relaxed) {
+                if let Some(b) = zk.read_checkpoint(&task).await.unwrap() {
+                    let cp = sluice_core::Checkpoint::from_json(&b).unwrap();
+                    if let Some(prev) = &last {
+                        assert!(
+                            cp.position >= *prev,
+                            "checkpoint regressed: {prev} → {}",
+                            cp.position
+                        );
+                    }
+                    last = Some(cp.position);
+                    samples += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            samples
+        })
+    };
+
+    let zombie = Cluster::worker_index(&placed[&task]);
+    cluster.workers[zombie].signal("STOP");
+    let moved = time_until(
+        "the task runs on another worker",
+        Duration::from_secs(30),
+        || async {
+            let t = cluster
+                .tasks()?
+                .into_iter()
+                .find(|t| t.source == task)
+                .ok_or("task gone")?;
+            if !t.running_on.is_empty() && t.running_on != placed[&task] {
+                Ok(())
+            } else {
+                Err(format!("{t:?}"))
+            }
+        },
+    )
+    .await;
+    eprintln!("zombie worker: task taken over {moved:?} after SIGSTOP");
+    assert!(
+        moved >= SESSION / 2,
+        "taken over before the zombie's session could expire: {moved:?}"
+    );
+
+    // Let the new owner confirm positions past anything the zombie had, then wake it.
+    tokio::time::sleep(Duration::from_secs(1)).await; // a load interval, not a wait
+    let log_len = std::fs::metadata(&cluster.workers[zombie].log)
+        .unwrap()
+        .len() as usize;
+    let woke = Instant::now();
+    cluster.workers[zombie].signal("CONT");
+    let stopped = time_until(
+        "the zombie drops its task",
+        Duration::from_secs(20),
+        || async {
+            let log = std::fs::read_to_string(&cluster.workers[zombie].log).unwrap_or_default();
+            let after = log.get(log_len..).unwrap_or_default();
+            if after.contains("session expired") || after.contains("task lock lost") {
+                Ok(())
+            } else {
+                Err(after.to_owned())
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "zombie worker: dropped its task {stopped:?} after SIGCONT ({:?} since)",
+        woke.elapsed()
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    cluster
+        .converges(&ctx, &sources[0].pipeline, Duration::from_secs(60))
+        .await;
+    sampling.store(false, Ordering::Relaxed);
+    let samples = sampler.await.unwrap();
+    assert!(
+        samples > 20,
+        "the checkpoint was sampled only {samples} times"
+    );
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_leader_past_its_session_takes_no_decision() {
+    let (ctx, mut cluster, sources) = setup("leaderstop", &["a", "b"]).await;
+    let refs: Vec<&ClusterSource> = sources.iter().collect();
+    cluster.wait_running(&refs, Duration::from_secs(60)).await;
+    let (old, epoch) = cluster.wait_leader(Duration::from_secs(10), None).await;
+
+    cluster.centers[old].signal("STOP");
+    let (new, new_epoch) = cluster
+        .wait_leader(Duration::from_secs(30), Some(old))
+        .await;
+    assert!(new_epoch > epoch);
+    // Decisions for the new leader while the old one sleeps: a new source, a dead worker.
+    ctx.exec("CREATE TABLE c (id BIGINT PRIMARY KEY, v BIGINT)")
+        .await;
+    let c = ctx.add_source(&cluster, "c", 3).await;
+    let placed = cluster.wait_running(&[&c], Duration::from_secs(30)).await;
+    cluster.workers[Cluster::worker_index(&placed[&c.name])].kill9();
+
+    let log_len = std::fs::metadata(&cluster.centers[old].log).unwrap().len() as usize;
+    cluster.centers[old].signal("CONT");
+    time_until(
+        "the old leader steps down",
+        Duration::from_secs(20),
+        || async {
+            let log = std::fs::read_to_string(&cluster.centers[old].log).unwrap_or_default();
+            let after = log.get(log_len..).unwrap_or_default();
+            if after.contains("stopped leading") || after.contains("leadership lost") {
+                Ok(())
+            } else {
+                Err(after.to_owned())
+            }
+        },
+    )
+    .await;
+    let all: Vec<&ClusterSource> = sources.iter().chain([&c]).collect();
+    cluster.wait_running(&all, Duration::from_secs(30)).await;
+    assert_eq!(
+        cluster.wait_leader(Duration::from_secs(5), None).await.0,
+        new
+    );
+
+    // No decision of the old leader took effect after the new one's first.
+    let mut conn = ctx.stack.conn().await;
+    let rows: Vec<(u64, u64, String)> = conn
+        .query(format!(
+            "SELECT id, epoch, task FROM `{}`.assignments ORDER BY id",
+            ctx.meta_db()
+        ))
+        .await
+        .unwrap();
+    let first_new = rows
+        .iter()
+        .position(|r| r.1 >= new_epoch)
+        .expect("the new leader decided");
+    assert!(
+        rows[first_new..].iter().all(|r| r.1 >= new_epoch),
+        "an older epoch decided after the new leader: {rows:?}"
+    );
+    // Every assignment in ZooKeeper carries the newest epoch, once per task.
+    let zk = ctx.coordinator().await;
+    let mut seen = std::collections::BTreeSet::new();
+    for w in zk.children("assignments").await.unwrap() {
+        for t in zk
+            .children(&sluice_zk::layout::assignments(&w))
+            .await
+            .unwrap()
+        {
+            let node = zk
+                .get(&sluice_zk::layout::assignment(&w, &t))
+                .await
+                .unwrap()
+                .unwrap();
+            let rec: sluice_zk::layout::AssignmentRecord =
+                serde_json::from_slice(&node.data).unwrap();
+            assert!(
+                rec.epoch >= new_epoch,
+                "{w}/{t} carries epoch {}",
+                rec.epoch
+            );
+            assert!(seen.insert(t.clone()), "{t} is assigned twice");
+        }
+    }
+    for s in &all {
+        ctx.exec(&format!("INSERT INTO {} VALUES (1, 1)", s.pipeline.table))
+            .await;
+        cluster
+            .converges(&ctx, &s.pipeline, Duration::from_secs(60))
+            .await;
+    }
+    drop(cluster);
+    ctx.cleanup().await;
+}
