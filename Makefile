@@ -28,7 +28,7 @@ bench: stack-up
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/bench
 
 # ----- build, test, demo -------------------------------------------------------------
-.PHONY: build test lint demo demo-stop
+.PHONY: build test lint demo demo-stop cluster cluster-stop
 
 build:
 	cargo build --bins
@@ -50,3 +50,10 @@ demo: stack-up build
 
 demo-stop:
 	deploy/demo.sh stop
+
+# A local cluster (3 centers, 3 workers, etl) driven by sluicectl: see deploy/cluster.sh.
+cluster: stack-up build
+	deploy/cluster.sh
+
+cluster-stop:
+	deploy/cluster.sh stop

@@ -14,6 +14,7 @@ command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server mariadb-client)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v sysbench >/dev/null 2>&1 || need_apt+=(sysbench)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 # librdkafka 2.12 (bundled by rdkafka-sys) includes curl/curl.h even when built without curl.

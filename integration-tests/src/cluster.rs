@@ -31,7 +31,7 @@ pub struct ClusterSource {
     pub pipeline: Pipeline,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -43,7 +43,23 @@ impl TestCtx {
         format!("{}_meta", self.db)
     }
 
+    /// A center's config with the test cluster's token authentication.
     fn center_config(&self, n: usize, port: u16) -> Service {
+        self.center_with_api(
+            n,
+            port,
+            &format!("[api]\nauth = \"token\"\ntoken = \"{TOKEN}\"\n"),
+        )
+    }
+
+    /// A center's config with `api` as its `[api]` section.
+    pub fn center_with_api(&self, n: usize, port: u16, api: &str) -> Service {
+        {
+            let mut extra = self.extra.lock().expect("extra");
+            if !extra.1.contains(&self.meta_db()) {
+                extra.1.push(self.meta_db());
+            }
+        }
         let opts = mysql_async::Opts::from_url(&self.stack.mysql_url).expect("MYSQL_URL");
         let path = self.dir.join(format!("center-{n}.toml"));
         fs::write(
@@ -65,10 +81,7 @@ user = "{user}"
 password = "{password}"
 database = "{meta}"
 
-[api]
-auth = "token"
-token = "{TOKEN}"
-
+{api}
 [balance]
 settle = "1s"
 resync = "2s"
@@ -164,7 +177,6 @@ session_timeout = "4s"
     /// Starts `centers` centers and waits for a leader, then `workers` workers (waiting
     /// until each registered) and the etl.
     pub async fn start_cluster(&self, centers: usize, workers: usize) -> Cluster {
-        self.extra.lock().expect("extra").1.push(self.meta_db());
         let mut cluster = Cluster {
             centers: Vec::new(),
             addrs: Vec::new(),

@@ -33,6 +33,7 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
     health.set_serving::<WorkerReportsServer<AdminApi>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let service = AdminApi {
         shared: shared.clone(),

@@ -1,0 +1,306 @@
+//! The center's gRPC API as clients meet it: health and reflection open to probes and
+//! grpcurl, writes refused by followers with the leader's address, input errors naming
+//! the field, and mutual TLS admitting only clients with a certificate the CA signed.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use sluice_integration_tests::cluster::free_port;
+use sluice_integration_tests::{eventually, Service, TestCtx};
+use sluice_proto::v1::admin_client::AdminClient;
+use sluice_proto::v1::Source;
+use tokio_stream::StreamExt as _;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_are_open_and_followers_name_the_leader() {
+    let ctx = TestCtx::new("api").await;
+    let cluster = ctx.start_cluster(2, 0).await;
+    let (leader, _) = cluster.wait_leader(Duration::from_secs(10), None).await;
+    let follower = 1 - leader;
+
+    for addr in &cluster.addrs {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel.clone());
+        let status = health
+            .check(HealthCheckRequest {
+                service: "sluice.v1.Admin".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{addr}");
+
+        let mut reflection = ServerReflectionClient::new(channel);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers = reflection
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        let Some(Ok(answer)) = answers.next().await else {
+            panic!("no reflection answer from {addr}");
+        };
+        let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+            panic!("unexpected reflection answer {answer:?}");
+        };
+        let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        for wanted in [
+            "sluice.v1.Admin",
+            "sluice.v1.WorkerReports",
+            "grpc.health.v1.Health",
+        ] {
+            assert!(
+                names.iter().any(|n| n == wanted),
+                "{wanted} not in {names:?}"
+            );
+        }
+    }
+
+    // A follower refuses a write and names the leader; sluicectl follows it.
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[follower]))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let token: tonic::metadata::MetadataValue<_> = "Bearer it-admin-token".parse().unwrap();
+    let mut admin = AdminClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+        req.metadata_mut().insert("authorization", token.clone());
+        Ok(req)
+    });
+    let source = Source {
+        name: "s1".into(),
+        host: "db.example".into(),
+        port: 3306,
+        user: "sluice".into(),
+        password_ref: "env:PW".into(),
+        server_id: 77,
+        tables: vec![],
+    };
+    let refused = admin.put_source(source.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(
+        refused
+            .metadata()
+            .get("sluice-leader")
+            .and_then(|v| v.to_str().ok()),
+        Some(cluster.addrs[leader].as_str())
+    );
+    // Bad input is refused with the field named, before anything is stored.
+    let bad = admin
+        .put_source(Source {
+            password_ref: "hunter2".into(),
+            ..source.clone()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(
+        bad.message().starts_with("password_ref:"),
+        "{}",
+        bad.message()
+    );
+
+    let only_follower = Command::new(Service::binary("sluicectl"))
+        .args(["--center", &format!("http://{}", cluster.addrs[follower])])
+        .args([
+            "-o",
+            "json",
+            "sources",
+            "put",
+            "s1",
+            "--host",
+            "db.example",
+            "--user",
+            "u",
+        ])
+        .args(["--password-ref", "env:PW", "--server-id", "77"])
+        .env("SLUICECTL_TOKEN", "it-admin-token")
+        .output()
+        .unwrap();
+    assert!(
+        only_follower.status.success(),
+        "{}",
+        String::from_utf8_lossy(&only_follower.stderr)
+    );
+    let listed = cluster.ctl(&["sources", "list"]).unwrap();
+    assert_eq!(listed[0]["name"], "s1", "{listed}");
+    assert_eq!(listed[0]["password_ref"], "env:PW");
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl (deploy/install.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, both CA-signed,
+/// and a second client certificate signed by nobody the server trusts.
+fn certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sluice-it-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for (name, ext) in [("server", "server.ext"), ("client", "client.ext")] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN=sluice-it-{name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ],
+        );
+        let (csr, pem) = (format!("{name}.csr"), format!("{name}.pem"));
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &pem,
+        ];
+        args.extend(["-extfile", ext]);
+        openssl(dir, &args);
+    }
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=intruder",
+            "-keyout",
+            "intruder.key",
+            "-out",
+            "intruder.pem",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_admits_only_clients_the_ca_signed() {
+    let ctx = TestCtx::new("mtls").await;
+    let dir = ctx.dir.join("tls");
+    std::fs::create_dir_all(&dir).unwrap();
+    certificates(&dir);
+    let port = free_port();
+    let api = format!(
+        "[api]\nauth = \"mtls\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\nclient_ca = \"{d}/ca.pem\"\n",
+        d = dir.display()
+    );
+    let mut center = ctx.center_with_api(0, port, &api);
+    center.start();
+    let d = dir.display().to_string();
+    let ctl = |cert: &str| {
+        Command::new(Service::binary("sluicectl"))
+            .args([
+                "--center",
+                &format!("https://127.0.0.1:{port}"),
+                "-o",
+                "json",
+            ])
+            .args(["--ca", &format!("{d}/ca.pem")])
+            .args([
+                "--cert",
+                &format!("{d}/{cert}.pem"),
+                "--key",
+                &format!("{d}/{cert}.key"),
+            ])
+            .arg("leader")
+            .env_remove("SLUICECTL_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let answered = eventually(
+        "the center answers a signed client",
+        Duration::from_secs(30),
+        || async {
+            let out = ctl("client");
+            if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            } else {
+                Err(format!(
+                    "{}\n{}",
+                    String::from_utf8_lossy(&out.stderr),
+                    center.log_tail()
+                ))
+            }
+        },
+    )
+    .await;
+    assert!(answered.contains("\"leader_id\": \"c0\""), "{answered}");
+    let intruder = ctl("intruder");
+    assert!(
+        !intruder.status.success(),
+        "a client the CA did not sign was admitted"
+    );
+    drop(center);
+    ctx.cleanup().await;
+}
