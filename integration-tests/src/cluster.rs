@@ -353,7 +353,8 @@ impl Cluster {
     }
 
     /// Waits until every task in `sources` runs on the worker it is assigned to (a live
-    /// one); returns task → worker.
+    /// one) and has confirmed a position — a new task starts at the end of the binlog, so
+    /// only writes after this are sure to be streamed. Returns task → worker.
     pub async fn wait_running(
         &self,
         sources: &[&ClusterSource],
@@ -367,7 +368,8 @@ impl Cluster {
                     .iter()
                     .find(|t| t.source == s.name)
                     .ok_or_else(|| format!("no task {} in {tasks:?}", s.name))?;
-                if t.running_on.is_empty() || t.running_on != t.assigned_to {
+                if t.running_on.is_empty() || t.running_on != t.assigned_to || t.position.is_empty()
+                {
                     return Err(format!("{t:?}\n{}", self.logs()));
                 }
                 placed.insert(t.source.clone(), t.running_on.clone());

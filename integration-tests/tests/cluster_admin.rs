@@ -69,6 +69,30 @@ async fn sources_and_pipelines_added_at_runtime_stream_without_restarts() {
         "the first task never moved"
     );
 
+    // Removing a source stops its task (its lock goes) without touching the other.
+    cluster.ctl(&["sources", "delete", &people.name]).unwrap();
+    cluster
+        .ctl(&["pipelines", "delete", &people.pipeline.alias])
+        .unwrap();
+    let zk = ctx.coordinator().await;
+    sluice_integration_tests::eventually(
+        "the removed source's task stops",
+        Duration::from_secs(30),
+        || async {
+            match zk.get(&sluice_zk::layout::lock(&people.name)).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("lock still there: {other:?}\n{}", cluster.logs())),
+            }
+        },
+    )
+    .await;
+    ctx.exec("INSERT INTO items VALUES (5, 'five', 5)").await;
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(60))
+        .await;
+    let tasks = cluster.tasks().unwrap();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+
     // The events say what happened.
     let events = cluster.ctl(&["events", "--limit", "200"]).unwrap();
     let kinds: Vec<&str> = events
