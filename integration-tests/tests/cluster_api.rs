@@ -33,16 +33,30 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
             .connect()
             .await
             .unwrap();
-        let mut health = HealthClient::new(channel.clone());
-        let status = health
-            .check(HealthCheckRequest {
-                service: "sluice.v1.Admin".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status;
-        assert_eq!(status, ServingStatus::Serving as i32, "{addr}");
+        let health = HealthClient::new(channel.clone());
+        eventually(
+            "the center reports SERVING",
+            Duration::from_secs(10),
+            || {
+                let mut health = health.clone();
+                async move {
+                    let status = health
+                        .check(HealthCheckRequest {
+                            service: "sluice.v1.Admin".into(),
+                        })
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .into_inner()
+                        .status;
+                    if status == ServingStatus::Serving as i32 {
+                        Ok(())
+                    } else {
+                        Err(format!("{addr}: status {status}"))
+                    }
+                }
+            },
+        )
+        .await;
 
         let mut reflection = ServerReflectionClient::new(channel);
         let request = ServerReflectionRequest {

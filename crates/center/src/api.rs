@@ -29,8 +29,7 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
     let api = &shared.cfg.api;
     let auth = Auth::from_config(&shared.cfg)?;
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<AdminServer<AdminApi>>().await;
-    health.set_serving::<WorkerReportsServer<AdminApi>>().await;
+    let readiness = tokio::spawn(report_health(health, shared.clone(), shutdown.clone()));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -56,14 +55,53 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
     }
     let listen = shared.cfg.center.listen;
     tracing::info!(%listen, auth = ?api.auth, "gRPC API listening");
-    server
+    let served = server
         .add_service(health_service)
         .add_service(reflection)
         .add_service(AdminServer::with_interceptor(service.clone(), auth.clone()))
         .add_service(WorkerReportsServer::with_interceptor(service, auth))
-        .serve_with_shutdown(listen, shutdown.cancelled_owned())
+        .serve_with_shutdown(listen, shutdown.clone().cancelled_owned())
         .await
-        .map_err(|e| anyhow::anyhow!("gRPC API on {listen}: {e}"))
+        .map_err(|e| anyhow::anyhow!("gRPC API on {listen}: {e}"));
+    shutdown.cancel();
+    let _ = readiness.await;
+    served
+}
+
+/// Health as probes see it: SERVING while this replica's ZooKeeper session is confirmed
+/// alive (it can answer reads and campaign), NOT_SERVING otherwise and once shutting down.
+/// Checked every second.
+async fn report_health(
+    health: tonic_health::server::HealthReporter,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) {
+    use tonic_health::ServingStatus;
+    let mut last = None;
+    loop {
+        let serving = !shutdown.is_cancelled() && shared.coord().is_some_and(|c| c.is_live());
+        if last != Some(serving) {
+            let status = if serving {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            health.set_service_status("", status).await;
+            health.set_service_status("sluice.v1.Admin", status).await;
+            health
+                .set_service_status("sluice.v1.WorkerReports", status)
+                .await;
+            tracing::info!(serving, "health");
+            last = Some(serving);
+        }
+        if shutdown.is_cancelled() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
 }
 
 /// Bearer-token check (mTLS is enforced by the TLS layer itself).
