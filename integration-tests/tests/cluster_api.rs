@@ -157,6 +157,23 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
     let listed = cluster.ctl(&["sources", "list"]).unwrap();
     assert_eq!(listed[0]["name"], "s1", "{listed}");
     assert_eq!(listed[0]["password_ref"], "env:PW");
+    // Moving a source to another server would resume at a position of the old one.
+    let moved = cluster
+        .ctl(&[
+            "sources",
+            "put",
+            "s1",
+            "--host",
+            "db2.example",
+            "--user",
+            "u",
+            "--password-ref",
+            "env:PW",
+            "--server-id",
+            "77",
+        ])
+        .unwrap_err();
+    assert!(moved.contains("host/port cannot change"), "{moved}");
 
     drop(cluster);
     ctx.cleanup().await;

@@ -199,6 +199,11 @@ impl AdminApi {
                 "no center leads right now; retry shortly",
             ));
         };
+        if l.id == self.shared.cfg.center.id {
+            return Err(Status::unavailable(
+                "this center leads, but its ZooKeeper session is in doubt right now; retry shortly",
+            ));
+        }
         let mut status = Status::failed_precondition(format!(
             "not the leader: {} at {} leads; send writes there",
             l.id, l.addr
@@ -321,6 +326,25 @@ impl Admin for AdminApi {
         let mut s = req.into_inner();
         validate_source(&mut s)?;
         let epoch = self.writable().await?;
+        let existing = self.shared.meta.sources().await.map_err(meta_err)?;
+        match existing.iter().find(|e| e.name == s.name) {
+            Some(e) if (e.host.as_str(), e.port) != (s.host.as_str(), s.port) => {
+                return Err(Status::failed_precondition(format!(
+                    "source {}: host/port cannot change ({}:{} → {}:{}): its confirmed position belongs to the old server. \
+                     Delete the source and add it again; it then starts at the new server's current end.",
+                    s.name, e.host, e.port, s.host, s.port
+                )));
+            }
+            Some(_) => {}
+            None => {
+                // A new source: a checkpoint left by an earlier source of this name (another
+                // server, perhaps) must not be resumed.
+                self.coord()?
+                    .delete(&format!("tasks/{}", s.name), None, true)
+                    .await
+                    .map_err(internal)?;
+            }
+        }
         self.shared
             .meta
             .put_source(epoch, &s)
@@ -558,7 +582,14 @@ impl WorkerReports for AdminApi {
     async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
         let report = req.into_inner();
         check_name("worker", &report.worker, 255)?;
-        for t in &report.tasks {
+        let coord = self.coord()?;
+        let assigned = coord
+            .children(&layout::assignments(&report.worker))
+            .await
+            .map_err(internal)?;
+        // Only the worker a task is assigned to speaks for it (a worker that lost its
+        // session may still report the task it dropped).
+        for t in report.tasks.iter().filter(|t| assigned.contains(&t.source)) {
             self.shared
                 .meta
                 .save_status(&report.worker, t)

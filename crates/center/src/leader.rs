@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use sluice_proto::v1::{Pipeline, Source};
@@ -20,6 +20,9 @@ use crate::meta::MetaError;
 use crate::Shared;
 
 type RebalanceRequests = mpsc::Receiver<oneshot::Sender<Vec<Move>>>;
+
+/// One reconcile pass may take this long before it is abandoned and retried.
+const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connects, campaigns and leads, again after every lost session or leadership, until
 /// shutdown.
@@ -39,21 +42,23 @@ pub(crate) async fn campaign_forever(
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper; retrying");
-                pause(backoff, &shutdown).await;
+                sluice_core::shutdown::pause(backoff, &shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
         };
-        backoff = Duration::from_millis(250);
         *shared.coord.write().unwrap_or_else(|e| e.into_inner()) = Some(coord.clone());
+        let mut failed = false;
         match coord.campaign(&info, &shutdown).await {
             Ok(leadership) => {
                 let epoch = leadership.epoch();
                 let result = lead(&shared, &coord, &leadership, &mut rebalance, &shutdown).await;
                 shared.leading.send_replace(None);
-                match &result {
-                    Ok(()) => {}
-                    Err(e) => tracing::warn!(epoch, error = format!("{e:#}"), "stopped leading"),
+                if let Err(e) = &result {
+                    // Each new leadership takes an epoch: do not churn through them while
+                    // something (the meta database, a bad record) keeps failing.
+                    tracing::warn!(epoch, error = format!("{e:#}"), retry_in = ?backoff, "stopped leading; campaigning again after a pause");
+                    failed = true;
                 }
                 if shutdown.is_cancelled() {
                     // Hand over at once instead of after a session timeout.
@@ -63,24 +68,20 @@ pub(crate) async fn campaign_forever(
                 }
             }
             Err(ZkError::Cancelled) => {}
-            Err(e) => tracing::warn!(error = %e, "campaign interrupted; starting over"),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "campaign interrupted; starting over after a pause");
+                failed = true;
+            }
         }
         coord.close().await;
+        if failed {
+            sluice_core::shutdown::pause(backoff, &shutdown).await;
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        } else {
+            backoff = Duration::from_millis(250);
+        }
     }
     Ok(())
-}
-
-async fn pause(d: Duration, shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => {}
-        _ = shutdown.cancelled() => {}
-    }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Leads until the leadership is lost, a deposition is detected, or shutdown.
@@ -109,10 +110,13 @@ async fn lead(
         if !leadership.is_acting() {
             // Connection in doubt: act on nothing until it is back (or lost for good).
             shared.leading.send_replace(None);
+            // The lease can also come back without a state change (a late heartbeat
+            // answer): look again shortly as well.
             let mut session = coord.session();
             tokio::select! {
                 why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
                 _ = session.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 _ = shutdown.cancelled() => return Ok(()),
             }
             if leadership.is_acting() {
@@ -121,12 +125,19 @@ async fn lead(
             continue;
         }
         let operator = pending.is_some();
-        let (moves, wake, watch) = match reconcile(shared, coord, leadership, operator).await {
+        let pass = tokio::time::timeout(
+            RECONCILE_TIMEOUT,
+            reconcile(shared, coord, leadership, operator),
+        );
+        let (moves, wake, watch) = match pass
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("reconcile took longer than {RECONCILE_TIMEOUT:?} (meta database or ZooKeeper not answering)")))
+        {
             Ok(done) => done,
             Err(e) if is_deposed(&e) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = format!("{e:#}"), "reconcile failed; retrying");
-                pause(Duration::from_secs(1), shutdown).await;
+                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
                 if shutdown.is_cancelled() {
                     return Ok(());
                 }
@@ -206,7 +217,7 @@ async fn reconcile(
 
     // Live workers.
     let settle = shared.cfg.balance.settle;
-    let now = now_ms();
+    let now = sluice_core::now_ms();
     let mut live = Vec::new();
     let mut wake: Option<Duration> = None;
     for id in &worker_ids {
@@ -220,7 +231,9 @@ async fn reconcile(
                 continue;
             }
         };
-        let age = Duration::from_millis(now.saturating_sub(rec.started_at_ms).max(0) as u64);
+        // Since this registration: a worker back after a lost session settles again.
+        let since = rec.registered_at_ms.max(rec.started_at_ms);
+        let age = Duration::from_millis(now.saturating_sub(since).max(0) as u64);
         let settled = operator || age >= settle;
         if !settled {
             let left = settle - age;
@@ -238,6 +251,9 @@ async fn reconcile(
     let task_set: HashSet<&str> = tasks.iter().map(String::as_str).collect();
     let mut current = BTreeMap::new();
     let mut nodes: BTreeMap<String, (String, i32, AssignmentRecord)> = BTreeMap::new();
+    // Only each task's latest recorded decision stands: a node of an older generation
+    // (a deposed leader's late write, a half-finished move) is removed.
+    let generations = shared.meta.generations().await?;
     for worker in coord.children("assignments").await? {
         let assigned = coord.children(&layout::assignments(&worker)).await?;
         if assigned.is_empty() && !worker_ids.contains(&worker) {
@@ -252,20 +268,33 @@ async fn reconcile(
             let Some(node) = coord.get(&path).await? else {
                 continue;
             };
-            let rec: AssignmentRecord = serde_json::from_slice(&node.data)
-                .with_context(|| format!("{path}: not an assignment record"))?;
-            if rec.epoch > epoch {
-                return Err(Deposed(path, rec.epoch).into());
+            let rec = serde_json::from_slice::<AssignmentRecord>(&node.data).ok();
+            if let Some(r) = &rec {
+                if r.epoch > epoch {
+                    return Err(Deposed(path, r.epoch).into());
+                }
             }
-            if !task_set.contains(task.as_str()) || current.contains_key(&task) {
-                // A removed source, or a duplicate (never written by one leader): drop it.
-                acting()?;
-                coord.delete(&path, Some(node.version), false).await?;
-                let reason = if task_set.contains(task.as_str()) {
-                    "duplicate assignment"
-                } else {
-                    "source removed"
-                };
+            let drop_why = match &rec {
+                None => Some("unreadable assignment record"),
+                Some(_) if !task_set.contains(task.as_str()) => Some("source removed"),
+                Some(r) if generations.get(&task) != Some(&r.generation) => {
+                    Some("not the task's latest recorded assignment")
+                }
+                Some(_) if current.contains_key(&task) => Some("duplicate assignment"),
+                Some(_) => None,
+            };
+            let reason = match (drop_why, rec) {
+                (None, Some(rec)) => {
+                    current.insert(task.clone(), worker.clone());
+                    nodes.insert(task, (worker.clone(), node.version, rec));
+                    continue;
+                }
+                (reason, _) => reason.unwrap_or("unreadable assignment record"),
+            };
+            acting()?;
+            coord.delete(&path, Some(node.version), false).await?;
+            tracing::warn!(task, worker, reason, "assignment removed");
+            if reason == "source removed" {
                 shared
                     .meta
                     .record_assignment(
@@ -277,10 +306,29 @@ async fn reconcile(
                         reason,
                     )
                     .await?;
-                continue;
+            } else {
+                // Not a decision: the task keeps its latest recorded one (or gets a new one
+                // from the planner below).
+                let _ = shared
+                    .meta
+                    .add_event(
+                        &shared.cfg.center.id,
+                        "assignment",
+                        &task,
+                        &format!("removed {path}: {reason}"),
+                    )
+                    .await;
             }
-            current.insert(task.clone(), worker.clone());
-            nodes.insert(task, (worker.clone(), node.version, rec));
+        }
+    }
+
+    // Checkpoints of removed sources go once nobody holds their lock, so a source added
+    // again under the same name starts afresh (it may be another server).
+    for task in coord.children("tasks").await? {
+        if !task_set.contains(task.as_str()) && coord.get(&layout::lock(&task)).await?.is_none() {
+            acting()?;
+            coord.delete(&format!("tasks/{task}"), None, true).await?;
+            tracing::info!(task, "checkpoint of a removed source deleted");
         }
     }
 
@@ -317,7 +365,7 @@ async fn reconcile(
         let rec = AssignmentRecord {
             epoch,
             generation,
-            assigned_at_ms: now_ms(),
+            assigned_at_ms: sluice_core::now_ms(),
         };
         coord
             .put(

@@ -71,14 +71,32 @@ pub async fn run(cfg: CenterConfig, shutdown: CancellationToken) -> anyhow::Resu
         nudge: Notify::new(),
         rebalance: rebalance_tx,
     });
-    let server = {
+    let mut server = {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move { api::serve(shared, shutdown).await })
     };
-    let led = leader::campaign_forever(shared.clone(), rebalance_rx, shutdown.clone()).await;
-    shutdown.cancel();
-    let served = server.await.context("the API server task failed")?;
+    // The API failing (a port in use, an unreadable certificate) ends the center: a
+    // leader nobody can reach must not go on leading.
+    let campaign = leader::campaign_forever(shared.clone(), rebalance_rx, shutdown.clone());
+    tokio::pin!(campaign);
+    let (led, served) = tokio::select! {
+        led = &mut campaign => {
+            shutdown.cancel();
+            (led, server.await.context("the API server task failed")?)
+        }
+        served = &mut server => {
+            let served = served.context("the API server task failed")?;
+            let graceful = shutdown.is_cancelled();
+            shutdown.cancel();
+            let led = campaign.await;
+            if graceful {
+                (led, served)
+            } else {
+                (led, served.and(Err(anyhow::anyhow!("the gRPC API stopped unexpectedly"))))
+            }
+        }
+    };
     if let Some(coord) = shared.coord() {
         coord.close().await;
     }

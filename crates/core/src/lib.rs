@@ -13,3 +13,11 @@ pub use config::{load_config, ConfigError, Secret};
 pub use event::{ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
 pub use version::{ExternalVersion, VersionError};
+
+/// Milliseconds since the Unix epoch by the wall clock (for records and reports, never
+/// for ordering changes).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -28,3 +28,12 @@ async fn wait_for_signal() {
         _ = int.recv() => {}
     }
 }
+
+/// Waits `d` unless `shutdown` comes first — a retry pace, never a synchronisation.
+/// Returns `false` when interrupted by shutdown.
+pub async fn pause(d: std::time::Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = shutdown.cancelled() => false,
+    }
+}

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use futures::future::select_all;
 use sluice_zk::layout::PipelineRecord;
 use sluice_zk::{Coordinator, SessionState, ZkConfig};
 use tokio::sync::watch;
@@ -24,17 +23,17 @@ pub(crate) async fn follow(
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper for the pipelines; retrying");
-                pause(Duration::from_secs(1), &shutdown).await;
+                sluice_core::shutdown::pause(Duration::from_secs(1), &shutdown).await;
                 continue;
             }
         };
-        let mut session = coord.session();
+        let session = coord.session();
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
             let (list, watches) = match look(&coord, &from_file).await {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the pipelines; retrying");
-                    pause(Duration::from_secs(1), &shutdown).await;
+                    sluice_core::shutdown::pause(Duration::from_secs(1), &shutdown).await;
                     continue;
                 }
             };
@@ -50,16 +49,7 @@ pub(crate) async fn follow(
                     true
                 }
             });
-            let changed = select_all(
-                watches
-                    .into_iter()
-                    .map(|w| Box::pin(w.changed(&coord, &shutdown))),
-            );
-            tokio::select! {
-                _ = changed => {}
-                _ = session.changed() => {}
-                _ = shutdown.cancelled() => {}
-            }
+            coord.wait_any(watches, &shutdown).await;
         }
         coord.close().await;
     }
@@ -89,11 +79,4 @@ async fn look(
         }
     }
     Ok((list, watches))
-}
-
-async fn pause(d: Duration, shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => {}
-        _ = shutdown.cancelled() => {}
-    }
 }

@@ -110,13 +110,29 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     let mut reroute = false;
+    let mut retry_reroute: Option<Instant> = None;
     loop {
-        if reroute || pipelines.has_changed().unwrap_or(false) {
+        let retry_due = retry_reroute.is_some_and(|at| Instant::now() >= at);
+        if reroute || retry_due || pipelines.has_changed().unwrap_or(false) {
             let list = pipelines.borrow_and_update().clone().unwrap_or_default();
-            router = subscribe(&consumer, &cfg, &list).await?;
+            match subscribe(&consumer, &cfg, &list).await {
+                Ok(r) => {
+                    router = r;
+                    retry_reroute = None;
+                }
+                Err(e) => {
+                    // Keep applying the pipelines in force; try the change again shortly.
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        "cannot apply the changed pipelines yet; retrying in 1 s"
+                    );
+                    retry_reroute = Some(Instant::now() + Duration::from_secs(1));
+                }
+            }
         }
         let (batch, stop);
-        (batch, stop, reroute) = collect(&consumer, &cfg, &mut pipelines, &shutdown).await;
+        (batch, stop, reroute) =
+            collect(&consumer, &cfg, &mut pipelines, retry_reroute, &shutdown).await;
         if !batch.is_empty() {
             match apply(
                 &mut router,
@@ -192,6 +208,7 @@ async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
     pipelines: &mut watch::Receiver<Option<Vec<config::PipelineConfig>>>,
+    retry_reroute: Option<Instant>,
     shutdown: &CancellationToken,
 ) -> (Vec<Msg>, bool, bool) {
     let mut batch = Vec::new();
@@ -206,6 +223,8 @@ async fn collect(
             biased;
             _ = shutdown.cancelled() => return (batch, true, false),
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return (batch, false, false),
+            // A pipeline change that failed is due again.
+            _ = tokio::time::sleep_until(retry_reroute.unwrap_or_else(Instant::now)), if retry_reroute.is_some() => return (batch, false, true),
             // The pipelines changed: apply what is in hand, then re-route.
             changed = pipelines.changed(), if following => match changed {
                 Ok(()) => return (batch, false, true),
@@ -305,7 +324,8 @@ async fn plan(
                     Ok(()) => break,
                     Err(e) if e.is_transient() => {
                         tracing::warn!(error = %e, "Elasticsearch unavailable while preparing the index; retrying");
-                        if !pause(cfg.etl.retry_backoff * 5, shutdown).await {
+                        if !sluice_core::shutdown::pause(cfg.etl.retry_backoff * 5, shutdown).await
+                        {
                             return Ok(None);
                         }
                     }
@@ -383,7 +403,7 @@ async fn write(
         }
         if !ops.is_empty() {
             stats.retried += ops.len() as u64;
-            if !pause(backoff, shutdown).await {
+            if !sluice_core::shutdown::pause(backoff, shutdown).await {
                 return Ok(false);
             }
             backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -466,13 +486,5 @@ fn commit(consumer: &Consumer, batch: &[Msg]) {
     // means the events are applied again, harmlessly.
     if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
         tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
-    }
-}
-
-/// Waits `d` unless shutdown comes first; `false` on shutdown. A retry pace only.
-async fn pause(d: Duration, shutdown: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => true,
-        _ = shutdown.cancelled() => false,
     }
 }

@@ -48,7 +48,10 @@ pub(crate) async fn follow(
     shutdown: &CancellationToken,
 ) {
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
-    let mut session = coord.session();
+    // Tasks that cannot start here (e.g. the password reference does not resolve), with
+    // the error already reported: reported again only when it changes.
+    let mut failing: BTreeMap<String, String> = BTreeMap::new();
+    let session = coord.session();
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
             break;
@@ -58,7 +61,7 @@ pub(crate) async fn follow(
             Err(ZkError::SessionExpired) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the assignments; retrying");
-                crate::pause(Duration::from_secs(1), shutdown).await;
+                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
                 continue;
             }
         };
@@ -81,19 +84,19 @@ pub(crate) async fn follow(
                 if let Err(e) = r.handle.await {
                     tracing::error!(task = %name, error = %e, "task ended abnormally");
                 }
-                if !matches!(
-                    assigned.get(&name),
-                    Some(Assigned {
-                        source: Some(_),
-                        ..
-                    })
-                ) {
-                    reports.forget(&name);
-                }
             }
         }
-        // Reap tasks that ended by themselves (the session expired under them).
-        running.retain(|_, r| !r.handle.is_finished());
+        // Reap tasks that ended by themselves (the session expired under them, or a bug):
+        // they are started again below while still assigned.
+        running.retain(|name, r| {
+            if r.handle.is_finished() {
+                tracing::warn!(task = %name, "task ended on its own");
+            }
+            !r.handle.is_finished()
+        });
+        // Progress of tasks no longer ours is not ours to report.
+        reports.retain(|name| assigned.contains_key(name));
+        failing.retain(|name, _| assigned.contains_key(name));
         // Start what is ours and not running.
         for (name, a) in &assigned {
             if running.contains_key(name) {
@@ -107,10 +110,16 @@ pub(crate) async fn follow(
                 continue;
             }
             let src = match source_config(record) {
-                Ok(s) => s,
+                Ok(s) => {
+                    failing.remove(name);
+                    s
+                }
                 Err(e) => {
-                    tracing::error!(task = %name, error = %e, "cannot start the task");
-                    reports.event("task_error", name, e);
+                    if failing.get(name) != Some(&e) {
+                        tracing::error!(task = %name, error = %e, "cannot start the task; retrying every 5 s");
+                        reports.event("task_error", name, e.clone());
+                        failing.insert(name.clone(), e);
+                    }
                     retry = true;
                     continue;
                 }
@@ -129,15 +138,15 @@ pub(crate) async fn follow(
             );
         }
 
-        let changed = select_all(
-            watches
-                .into_iter()
-                .map(|w| Box::pin(w.changed(coord, shutdown))),
-        );
+        let ended = async {
+            if running.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let _ = select_all(running.values_mut().map(|r| &mut r.handle)).await;
+        };
         tokio::select! {
-            _ = changed => {}
-            _ = session.changed() => {}
-            _ = shutdown.cancelled() => {}
+            _ = coord.wait_any(watches, shutdown) => {}
+            _ = ended => {}
             _ = tokio::time::sleep(Duration::from_secs(5)), if retry => {}
         }
     }

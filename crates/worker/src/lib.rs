@@ -16,7 +16,7 @@ mod task;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use sluice_core::ConfigError;
@@ -52,16 +52,14 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
         mode = if cluster { "cluster (tasks assigned by the center)" } else { "standalone (sources from the file)" },
         "worker starting"
     );
-    let started_at_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let started_at_ms = sluice_core::now_ms();
     let mut backoff = cfg.worker.retry_backoff;
     while !shutdown.is_cancelled() {
         let coord = match Coordinator::connect(&cfg.zookeeper).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper; retrying");
-                pause(backoff, &shutdown).await;
+                sluice_core::shutdown::pause(backoff, &shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
                 continue;
             }
@@ -89,6 +87,7 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
                 addr: cfg.worker.advertise.clone().unwrap_or_default(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 started_at_ms,
+                registered_at_ms: sluice_core::now_ms(),
                 capacity: cfg.worker.capacity,
             };
             let data = serde_json::to_vec(&me).expect("worker record serializes");
@@ -100,7 +99,10 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
                     tracing::info!(worker = %cfg.worker.id, "registered; following assignments");
                     assigned::follow(&coord, &cfg.worker.id, &make_ctx, &reports, &shutdown).await;
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot register the worker"),
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "cannot register the worker; retrying");
+                    sluice_core::shutdown::pause(backoff, &shutdown).await;
+                }
             }
         } else {
             let mut tasks = JoinSet::new();
@@ -128,12 +130,4 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
     }
     tracing::info!("worker stopped");
     Ok(())
-}
-
-/// Waits `d` or until shutdown — a retry pace, never a synchronisation.
-async fn pause(d: Duration, shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => {}
-        _ = shutdown.cancelled() => {}
-    }
 }

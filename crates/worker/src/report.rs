@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use sluice_proto::v1::worker_reports_client::WorkerReportsClient;
@@ -20,12 +20,6 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::config::WorkerConfig;
 
 const MAX_QUEUED_EVENTS: usize = 1000;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// One task's progress, updated by the data path without waiting.
 #[derive(Default)]
@@ -49,7 +43,7 @@ impl Progress {
     /// A transaction committed at `ts_ms` was read now.
     pub fn read_commit(&self, ts_ms: u64) {
         if ts_ms > 0 {
-            let now = now_ms().max(0) as u64;
+            let now = sluice_core::now_ms().max(0) as u64;
             self.lag_ms
                 .store(now.saturating_sub(ts_ms), Ordering::Relaxed);
         }
@@ -90,11 +84,12 @@ impl Reports {
             .clone()
     }
 
-    pub fn forget(&self, name: &str) {
+    /// Keeps the progress of the tasks `keep` says yes to.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
+            .retain(|name, _| keep(name));
     }
 
     pub fn event(&self, kind: &str, subject: &str, message: impl Into<String>) {
@@ -104,7 +99,7 @@ impl Reports {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
         q.push_back(WorkerEvent {
-            at_ms: now_ms(),
+            at_ms: sluice_core::now_ms(),
             kind: kind.to_owned(),
             subject: subject.to_owned(),
             message: message.into(),
@@ -130,7 +125,7 @@ impl Reports {
             events.insert(
                 0,
                 WorkerEvent {
-                    at_ms: now_ms(),
+                    at_ms: sluice_core::now_ms(),
                     kind: "events_dropped".into(),
                     subject: worker.to_owned(),
                     message: format!(

@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
 use crate::envelope::{self, Record};
-use crate::pause;
 use crate::report::{Progress, Reports};
 
 pub(crate) struct TaskCtx {
@@ -65,7 +64,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
             }
             Err(e) => {
                 tracing::warn!(task = %src.name, error = %e, "cannot take the task lock; retrying");
-                pause(backoff, &ctx.shutdown).await;
+                sluice_core::shutdown::pause(backoff, &ctx.shutdown).await;
                 continue;
             }
         };
@@ -97,7 +96,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
                 ctx.progress.state("retrying");
                 ctx.reports.event("task_error", &src.name, format!("{e:#}"));
                 tracing::error!(task = %src.name, error = format!("{e:#}"), retry_in = ?backoff, "task failed; it resumes from the last confirmed position");
-                pause(backoff, &ctx.shutdown).await;
+                sluice_core::shutdown::pause(backoff, &ctx.shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }

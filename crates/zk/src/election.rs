@@ -229,11 +229,7 @@ impl Leadership {
     /// Steps down: deletes the election node so the next candidate leads at once.
     pub async fn resign(self) {
         self.stop.cancel();
-        let rel = self
-            .node
-            .strip_prefix(&format!("{}/", self.coord.path("")))
-            .unwrap_or(&self.node)
-            .to_owned();
+        let rel = relative(&self.coord, &self.node);
         if let Err(e) = self.coord.delete(&rel, None, false).await {
             warn!(error = %e, "could not delete the election node; it goes with the session");
         }
@@ -255,10 +251,7 @@ async fn guard(
     lost: watch::Sender<Option<String>>,
     stop: CancellationToken,
 ) {
-    let rel = node
-        .strip_prefix(&format!("{}/", coord.path("")))
-        .unwrap_or(&node)
-        .to_owned();
+    let rel = relative(&coord, &node);
     let lose = |why: &str| {
         warn!(reason = why, "leadership lost; acting stops");
         lost.send_replace(Some(why.to_owned()));
@@ -292,4 +285,11 @@ async fn guard(
             }
         }
     }
+}
+
+/// `path` relative to the coordinator's root.
+fn relative(coord: &Coordinator, path: &str) -> String {
+    path.strip_prefix(&format!("{}/", coord.path("")))
+        .unwrap_or(path)
+        .to_owned()
 }

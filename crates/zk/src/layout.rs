@@ -20,6 +20,9 @@ pub struct WorkerRecord {
     pub addr: String,
     pub version: String,
     pub started_at_ms: i64,
+    /// When this registration (this session) was made.
+    #[serde(default)]
+    pub registered_at_ms: i64,
     /// How many binlog tasks it takes at most.
     pub capacity: u32,
 }

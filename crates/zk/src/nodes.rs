@@ -53,6 +53,23 @@ impl Watch {
 }
 
 impl Coordinator {
+    /// Waits until any of `watches` fired or must be set again (after a reconnect), the
+    /// session expired, or `cancel`. With no watches, waits for the session or `cancel`.
+    pub async fn wait_any(&self, watches: Vec<Watch>, cancel: &CancellationToken) {
+        if watches.is_empty() {
+            let mut session = self.session();
+            tokio::select! {
+                _ = session.changed() => {}
+                _ = cancel.cancelled() => {}
+            }
+            return;
+        }
+        let changes = watches
+            .into_iter()
+            .map(|w| Box::pin(w.changed(self, cancel)));
+        let _ = futures::future::select_all(changes).await;
+    }
+
     /// The node at `rel` below the root, `None` when it does not exist.
     pub async fn get(&self, rel: &str) -> Result<Option<Node>, ZkError> {
         let path = self.path(rel);
@@ -197,13 +214,7 @@ impl Coordinator {
                     Err(e) => return Err(e),
                 }
             }
-            if let Some(parent) = path
-                .rsplit_once('/')
-                .map(|(p, _)| p)
-                .filter(|p| !p.is_empty())
-            {
-                self.ensure_persistent(parent).await?;
-            }
+            self.ensure_parent(&path).await?;
             match self
                 .call(
                     "create",
@@ -271,13 +282,7 @@ impl Coordinator {
         cancel: &CancellationToken,
     ) -> Result<(), ZkError> {
         let path = self.path(rel);
-        if let Some(parent) = path
-            .rsplit_once('/')
-            .map(|(p, _)| p)
-            .filter(|p| !p.is_empty())
-        {
-            self.ensure_persistent(parent).await?;
-        }
+        self.ensure_parent(&path).await?;
         let mut warned = false;
         loop {
             match self
@@ -318,6 +323,17 @@ impl Coordinator {
                 }
                 (None, _) => {}
             }
+        }
+    }
+
+    async fn ensure_parent(&self, path: &str) -> Result<(), ZkError> {
+        match path
+            .rsplit_once('/')
+            .map(|(p, _)| p)
+            .filter(|p| !p.is_empty())
+        {
+            Some(parent) => self.ensure_persistent(parent).await,
+            None => Ok(()),
         }
     }
 }
