@@ -4,11 +4,8 @@ use std::time::Duration;
 
 use sluice_integration_tests::TestCtx;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_common_type_round_trips_exactly() {
-    let ctx = TestCtx::new("types").await;
-    ctx.exec(
-        "CREATE TABLE t (
+/// A column of every common type.
+const TABLE: &str = "CREATE TABLE t (
             id BIGINT UNSIGNED PRIMARY KEY,
             i8 TINYINT, u8 TINYINT UNSIGNED, i16 SMALLINT, u16 SMALLINT UNSIGNED,
             i24 MEDIUMINT, u24 MEDIUMINT UNSIGNED, i32 INT, u32 INT UNSIGNED,
@@ -22,14 +19,10 @@ async fn every_common_type_round_trips_exactly() {
             b1 BIT(1), b12 BIT(12), b64 BIT(64),
             js JSON,
             nothing VARCHAR(10)
-        ) DEFAULT CHARSET = utf8mb4",
-    )
-    .await;
-    let pipeline = ctx.pipeline("t");
-    let run = ctx.start(std::slice::from_ref(&pipeline)).await;
+        ) DEFAULT CHARSET = utf8mb4";
 
-    ctx.exec(
-        "INSERT INTO t VALUES
+/// Edge values of each type: extremes, zeros and empties, NULLs.
+const ROWS: &str = "INSERT INTO t VALUES
         (18446744073709551615, -128, 255, -32768, 65535, -8388608, 16777215, -2147483648, 4294967295,
          -9223372036854775808, 18446744073709551615,
          -12345678.99, 1234567890123456789012345678.123456789012, 99999,
@@ -48,10 +41,19 @@ async fn every_common_type_round_trips_exactly() {
          'small', '', b'0', b'0', b'0', '[]', ''),
         (42, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-         NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
-    )
-    .await;
-    ctx.exec("UPDATE t SET vc = 'ŝanĝita', f = -1.5e-7, d = 1e308, st = 'green,blue,red', js = '\"just a string\"' WHERE id = 0").await;
+         NULL, NULL, NULL, NULL, NULL, NULL, NULL)";
+
+const UPDATE: &str = "UPDATE t SET vc = 'ŝanĝita', f = -1.5e-7, d = 1e308, st = 'green,blue,red', js = '\"just a string\"' WHERE id = 0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_common_type_round_trips_exactly() {
+    let ctx = TestCtx::new("types").await;
+    ctx.exec(TABLE).await;
+    let pipeline = ctx.pipeline("t");
+    let run = ctx.start(std::slice::from_ref(&pipeline)).await;
+
+    ctx.exec(ROWS).await;
+    ctx.exec(UPDATE).await;
 
     ctx.converges(&run, &pipeline, Duration::from_secs(60))
         .await;
@@ -71,4 +73,137 @@ async fn every_common_type_round_trips_exactly() {
     assert_eq!(doc["st"], serde_json::json!(["red", "blue"]));
     assert_eq!(doc["dtm6"], "2038-01-19T03:14:07.999999");
     assert_eq!(doc["ts"], "2021-06-30T12:00:00.123Z");
+}
+
+/// The source as the worker reads it (the test's source user).
+fn source(ctx: &TestCtx) -> sluice_mysql::SourceConfig {
+    sluice_mysql::SourceConfig {
+        name: ctx.instance.clone(),
+        host: ctx.stack.mysql_host.clone(),
+        port: ctx.stack.mysql_port,
+        user: ctx.stack.source_user.clone(),
+        password: sluice_core::Secret::new(ctx.stack.source_password.clone()),
+        server_id: ctx.server_id,
+        tables: vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_reads_every_type_as_the_binlog_decodes_it() {
+    let ctx = TestCtx::new("snaptypes").await;
+    ctx.exec(TABLE).await;
+    let mut worker = ctx.worker();
+    worker.start();
+    ctx.wait_worker_ready(&worker).await;
+    ctx.exec(ROWS).await;
+    ctx.exec(UPDATE).await;
+    let records = ctx
+        .read_topic(&ctx.topic("t"), 4, Duration::from_secs(60))
+        .await;
+    let mut streamed = std::collections::BTreeMap::new();
+    let mut columns = None;
+    for r in records {
+        let e: sluice_core::ChangeEvent = serde_json::from_slice(&r.payload).unwrap();
+        columns = Some(e.columns.clone());
+        streamed.insert(e.document_id().unwrap(), e.after.unwrap());
+    }
+
+    let src = source(&ctx);
+    let mut conn = mysql_async::Conn::new(src.opts()).await.unwrap();
+    let table = sluice_mysql::SnapshotTable::describe(&src, &mut conn, &ctx.db, "t")
+        .await
+        .unwrap();
+    assert_eq!(
+        table.infos,
+        columns.unwrap(),
+        "snapshot and stream name the columns' types alike"
+    );
+    let batch = table
+        .read_batch(&src, &mut conn, None, None, 100)
+        .await
+        .unwrap();
+    assert!(!batch.position.file.is_empty() && batch.position.pos > 0);
+    assert_eq!(batch.rows.len(), 3);
+    for row in &batch.rows {
+        let id = table.key_of(row)["id"].to_string();
+        let from_stream = &streamed[&id];
+        for (column, value) in from_stream {
+            assert_eq!(
+                row.get(column),
+                Some(value),
+                "row {id} column {column}: snapshot {:?} vs stream {value}",
+                row.get(column)
+            );
+        }
+        assert_eq!(row.len(), from_stream.len());
+    }
+    drop(worker);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composite_text_keys_chunk_and_resume_exactly() {
+    let ctx = TestCtx::new("snapkeys").await;
+    ctx.exec(
+        "CREATE TABLE k (region VARCHAR(20), seq INT, born DATETIME(3), note VARCHAR(20),
+         PRIMARY KEY (region, seq, born)) DEFAULT CHARSET = utf8mb4",
+    )
+    .await;
+    let mut values = Vec::new();
+    for (i, region) in ["ålesund", "Berlin", "berlin2", "東京", "zürich"]
+        .iter()
+        .enumerate()
+    {
+        for seq in [-5, 0, 7] {
+            values.push(format!(
+                "('{region}', {seq}, '2024-01-0{} 10:00:00.{i}{i}{i}', 'n{i}{seq}')",
+                i + 1
+            ));
+        }
+    }
+    ctx.exec(&format!("INSERT INTO k VALUES {}", values.join(", ")))
+        .await;
+
+    let src = source(&ctx);
+    let mut conn = mysql_async::Conn::new(src.opts()).await.unwrap();
+    let table = sluice_mysql::SnapshotTable::describe(&src, &mut conn, &ctx.db, "k")
+        .await
+        .unwrap();
+    let bounds = table.chunk_bounds(&src, &mut conn, 4).await.unwrap();
+    assert_eq!(
+        bounds.len(),
+        3,
+        "15 rows in chunks of 4: bounds after rows 4, 8, 12"
+    );
+    // Read every chunk in batches of 3 (resuming from the last key each time).
+    let mut seen = Vec::new();
+    let mut lower: Option<sluice_mysql::Key> = None;
+    for upper in bounds.iter().map(Some).chain([None]) {
+        let mut cursor = lower.clone();
+        loop {
+            let batch = table
+                .read_batch(&src, &mut conn, cursor.as_ref(), upper, 3)
+                .await
+                .unwrap();
+            if batch.rows.is_empty() {
+                break;
+            }
+            seen.extend(
+                batch
+                    .rows
+                    .iter()
+                    .map(|r| r["note"].as_str().unwrap().to_owned()),
+            );
+            // A cursor survives being persisted.
+            let persisted = serde_json::to_string(&batch.last_key).unwrap();
+            cursor = serde_json::from_str(&persisted).unwrap();
+        }
+        lower = upper.cloned();
+    }
+    assert_eq!(seen.len(), 15, "{seen:?}");
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 15, "a row was read twice: {seen:?}");
+    ctx.cleanup().await;
 }

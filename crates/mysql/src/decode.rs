@@ -484,14 +484,14 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
     }
 }
 
-fn number_from_f64(f: f64) -> Result<Json, String> {
+pub(crate) fn number_from_f64(f: f64) -> Result<Json, String> {
     Number::from_f64(f)
         .map(Json::Number)
         .ok_or_else(|| format!("non-finite number {f}"))
 }
 
 /// `.ffffff` cut to the column's precision; nothing for precision 0.
-fn fraction(micros: u32, fsp: u8) -> String {
+pub(crate) fn fraction(micros: u32, fsp: u8) -> String {
     if fsp == 0 {
         return String::new();
     }

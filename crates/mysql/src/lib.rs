@@ -6,9 +6,11 @@ pub mod decode;
 pub mod error;
 pub mod preflight;
 pub mod reader;
+pub mod snapshot;
 pub mod source;
 
 pub use error::MysqlError;
 pub use preflight::{preflight, Flavor, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
+pub use snapshot::{Batch, Key, SnapshotTable};
 pub use source::{SourceConfig, TableFilter};

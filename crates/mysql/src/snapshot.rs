@@ -1,0 +1,505 @@
+//! Reading a table's current rows for a build (a snapshot), in primary-key chunks, without
+//! locking writers.
+//!
+//! Each batch is read in its own `START TRANSACTION WITH CONSISTENT SNAPSHOT`, together
+//! with the binlog position that snapshot corresponds to (MariaDB's
+//! `binlog_snapshot_file`/`binlog_snapshot_position`). A row read in that batch is the
+//! row's state at that position: its document version is derived from it, so any change
+//! committed later — which the live stream carries with a larger version — wins over it,
+//! and anything older loses.
+//!
+//! Values come through the binary protocol and are turned into exactly the JSON the
+//! binlog decoder produces for the same row (see [`crate::decode`]), with the same
+//! column type names, so a document built from a snapshot equals one built from the
+//! stream. Keys work for any primary key, composite and non-integer ones included: the
+//! cursor is the key tuple as the server returned it, compared as a row value.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Params, Row, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value as Json};
+use sluice_core::{BinlogPosition, ColumnInfo};
+
+use crate::decode::{fraction, number_from_f64, Kind};
+use crate::error::MysqlError;
+use crate::preflight::query_err;
+use crate::source::SourceConfig;
+
+/// One column as the snapshot reads it.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    kind: Kind,
+    fsp: u8,
+}
+
+/// A table described for snapshot reads.
+#[derive(Debug, Clone)]
+pub struct SnapshotTable {
+    pub db: String,
+    pub table: String,
+    columns: Vec<Column>,
+    /// Indexes into `columns` of the primary key, in key order.
+    key: Vec<usize>,
+    /// Column names and types as the change-event envelope carries them.
+    pub infos: Arc<[ColumnInfo]>,
+}
+
+/// A primary-key tuple as the server returned it: the cursor of a chunk and its bounds.
+/// Serializable so cursors can be persisted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Key(pub Vec<KeyPart>);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyPart {
+    Null,
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    /// Base64 of the bytes.
+    Bytes(String),
+    /// year, month, day, hour, minute, second, microsecond
+    Date([u32; 7]),
+    /// negative, days, hours, minutes, seconds, microseconds
+    Time(bool, [u32; 5]),
+}
+
+impl KeyPart {
+    fn from_value(v: &Value) -> KeyPart {
+        match v {
+            Value::NULL => KeyPart::Null,
+            Value::Int(i) => KeyPart::Int(*i),
+            Value::UInt(u) => KeyPart::Uint(*u),
+            Value::Float(f) => KeyPart::Float(*f as f64),
+            Value::Double(d) => KeyPart::Float(*d),
+            Value::Bytes(b) => KeyPart::Bytes(base64::engine::general_purpose::STANDARD.encode(b)),
+            Value::Date(y, mo, d, h, mi, s, us) => KeyPart::Date([
+                *y as u32, *mo as u32, *d as u32, *h as u32, *mi as u32, *s as u32, *us,
+            ]),
+            Value::Time(neg, days, h, m, s, us) => {
+                KeyPart::Time(*neg, [*days, *h as u32, *m as u32, *s as u32, *us])
+            }
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            KeyPart::Null => Value::NULL,
+            KeyPart::Int(i) => Value::Int(*i),
+            KeyPart::Uint(u) => Value::UInt(*u),
+            KeyPart::Float(f) => Value::Double(*f),
+            KeyPart::Bytes(b) => Value::Bytes(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .unwrap_or_default(),
+            ),
+            KeyPart::Date([y, mo, d, h, mi, s, us]) => Value::Date(
+                *y as u16, *mo as u8, *d as u8, *h as u8, *mi as u8, *s as u8, *us,
+            ),
+            KeyPart::Time(neg, [days, h, m, s, us]) => {
+                Value::Time(*neg, *days, *h as u8, *m as u8, *s as u8, *us)
+            }
+        }
+    }
+}
+
+/// One batch of a chunk: rows in key order, the key of the last one (the next cursor),
+/// and the binlog position the rows are consistent with.
+#[derive(Debug)]
+pub struct Batch {
+    pub rows: Vec<Map<String, Json>>,
+    pub last_key: Option<Key>,
+    pub position: BinlogPosition,
+}
+
+fn quote(ident: &str) -> String {
+    format!("`{}`", ident.replace('`', "``"))
+}
+
+impl SnapshotTable {
+    /// Reads the table's columns and primary key from `information_schema`.
+    pub async fn describe(
+        src: &SourceConfig,
+        conn: &mut Conn,
+        db: &str,
+        table: &str,
+    ) -> Result<Self, MysqlError> {
+        let rows: Vec<(String, String, String, Option<u32>, String)> = conn
+            .exec(
+                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION, COLUMN_KEY
+                 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?
+                 ORDER BY ORDINAL_POSITION",
+                (db, table),
+            )
+            .await
+            .map_err(query_err(src, "describe the table"))?;
+        if rows.is_empty() {
+            return Err(MysqlError::Preflight {
+                source_name: src.name.clone(),
+                problems: vec![format!("table {db}.{table} does not exist")],
+            });
+        }
+        let key_names: Vec<String> = conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.STATISTICS
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY'
+                 ORDER BY SEQ_IN_INDEX",
+                (db, table),
+            )
+            .await
+            .map_err(query_err(src, "read the primary key"))?;
+        if key_names.is_empty() {
+            return Err(MysqlError::Preflight {
+                source_name: src.name.clone(),
+                problems: vec![format!(
+                    "table {db}.{table} has no primary key: it cannot be snapshotted in chunks (add one)"
+                )],
+            });
+        }
+        let mut columns = Vec::new();
+        let mut infos = Vec::new();
+        for (name, data_type, column_type, precision, _) in rows {
+            let (kind, fsp, sql_type) = classify(&data_type, &column_type, precision);
+            infos.push(ColumnInfo {
+                name: name.clone(),
+                sql_type,
+                key: key_names.contains(&name),
+            });
+            columns.push(Column { name, kind, fsp });
+        }
+        let key = key_names
+            .iter()
+            .map(|k| {
+                columns
+                    .iter()
+                    .position(|c| &c.name == k)
+                    .expect("key columns are columns")
+            })
+            .collect();
+        Ok(Self {
+            db: db.to_owned(),
+            table: table.to_owned(),
+            columns,
+            key,
+            infos: infos.into(),
+        })
+    }
+
+    fn key_list(&self) -> String {
+        self.key
+            .iter()
+            .map(|&i| quote(&self.columns[i].name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn placeholders(&self) -> String {
+        vec!["?"; self.key.len()].join(", ")
+    }
+
+    fn from(&self) -> String {
+        format!("{}.{}", quote(&self.db), quote(&self.table))
+    }
+
+    /// About how many rows the table holds (the storage engine's estimate).
+    pub async fn estimated_rows(
+        &self,
+        src: &SourceConfig,
+        conn: &mut Conn,
+    ) -> Result<u64, MysqlError> {
+        let n: Option<Option<u64>> = conn
+            .exec_first(
+                "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (&self.db, &self.table),
+            )
+            .await
+            .map_err(query_err(src, "estimate the table size"))?;
+        Ok(n.flatten().unwrap_or(0))
+    }
+
+    /// Keys that cut the table into chunks of about `rows` rows: chunk `i` holds the keys
+    /// in `(bounds[i-1], bounds[i]]`, the first from the start, the last to the end.
+    /// Each query walks `rows` entries of the primary key from the previous bound.
+    pub async fn chunk_bounds(
+        &self,
+        src: &SourceConfig,
+        conn: &mut Conn,
+        rows: u64,
+    ) -> Result<Vec<Key>, MysqlError> {
+        let keys = self.key_list();
+        let mut bounds: Vec<Key> = Vec::new();
+        loop {
+            let (sql, params) = match bounds.last() {
+                None => (
+                    format!(
+                        "SELECT {keys} FROM {} ORDER BY {keys} LIMIT 1 OFFSET {}",
+                        self.from(),
+                        rows.max(1) - 1
+                    ),
+                    Params::Empty,
+                ),
+                Some(after) => (
+                    format!(
+                        "SELECT {keys} FROM {} WHERE ({keys}) > ({}) ORDER BY {keys} LIMIT 1 OFFSET {}",
+                        self.from(),
+                        self.placeholders(),
+                        rows.max(1) - 1
+                    ),
+                    Params::Positional(after.0.iter().map(KeyPart::to_value).collect()),
+                ),
+            };
+            let row: Option<Row> = conn
+                .exec_first(sql, params)
+                .await
+                .map_err(query_err(src, "find chunk bounds"))?;
+            match row {
+                Some(row) => {
+                    bounds.push(Key(row.unwrap().iter().map(KeyPart::from_value).collect()))
+                }
+                None => return Ok(bounds),
+            }
+        }
+    }
+
+    /// Reads up to `limit` rows with keys in `(after, upto]` (open ends when `None`), in
+    /// key order, in a consistent snapshot, with the binlog position of that snapshot.
+    pub async fn read_batch(
+        &self,
+        src: &SourceConfig,
+        conn: &mut Conn,
+        after: Option<&Key>,
+        upto: Option<&Key>,
+        limit: usize,
+    ) -> Result<Batch, MysqlError> {
+        let keys = self.key_list();
+        let select = self
+            .columns
+            .iter()
+            .map(|c| quote(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut conditions = Vec::new();
+        let mut params: Vec<Value> = Vec::new();
+        if let Some(after) = after {
+            conditions.push(format!("({keys}) > ({})", self.placeholders()));
+            params.extend(after.0.iter().map(KeyPart::to_value));
+        }
+        if let Some(upto) = upto {
+            conditions.push(format!("({keys}) <= ({})", self.placeholders()));
+            params.extend(upto.0.iter().map(KeyPart::to_value));
+        }
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let sql = format!(
+            "SELECT {select} FROM {}{filter} ORDER BY {keys} LIMIT {limit}",
+            self.from()
+        );
+        conn.query_drop("SET SESSION time_zone = '+00:00'")
+            .await
+            .map_err(query_err(src, "set the session time zone"))?;
+        conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            .await
+            .map_err(query_err(src, "start a consistent snapshot"))?;
+        let read = async {
+            let status: Vec<(String, String)> = conn
+                .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+                .await
+                .map_err(query_err(src, "read the snapshot's binlog position"))?;
+            let get = |name: &str| {
+                status
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.clone())
+            };
+            let position = match (get("binlog_snapshot_file"), get("binlog_snapshot_position")) {
+                (Some(file), Some(pos)) if !file.is_empty() => BinlogPosition {
+                    file,
+                    pos: pos.parse().unwrap_or(0),
+                },
+                _ => {
+                    return Err(MysqlError::Preflight {
+                        source_name: src.name.clone(),
+                        problems: vec![
+                        "the server does not report the binlog position of a consistent snapshot \
+                             (binlog_snapshot_file/position, MariaDB); snapshots of MySQL need a \
+                             locking read and are not supported yet"
+                            .into(),
+                    ],
+                    })
+                }
+            };
+            let rows: Vec<Row> = conn
+                .exec(sql, Params::Positional(params))
+                .await
+                .map_err(query_err(src, "read a snapshot batch"))?;
+            Ok((rows, position))
+        }
+        .await;
+        conn.query_drop("COMMIT")
+            .await
+            .map_err(query_err(src, "end the snapshot"))?;
+        let (rows, position) = read?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut last_key = None;
+        for row in rows {
+            let values = row.unwrap();
+            last_key = Some(Key(self
+                .key
+                .iter()
+                .map(|&i| KeyPart::from_value(&values[i]))
+                .collect()));
+            let mut doc = Map::new();
+            for (col, v) in self.columns.iter().zip(values) {
+                let json = value_to_json(col, v).map_err(|detail| MysqlError::Preflight {
+                    source_name: src.name.clone(),
+                    problems: vec![format!(
+                        "{}.{} column {}: {detail}",
+                        self.db, self.table, col.name
+                    )],
+                })?;
+                doc.insert(col.name.clone(), json);
+            }
+            out.push(doc);
+        }
+        Ok(Batch {
+            rows: out,
+            last_key,
+            position,
+        })
+    }
+
+    /// The primary key of a row read by [`SnapshotTable::read_batch`].
+    pub fn key_of(&self, row: &Map<String, Json>) -> Map<String, Json> {
+        self.key
+            .iter()
+            .map(|&i| {
+                let name = &self.columns[i].name;
+                (name.clone(), row.get(name).cloned().unwrap_or(Json::Null))
+            })
+            .collect()
+    }
+}
+
+/// The decoder's kind, precision and type name for an `information_schema` column.
+fn classify(data_type: &str, column_type: &str, precision: Option<u32>) -> (Kind, u8, String) {
+    let unsigned = column_type.contains("unsigned");
+    let u = if unsigned { " unsigned" } else { "" };
+    let fsp = precision.unwrap_or(0).min(6) as u8;
+    let with_fsp = |name: &str| {
+        if fsp == 0 {
+            name.to_owned()
+        } else {
+            format!("{name}({fsp})")
+        }
+    };
+    let inner = column_type
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(inner, _)| inner.to_owned())
+        .unwrap_or_default();
+    match data_type {
+        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => {
+            (Kind::Int, 0, format!("{data_type}{u}"))
+        }
+        "float" => (Kind::Float, 0, format!("float{u}")),
+        "double" => (Kind::Double, 0, format!("double{u}")),
+        "decimal" => (
+            Kind::Decimal,
+            0,
+            format!("decimal({}){u}", inner.replace(' ', "")),
+        ),
+        "year" => (Kind::Year, 0, "year".into()),
+        "date" => (Kind::Date, 0, "date".into()),
+        "datetime" => (Kind::DateTime, fsp, with_fsp("datetime")),
+        "timestamp" => (Kind::Timestamp, fsp, with_fsp("timestamp")),
+        "time" => (Kind::Time, fsp, with_fsp("time")),
+        "enum" => (Kind::Enum, 0, "enum".into()),
+        "set" => (Kind::Set, 0, "set".into()),
+        "bit" => (Kind::Bit, 0, format!("bit({inner})")),
+        "json" => (Kind::Json, 0, "json".into()),
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => {
+            (Kind::Text, 0, data_type.to_owned())
+        }
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => {
+            (Kind::Bytes, 0, data_type.to_owned())
+        }
+        other => (Kind::Bytes, 0, other.to_owned()),
+    }
+}
+
+/// A binary-protocol value as the JSON the binlog decoder gives the same value.
+fn value_to_json(col: &Column, value: Value) -> Result<Json, String> {
+    if value == Value::NULL {
+        return Ok(Json::Null);
+    }
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| format!("not UTF-8: {e}"));
+    match (col.kind, value) {
+        (Kind::Int | Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
+        (Kind::Int | Kind::Year, Value::UInt(u)) => Ok(Json::from(u)),
+        (Kind::Float, Value::Float(f)) => {
+            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
+            number_from_f64(shortest)
+        }
+        (Kind::Float | Kind::Double, Value::Double(d)) => number_from_f64(d),
+        (Kind::Decimal | Kind::Text | Kind::Enum, Value::Bytes(b)) => text(b).map(Json::String),
+        (Kind::Json, Value::Bytes(b)) => {
+            // MySQL's JSON type: the document; MariaDB's JSON is LONGTEXT (Kind::Text).
+            let t = text(b)?;
+            serde_json::from_str(&t).map_err(|e| format!("invalid JSON document: {e}"))
+        }
+        (Kind::Bytes, Value::Bytes(b)) => Ok(Json::String(
+            base64::engine::general_purpose::STANDARD.encode(b),
+        )),
+        (Kind::Set, Value::Bytes(b)) => {
+            let t = text(b)?;
+            Ok(Json::Array(
+                t.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| Json::String(s.to_owned()))
+                    .collect(),
+            ))
+        }
+        (Kind::Bit, Value::Bytes(b)) => {
+            if b.len() > 8 {
+                return Err(format!("BIT value of {} bytes", b.len()));
+            }
+            Ok(Json::from(
+                b.iter().fold(0u64, |acc, byte| (acc << 8) | *byte as u64),
+            ))
+        }
+        (Kind::Date, Value::Date(y, m, d, ..)) => {
+            if y == 0 && m == 0 && d == 0 {
+                Ok(Json::Null)
+            } else {
+                Ok(Json::String(format!("{y:04}-{m:02}-{d:02}")))
+            }
+        }
+        (Kind::DateTime | Kind::Timestamp, Value::Date(y, mo, d, h, mi, s, us)) => {
+            if y == 0 && mo == 0 && d == 0 {
+                return Ok(Json::Null);
+            }
+            // The session time zone is UTC, so a TIMESTAMP reads as UTC.
+            let zone = if col.kind == Kind::Timestamp { "Z" } else { "" };
+            Ok(Json::String(format!(
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}{zone}",
+                fraction(us, col.fsp)
+            )))
+        }
+        (Kind::Time, Value::Time(neg, days, h, m, s, us)) => {
+            let hours = days as u64 * 24 + h as u64;
+            let sign = if neg { "-" } else { "" };
+            Ok(Json::String(format!(
+                "{sign}{hours:02}:{m:02}:{s:02}{}",
+                fraction(us, col.fsp)
+            )))
+        }
+        (kind, v) => Err(format!("unexpected value {v:?} for a {kind:?} column")),
+    }
+}
