@@ -460,5 +460,6 @@ pub(crate) fn pipeline_record(p: &Pipeline, epoch: u64) -> PipelineRecord {
         shards: p.shards,
         replicas: p.replicas,
         tombstone_retention: p.tombstone_retention.clone(),
+        building: None,
     }
 }

@@ -20,6 +20,7 @@
 
 mod bulk;
 mod client;
+mod config;
 mod error;
 
 pub use bulk::{
@@ -27,4 +28,5 @@ pub use bulk::{
     MAX_VERSION,
 };
 pub use client::{AliasAction, Distribution, EsClient, EsClientConfig, ServerInfo};
+pub use config::EsSection;
 pub use error::{EsError, ServerError};

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use sluice_core::Secret;
 use sluice_kafka::{KafkaConfig, TopicConfig};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -85,21 +84,7 @@ fn default_retry_backoff() -> Duration {
     Duration::from_millis(200)
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EsSection {
-    pub url: url::Url,
-    #[serde(default)]
-    pub username: Option<String>,
-    #[serde(default)]
-    pub password: Option<Secret>,
-    #[serde(default = "default_timeout", with = "humantime_serde")]
-    pub request_timeout: Duration,
-}
-
-fn default_timeout() -> Duration {
-    Duration::from_secs(30)
-}
+pub use sluice_elastic::EsSection;
 
 /// One table → one index alias.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -126,6 +111,9 @@ pub struct PipelineConfig {
     /// retention, consumer rewinds). Default 7 days.
     #[serde(default = "default_tombstones")]
     pub tombstone_retention: String,
+    /// A version being built (from the center): written to as well as the alias's.
+    #[serde(skip)]
+    pub building: Option<u32>,
 }
 
 fn default_shards() -> u32 {
@@ -160,6 +148,7 @@ impl From<sluice_zk::layout::PipelineRecord> for PipelineConfig {
             } else {
                 r.tombstone_retention
             },
+            building: r.building,
         }
     }
 }
@@ -184,9 +173,7 @@ impl EtlConfig {
             p.push("kafka.brokers: must name at least one broker".into());
         }
         p.extend(self.topics.problems("topics"));
-        if self.elasticsearch.password.is_some() && self.elasticsearch.username.is_none() {
-            p.push("elasticsearch.password: set elasticsearch.username too".into());
-        }
+        p.extend(self.elasticsearch.problems("elasticsearch"));
         if self.pipelines.is_empty() && self.zookeeper.is_none() {
             p.push("pipelines: no pipeline configured; add a [[pipelines]] table, or a [zookeeper] section to follow the center's".into());
         }

@@ -3,23 +3,34 @@
 
 use std::time::Duration;
 
-use sluice_zk::layout::PipelineRecord;
+use sluice_zk::layout::{EtlRecord, Marker, PipelineRecord};
 use sluice_zk::{Coordinator, SessionState, ZkConfig};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PipelineConfig;
 
-/// Keeps `tx` equal to the file's pipelines plus the center's, until `shutdown`. A
-/// center pipeline with the name of a file pipeline is ignored (the file wins).
-pub(crate) async fn follow(
-    zk: ZkConfig,
-    from_file: Vec<PipelineConfig>,
-    tx: watch::Sender<Option<Vec<PipelineConfig>>>,
-    shutdown: CancellationToken,
-) {
+/// What the follower keeps in step with ZooKeeper.
+pub(crate) struct Follow {
+    pub zk: ZkConfig,
+    /// This member's id in `etls/` (the static membership id when set).
+    pub member: String,
+    pub from_file: Vec<PipelineConfig>,
+    /// Out: the file's pipelines plus the center's.
+    pub pipelines: watch::Sender<Option<Vec<PipelineConfig>>>,
+    /// In: the versions being built this member writes to (published in `etls/<member>`,
+    /// which the leader waits on before a build reads anything).
+    pub applied: watch::Receiver<EtlRecord>,
+    /// In: build markers applied, with their partition.
+    pub caught_up: mpsc::UnboundedReceiver<(Marker, i32)>,
+}
+
+/// Keeps the pipelines equal to the file's plus the center's (a center pipeline with the
+/// name of a file pipeline is ignored: the file wins), registers this member with what
+/// it applies, and records applied build markers; until `shutdown`.
+pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
     while !shutdown.is_cancelled() {
-        let coord = match Coordinator::connect(&zk).await {
+        let coord = match Coordinator::connect(&f.zk).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper for the pipelines; retrying");
@@ -29,27 +40,47 @@ pub(crate) async fn follow(
         };
         let session = coord.session();
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
-            let (list, watches) = match look(&coord, &from_file).await {
-                Ok(v) => v,
+            let step = async {
+                let (list, watches) = look(&coord, &f.from_file).await?;
+                f.pipelines.send_if_modified(|current| {
+                    if current.as_ref() == Some(&list) {
+                        false
+                    } else {
+                        tracing::info!(
+                            pipelines = ?list.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+                            "pipelines changed"
+                        );
+                        *current = Some(list);
+                        true
+                    }
+                });
+                let me = serde_json::to_vec(&*f.applied.borrow_and_update()).expect("serializes");
+                coord
+                    .register(&sluice_zk::layout::etl(&f.member), &me, &shutdown)
+                    .await?;
+                Ok::<_, sluice_zk::ZkError>(watches)
+            };
+            let watches = match step.await {
+                Ok(w) => w,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the pipelines; retrying");
+                    tracing::warn!(error = %e, "cannot follow the pipelines; retrying");
                     sluice_core::shutdown::pause(Duration::from_secs(1), &shutdown).await;
                     continue;
                 }
             };
-            tx.send_if_modified(|current| {
-                if current.as_ref() == Some(&list) {
-                    false
-                } else {
-                    tracing::info!(
-                        pipelines = ?list.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
-                        "pipelines changed"
-                    );
-                    *current = Some(list);
-                    true
+            tokio::select! {
+                _ = coord.wait_any(watches, &shutdown) => {}
+                _ = f.applied.changed() => {}
+                Some((marker, partition)) = f.caught_up.recv() => {
+                    let rel = format!("{}/{partition}", sluice_zk::layout::build_caught_up(&marker.pipeline));
+                    let data = marker.version.to_string();
+                    if let Err(e) = coord.put(&rel, data.as_bytes(), sluice_zk::Expect::Any).await {
+                        tracing::warn!(error = %e, pipeline = %marker.pipeline, partition, "cannot record the build marker; the build waits");
+                    } else {
+                        tracing::info!(pipeline = %marker.pipeline, version = marker.version, partition, "build marker applied");
+                    }
                 }
-            });
-            coord.wait_any(watches, &shutdown).await;
+            }
         }
         coord.close().await;
     }

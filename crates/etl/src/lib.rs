@@ -22,7 +22,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
 use sluice_core::{ChangeEvent, ConfigError};
-use sluice_elastic::{BulkOp, EsClient, EsClientConfig, ItemOutcome};
+use sluice_elastic::{BulkOp, EsClient, ItemOutcome};
 use sluice_kafka::{Consumer, Producer};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -47,6 +47,8 @@ struct Msg {
     offset: i64,
     key: Option<Vec<u8>>,
     payload: Vec<u8>,
+    /// A build's catch-up marker: not a change, nothing to apply.
+    marker: Option<sluice_zk::layout::Marker>,
 }
 
 /// A message that must go to the dead-letter topic, and why.
@@ -67,17 +69,7 @@ struct Stats {
 
 /// Runs until `shutdown` is cancelled, then applies and commits the batch in hand.
 pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let es = EsClient::new(EsClientConfig {
-        url: cfg.elasticsearch.url.clone(),
-        username: cfg.elasticsearch.username.clone(),
-        password: cfg
-            .elasticsearch
-            .password
-            .as_ref()
-            .map(|s| s.expose().to_owned()),
-        request_timeout: cfg.elasticsearch.request_timeout,
-    })
-    .context("elasticsearch")?;
+    let es = cfg.elasticsearch.client().context("elasticsearch")?;
     let producer =
         sluice_kafka::producer(&cfg.kafka).context("cannot create the dead-letter producer")?;
     sluice_kafka::ensure_topics(&cfg.kafka, std::slice::from_ref(&cfg.etl.dead_letter_topic))
@@ -94,11 +86,22 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
 
     // The pipelines: from the file, and from the center when a [zookeeper] section is set.
     let (pipelines_tx, mut pipelines) = watch::channel(None);
+    let (applied_tx, applied) = watch::channel(sluice_zk::layout::EtlRecord::default());
+    let (caught_up_tx, caught_up) = tokio::sync::mpsc::unbounded_channel();
     let follower = match &cfg.zookeeper {
         Some(zk) => Some(tokio::spawn(follow::follow(
-            zk.clone(),
-            cfg.pipelines.clone(),
-            pipelines_tx,
+            follow::Follow {
+                zk: zk.clone(),
+                member: cfg
+                    .etl
+                    .instance_id
+                    .clone()
+                    .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms())),
+                from_file: cfg.pipelines.clone(),
+                pipelines: pipelines_tx,
+                applied,
+                caught_up,
+            },
             shutdown.clone(),
         ))),
         None => {
@@ -119,6 +122,13 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
                 Ok(r) => {
                     router = r;
                     retry_reroute = None;
+                    // Tell the center which versions this member now writes to.
+                    applied_tx.send_replace(sluice_zk::layout::EtlRecord {
+                        building: list
+                            .iter()
+                            .filter_map(|p| p.building.map(|v| (p.name.clone(), v)))
+                            .collect(),
+                    });
                 }
                 Err(e) => {
                     // Keep applying the pipelines in force; try the change again shortly.
@@ -145,7 +155,15 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
             )
             .await?
             {
-                Applied::All => commit(&consumer, &batch),
+                Applied::All => {
+                    commit(&consumer, &batch);
+                    for m in batch
+                        .iter()
+                        .filter_map(|m| m.marker.clone().map(|k| (k, m.partition)))
+                    {
+                        let _ = caught_up_tx.send(m);
+                    }
+                }
                 Applied::Interrupted => {
                     tracing::info!("shutdown during retries: the unfinished batch is left uncommitted and will be replayed");
                     break;
@@ -236,12 +254,14 @@ async fn collect(
             Ok(m) => {
                 let payload = m.payload().unwrap_or_default().to_vec();
                 bytes += payload.len();
+                let marker = marker_of(&m, &payload);
                 batch.push(Msg {
                     topic: m.topic().to_owned(),
                     partition: m.partition(),
                     offset: m.offset(),
                     key: m.key().map(<[u8]>::to_vec),
                     payload,
+                    marker,
                 });
                 deadline.get_or_insert_with(|| Instant::now() + cfg.etl.linger);
             }
@@ -307,6 +327,9 @@ async fn plan(
     let mut dead = Vec::new();
     let mut latest: HashMap<(String, String), (BulkOp, usize)> = HashMap::new();
     for (i, msg) in batch.iter().enumerate() {
+        if msg.marker.is_some() {
+            continue;
+        }
         let event: ChangeEvent = match serde_json::from_slice(&msg.payload) {
             Ok(e) => e,
             Err(e) => {
@@ -470,6 +493,28 @@ async fn dead_letter(
 }
 
 /// Commits, per partition, the offset after the batch's last message.
+/// The build marker a message carries (header [`sluice_zk::layout::MARKER_HEADER`]).
+fn marker_of(
+    m: &rdkafka::message::BorrowedMessage<'_>,
+    payload: &[u8],
+) -> Option<sluice_zk::layout::Marker> {
+    use rdkafka::message::Headers as _;
+    let headers = m.headers()?;
+    let marked = headers
+        .iter()
+        .any(|h| h.key == sluice_zk::layout::MARKER_HEADER);
+    if !marked {
+        return None;
+    }
+    match serde_json::from_slice(payload) {
+        Ok(marker) => Some(marker),
+        Err(e) => {
+            tracing::warn!(error = %e, "unreadable build marker; ignoring it");
+            None
+        }
+    }
+}
+
 fn commit(consumer: &Consumer, batch: &[Msg]) {
     let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
     for m in batch {

@@ -87,15 +87,15 @@ impl Router {
         if p.targets.is_none() {
             let alias = p.cfg.alias().to_owned();
             let mut targets = es.alias_targets(&alias).await?;
-            if targets.is_empty() {
+            let props = mapping::properties(columns, &p.cfg.columns);
+            let body = mapping::index_body(
+                props.clone(),
+                p.cfg.shards,
+                p.cfg.replicas,
+                &p.cfg.tombstone_retention,
+            );
+            if targets.is_empty() && p.cfg.building.is_none() {
                 let index = format!("{alias}_v1");
-                let props = mapping::properties(columns, &p.cfg.columns);
-                let body = mapping::index_body(
-                    props.clone(),
-                    p.cfg.shards,
-                    p.cfg.replicas,
-                    &p.cfg.tombstone_retention,
-                );
                 es.create_index(&index, &body).await?;
                 es.update_aliases(&[AliasAction::Add {
                     index: index.clone(),
@@ -103,9 +103,18 @@ impl Router {
                 }])
                 .await?;
                 tracing::info!(pipeline = %p.cfg.name, %index, %alias, "created index version 1 and its alias");
-                p.mapped.extend(props.keys().cloned());
                 targets = vec![index];
             }
+            if let Some(v) = p.cfg.building {
+                // The version being built, written alongside the live ones.
+                let index = format!("{alias}_v{v}");
+                if !targets.contains(&index) {
+                    // Idempotent: another etl member may have created it first.
+                    es.create_index(&index, &body).await?;
+                    targets.push(index);
+                }
+            }
+            p.mapped.extend(props.keys().cloned());
             p.targets = Some(targets);
         }
         let targets = p.targets.as_deref().unwrap_or_default();

@@ -213,7 +213,7 @@ fn same_source(a: &SourceRecord, b: &SourceRecord) -> bool {
 
 /// The connection settings of a source record, its password resolved from the
 /// reference in this worker's environment.
-fn source_config(r: &SourceRecord) -> Result<SourceConfig, String> {
+pub(crate) fn source_config(r: &SourceRecord) -> Result<SourceConfig, String> {
     let password = if let Some(var) = r.password_ref.strip_prefix("env:") {
         std::env::var(var).map_err(|_| {
             format!(

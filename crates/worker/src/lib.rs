@@ -11,6 +11,7 @@ mod assigned;
 pub mod config;
 mod envelope;
 mod report;
+mod snapshot;
 mod task;
 
 use std::collections::HashSet;
@@ -97,7 +98,16 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
             {
                 Ok(()) => {
                     tracing::info!(worker = %cfg.worker.id, "registered; following assignments");
-                    assigned::follow(&coord, &cfg.worker.id, &make_ctx, &reports, &shutdown).await;
+                    let jobs = Arc::new(snapshot::Jobs {
+                        cfg: cfg.clone(),
+                        coord: coord.clone(),
+                        producer: producer.clone(),
+                        reports: reports.clone(),
+                    });
+                    tokio::join!(
+                        assigned::follow(&coord, &cfg.worker.id, &make_ctx, &reports, &shutdown),
+                        snapshot::follow(jobs, &shutdown),
+                    );
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?backoff, "cannot register the worker; retrying");

@@ -293,7 +293,7 @@ async fn ensure_topic(ctx: &TaskCtx, topic: &str) -> anyhow::Result<()> {
 }
 
 /// Hands a record to librdkafka; a full local queue is backpressure, so wait and retry.
-async fn send(producer: &Producer, record: &Record) -> anyhow::Result<DeliveryFuture> {
+pub(crate) async fn send(producer: &Producer, record: &Record) -> anyhow::Result<DeliveryFuture> {
     loop {
         let r = FutureRecord::to(&record.topic)
             .key(&record.key)

@@ -63,6 +63,120 @@ pub struct PipelineRecord {
     pub shards: u32,
     pub replicas: u32,
     pub tombstone_retention: String,
+    /// A version being built (`<alias>_v<N>`): the etl writes to it as well as to the
+    /// indexes behind the alias.
+    #[serde(default)]
+    pub building: Option<u32>,
+}
+
+/// `builds/<pipeline>`: a build in progress, driven by the leader.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BuildRecord {
+    pub epoch: u64,
+    pub pipeline: String,
+    pub version: u32,
+    pub source: String,
+    pub database: String,
+    pub table: String,
+    /// Rows per chunk.
+    pub chunk_rows: u64,
+    /// Rows per second per chunk reader; 0 for no limit.
+    pub throttle_rows_per_sec: u64,
+    pub started_at_ms: i64,
+}
+
+/// `builds/<pipeline>/plan`: written by the worker that planned the chunks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PlanRecord {
+    pub chunks: u32,
+    pub estimated_rows: u64,
+}
+
+/// `builds/<pipeline>/chunks/<n>`: the key range of chunk `n` (JSON keys as the snapshot
+/// reader returns them; `null` for an open end).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChunkRecord {
+    pub lower: serde_json::Value,
+    pub upper: serde_json::Value,
+}
+
+/// The progress of a chunk, in the checkpoint of its snapshot task (fenced like a
+/// binlog position).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChunkCursor {
+    /// The key of the last row published and acknowledged; `null` before the first.
+    pub after: serde_json::Value,
+    pub rows: u64,
+    pub done: bool,
+}
+
+/// `snapshots/<worker>/<job>`: a build job the leader gave a worker. `job` is
+/// `<pipeline>~plan`, `<pipeline>~<chunk>` or `<pipeline>~mark`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobRecord {
+    pub epoch: u64,
+    pub version: u32,
+}
+
+/// `etls/<member>` (ephemeral): which version each pipeline's building index has in this
+/// etl member's router.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EtlRecord {
+    pub building: std::collections::BTreeMap<String, u32>,
+}
+
+/// The Kafka header that marks a build's catch-up marker (its payload: [`Marker`]).
+pub const MARKER_HEADER: &str = "sluice-marker";
+
+/// A catch-up marker, written to every partition of a pipeline's change topic once its
+/// snapshot is complete: an etl that applied it applied every snapshot row before it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Marker {
+    pub pipeline: String,
+    pub version: u32,
+}
+
+pub fn build(pipeline: &str) -> String {
+    format!("builds/{pipeline}")
+}
+
+pub fn build_plan(pipeline: &str) -> String {
+    format!("builds/{pipeline}/plan")
+}
+
+pub fn build_chunks(pipeline: &str) -> String {
+    format!("builds/{pipeline}/chunks")
+}
+
+pub fn build_chunk(pipeline: &str, n: u32) -> String {
+    format!("builds/{pipeline}/chunks/{n:05}")
+}
+
+/// `builds/<pipeline>/caught_up/<partition>`: the etl applied the marker on it.
+pub fn build_caught_up(pipeline: &str) -> String {
+    format!("builds/{pipeline}/caught_up")
+}
+
+/// `builds/<pipeline>/partitions`: how many partitions the markers went to.
+pub fn build_partitions(pipeline: &str) -> String {
+    format!("builds/{pipeline}/partitions")
+}
+
+pub fn jobs(worker: &str) -> String {
+    format!("snapshots/{worker}")
+}
+
+pub fn job(worker: &str, job: &str) -> String {
+    format!("snapshots/{worker}/{job}")
+}
+
+/// The task id (lock and cursor) of chunk `n` of `pipeline`'s build.
+pub fn chunk_task(pipeline: &str, n: u32) -> String {
+    format!("snap~{pipeline}~{n:05}")
+}
+
+pub fn etl(member: &str) -> String {
+    format!("etls/{member}")
 }
 
 pub fn worker(id: &str) -> String {

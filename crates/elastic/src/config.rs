@@ -1,0 +1,45 @@
+//! The `[elasticsearch]` section services share.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use sluice_core::Secret;
+
+use crate::{EsClient, EsClientConfig, EsError};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EsSection {
+    /// Elasticsearch 7/8 or OpenSearch 2+, e.g. `https://es:9200`.
+    pub url: url::Url,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<Secret>,
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl EsSection {
+    pub fn client(&self) -> Result<EsClient, EsError> {
+        EsClient::new(EsClientConfig {
+            url: self.url.clone(),
+            username: self.username.clone(),
+            password: self.password.as_ref().map(|s| s.expose().to_owned()),
+            request_timeout: self.request_timeout,
+        })
+    }
+
+    /// Problems, each naming its key under `prefix`.
+    pub fn problems(&self, prefix: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.password.is_some() && self.username.is_none() {
+            p.push(format!("{prefix}.password: set {prefix}.username too"));
+        }
+        p
+    }
+}

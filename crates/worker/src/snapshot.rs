@@ -1,0 +1,418 @@
+//! Build jobs (issue 4's zero-downtime rebuilds): the leader gives workers jobs under
+//! `snapshots/<worker>/<pipeline>~<job>`:
+//!
+//! * `plan` — cut the table into primary-key chunks (`builds/<p>/chunks/<n>`, then
+//!   `builds/<p>/plan` last, which marks the plan complete);
+//! * `<n>` — read chunk `n` in batches, each in a consistent snapshot, and publish its rows
+//!   as `r` events whose version comes from the snapshot's binlog position. The chunk's
+//!   cursor is its task checkpoint, confirmed (compare-and-set, under the chunk's lock)
+//!   only after Kafka acknowledged the batch, so a crash resumes after the last confirmed
+//!   row and a zombie cannot move it;
+//! * `mark` — write a catch-up marker to every partition of the table's change topic
+//!   (`builds/<p>/partitions` records how many), so the etl can tell when it applied every
+//!   snapshot row.
+//!
+//! Every job is idempotent: a job found already done is not done again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context as _};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use sluice_core::{ChangeEvent, Checkpoint, ExternalVersion, Op, SourceInfo, ENVELOPE_VERSION};
+use sluice_kafka::Producer;
+use sluice_mysql::{Key, SnapshotTable};
+use sluice_zk::layout::{
+    self, BuildRecord, ChunkCursor, ChunkRecord, JobRecord, Marker, PlanRecord, SourceRecord,
+};
+use sluice_zk::{Coordinator, Expect, SessionState, ZkError};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerConfig;
+use crate::envelope::Record;
+use crate::report::Reports;
+
+/// Rows per snapshot batch (one consistent snapshot, one cursor confirm).
+const BATCH_ROWS: usize = 500;
+
+pub(crate) struct Jobs {
+    pub cfg: Arc<WorkerConfig>,
+    pub coord: Coordinator,
+    pub producer: Producer,
+    pub reports: Arc<Reports>,
+}
+
+struct Running {
+    stop: CancellationToken,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Follows this worker's build jobs until the session expires or `shutdown`.
+pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
+    let me = jobs.cfg.worker.id.clone();
+    let coord = jobs.coord.clone();
+    let session = coord.session();
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut finished: BTreeMap<String, ()> = BTreeMap::new();
+    loop {
+        if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
+            break;
+        }
+        let (names, watch) = match coord.children_watched(&layout::jobs(&me)).await {
+            Ok(v) => v,
+            Err(ZkError::SessionExpired) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the build jobs; retrying");
+                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                continue;
+            }
+        };
+        for name in running.keys().cloned().collect::<Vec<_>>() {
+            if !names.contains(&name) {
+                let r = running.remove(&name).expect("running");
+                r.stop.cancel();
+                let _ = r.handle.await;
+                tracing::info!(job = %name, "build job withdrawn");
+            }
+        }
+        finished.retain(|name, _| names.contains(name));
+        let mut failed = false;
+        for name in running.keys().cloned().collect::<Vec<_>>() {
+            if running[&name].handle.is_finished() {
+                let r = running.remove(&name).expect("running");
+                match r.handle.await {
+                    Ok(Ok(())) => {
+                        finished.insert(name, ());
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(job = %name, error = format!("{e:#}"), "build job failed; retrying");
+                        jobs.reports
+                            .event("build_job_error", &name, format!("{e:#}"));
+                        failed = true;
+                    }
+                    Err(e) => {
+                        tracing::error!(job = %name, error = %e, "build job ended abnormally");
+                        failed = true;
+                    }
+                }
+            }
+        }
+        if failed {
+            // Retry pace for a job that keeps failing (source unreachable, say).
+            sluice_core::shutdown::pause(Duration::from_secs(2), shutdown).await;
+        }
+        for name in &names {
+            if running.contains_key(name) || finished.contains_key(name) {
+                continue;
+            }
+            let stop = shutdown.child_token();
+            let (jobs2, name2, stop2) = (jobs.clone(), name.clone(), stop.clone());
+            let handle = tokio::spawn(async move { run_job(&jobs2, &name2, &stop2).await });
+            running.insert(name.clone(), Running { stop, handle });
+        }
+        let ended = async {
+            if running.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let _ = futures::future::select_all(running.values_mut().map(|r| &mut r.handle)).await;
+        };
+        tokio::select! {
+            _ = coord.wait_any(vec![watch], shutdown) => {}
+            _ = ended => {}
+        }
+    }
+    for (_, r) in running {
+        r.stop.cancel();
+        let _ = r.handle.await;
+    }
+}
+
+async fn get_json<T: serde::de::DeserializeOwned>(
+    coord: &Coordinator,
+    rel: &str,
+) -> anyhow::Result<Option<T>> {
+    match coord.get(rel).await? {
+        Some(n) => Ok(Some(
+            serde_json::from_slice(&n.data).with_context(|| format!("{rel}: unreadable record"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::Result<()> {
+    let (pipeline, kind) = name
+        .split_once('~')
+        .ok_or_else(|| anyhow!("`{name}` is not a build job name"))?;
+    let me = &jobs.cfg.worker.id;
+    let job: JobRecord = get_json(&jobs.coord, &layout::job(me, name))
+        .await?
+        .ok_or_else(|| anyhow!("job {name} vanished"))?;
+    let build: BuildRecord = get_json(&jobs.coord, &layout::build(pipeline))
+        .await?
+        .ok_or_else(|| anyhow!("no build of {pipeline} in progress"))?;
+    if build.version != job.version {
+        bail!(
+            "job {name} is for version {}, the build is of {}",
+            job.version,
+            build.version
+        );
+    }
+    let record: SourceRecord = get_json(&jobs.coord, &layout::mapping(&build.source))
+        .await?
+        .ok_or_else(|| anyhow!("source {} is gone", build.source))?;
+    let src = crate::assigned::source_config(&record).map_err(|e| anyhow!(e))?;
+    tracing::info!(job = %name, version = build.version, "build job started");
+    match kind {
+        "plan" => plan(jobs, &build, &src).await,
+        "mark" => mark(jobs, &build).await,
+        n => {
+            let n: u32 = n
+                .parse()
+                .with_context(|| format!("`{name}`: unknown job"))?;
+            chunk(jobs, &build, &src, n, stop).await
+        }
+    }
+}
+
+async fn plan(
+    jobs: &Jobs,
+    b: &BuildRecord,
+    src: &sluice_mysql::SourceConfig,
+) -> anyhow::Result<()> {
+    if jobs
+        .coord
+        .get(&layout::build_plan(&b.pipeline))
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let mut conn = mysql_async::Conn::new(src.opts())
+        .await
+        .with_context(|| format!("cannot connect to source {}", src.name))?;
+    let table = SnapshotTable::describe(src, &mut conn, &b.database, &b.table).await?;
+    let estimated_rows = table.estimated_rows(src, &mut conn).await?;
+    let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
+    let _ = conn.disconnect().await;
+    let chunks = bounds.len() as u32 + 1;
+    let mut lower = serde_json::Value::Null;
+    for n in 0..chunks {
+        let upper = match bounds.get(n as usize) {
+            Some(k) => serde_json::to_value(k)?,
+            None => serde_json::Value::Null,
+        };
+        let rec = ChunkRecord {
+            lower: lower.clone(),
+            upper: upper.clone(),
+        };
+        jobs.coord
+            .put(
+                &layout::build_chunk(&b.pipeline, n),
+                &serde_json::to_vec(&rec)?,
+                Expect::Any,
+            )
+            .await?;
+        lower = upper;
+    }
+    let plan = PlanRecord {
+        chunks,
+        estimated_rows,
+    };
+    jobs.coord
+        .put(
+            &layout::build_plan(&b.pipeline),
+            &serde_json::to_vec(&plan)?,
+            Expect::Any,
+        )
+        .await?;
+    tracing::info!(pipeline = %b.pipeline, chunks, estimated_rows, "build planned");
+    Ok(())
+}
+
+async fn chunk(
+    jobs: &Jobs,
+    b: &BuildRecord,
+    src: &sluice_mysql::SourceConfig,
+    n: u32,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
+    let range: ChunkRecord = get_json(&jobs.coord, &layout::build_chunk(&b.pipeline, n))
+        .await?
+        .ok_or_else(|| anyhow!("chunk {n} of {} is not planned", b.pipeline))?;
+    let lower: Option<Key> = serde_json::from_value(range.lower)?;
+    let upper: Option<Key> = serde_json::from_value(range.upper)?;
+    let task = layout::chunk_task(&b.pipeline, n);
+    let owner = serde_json::json!({ "worker": jobs.cfg.worker.id }).to_string();
+    let mut lock = jobs
+        .coord
+        .acquire_task_lock(&task, owner.as_bytes(), stop)
+        .await?;
+    let mut cursor: ChunkCursor = match lock.checkpoint() {
+        Some(b) => serde_json::from_slice(b).context("unreadable chunk cursor")?,
+        None => ChunkCursor::default(),
+    };
+    let result = async {
+        if cursor.done {
+            return Ok(());
+        }
+        // The source's position epoch, so snapshot versions compare with the stream's.
+        let epoch = jobs
+            .coord
+            .read_checkpoint(&b.source)
+            .await?
+            .and_then(|c| Checkpoint::from_json(&c).ok())
+            .map_or(0, |c| c.epoch);
+        let topic = jobs.cfg.topics.rows_topic(&b.source, &b.database, &b.table);
+        sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
+        let mut conn = mysql_async::Conn::new(src.opts())
+            .await
+            .with_context(|| format!("cannot connect to source {}", src.name))?;
+        let table = SnapshotTable::describe(src, &mut conn, &b.database, &b.table).await?;
+        let started = Instant::now();
+        let rows_at_start = cursor.rows;
+        loop {
+            if stop.is_cancelled() {
+                return Ok(());
+            }
+            let after: Option<Key> = match &cursor.after {
+                serde_json::Value::Null => lower.clone(),
+                v => Some(serde_json::from_value(v.clone())?),
+            };
+            let batch = table
+                .read_batch(src, &mut conn, after.as_ref(), upper.as_ref(), BATCH_ROWS)
+                .await?;
+            let seq = sluice_core::position::file_seq(&batch.position.file)?;
+            let version = ExternalVersion::new(epoch as u64, seq, batch.position.pos)?.get();
+            let mut deliveries = Vec::with_capacity(batch.rows.len());
+            for row in &batch.rows {
+                if !lock.may_publish() {
+                    bail!("the chunk's lock is in doubt: stopping before publishing more");
+                }
+                let key = table.key_of(row);
+                let event = ChangeEvent {
+                    v: ENVELOPE_VERSION,
+                    source: SourceInfo {
+                        instance: b.source.clone(),
+                        server_id: 0,
+                        file: batch.position.file.clone(),
+                        pos: batch.position.pos,
+                        row: 0,
+                        gtid: None,
+                        ts_ms: sluice_core::now_ms().max(0) as u64,
+                    },
+                    db: b.database.clone(),
+                    table: b.table.clone(),
+                    op: Op::Read,
+                    key: key.clone(),
+                    before: None,
+                    after: Some(row.clone()),
+                    columns: table.infos.clone(),
+                    version,
+                };
+                let record = Record {
+                    topic: topic.clone(),
+                    key: serde_json::to_vec(&key)?,
+                    payload: serde_json::to_vec(&event)?,
+                };
+                deliveries.push(crate::task::send(&jobs.producer, &record).await?);
+            }
+            for d in deliveries {
+                match d.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((e, _))) => {
+                        return Err(
+                            anyhow!(e).context(format!("Kafka refused a snapshot row for {topic}"))
+                        )
+                    }
+                    Err(_) => bail!("the producer dropped a delivery report"),
+                }
+            }
+            cursor.rows += batch.rows.len() as u64;
+            cursor.done = batch.rows.len() < BATCH_ROWS;
+            if let Some(k) = batch.last_key {
+                cursor.after = serde_json::to_value(k)?;
+            }
+            lock.confirm(&serde_json::to_vec(&cursor)?).await?;
+            if cursor.done {
+                tracing::info!(pipeline = %b.pipeline, chunk = n, rows = cursor.rows, "chunk done");
+                return Ok(());
+            }
+            if b.throttle_rows_per_sec > 0 {
+                let due = Duration::from_secs_f64(
+                    (cursor.rows - rows_at_start) as f64 / b.throttle_rows_per_sec as f64,
+                );
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    sluice_core::shutdown::pause(wait, stop).await;
+                }
+            }
+        }
+    }
+    .await;
+    let _ = lock.release().await;
+    result
+}
+
+async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
+    if jobs
+        .coord
+        .get(&layout::build_partitions(&b.pipeline))
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let topic = jobs.cfg.topics.rows_topic(&b.source, &b.database, &b.table);
+    let producer = jobs.producer.clone();
+    let t = topic.clone();
+    let partitions = tokio::task::spawn_blocking(move || {
+        use rdkafka::producer::Producer as _;
+        producer
+            .client()
+            .fetch_metadata(Some(&t), Duration::from_secs(10))
+            .map(|md| md.topics().first().map_or(0, |t| t.partitions().len()))
+    })
+    .await??;
+    if partitions == 0 {
+        bail!("topic {topic} has no partitions");
+    }
+    let marker = serde_json::to_vec(&Marker {
+        pipeline: b.pipeline.clone(),
+        version: b.version,
+    })?;
+    let mut deliveries = Vec::new();
+    for p in 0..partitions as i32 {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: layout::MARKER_HEADER,
+            value: Some(&marker),
+        });
+        let record = FutureRecord::<(), _>::to(&topic)
+            .partition(p)
+            .payload(&marker)
+            .headers(headers);
+        let d = jobs
+            .producer
+            .send_result(record)
+            .map_err(|(e, _)| anyhow!(e).context("cannot send a build marker"))?;
+        deliveries.push(d);
+    }
+    for d in deliveries {
+        match d.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => return Err(anyhow!(e).context("Kafka refused a build marker")),
+            Err(_) => bail!("the producer dropped a delivery report"),
+        }
+    }
+    jobs.coord
+        .put(
+            &layout::build_partitions(&b.pipeline),
+            partitions.to_string().as_bytes(),
+            Expect::Any,
+        )
+        .await?;
+    tracing::info!(pipeline = %b.pipeline, partitions, "build markers written");
+    Ok(())
+}
