@@ -85,6 +85,9 @@ database = "{meta}"
 [balance]
 settle = "1s"
 resync = "2s"
+
+[elasticsearch]
+url = "{es}"
 "#,
                 zk = self.stack.zookeeper,
                 root = self.zk_root,
@@ -93,6 +96,7 @@ resync = "2s"
                 user = opts.user().unwrap_or("root"),
                 password = opts.pass().unwrap_or(""),
                 meta = self.meta_db(),
+                es = self.stack.es_url,
             ),
         )
         .expect("write center config");

@@ -421,7 +421,15 @@ impl Leftovers {
         let mut notes = Vec::new();
         let mut deleted = 0;
         for alias in &self.aliases {
-            for index in stack.es.alias_targets(alias).await.unwrap_or_default() {
+            // Behind the alias, and the versions a build left out of it.
+            let mut indexes = stack.es.alias_targets(alias).await.unwrap_or_default();
+            for v in 1..=4 {
+                let index = format!("{alias}_v{v}");
+                if !indexes.contains(&index) && stack.es.count(&index).await.is_ok() {
+                    indexes.push(index);
+                }
+            }
+            for index in indexes {
                 match stack.es.delete_index(&index).await {
                     Ok(()) => deleted += 1,
                     Err(e) => notes.push(format!("index {index} left ({e})")),

@@ -217,6 +217,17 @@ impl AdminApi {
     fn changed(&self) {
         self.shared.nudge.notify_one();
     }
+
+    async fn pipeline(&self, name: &str) -> Result<Option<Pipeline>, Status> {
+        Ok(self
+            .shared
+            .meta
+            .pipelines()
+            .await
+            .map_err(meta_err)?
+            .into_iter()
+            .find(|p| p.name == name))
+    }
 }
 
 fn check_name(field: &str, v: &str, max: usize) -> Result<(), Status> {
@@ -435,14 +446,114 @@ impl Admin for AdminApi {
     ) -> Result<Response<DeleteResponse>, Status> {
         let name = req.into_inner().name;
         let epoch = self.writable().await?;
+        // Its indexes go too, once no etl writes to them any more.
+        let mut doomed = Vec::new();
+        if let Some(p) = self.pipeline(&name).await? {
+            let mut versions: Vec<u32> = p.history.clone();
+            versions.extend([1, p.live_version, p.building_version]);
+            if let Some(es) = &self.shared.es {
+                for index in es.alias_targets(&p.alias).await.map_err(internal)? {
+                    if let Some(v) = index
+                        .strip_prefix(&format!("{}_v", p.alias))
+                        .and_then(|v| v.parse().ok())
+                    {
+                        versions.push(v);
+                    }
+                }
+            }
+            versions.retain(|v| *v > 0);
+            versions.sort_unstable();
+            versions.dedup();
+            doomed = versions
+                .into_iter()
+                .map(|v| (format!("{}_v{v}", p.alias), v))
+                .collect();
+        }
         let existed = self
             .shared
             .meta
-            .delete_pipeline(epoch, &name)
+            .delete_pipeline(epoch, &name, &doomed)
             .await
             .map_err(meta_err)?;
         self.changed();
         Ok(Response::new(DeleteResponse { existed }))
+    }
+
+    async fn build_pipeline(
+        &self,
+        req: Request<BuildRequest>,
+    ) -> Result<Response<BuildStatus>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        if self.shared.es.is_none() {
+            return Err(Status::failed_precondition(
+                "builds need the center's [elasticsearch] section (to move the alias)",
+            ));
+        }
+        let chunk_rows = if req.chunk_rows == 0 {
+            crate::build::DEFAULT_CHUNK_ROWS
+        } else {
+            req.chunk_rows
+        };
+        let version = self
+            .shared
+            .meta
+            .start_build(epoch, &req.name, chunk_rows, req.throttle_rows_per_sec)
+            .await
+            .map_err(meta_err)?
+            .map_err(Status::failed_precondition)?;
+        tracing::info!(pipeline = %req.name, version, chunk_rows, "build started");
+        self.changed();
+        let p = self
+            .pipeline(&req.name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{}`", req.name)))?;
+        let status = crate::build::status(&self.coord()?, &p)
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(BuildStatus { version, ..status }))
+    }
+
+    async fn reset_pipeline(
+        &self,
+        req: Request<ResetRequest>,
+    ) -> Result<Response<Pipeline>, Status> {
+        let name = req.into_inner().name;
+        let epoch = self.writable().await?;
+        let p = self
+            .pipeline(&name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        self.shared
+            .meta
+            .reset_build(epoch, &name, &p.alias)
+            .await
+            .map_err(meta_err)?;
+        self.changed();
+        let p = self
+            .pipeline(&name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        Ok(Response::new(p))
+    }
+
+    async fn get_build(
+        &self,
+        req: Request<GetBuildRequest>,
+    ) -> Result<Response<BuildStatus>, Status> {
+        let name = req.into_inner().name;
+        let p = self
+            .pipeline(&name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        let mut status = crate::build::status(&self.coord()?, &p)
+            .await
+            .map_err(internal)?;
+        if p.building_version == 0 && p.live_version > 0 {
+            status.phase = "done".into();
+            status.version = p.live_version;
+        }
+        Ok(Response::new(status))
     }
 
     async fn list_workers(

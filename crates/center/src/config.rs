@@ -18,6 +18,9 @@ pub struct CenterConfig {
     pub api: ApiSection,
     #[serde(default)]
     pub balance: BalanceSection,
+    /// Needed for builds (alias swaps) and for deleting pipelines' indexes.
+    #[serde(default)]
+    pub elasticsearch: Option<sluice_elastic::EsSection>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -204,6 +207,9 @@ impl CenterConfig {
             p.push(
                 "balance.threshold: must be at least 1 (0 would move tasks back and forth)".into(),
             );
+        }
+        if let Some(es) = &self.elasticsearch {
+            p.extend(es.problems("elasticsearch"));
         }
         if self.balance.resync.is_zero() {
             p.push("balance.resync: must be positive".into());

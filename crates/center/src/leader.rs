@@ -125,6 +125,7 @@ async fn lead(
             continue;
         }
         let operator = pending.is_some();
+        tracing::debug!("reconcile pass");
         let pass = tokio::time::timeout(
             RECONCILE_TIMEOUT,
             reconcile(shared, coord, leadership, operator),
@@ -160,7 +161,7 @@ async fn lead(
     }
 }
 
-fn is_deposed(e: &anyhow::Error) -> bool {
+pub(crate) fn is_deposed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         matches!(
             c.downcast_ref::<MetaError>(),
@@ -325,7 +326,10 @@ async fn reconcile(
     // Checkpoints of removed sources go once nobody holds their lock, so a source added
     // again under the same name starts afresh (it may be another server).
     for task in coord.children("tasks").await? {
-        if !task_set.contains(task.as_str()) && coord.get(&layout::lock(&task)).await?.is_none() {
+        if !task.starts_with("snap~")
+            && !task_set.contains(task.as_str())
+            && coord.get(&layout::lock(&task)).await?.is_none()
+        {
             acting()?;
             coord.delete(&format!("tasks/{task}"), None, true).await?;
             tracing::info!(task, "checkpoint of a removed source deleted");
@@ -390,6 +394,10 @@ async fn reconcile(
                 )
                 .await?;
         }
+    }
+    if crate::build::drive(shared, coord, epoch, &acting, &pipelines, &worker_ids).await? {
+        let soon = Duration::from_millis(500);
+        wake = Some(wake.map_or(soon, |w| w.min(soon)));
     }
     Ok((moves, wake, watch))
 }
@@ -460,6 +468,6 @@ pub(crate) fn pipeline_record(p: &Pipeline, epoch: u64) -> PipelineRecord {
         shards: p.shards,
         replicas: p.replicas,
         tombstone_retention: p.tombstone_retention.clone(),
-        building: None,
+        building: (p.building_version > 0).then_some(p.building_version),
     }
 }

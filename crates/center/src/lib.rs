@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod balance;
+mod build;
 pub mod config;
 mod leader;
 pub mod meta;
@@ -38,6 +39,8 @@ pub fn load(path: &Path) -> Result<CenterConfig, ConfigError> {
 pub struct Shared {
     pub cfg: CenterConfig,
     pub meta: meta::Meta,
+    /// From `[elasticsearch]`, when set: builds and pipeline deletion need it.
+    pub es: Option<sluice_elastic::EsClient>,
     /// The current ZooKeeper session (replaced after an expiry).
     coord: RwLock<Option<Coordinator>>,
     /// `Some(epoch)` while this replica leads and may act.
@@ -63,9 +66,14 @@ impl Shared {
 pub async fn run(cfg: CenterConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let meta = connect_meta(&cfg, &shutdown).await?;
     let (rebalance_tx, rebalance_rx) = mpsc::channel(4);
+    let es = match &cfg.elasticsearch {
+        Some(section) => Some(section.client().context("elasticsearch")?),
+        None => None,
+    };
     let shared = Arc::new(Shared {
         cfg,
         meta,
+        es,
         coord: RwLock::new(None),
         leading: watch::channel(None).0,
         nudge: Notify::new(),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Pool, Transaction, TxOpts};
+use mysql_async::{Conn, Pool, Row, Transaction, TxOpts};
 use serde::{Deserialize, Serialize};
 use sluice_proto::v1::{Event, Pipeline, Source, TaskProgress};
 
@@ -27,7 +27,8 @@ pub enum MetaError {
 }
 
 /// Schema versions, applied in order; each entry's statements run once.
-const MIGRATIONS: &[(u32, &[&str])] = &[(
+const MIGRATIONS: &[(u32, &[&str])] = &[
+    (
     1,
     &[
         "CREATE TABLE leader (
@@ -88,7 +89,37 @@ const MIGRATIONS: &[(u32, &[&str])] = &[(
             reported_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
         )",
     ],
-)];
+    ),
+    (
+        2,
+        &[
+            "ALTER TABLE pipelines
+               ADD COLUMN state VARCHAR(16) NOT NULL DEFAULT 'unavailable',
+               ADD COLUMN live_version INT UNSIGNED NOT NULL DEFAULT 0,
+               ADD COLUMN building_version INT UNSIGNED NOT NULL DEFAULT 0,
+               ADD COLUMN next_version INT UNSIGNED NOT NULL DEFAULT 1,
+               ADD COLUMN history_json TEXT NULL",
+            "CREATE TABLE builds (
+                id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+                pipeline VARCHAR(128) NOT NULL,
+                version INT UNSIGNED NOT NULL,
+                state VARCHAR(16) NOT NULL,
+                chunk_rows BIGINT UNSIGNED NOT NULL,
+                throttle_rows_per_sec BIGINT UNSIGNED NOT NULL,
+                started_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+                finished_at TIMESTAMP(3) NULL,
+                KEY pipeline (pipeline, id)
+            )",
+            "CREATE TABLE doomed_indexes (
+                index_name VARCHAR(255) PRIMARY KEY,
+                pipeline VARCHAR(128) NOT NULL,
+                version INT UNSIGNED NOT NULL,
+                reason VARCHAR(64) NOT NULL,
+                at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+            )",
+        ],
+    ),
+];
 
 /// What a pipeline stores besides its key columns.
 #[derive(Debug, Serialize, Deserialize)]
@@ -280,15 +311,44 @@ impl Meta {
 
     pub async fn pipelines(&self) -> Result<Vec<Pipeline>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
-        let rows: Vec<(String, String, String, String, String, String)> = conn
-            .query("SELECT name, source, db_name, table_name, alias, spec_json FROM pipelines ORDER BY name")
+        let rows: Vec<Row> = conn
+            .query("SELECT name, source, db_name, table_name, alias, spec_json, state, live_version, building_version, history_json FROM pipelines ORDER BY name")
             .await?;
         rows.into_iter()
-            .map(|(name, source, database, table, alias, spec)| {
+            .map(|row| {
+                let (name, source, database, table, alias, spec): (
+                    String,
+                    String,
+                    String,
+                    String,
+                    String,
+                    String,
+                ) = (
+                    row.get(0).unwrap_or_default(),
+                    row.get(1).unwrap_or_default(),
+                    row.get(2).unwrap_or_default(),
+                    row.get(3).unwrap_or_default(),
+                    row.get(4).unwrap_or_default(),
+                    row.get(5).unwrap_or_default(),
+                );
+                let state: String = row.get(6).unwrap_or_default();
+                let live_version: u32 = row.get(7).unwrap_or_default();
+                let building_version: u32 = row.get(8).unwrap_or_default();
+                let history: Option<String> = row.get(9).unwrap_or_default();
                 let spec: PipelineSpec = serde_json::from_str(&spec).map_err(|e| {
                     MetaError::Corrupt(format!("pipelines.spec_json of {name}: {e}"))
                 })?;
+                let history: Vec<u32> = match history {
+                    Some(h) => serde_json::from_str(&h).map_err(|e| {
+                        MetaError::Corrupt(format!("pipelines.history_json of {name}: {e}"))
+                    })?,
+                    None => Vec::new(),
+                };
                 Ok(Pipeline {
+                    state,
+                    live_version,
+                    building_version,
+                    history,
                     name,
                     source,
                     database,
@@ -330,13 +390,207 @@ impl Meta {
         Ok(())
     }
 
-    pub async fn delete_pipeline(&self, epoch: u64, name: &str) -> Result<bool, MetaError> {
+    /// Removes the pipeline; `indexes` (its versions) are doomed: deleted once no etl
+    /// writes to them.
+    pub async fn delete_pipeline(
+        &self,
+        epoch: u64,
+        name: &str,
+        indexes: &[(String, u32)],
+    ) -> Result<bool, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         tx.exec_drop("DELETE FROM pipelines WHERE name = ?", (name,))
             .await?;
         let existed = tx.affected_rows() > 0;
+        for (index, version) in indexes {
+            doom(&mut tx, index, name, *version, "pipeline deleted").await?;
+        }
         tx.commit().await?;
         Ok(existed)
+    }
+
+    /// Starts building the pipeline's next version; returns it. Fails when a build is
+    /// already under way.
+    pub async fn start_build(
+        &self,
+        epoch: u64,
+        name: &str,
+        chunk_rows: u64,
+        throttle: u64,
+    ) -> Result<Result<u32, String>, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        let row: Option<(u32, u32, u32)> = tx
+            .exec_first(
+                "SELECT building_version, live_version, next_version FROM pipelines WHERE name = ? FOR UPDATE",
+                (name,),
+            )
+            .await?;
+        let Some((building, live, next)) = row else {
+            tx.rollback().await?;
+            return Ok(Err(format!("no pipeline `{name}`")));
+        };
+        if building > 0 {
+            tx.rollback().await?;
+            return Ok(Err(format!(
+                "pipeline `{name}` is already building version {building}; reset it first to start over"
+            )));
+        }
+        // Versions are never reused: an abandoned build's index may linger until deleted.
+        // The etl's first version (created before any build) is 1.
+        let version = next.max(live + 1).max(2);
+        tx.exec_drop(
+            "UPDATE pipelines SET building_version = ?, next_version = ?, state = 'building' WHERE name = ?",
+            (version, version + 1, name),
+        )
+        .await?;
+        tx.exec_drop(
+            "INSERT INTO builds (pipeline, version, state, chunk_rows, throttle_rows_per_sec) VALUES (?, ?, 'running', ?, ?)",
+            (name, version, chunk_rows, throttle),
+        )
+        .await?;
+        insert_event(
+            &mut tx,
+            "center",
+            "build",
+            name,
+            &format!("building version {version}"),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(version))
+    }
+
+    /// The build settings of the pipeline's running build: (chunk rows, throttle, started).
+    pub async fn build_settings(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<(u64, u64, i64)>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        Ok(conn
+            .exec_first(
+                "SELECT chunk_rows, throttle_rows_per_sec, CAST(UNIX_TIMESTAMP(started_at) * 1000 AS SIGNED)
+                 FROM builds WHERE pipeline = ? AND version = ? ORDER BY id DESC LIMIT 1",
+                (name, version),
+            )
+            .await?)
+    }
+
+    /// The build of `version` is live: the alias moved to it from `previous` versions.
+    pub async fn finish_build(
+        &self,
+        epoch: u64,
+        name: &str,
+        version: u32,
+        previous: &[u32],
+    ) -> Result<(), MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        let history: Option<Option<String>> = tx
+            .exec_first(
+                "SELECT history_json FROM pipelines WHERE name = ? FOR UPDATE",
+                (name,),
+            )
+            .await?;
+        let mut history: Vec<u32> = history
+            .flatten()
+            .and_then(|h| serde_json::from_str(&h).ok())
+            .unwrap_or_default();
+        history.extend(
+            previous
+                .iter()
+                .filter(|v| !history.contains(v))
+                .copied()
+                .collect::<Vec<_>>(),
+        );
+        history.sort_unstable();
+        tx.exec_drop(
+            "UPDATE pipelines SET live_version = ?, building_version = 0, state = 'available', history_json = ?
+             WHERE name = ? AND building_version = ?",
+            (version, serde_json::to_string(&history).expect("serializes"), name, version),
+        )
+        .await?;
+        tx.exec_drop(
+            "UPDATE builds SET state = 'done', finished_at = CURRENT_TIMESTAMP(3) WHERE pipeline = ? AND version = ?",
+            (name, version),
+        )
+        .await?;
+        insert_event(
+            &mut tx,
+            "center",
+            "build",
+            name,
+            &format!("version {version} is live (alias moved)"),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Abandons the pipeline's build; its index is doomed. Returns the abandoned version.
+    pub async fn reset_build(
+        &self,
+        epoch: u64,
+        name: &str,
+        alias: &str,
+    ) -> Result<Option<u32>, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        let row: Option<(u32, u32)> = tx
+            .exec_first(
+                "SELECT building_version, live_version FROM pipelines WHERE name = ? FOR UPDATE",
+                (name,),
+            )
+            .await?;
+        let Some((building, live)) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let state = if live > 0 { "available" } else { "unavailable" };
+        tx.exec_drop(
+            "UPDATE pipelines SET building_version = 0, state = ? WHERE name = ?",
+            (state, name),
+        )
+        .await?;
+        if building > 0 {
+            tx.exec_drop(
+                "UPDATE builds SET state = 'reset', finished_at = CURRENT_TIMESTAMP(3) WHERE pipeline = ? AND version = ?",
+                (name, building),
+            )
+            .await?;
+            doom(
+                &mut tx,
+                &format!("{alias}_v{building}"),
+                name,
+                building,
+                "build reset",
+            )
+            .await?;
+            insert_event(
+                &mut tx,
+                "center",
+                "build",
+                name,
+                &format!("build of version {building} reset"),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok((building > 0).then_some(building))
+    }
+
+    /// Indexes to delete once no etl writes to them: (index, pipeline, version).
+    pub async fn doomed(&self) -> Result<Vec<(String, String, u32)>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        Ok(conn
+            .query("SELECT index_name, pipeline, version FROM doomed_indexes ORDER BY at")
+            .await?)
+    }
+
+    pub async fn forget_doomed(&self, epoch: u64, index: &str) -> Result<(), MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop("DELETE FROM doomed_indexes WHERE index_name = ?", (index,))
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Records an assignment decision (and the event saying so); its id is the
@@ -465,6 +719,22 @@ impl Meta {
     pub async fn close(self) {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.pool.disconnect()).await;
     }
+}
+
+async fn doom(
+    q: &mut impl Queryable,
+    index: &str,
+    pipeline: &str,
+    version: u32,
+    reason: &str,
+) -> Result<(), MetaError> {
+    q.exec_drop(
+        "INSERT INTO doomed_indexes (index_name, pipeline, version, reason) VALUES (?, ?, ?, ?)
+         ON DUPLICATE KEY UPDATE reason = VALUES(reason)",
+        (index, pipeline, version, reason),
+    )
+    .await?;
+    Ok(())
 }
 
 async fn insert_event(

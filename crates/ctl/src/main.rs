@@ -109,8 +109,32 @@ enum PipelineCmd {
     List,
     /// Create or replace a pipeline.
     Put(PipelineArgs),
+    /// Delete a pipeline and (once no etl writes to them) its indexes.
     Delete {
         name: String,
+    },
+    /// Build the next version of the index from a snapshot; the alias moves when done.
+    Build {
+        name: String,
+        /// Rows per chunk (default 10000).
+        #[arg(long, default_value_t = 0)]
+        chunk_rows: u64,
+        /// Rows per second per chunk reader (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        throttle: u64,
+        /// Follow the build with a progress bar until the alias moved.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Abandon a build in progress (the live alias is untouched).
+    Reset {
+        name: String,
+    },
+    /// A build's progress (`--wait` follows it to the end).
+    Status {
+        name: String,
+        #[arg(long)]
+        wait: bool,
     },
 }
 
@@ -292,6 +316,92 @@ fn or_dash(s: &str) -> String {
     }
 }
 
+fn version(v: u32) -> String {
+    if v == 0 {
+        "-".into()
+    } else {
+        format!("v{v}")
+    }
+}
+
+fn build_json(b: &BuildStatus) -> Value {
+    json!({"pipeline": b.pipeline, "version": b.version, "phase": b.phase, "chunks": b.chunks,
+           "chunks_done": b.chunks_done, "rows_done": b.rows_done, "rows_estimated": b.rows_estimated,
+           "rows_per_sec": b.rows_per_sec, "started_at_ms": b.started_at_ms, "message": b.message})
+}
+
+fn print_build(out: Output, b: &BuildStatus) {
+    print(
+        out,
+        &[
+            "pipeline", "version", "phase", "chunks", "rows", "rows/s", "note",
+        ],
+        vec![vec![
+            b.pipeline.clone(),
+            version(b.version),
+            b.phase.clone(),
+            format!("{}/{}", b.chunks_done, b.chunks),
+            format!("{}/~{}", b.rows_done, b.rows_estimated),
+            format!("{:.0}", b.rows_per_sec),
+            or_dash(&b.message),
+        ]],
+        build_json(b),
+    );
+}
+
+/// A progress bar until the build is done (or gone).
+async fn follow_build(conn: &mut Conn<'_>, name: &str, out: Output) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let req = GetBuildRequest {
+        name: name.to_owned(),
+    };
+    loop {
+        let b = conn
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.get_build(req).await }
+            })
+            .await?;
+        if out == Output::Json {
+            if matches!(b.phase.as_str(), "done" | "none") {
+                print_build(out, &b);
+                return Ok(());
+            }
+        } else {
+            let total = b.rows_estimated.max(b.rows_done).max(1);
+            let share = b.rows_done as f64 / total as f64;
+            let filled = (share * 30.0).round() as usize;
+            let eta = if b.rows_per_sec > 0.0 && b.rows_done < total {
+                format!("ETA {:.0}s", (total - b.rows_done) as f64 / b.rows_per_sec)
+            } else {
+                String::new()
+            };
+            eprint!(
+                "\r{} v{} [{}{}] {:>3.0}% {}/~{} rows, {}/{} chunks, {:.0} rows/s {} {:<40}",
+                b.pipeline,
+                b.version,
+                "#".repeat(filled.min(30)),
+                ".".repeat(30 - filled.min(30)),
+                share * 100.0,
+                b.rows_done,
+                b.rows_estimated,
+                b.chunks_done,
+                b.chunks,
+                b.rows_per_sec,
+                eta,
+                b.phase,
+            );
+            let _ = std::io::stderr().flush();
+            if matches!(b.phase.as_str(), "done" | "none") {
+                eprintln!();
+                print_build(out, &b);
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn source_json(s: &Source) -> Value {
     json!({"name": s.name, "host": s.host, "port": s.port, "user": s.user,
            "password_ref": s.password_ref, "server_id": s.server_id, "tables": s.tables})
@@ -300,7 +410,9 @@ fn source_json(s: &Source) -> Value {
 fn pipeline_json(p: &Pipeline) -> Value {
     json!({"name": p.name, "source": p.source, "database": p.database, "table": p.table,
            "alias": p.alias, "columns": p.columns, "shards": p.shards, "replicas": p.replicas,
-           "tombstone_retention": p.tombstone_retention})
+           "tombstone_retention": p.tombstone_retention, "state": p.state,
+           "live_version": p.live_version, "building_version": p.building_version,
+           "history": p.history})
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -415,6 +527,62 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 json!({"name": name, "existed": r.existed}),
             );
         }
+        Command::Pipelines(PipelineCmd::Build {
+            name,
+            chunk_rows,
+            throttle,
+            wait,
+        }) => {
+            let req = BuildRequest {
+                name: name.clone(),
+                chunk_rows: *chunk_rows,
+                throttle_rows_per_sec: *throttle,
+            };
+            let b = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.build_pipeline(req).await }
+                })
+                .await?;
+            if *wait {
+                follow_build(&mut conn, name, out).await?;
+            } else {
+                print_build(out, &b);
+            }
+        }
+        Command::Pipelines(PipelineCmd::Status { name, wait }) => {
+            if *wait {
+                follow_build(&mut conn, name, out).await?;
+            } else {
+                let req = GetBuildRequest { name: name.clone() };
+                let b = conn
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.get_build(req).await }
+                    })
+                    .await?;
+                print_build(out, &b);
+            }
+        }
+        Command::Pipelines(PipelineCmd::Reset { name }) => {
+            let req = ResetRequest { name: name.clone() };
+            let p = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.reset_pipeline(req).await }
+                })
+                .await?;
+            print(
+                out,
+                &["pipeline", "state", "live version"],
+                vec![vec![
+                    p.name.clone(),
+                    p.state.clone(),
+                    p.live_version.to_string(),
+                ]],
+                pipeline_json(&p),
+            );
+        }
         Command::Pipelines(PipelineCmd::List) => {
             let r = conn
                 .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
@@ -432,6 +600,9 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                             p.source.clone(),
                             format!("{}.{}", p.database, p.table),
                             p.alias.clone(),
+                            or_dash(&p.state),
+                            version(p.live_version),
+                            version(p.building_version),
                             if p.columns.is_empty() {
                                 "*".into()
                             } else {
@@ -448,6 +619,10 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Pipelines(PipelineCmd::Put(a)) => {
             let p = Pipeline {
                 name: a.name.clone(),
+                state: String::new(),
+                live_version: 0,
+                building_version: 0,
+                history: Vec::new(),
                 source: a.source.clone(),
                 database: a.database.clone(),
                 table: a.table.clone(),

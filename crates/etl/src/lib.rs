@@ -128,6 +128,7 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
                             .iter()
                             .filter_map(|p| p.building.map(|v| (p.name.clone(), v)))
                             .collect(),
+                        pipelines: list.iter().map(|p| p.name.clone()).collect(),
                     });
                 }
                 Err(e) => {

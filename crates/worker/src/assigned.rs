@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::select_all;
 use sluice_core::Secret;
 use sluice_mysql::SourceConfig;
 use sluice_zk::layout::{self, AssignmentRecord, SourceRecord};
@@ -51,6 +50,8 @@ pub(crate) async fn follow(
     // Tasks that cannot start here (e.g. the password reference does not resolve), with
     // the error already reported: reported again only when it changes.
     let mut failing: BTreeMap<String, String> = BTreeMap::new();
+    // Tasks say here that they ended (their handles are awaited only once finished).
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<()>();
     let session = coord.session();
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
@@ -127,7 +128,11 @@ pub(crate) async fn follow(
             let stop = shutdown.child_token();
             let ctx = make_ctx(name, stop.clone());
             tracing::info!(task = %name, host = %record.host, port = record.port, "starting the assigned task");
-            let handle = tokio::spawn(task::run_source(ctx, src));
+            let ended_tx = ended_tx.clone();
+            let handle = tokio::spawn(async move {
+                task::run_source(ctx, src).await;
+                let _ = ended_tx.send(());
+            });
             running.insert(
                 name.clone(),
                 Running {
@@ -138,15 +143,9 @@ pub(crate) async fn follow(
             );
         }
 
-        let ended = async {
-            if running.is_empty() {
-                std::future::pending::<()>().await;
-            }
-            let _ = select_all(running.values_mut().map(|r| &mut r.handle)).await;
-        };
         tokio::select! {
             _ = coord.wait_any(watches, shutdown) => {}
-            _ = ended => {}
+            _ = ended.recv() => {}
             _ = tokio::time::sleep(Duration::from_secs(5)), if retry => {}
         }
     }

@@ -58,6 +58,8 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     let session = coord.session();
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     let mut finished: BTreeMap<String, ()> = BTreeMap::new();
+    // Jobs say here that they ended (their handles are awaited only once finished).
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<()>();
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
             break;
@@ -111,18 +113,17 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
             }
             let stop = shutdown.child_token();
             let (jobs2, name2, stop2) = (jobs.clone(), name.clone(), stop.clone());
-            let handle = tokio::spawn(async move { run_job(&jobs2, &name2, &stop2).await });
+            let ended_tx = ended_tx.clone();
+            let handle = tokio::spawn(async move {
+                let result = run_job(&jobs2, &name2, &stop2).await;
+                let _ = ended_tx.send(());
+                result
+            });
             running.insert(name.clone(), Running { stop, handle });
         }
-        let ended = async {
-            if running.is_empty() {
-                std::future::pending::<()>().await;
-            }
-            let _ = futures::future::select_all(running.values_mut().map(|r| &mut r.handle)).await;
-        };
         tokio::select! {
             _ = coord.wait_any(vec![watch], shutdown) => {}
-            _ = ended => {}
+            _ = ended.recv() => {}
         }
     }
     for (_, r) in running {

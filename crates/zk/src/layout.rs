@@ -123,6 +123,9 @@ pub struct JobRecord {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EtlRecord {
     pub building: std::collections::BTreeMap<String, u32>,
+    /// Every pipeline it routes.
+    #[serde(default)]
+    pub pipelines: Vec<String>,
 }
 
 /// The Kafka header that marks a build's catch-up marker (its payload: [`Marker`]).

@@ -1,0 +1,453 @@
+//! Zero-downtime builds, driven by the leader from what ZooKeeper and the meta database
+//! hold (nothing in memory), one step per reconcile pass:
+//!
+//! 1. **waiting for etl** — the pipeline's record names the version being built; every
+//!    live etl member must say (`etls/<member>`) that it writes live changes to it before
+//!    anything is read, or a change applied in between would be missing from it.
+//! 2. **planning** — a worker cuts the table into primary-key chunks.
+//! 3. **snapshotting** — chunks are spread over the live workers (a dead worker's chunks
+//!    move; each resumes from its fenced cursor).
+//! 4. **catching up** — a worker writes a marker to every partition of the change topic;
+//!    once the etl applied the marker on each, every snapshot row is in the new index.
+//! 5. **swap** — the alias moves to the new version in one `_aliases` call; the versions it
+//!    pointed to become history. Until then searches use the old version untouched.
+//!
+//! A reset abandons the build: its index is deleted once no etl writes to it.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use serde_json::json;
+use sluice_elastic::{AliasAction, EsClient};
+use sluice_proto::v1::{BuildStatus, Pipeline};
+use sluice_zk::layout::{self, BuildRecord, ChunkCursor, EtlRecord, JobRecord, PlanRecord};
+use sluice_zk::{Coordinator, Expect};
+
+use crate::Shared;
+
+/// Default rows per chunk.
+pub const DEFAULT_CHUNK_ROWS: u64 = 10_000;
+
+/// Build jobs a worker runs at once (each holds a MySQL connection).
+const JOBS_PER_WORKER: usize = 2;
+
+async fn json_at<T: serde::de::DeserializeOwned>(
+    coord: &Coordinator,
+    rel: &str,
+) -> anyhow::Result<Option<T>> {
+    match coord.get(rel).await? {
+        Some(n) => Ok(Some(
+            serde_json::from_slice(&n.data).with_context(|| format!("{rel}: unreadable"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Every build job: job name → worker.
+async fn jobs(coord: &Coordinator) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for worker in coord.children("snapshots").await? {
+        for job in coord.children(&layout::jobs(&worker)).await? {
+            out.insert(job, worker.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// One pass over every pipeline's build. `live` are the live workers. Returns whether a
+/// build is under way (the leader then looks again soon: chunk progress fires no watch).
+pub(crate) async fn drive(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    pipelines: &[Pipeline],
+    live: &[String],
+) -> anyhow::Result<bool> {
+    let building: BTreeMap<&str, &Pipeline> = pipelines
+        .iter()
+        .filter(|p| p.building_version > 0)
+        .map(|p| (p.name.as_str(), p))
+        .collect();
+    // Leftovers of finished or reset builds.
+    for name in coord.children("builds").await? {
+        let current = building.get(name.as_str()).map(|p| p.building_version);
+        let recorded: Option<BuildRecord> =
+            json_at(coord, &layout::build(&name)).await.ok().flatten();
+        if current.is_none() || recorded.is_some_and(|r| Some(r.version) != current) {
+            acting()?;
+            coord.delete(&layout::build(&name), None, true).await?;
+            remove_chunk_tasks(coord, &name).await?;
+        }
+    }
+    let mut all_jobs = jobs(coord).await?;
+    for (job, worker) in all_jobs.clone() {
+        let pipeline = job.split('~').next().unwrap_or_default();
+        let wanted = match building.get(pipeline) {
+            Some(p) => json_at::<JobRecord>(coord, &layout::job(&worker, &job))
+                .await?
+                .is_some_and(|j| j.version == p.building_version),
+            None => false,
+        };
+        if !wanted || !live.contains(&worker) {
+            acting()?;
+            coord
+                .delete(&layout::job(&worker, &job), None, false)
+                .await?;
+            all_jobs.remove(&job);
+        }
+    }
+    for p in building.values() {
+        if let Err(e) = drive_one(shared, coord, epoch, acting, p, live, &mut all_jobs).await {
+            tracing::warn!(pipeline = %p.name, error = format!("{e:#}"), "build step failed; retrying");
+            if crate::leader::is_deposed(&e) {
+                return Err(e);
+            }
+        }
+    }
+    let existing: Vec<&str> = pipelines.iter().map(|p| p.name.as_str()).collect();
+    delete_doomed(shared, coord, epoch, acting, &existing).await?;
+    Ok(!building.is_empty())
+}
+
+async fn remove_chunk_tasks(coord: &Coordinator, pipeline: &str) -> anyhow::Result<()> {
+    let prefix = format!("snap~{pipeline}~");
+    for task in coord.children("tasks").await? {
+        if task.starts_with(&prefix) && coord.get(&layout::lock(&task)).await?.is_none() {
+            coord.delete(&format!("tasks/{task}"), None, true).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes sure `job` is assigned to a live worker: the one with the fewest build jobs.
+async fn ensure_job(
+    coord: &Coordinator,
+    epoch: u64,
+    version: u32,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    job: String,
+    live: &[String],
+    all_jobs: &mut BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    if all_jobs.contains_key(&job) {
+        return Ok(());
+    }
+    let mut load: BTreeMap<&str, usize> = live.iter().map(|w| (w.as_str(), 0)).collect();
+    for w in all_jobs.values() {
+        if let Some(n) = load.get_mut(w.as_str()) {
+            *n += 1;
+        }
+    }
+    let Some((worker, _)) = load
+        .into_iter()
+        .filter(|(_, n)| *n < JOBS_PER_WORKER)
+        .min_by_key(|(w, n)| (*n, *w))
+    else {
+        return Ok(()); // every live worker is busy (or none lives): wait
+    };
+    let worker = worker.to_owned();
+    acting()?;
+    let rec = JobRecord { epoch, version };
+    coord
+        .put(
+            &layout::job(&worker, &job),
+            &serde_json::to_vec(&rec).expect("serializes"),
+            Expect::Any,
+        )
+        .await?;
+    tracing::info!(job, worker, "build job assigned");
+    all_jobs.insert(job, worker);
+    Ok(())
+}
+
+async fn drive_one(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    p: &Pipeline,
+    live: &[String],
+    all_jobs: &mut BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let v = p.building_version;
+    let record: Option<BuildRecord> = json_at(coord, &layout::build(&p.name)).await?;
+    if record.as_ref().is_none_or(|r| r.version != v) {
+        let (chunk_rows, throttle, started) = shared
+            .meta
+            .build_settings(&p.name, v)
+            .await?
+            .unwrap_or((DEFAULT_CHUNK_ROWS, 0, sluice_core::now_ms()));
+        let rec = BuildRecord {
+            epoch,
+            pipeline: p.name.clone(),
+            version: v,
+            source: p.source.clone(),
+            database: p.database.clone(),
+            table: p.table.clone(),
+            chunk_rows,
+            throttle_rows_per_sec: throttle,
+            started_at_ms: started,
+        };
+        acting()?;
+        coord
+            .put(
+                &layout::build(&p.name),
+                &serde_json::to_vec(&rec).expect("serializes"),
+                Expect::Any,
+            )
+            .await?;
+    }
+    let status = status(coord, p).await?;
+    tracing::debug!(pipeline = %p.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
+    let job = |kind: &str| format!("{}~{kind}", p.name);
+    // Jobs whose work is done leave room for the next.
+    let mut finished: Vec<String> = Vec::new();
+    if status.phase != "planning" && status.phase != "waiting for etl" {
+        finished.push(job("plan"));
+    }
+    if let Some(plan) = json_at::<PlanRecord>(coord, &layout::build_plan(&p.name)).await? {
+        for n in 0..plan.chunks {
+            let done = coord
+                .read_checkpoint(&layout::chunk_task(&p.name, n))
+                .await?
+                .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
+                .is_some_and(|c| c.done);
+            if done {
+                finished.push(job(&format!("{n:05}")));
+            }
+        }
+    }
+    if status.phase == "swap" {
+        finished.push(job("mark"));
+    }
+    for name in finished {
+        if let Some(worker) = all_jobs.remove(&name) {
+            acting()?;
+            coord.delete(&layout::job(&worker, &name), None, false).await?;
+        }
+    }
+    match status.phase.as_str() {
+        "waiting for etl" => Ok(()),
+        "planning" => ensure_job(coord, epoch, v, acting, job("plan"), live, all_jobs).await,
+        "snapshotting" => {
+            let plan: PlanRecord = json_at(coord, &layout::build_plan(&p.name))
+                .await?
+                .context("plan vanished")?;
+            for n in 0..plan.chunks {
+                let cursor: Option<ChunkCursor> = coord
+                    .read_checkpoint(&layout::chunk_task(&p.name, n))
+                    .await?
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                if !cursor.is_some_and(|c| c.done) {
+                    ensure_job(
+                        coord,
+                        epoch,
+                        v,
+                        acting,
+                        job(&format!("{n:05}")),
+                        live,
+                        all_jobs,
+                    )
+                    .await?;
+                }
+            }
+            Ok(())
+        }
+        "catching up" => ensure_job(coord, epoch, v, acting, job("mark"), live, all_jobs).await,
+        "swap" => swap(shared, coord, epoch, acting, p).await,
+        _ => Ok(()),
+    }
+}
+
+/// Where a pipeline's build stands (any replica can compute it).
+pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<BuildStatus> {
+    let mut s = BuildStatus {
+        pipeline: p.name.clone(),
+        version: p.building_version,
+        phase: "none".into(),
+        ..Default::default()
+    };
+    if p.building_version == 0 {
+        return Ok(s);
+    }
+    let v = p.building_version;
+    if let Some(rec) = json_at::<BuildRecord>(coord, &layout::build(&p.name)).await? {
+        s.started_at_ms = rec.started_at_ms;
+    }
+    let mut etls = 0;
+    let mut unaware = Vec::new();
+    for member in coord.children("etls").await? {
+        etls += 1;
+        let rec: Option<EtlRecord> = json_at(coord, &layout::etl(&member)).await.ok().flatten();
+        if rec.is_none_or(|r| r.building.get(&p.name) != Some(&v)) {
+            unaware.push(member);
+        }
+    }
+    if etls == 0 || !unaware.is_empty() {
+        s.phase = "waiting for etl".into();
+        s.message = if etls == 0 {
+            "no etl is running: a build needs one".into()
+        } else {
+            format!("waiting for {} to write to version {v}", unaware.join(", "))
+        };
+        return Ok(s);
+    }
+    let Some(plan) = json_at::<PlanRecord>(coord, &layout::build_plan(&p.name)).await? else {
+        s.phase = "planning".into();
+        return Ok(s);
+    };
+    s.chunks = plan.chunks;
+    s.rows_estimated = plan.estimated_rows;
+    for n in 0..plan.chunks {
+        if let Some(c) = coord
+            .read_checkpoint(&layout::chunk_task(&p.name, n))
+            .await?
+            .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
+        {
+            s.rows_done += c.rows;
+            if c.done {
+                s.chunks_done += 1;
+            }
+        }
+    }
+    let elapsed = (sluice_core::now_ms() - s.started_at_ms).max(1) as f64 / 1000.0;
+    s.rows_per_sec = s.rows_done as f64 / elapsed;
+    if s.chunks_done < plan.chunks {
+        s.phase = "snapshotting".into();
+        return Ok(s);
+    }
+    let partitions: Option<u32> = coord
+        .get(&layout::build_partitions(&p.name))
+        .await?
+        .and_then(|n| String::from_utf8(n.data).ok()?.parse().ok());
+    let caught = {
+        let mut n = 0;
+        for part in coord.children(&layout::build_caught_up(&p.name)).await? {
+            let at = format!("{}/{part}", layout::build_caught_up(&p.name));
+            if coord
+                .get(&at)
+                .await?
+                .is_some_and(|n| n.data == v.to_string().as_bytes())
+            {
+                n += 1;
+            }
+        }
+        n
+    };
+    s.phase = match partitions {
+        Some(k) if caught >= k => "swap".into(),
+        Some(k) => {
+            s.message = format!("etl applied the marker on {caught} of {k} partitions");
+            "catching up".into()
+        }
+        None => "catching up".into(),
+    };
+    Ok(s)
+}
+
+fn es(shared: &Shared) -> anyhow::Result<&EsClient> {
+    shared
+        .es
+        .as_ref()
+        .context("builds need the center's [elasticsearch] section")
+}
+
+fn version_of(alias: &str, index: &str) -> Option<u32> {
+    index.strip_prefix(&format!("{alias}_v"))?.parse().ok()
+}
+
+/// Moves the alias to the new version in one atomic `_aliases` request.
+async fn swap(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    p: &Pipeline,
+) -> anyhow::Result<()> {
+    let es = es(shared)?;
+    let v = p.building_version;
+    let new = format!("{}_v{v}", p.alias);
+    // An empty table gives the etl nothing to create the index with.
+    es.create_index(
+        &new,
+        &json!({"settings": {"index": {
+            "number_of_shards": p.shards.max(1),
+            "number_of_replicas": p.replicas,
+            "gc_deletes": p.tombstone_retention,
+        }}}),
+    )
+    .await?;
+    let old = es.alias_targets(&p.alias).await?;
+    let mut actions: Vec<AliasAction> = old
+        .iter()
+        .filter(|i| **i != new)
+        .map(|i| AliasAction::Remove {
+            index: i.clone(),
+            alias: p.alias.clone(),
+        })
+        .collect();
+    actions.push(AliasAction::Add {
+        index: new.clone(),
+        alias: p.alias.clone(),
+    });
+    acting()?;
+    es.update_aliases(&actions).await?;
+    let previous: Vec<u32> = old
+        .iter()
+        .filter_map(|i| version_of(&p.alias, i))
+        .filter(|o| *o != v)
+        .collect();
+    shared
+        .meta
+        .finish_build(epoch, &p.name, v, &previous)
+        .await?;
+    tracing::info!(pipeline = %p.name, version = v, from = ?old, "alias moved: the new version is live");
+    acting()?;
+    coord.delete(&layout::build(&p.name), None, true).await?;
+    Ok(())
+}
+
+/// Deletes doomed indexes (reset builds, deleted pipelines) once no etl writes to them.
+async fn delete_doomed(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    existing: &[&str],
+) -> anyhow::Result<()> {
+    let doomed = shared.meta.doomed().await?;
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    let Ok(es) = es(shared) else {
+        return Ok(());
+    };
+    let mut records = Vec::new();
+    for member in coord.children("etls").await? {
+        if let Some(r) = json_at::<EtlRecord>(coord, &layout::etl(&member))
+            .await
+            .ok()
+            .flatten()
+        {
+            records.push(r);
+        }
+    }
+    for (index, pipeline, version) in doomed {
+        // A reset build's index is written while an etl still builds that version; a
+        // deleted pipeline's while an etl still routes the pipeline.
+        let deleted = !existing.contains(&pipeline.as_str());
+        let written = records.iter().any(|r| {
+            r.building.get(&pipeline) == Some(&version)
+                || (deleted && r.pipelines.contains(&pipeline))
+        });
+        if written {
+            continue;
+        }
+        acting()?;
+        es.delete_index(&index).await?;
+        shared.meta.forget_doomed(epoch, &index).await?;
+        tracing::info!(%index, pipeline, "doomed index deleted");
+    }
+    Ok(())
+}

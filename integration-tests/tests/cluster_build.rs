@@ -1,0 +1,166 @@
+//! A zero-downtime rebuild (issue 4): a table snapshotted into the next index version in
+//! chunks spread over 3 workers, while a write load inserts, updates and deletes rows in
+//! it and a worker is killed mid-build; searches through the alias keep answering, the
+//! alias never points at the version being built, and afterwards Elasticsearch equals
+//! MySQL.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use sluice_integration_tests::{eventually, TestCtx};
+
+const ROWS: u64 = 3000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
+    let ctx = TestCtx::new("build").await;
+    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
+        .await;
+    // Rows from before the source existed: only a build can bring them.
+    let values: Vec<String> = (1..=ROWS)
+        .map(|i| format!("({i}, 'item {i}', {})", i % 97))
+        .collect();
+    ctx.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
+        .await;
+    let mut cluster = ctx.start_cluster(3, 3).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    cluster
+        .wait_running(&[&items], Duration::from_secs(30))
+        .await;
+    let alias = items.pipeline.alias.clone();
+    // A live change makes the etl create version 1 and the alias (streaming only).
+    ctx.exec("UPDATE items SET qty = -1 WHERE id = 1").await;
+    let es = ctx.stack.es.clone();
+    eventually(
+        "version 1 behind the alias",
+        Duration::from_secs(60),
+        || async {
+            match es.alias_targets(&alias).await {
+                Ok(t) if t == [format!("{alias}_v1")] => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Searches through the alias, and where it points, all along.
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let (es, alias, watching) = (es.clone(), alias.clone(), watching.clone());
+        tokio::spawn(async move {
+            let mut seen: Vec<Vec<String>> = Vec::new();
+            let mut searches = 0u32;
+            while watching.load(Ordering::Relaxed) {
+                let targets = es.alias_targets(&alias).await.expect("alias readable");
+                if seen.last() != Some(&targets) {
+                    seen.push(targets);
+                }
+                es.count(&alias)
+                    .await
+                    .expect("searches through the alias answer");
+                searches += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await; // a probe pace
+            }
+            (seen, searches)
+        })
+    };
+
+    // A write load on the table being built.
+    let loading = Arc::new(AtomicBool::new(true));
+    let load = {
+        let (pool, db, loading) = (ctx.stack.mysql.clone(), ctx.db.clone(), loading.clone());
+        tokio::spawn(async move {
+            let mut conn = pool.get_conn().await.unwrap();
+            conn.query_drop(format!("USE `{db}`")).await.unwrap();
+            let mut n = 0u64;
+            while loading.load(Ordering::Relaxed) {
+                n += 1;
+                let id = 1 + (n * 37) % ROWS;
+                conn.query_drop(format!(
+                    "INSERT INTO items VALUES ({}, 'new {n}', {n})",
+                    ROWS + n
+                ))
+                .await
+                .unwrap();
+                conn.query_drop(format!(
+                    "UPDATE items SET qty = qty + 1000, name = 'upd {n}' WHERE id = {id}"
+                ))
+                .await
+                .unwrap();
+                if n % 5 == 0 {
+                    conn.query_drop(format!(
+                        "DELETE FROM items WHERE id = {}",
+                        1 + (n * 53) % ROWS
+                    ))
+                    .await
+                    .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await; // pacing a load
+            }
+            n
+        })
+    };
+
+    let started = cluster
+        .ctl(&[
+            "pipelines",
+            "build",
+            &items.pipeline.alias,
+            "--chunk-rows",
+            "100",
+            "--throttle",
+            "100",
+        ])
+        .unwrap();
+    assert_eq!(started["version"], 2, "{started}");
+
+    // Kill a worker once the snapshot is under way.
+    eventually("chunks being read", Duration::from_secs(60), || async {
+        let s = cluster.ctl(&["pipelines", "status", &items.pipeline.alias])?;
+        if s["phase"] == "snapshotting" && s["chunks_done"].as_u64().unwrap_or(0) >= 2 {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    })
+    .await;
+    cluster.workers[0].kill9();
+
+    let done = eventually("the build finishes", Duration::from_secs(180), || async {
+        let s = cluster.ctl(&["pipelines", "status", &items.pipeline.alias])?;
+        if s["phase"] == "done" {
+            Ok(s)
+        } else {
+            Err(format!("{s}\n{}", cluster.logs()))
+        }
+    })
+    .await;
+    assert_eq!(done["version"], 2);
+    loading.store(false, Ordering::Relaxed);
+    let statements = load.await.unwrap();
+    assert!(
+        statements > 20,
+        "the load ran during the build ({statements} rounds)"
+    );
+
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(90))
+        .await;
+    watching.store(false, Ordering::Relaxed);
+    let (seen, searches) = watcher.await.unwrap();
+    assert_eq!(
+        seen,
+        [vec![format!("{alias}_v1")], vec![format!("{alias}_v2")]],
+        "the alias moved once, from v1 straight to v2"
+    );
+    assert!(searches > 20, "only {searches} searches ran");
+    let pipelines = cluster.ctl(&["pipelines", "list"]).unwrap();
+    assert_eq!(pipelines[0]["state"], "available", "{pipelines}");
+    assert_eq!(pipelines[0]["live_version"], 2);
+    assert_eq!(pipelines[0]["history"], serde_json::json!([1]));
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
