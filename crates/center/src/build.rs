@@ -224,7 +224,9 @@ async fn drive_one(
     for name in finished {
         if let Some(worker) = all_jobs.remove(&name) {
             acting()?;
-            coord.delete(&layout::job(&worker, &name), None, false).await?;
+            coord
+                .delete(&layout::job(&worker, &name), None, false)
+                .await?;
         }
     }
     match status.phase.as_str() {
