@@ -164,3 +164,112 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     drop(cluster);
     ctx.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
+    let ctx = TestCtx::new("reset").await;
+    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
+        .await;
+    let values: Vec<String> = (1..=ROWS)
+        .map(|i| format!("({i}, 'item {i}', {})", i % 97))
+        .collect();
+    ctx.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
+        .await;
+    let cluster = ctx.start_cluster(3, 2).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    cluster
+        .wait_running(&[&items], Duration::from_secs(30))
+        .await;
+    let alias = items.pipeline.alias.clone();
+    ctx.exec("UPDATE items SET qty = -1 WHERE id = 1").await;
+    let es = ctx.stack.es.clone();
+    eventually(
+        "version 1 behind the alias",
+        Duration::from_secs(60),
+        || async {
+            match es.alias_targets(&alias).await {
+                Ok(t) if t == [format!("{alias}_v1")] => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // One chunk read in batches of 500 at 100 rows/s: the build stays under way.
+    cluster
+        .ctl(&[
+            "pipelines",
+            "build",
+            &alias,
+            "--chunk-rows",
+            "100000",
+            "--throttle",
+            "100",
+        ])
+        .unwrap();
+    eventually(
+        "the snapshot under way",
+        Duration::from_secs(60),
+        || async {
+            let s = cluster.ctl(&["pipelines", "status", &alias])?;
+            if s["rows_done"].as_u64().unwrap_or(0) >= 500 {
+                Ok(())
+            } else {
+                Err(s.to_string())
+            }
+        },
+    )
+    .await;
+    let reset = cluster.ctl(&["pipelines", "reset", &alias]).unwrap();
+    assert_eq!(reset["building_version"], 0, "{reset}");
+    assert_eq!(
+        es.alias_targets(&alias).await.unwrap(),
+        [format!("{alias}_v1")],
+        "a reset leaves the live alias where it was"
+    );
+    eventually(
+        "the abandoned version's index deleted",
+        Duration::from_secs(60),
+        || async {
+            match es.count(&format!("{alias}_v2")).await {
+                Err(_) => Ok(()),
+                Ok(n) => Err(format!(
+                    "{alias}_v2 still holds {n} documents\n{}",
+                    cluster.logs()
+                )),
+            }
+        },
+    )
+    .await;
+
+    // The next build takes a new version and completes.
+    let started = cluster
+        .ctl(&["pipelines", "build", &alias, "--chunk-rows", "1000"])
+        .unwrap();
+    assert_eq!(
+        started["version"], 3,
+        "versions are never reused: {started}"
+    );
+    eventually(
+        "the new build finishes",
+        Duration::from_secs(120),
+        || async {
+            let s = cluster.ctl(&["pipelines", "status", &alias])?;
+            if s["phase"] == "done" {
+                Ok(())
+            } else {
+                Err(s.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        es.alias_targets(&alias).await.unwrap(),
+        [format!("{alias}_v3")]
+    );
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(60))
+        .await;
+    drop(cluster);
+    ctx.cleanup().await;
+}
