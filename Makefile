@@ -23,9 +23,12 @@ stack-status:
 # Release builds of the services and the bench; sizes: BENCH_ROWS, BENCH_LATENCY_SAMPLES.
 .PHONY: bench
 
+# Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):
+# BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_CHUNK_ROWS.
 bench: stack-up
-	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-integration-tests
+	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-center -p sluicectl -p sluice-integration-tests
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/bench
+	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/snapshot_bench
 
 # ----- build, test, demo -------------------------------------------------------------
 .PHONY: build test lint demo demo-stop cluster cluster-stop

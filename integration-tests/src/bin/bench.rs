@@ -28,14 +28,14 @@ use futures::FutureExt as _;
 use mysql_async::prelude::*;
 use serde_json::{Map, Value};
 use sluice_core::{BinlogPosition, Checkpoint};
-use sluice_elastic::{BulkOp, ItemOutcome};
+use sluice_elastic::BulkOp;
 use sluice_integration_tests::services::Pipeline;
 use sluice_integration_tests::{kafka, Service, TestCtx};
 use tokio::sync::mpsc;
 
 const TABLE: &str = "bench";
 const ROWS_PER_TXN: u64 = 1000;
-const RAW_BATCH: usize = 2000;
+use sluice_integration_tests::ceiling::RAW_BATCH;
 const POLL: Duration = Duration::from_millis(50);
 
 struct Settings {
@@ -605,20 +605,7 @@ impl Bench {
             })
             .collect();
 
-        let started = Instant::now();
-        for chunk in ops.chunks(RAW_BATCH) {
-            let outcomes = es.bulk(chunk).await?;
-            if let Some(bad) = outcomes.iter().find(|o| **o != ItemOutcome::Applied) {
-                bail!("raw _bulk: an item was not applied: {bad:?}");
-            }
-        }
-        let total = started.elapsed();
-        es.refresh(&index).await?;
-        let count = es.count(&index).await?;
-        if count != docs {
-            bail!("raw _bulk: the scratch index holds {count} of {docs} documents");
-        }
-        es.delete_index(&index).await?;
+        let total = sluice_integration_tests::ceiling::bulk_ceiling(&es, &index, &ops).await?;
         self.raw_index = None;
         Ok(Throughput {
             count: docs,

@@ -1,0 +1,206 @@
+//! `make bench` (second part): snapshot throughput of a build, on a local cluster (one
+//! center, three workers, one etl) over the local stack.
+//!
+//! 1. MySQL → Kafka by the workers alone: a table of `BENCH_SNAPSHOT_ROWS` (default
+//!    1,000,000) rows is built with the etl stopped (SIGSTOP, once it confirmed it writes
+//!    to the new version), so nothing competes with the workers; timed from the build's
+//!    start until every chunk is done. The build is then reset.
+//! 2. End to end into Elasticsearch: a table of `BENCH_SNAPSHOT_E2E_ROWS` (default
+//!    100,000; the local Elasticsearch stand-in holds every document in RAM) is built with
+//!    the etl running, timed until the alias moved to the new version — next to the raw
+//!    `_bulk` ceiling of the same server for as many similar documents.
+//!
+//! `BENCH_CHUNK_ROWS` (default 20000) sets the chunk size.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde_json::{Map, Value};
+use sluice_elastic::BulkOp;
+use sluice_integration_tests::ceiling::bulk_ceiling;
+use sluice_integration_tests::{Cluster, TestCtx};
+
+fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("{name}={v} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let ctx = TestCtx::new("snapbench").await;
+    let outcome = run(&ctx).await;
+    println!("cleanup: {}", ctx.cleanup().await);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("snapshot bench failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn fill(ctx: &TestCtx, table: &str, rows: u64) -> anyhow::Result<Duration> {
+    ctx.exec(&format!(
+        "CREATE TABLE {table} (id BIGINT PRIMARY KEY, k INT, c VARCHAR(120), pad VARCHAR(60), ts DATETIME(6))"
+    ))
+    .await;
+    let started = Instant::now();
+    // MariaDB's sequence engine generates the rows server-side.
+    let mut from = 1;
+    while from <= rows {
+        let to = (from + 199_999).min(rows);
+        ctx.exec(&format!(
+            "INSERT INTO {table} SELECT seq, seq % 100000, CONCAT('row ', seq, ' ', REPEAT('c', 60)), \
+             REPEAT('p', 50), NOW(6) FROM seq_{from}_to_{to}"
+        ))
+        .await;
+        from = to + 1;
+    }
+    Ok(started.elapsed())
+}
+
+async fn wait_phase(
+    cluster: &Cluster,
+    alias: &str,
+    done: impl Fn(&Value) -> bool,
+    within: Duration,
+) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let s = cluster
+            .ctl(&["pipelines", "status", alias])
+            .map_err(anyhow::Error::msg)?;
+        if done(&s) {
+            return Ok(s);
+        }
+        if Instant::now() > deadline {
+            bail!("build of {alias} did not get there within {within:?}: {s}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await; // a poll pace
+    }
+}
+
+async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
+    let rows = env_u64("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
+    let e2e_rows = env_u64("BENCH_SNAPSHOT_E2E_ROWS", 100_000)?;
+    let chunk = env_u64("BENCH_CHUNK_ROWS", 20_000)?;
+    let chunk_arg = chunk.to_string();
+
+    let filled = fill(ctx, "big", rows).await?;
+    println!(
+        "[snapshot 1/3] table big: {rows} rows written in {:.1} s",
+        filled.as_secs_f64()
+    );
+    let mut cluster = ctx.start_cluster(1, 3).await;
+    let big = ctx.add_source(&cluster, "big", 1).await;
+    cluster.wait_running(&[&big], Duration::from_secs(60)).await;
+    let alias = big.pipeline.alias.clone();
+
+    // Workers alone: the etl confirms it writes to the new version, then is stopped.
+    cluster
+        .ctl(&["pipelines", "build", &alias, "--chunk-rows", &chunk_arg])
+        .map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    wait_phase(
+        &cluster,
+        &alias,
+        |s| s["phase"] != "waiting for etl",
+        Duration::from_secs(60),
+    )
+    .await?;
+    cluster.etl.signal("STOP");
+    let s = wait_phase(
+        &cluster,
+        &alias,
+        |s| s["phase"] == "catching up" || s["phase"] == "swap",
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let took = started.elapsed();
+    println!(
+        "[snapshot 2/3] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {:.0} rows/s",
+        s["rows_done"],
+        s["chunks"],
+        took.as_secs_f64(),
+        s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64()
+    );
+    cluster
+        .ctl(&["pipelines", "reset", &alias])
+        .map_err(anyhow::Error::msg)?;
+    cluster
+        .ctl(&["pipelines", "delete", &alias])
+        .map_err(anyhow::Error::msg)?;
+    cluster
+        .ctl(&["sources", "delete", &big.name])
+        .map_err(anyhow::Error::msg)?;
+    cluster.etl.signal("CONT");
+    ctx.exec("DROP TABLE big").await;
+
+    // End to end, with the etl running.
+    fill(ctx, "mid", e2e_rows).await?;
+    let mid = ctx.add_source(&cluster, "mid", 2).await;
+    cluster.wait_running(&[&mid], Duration::from_secs(60)).await;
+    let alias = mid.pipeline.alias.clone();
+    cluster
+        .ctl(&["pipelines", "build", &alias, "--chunk-rows", &chunk_arg])
+        .map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    let done = wait_phase(
+        &cluster,
+        &alias,
+        |s| s["phase"] == "done",
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let took = started.elapsed();
+    let docs = ctx.stack.es.count(&alias).await?;
+    let e2e_rate = docs as f64 / took.as_secs_f64();
+    println!(
+        "[snapshot 3/3] end to end into Elasticsearch: {docs} documents (version {}) live {:.1} s after the build started = {e2e_rate:.0} docs/s",
+        done["version"],
+        took.as_secs_f64()
+    );
+    if docs != e2e_rows {
+        bail!("the alias holds {docs} documents, the table {e2e_rows} rows");
+    }
+
+    // The ceiling: the same server, as many similar documents.
+    let es = &ctx.stack.es;
+    let index = format!("snapbench_raw_{}", ctx.suffix).to_ascii_lowercase();
+    es.create_index(
+        &index,
+        &serde_json::json!({"settings": {"number_of_replicas": 0}}),
+    )
+    .await?;
+    let ops: Vec<BulkOp> = (1..=e2e_rows)
+        .map(|id| {
+            let mut doc = Map::new();
+            doc.insert("id".into(), id.into());
+            doc.insert("k".into(), (id % 100_000).into());
+            doc.insert("c".into(), format!("row {id} {}", "c".repeat(60)).into());
+            doc.insert("pad".into(), "p".repeat(50).into());
+            doc.insert("ts".into(), "2026-11-22T00:00:00.000000".into());
+            BulkOp::Index {
+                index: index.clone(),
+                id: id.to_string(),
+                version: id,
+                routing: None,
+                doc: Value::Object(doc),
+            }
+        })
+        .collect();
+    let raw = bulk_ceiling(es, &index, &ops).await?;
+    let raw_rate = e2e_rows as f64 / raw.as_secs_f64();
+    println!(
+        "[snapshot 3/3] raw _bulk ceiling of the same Elasticsearch: {e2e_rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
+        raw.as_secs_f64(),
+        100.0 * e2e_rate / raw_rate
+    );
+    drop(cluster);
+    Ok(())
+}
