@@ -286,14 +286,15 @@ pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<
             unaware.push(member);
         }
     }
-    if etls == 0 || !unaware.is_empty() {
+    // With no etl running nothing is being applied: an etl that starts later reads the
+    // pipeline, building version included, before it applies anything.
+    if !unaware.is_empty() {
         s.phase = "waiting for etl".into();
-        s.message = if etls == 0 {
-            "no etl is running: a build needs one".into()
-        } else {
-            format!("waiting for {} to write to version {v}", unaware.join(", "))
-        };
+        s.message = format!("waiting for {} to write to version {v}", unaware.join(", "));
         return Ok(s);
+    }
+    if etls == 0 {
+        s.message = "no etl is running: the build goes on; the alias moves once an etl caught up".into();
     }
     let Some(plan) = json_at::<PlanRecord>(coord, &layout::build_plan(&p.name)).await? else {
         s.phase = "planning".into();

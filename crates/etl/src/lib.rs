@@ -356,7 +356,7 @@ async fn plan(
                     Err(e) => return Err(e).context("cannot prepare the pipeline's index"),
                 }
             }
-            for index in router.targets(p) {
+            for index in router.targets_of(p, &event) {
                 match router.op(p, index, &event) {
                     Ok(op) => {
                         let key = (index.clone(), op_id(&op).to_owned());

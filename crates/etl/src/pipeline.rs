@@ -73,6 +73,23 @@ impl Router {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()
     }
 
+    /// The indexes `event` goes to: every target, except that a snapshot row of a build
+    /// goes only to the version being built (the live versions have the live state).
+    pub fn targets_of(&self, idx: usize, event: &ChangeEvent) -> &[String] {
+        let all = self.targets(idx);
+        let p = &self.pipelines[idx];
+        match (event.op, p.cfg.building) {
+            (Op::Read, Some(v)) => {
+                let building = format!("{}_v{v}", p.cfg.alias());
+                match all.iter().position(|t| *t == building) {
+                    Some(i) => &all[i..=i],
+                    None => all,
+                }
+            }
+            _ => all,
+        }
+    }
+
     /// Makes pipeline `idx` ready to write: resolves the indexes behind its alias, creating
     /// `<alias>_v1` with a mapping generated from `columns` and pointing the alias at it
     /// when the alias does not exist yet; and adds to the mapping any column this process

@@ -3,8 +3,9 @@
 //!
 //! 1. MySQL → Kafka by the workers alone: a table of `BENCH_SNAPSHOT_ROWS` (default
 //!    1,000,000) rows is built with the etl stopped (SIGSTOP, once it confirmed it writes
-//!    to the new version), so nothing competes with the workers; timed from the build's
-//!    start until every chunk is done. The build is then reset.
+//!    to the new version; its session then expires and the build goes on without it), so
+//!    nothing competes with the workers; timed from the build's start until every chunk
+//!    is done. The build is then reset.
 //! 2. End to end into Elasticsearch: a table of `BENCH_SNAPSHOT_E2E_ROWS` (default
 //!    100,000; the local Elasticsearch stand-in holds every document in RAM) is built with
 //!    the etl running, timed until the alias moved to the new version — next to the raw
