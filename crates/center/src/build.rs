@@ -294,7 +294,8 @@ pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<
         return Ok(s);
     }
     if etls == 0 {
-        s.message = "no etl is running: the build goes on; the alias moves once an etl caught up".into();
+        s.message =
+            "no etl is running: the build goes on; the alias moves once an etl caught up".into();
     }
     let Some(plan) = json_at::<PlanRecord>(coord, &layout::build_plan(&p.name)).await? else {
         s.phase = "planning".into();
