@@ -109,7 +109,7 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
             "build",
             &items.pipeline.alias,
             "--chunk-rows",
-            "100",
+            "500",
             "--throttle",
             "100",
         ])
@@ -119,7 +119,9 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     // Kill a worker once the snapshot is under way.
     eventually("chunks being read", Duration::from_secs(60), || async {
         let s = cluster.ctl(&["pipelines", "status", &items.pipeline.alias])?;
-        if s["phase"] == "snapshotting" && s["chunks_done"].as_u64().unwrap_or(0) >= 2 {
+        // 500-row chunks read in 500-row batches at 100 rows/s: every chunk pauses ~5 s
+        // after its first batch, so workers hold half-read chunks for that long.
+        if s["phase"] == "snapshotting" && s["rows_done"].as_u64().unwrap_or(0) >= 500 {
             Ok(())
         } else {
             Err(s.to_string())
