@@ -31,18 +31,6 @@ pub const DEFAULT_CHUNK_ROWS: u64 = 10_000;
 /// Build jobs a worker runs at once (each holds a MySQL connection).
 const JOBS_PER_WORKER: usize = 2;
 
-async fn json_at<T: serde::de::DeserializeOwned>(
-    coord: &Coordinator,
-    rel: &str,
-) -> anyhow::Result<Option<T>> {
-    match coord.get(rel).await? {
-        Some(n) => Ok(Some(
-            serde_json::from_slice(&n.data).with_context(|| format!("{rel}: unreadable"))?,
-        )),
-        None => Ok(None),
-    }
-}
-
 /// Every build job: job name → worker.
 async fn jobs(coord: &Coordinator) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
@@ -73,7 +61,7 @@ pub(crate) async fn drive(
     for name in coord.children("builds").await? {
         let current = building.get(name.as_str()).map(|p| p.building_version);
         let recorded: Option<BuildRecord> =
-            json_at(coord, &layout::build(&name)).await.ok().flatten();
+            coord.get_json(&layout::build(&name)).await.ok().flatten();
         if current.is_none() || recorded.is_some_and(|r| Some(r.version) != current) {
             acting()?;
             coord.delete(&layout::build(&name), None, true).await?;
@@ -84,7 +72,8 @@ pub(crate) async fn drive(
     for (job, worker) in all_jobs.clone() {
         let pipeline = job.split('~').next().unwrap_or_default();
         let wanted = match building.get(pipeline) {
-            Some(p) => json_at::<JobRecord>(coord, &layout::job(&worker, &job))
+            Some(p) => coord
+                .get_json::<JobRecord>(&layout::job(&worker, &job))
                 .await?
                 .is_some_and(|j| j.version == p.building_version),
             None => false,
@@ -171,7 +160,7 @@ async fn drive_one(
     all_jobs: &mut BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
     let v = p.building_version;
-    let record: Option<BuildRecord> = json_at(coord, &layout::build(&p.name)).await?;
+    let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.name)).await?;
     if record.as_ref().is_none_or(|r| r.version != v) {
         let (chunk_rows, throttle, started) = shared
             .meta
@@ -198,26 +187,20 @@ async fn drive_one(
             )
             .await?;
     }
-    let status = status(coord, p).await?;
+    let (status, chunk_done) = progress(coord, p).await?;
     tracing::debug!(pipeline = %p.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
     let job = |kind: &str| format!("{}~{kind}", p.name);
+    let chunk_job = |n: usize| job(&format!("{n:05}"));
     // Jobs whose work is done leave room for the next.
     let mut finished: Vec<String> = Vec::new();
     if status.phase != "planning" && status.phase != "waiting for etl" {
         finished.push(job("plan"));
     }
-    if let Some(plan) = json_at::<PlanRecord>(coord, &layout::build_plan(&p.name)).await? {
-        for n in 0..plan.chunks {
-            let done = coord
-                .read_checkpoint(&layout::chunk_task(&p.name, n))
-                .await?
-                .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
-                .is_some_and(|c| c.done);
-            if done {
-                finished.push(job(&format!("{n:05}")));
-            }
-        }
-    }
+    finished.extend(
+        (0..chunk_done.len())
+            .filter(|&n| chunk_done[n])
+            .map(chunk_job),
+    );
     if status.phase == "swap" {
         finished.push(job("mark"));
     }
@@ -233,26 +216,8 @@ async fn drive_one(
         "waiting for etl" => Ok(()),
         "planning" => ensure_job(coord, epoch, v, acting, job("plan"), live, all_jobs).await,
         "snapshotting" => {
-            let plan: PlanRecord = json_at(coord, &layout::build_plan(&p.name))
-                .await?
-                .context("plan vanished")?;
-            for n in 0..plan.chunks {
-                let cursor: Option<ChunkCursor> = coord
-                    .read_checkpoint(&layout::chunk_task(&p.name, n))
-                    .await?
-                    .and_then(|b| serde_json::from_slice(&b).ok());
-                if !cursor.is_some_and(|c| c.done) {
-                    ensure_job(
-                        coord,
-                        epoch,
-                        v,
-                        acting,
-                        job(&format!("{n:05}")),
-                        live,
-                        all_jobs,
-                    )
-                    .await?;
-                }
+            for n in (0..chunk_done.len()).filter(|&n| !chunk_done[n]) {
+                ensure_job(coord, epoch, v, acting, chunk_job(n), live, all_jobs).await?;
             }
             Ok(())
         }
@@ -264,6 +229,12 @@ async fn drive_one(
 
 /// Where a pipeline's build stands (any replica can compute it).
 pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<BuildStatus> {
+    Ok(progress(coord, p).await?.0)
+}
+
+/// The build's status and, once planned, which chunks are done (read once per pass).
+async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildStatus, Vec<bool>)> {
+    let mut done = Vec::new();
     let mut s = BuildStatus {
         pipeline: p.name.clone(),
         version: p.building_version,
@@ -271,17 +242,20 @@ pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<
         ..Default::default()
     };
     if p.building_version == 0 {
-        return Ok(s);
+        return Ok((s, done));
     }
     let v = p.building_version;
-    if let Some(rec) = json_at::<BuildRecord>(coord, &layout::build(&p.name)).await? {
+    if let Some(rec) = coord
+        .get_json::<BuildRecord>(&layout::build(&p.name))
+        .await?
+    {
         s.started_at_ms = rec.started_at_ms;
     }
     let mut etls = 0;
     let mut unaware = Vec::new();
     for member in coord.children("etls").await? {
         etls += 1;
-        let rec: Option<EtlRecord> = json_at(coord, &layout::etl(&member)).await.ok().flatten();
+        let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await.ok().flatten();
         if rec.is_none_or(|r| r.building.get(&p.name) != Some(&v)) {
             unaware.push(member);
         }
@@ -291,35 +265,36 @@ pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<
     if !unaware.is_empty() {
         s.phase = "waiting for etl".into();
         s.message = format!("waiting for {} to write to version {v}", unaware.join(", "));
-        return Ok(s);
+        return Ok((s, done));
     }
     if etls == 0 {
         s.message =
             "no etl is running: the build goes on; the alias moves once an etl caught up".into();
     }
-    let Some(plan) = json_at::<PlanRecord>(coord, &layout::build_plan(&p.name)).await? else {
+    let Some(plan) = coord
+        .get_json::<PlanRecord>(&layout::build_plan(&p.name))
+        .await?
+    else {
         s.phase = "planning".into();
-        return Ok(s);
+        return Ok((s, done));
     };
     s.chunks = plan.chunks;
     s.rows_estimated = plan.estimated_rows;
     for n in 0..plan.chunks {
-        if let Some(c) = coord
+        let cursor = coord
             .read_checkpoint(&layout::chunk_task(&p.name, n))
             .await?
             .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
-        {
-            s.rows_done += c.rows;
-            if c.done {
-                s.chunks_done += 1;
-            }
-        }
+            .unwrap_or_default();
+        s.rows_done += cursor.rows;
+        s.chunks_done += u32::from(cursor.done);
+        done.push(cursor.done);
     }
     let elapsed = (sluice_core::now_ms() - s.started_at_ms).max(1) as f64 / 1000.0;
     s.rows_per_sec = s.rows_done as f64 / elapsed;
     if s.chunks_done < plan.chunks {
         s.phase = "snapshotting".into();
-        return Ok(s);
+        return Ok((s, done));
     }
     let partitions: Option<u32> = coord
         .get(&layout::build_partitions(&p.name))
@@ -347,7 +322,7 @@ pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<
         }
         None => "catching up".into(),
     };
-    Ok(s)
+    Ok((s, done))
 }
 
 fn es(shared: &Shared) -> anyhow::Result<&EsClient> {
@@ -429,7 +404,8 @@ async fn delete_doomed(
     };
     let mut records = Vec::new();
     for member in coord.children("etls").await? {
-        if let Some(r) = json_at::<EtlRecord>(coord, &layout::etl(&member))
+        if let Some(r) = coord
+            .get_json::<EtlRecord>(&layout::etl(&member))
             .await
             .ok()
             .flatten()

@@ -132,27 +132,19 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     }
 }
 
-async fn get_json<T: serde::de::DeserializeOwned>(
-    coord: &Coordinator,
-    rel: &str,
-) -> anyhow::Result<Option<T>> {
-    match coord.get(rel).await? {
-        Some(n) => Ok(Some(
-            serde_json::from_slice(&n.data).with_context(|| format!("{rel}: unreadable record"))?,
-        )),
-        None => Ok(None),
-    }
-}
-
 async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::Result<()> {
     let (pipeline, kind) = name
         .split_once('~')
         .ok_or_else(|| anyhow!("`{name}` is not a build job name"))?;
     let me = &jobs.cfg.worker.id;
-    let job: JobRecord = get_json(&jobs.coord, &layout::job(me, name))
+    let job: JobRecord = jobs
+        .coord
+        .get_json(&layout::job(me, name))
         .await?
         .ok_or_else(|| anyhow!("job {name} vanished"))?;
-    let build: BuildRecord = get_json(&jobs.coord, &layout::build(pipeline))
+    let build: BuildRecord = jobs
+        .coord
+        .get_json(&layout::build(pipeline))
         .await?
         .ok_or_else(|| anyhow!("no build of {pipeline} in progress"))?;
     if build.version != job.version {
@@ -162,7 +154,9 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
             build.version
         );
     }
-    let record: SourceRecord = get_json(&jobs.coord, &layout::mapping(&build.source))
+    let record: SourceRecord = jobs
+        .coord
+        .get_json(&layout::mapping(&build.source))
         .await?
         .ok_or_else(|| anyhow!("source {} is gone", build.source))?;
     let src = crate::assigned::source_config(&record).map_err(|e| anyhow!(e))?;
@@ -241,7 +235,9 @@ async fn chunk(
     n: u32,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let range: ChunkRecord = get_json(&jobs.coord, &layout::build_chunk(&b.pipeline, n))
+    let range: ChunkRecord = jobs
+        .coord
+        .get_json(&layout::build_chunk(&b.pipeline, n))
         .await?
         .ok_or_else(|| anyhow!("chunk {n} of {} is not planned", b.pipeline))?;
     let lower: Option<Key> = serde_json::from_value(range.lower)?;

@@ -57,6 +57,10 @@ pub enum ZkError {
     #[error("invalid ZooKeeper configuration: {}", join(.0))]
     InvalidConfig(Vec<ConfigIssue>),
 
+    /// A node holds something that is not the record its path is documented to hold.
+    #[error("ZooKeeper node `{path}` is not a readable record: {detail}")]
+    Unreadable { path: String, detail: String },
+
     /// A caller passed an unusable value (a task id that is not a znode name, an empty
     /// checkpoint).
     #[error("invalid argument: {0}")]
@@ -92,7 +96,8 @@ impl ZkError {
             ZkError::Fenced { .. }
             | ZkError::Cancelled
             | ZkError::InvalidConfig(_)
-            | ZkError::InvalidArgument(_) => false,
+            | ZkError::InvalidArgument(_)
+            | ZkError::Unreadable { .. } => false,
         }
     }
 

@@ -21,6 +21,17 @@ pub struct Node {
     pub created_zxid: i64,
 }
 
+impl Node {
+    fn new(data: Vec<u8>, stat: zookeeper_async::Stat) -> Self {
+        Self {
+            data,
+            version: stat.version,
+            ephemeral_owner: stat.ephemeral_owner,
+            created_zxid: stat.czxid,
+        }
+    }
+}
+
 /// What a write expects to find.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -77,17 +88,30 @@ impl Coordinator {
             .call("get", &path, self.zk().get_data(&path, false))
             .await
         {
-            Ok((data, stat)) => Ok(Some(Node {
-                data,
-                version: stat.version,
-                ephemeral_owner: stat.ephemeral_owner,
-                created_zxid: stat.czxid,
-            })),
+            Ok((data, stat)) => Ok(Some(Node::new(data, stat))),
             Err(ZkError::Zk {
                 source: ZkCode::NoNode,
                 ..
             }) => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The JSON record at `rel` (see [`crate::layout`]), `None` when there is no node.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        rel: &str,
+    ) -> Result<Option<T>, ZkError> {
+        match self.get(rel).await? {
+            Some(node) => {
+                serde_json::from_slice(&node.data)
+                    .map(Some)
+                    .map_err(|e| ZkError::Unreadable {
+                        path: self.path(rel),
+                        detail: e.to_string(),
+                    })
+            }
+            None => Ok(None),
         }
     }
 
@@ -108,13 +132,7 @@ impl Coordinator {
                 .await
             {
                 Ok((data, stat)) => {
-                    let node = Node {
-                        data,
-                        version: stat.version,
-                        ephemeral_owner: stat.ephemeral_owner,
-                        created_zxid: stat.czxid,
-                    };
-                    return Ok((Some(node), Watch { session, fired }));
+                    return Ok((Some(Node::new(data, stat)), Watch { session, fired }));
                 }
                 Err(ZkError::Zk {
                     source: ZkCode::NoNode,
