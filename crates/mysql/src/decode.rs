@@ -365,17 +365,6 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
         (Kind::Int, Value::Int(i)) if col.fixup == Fixup::SignExtend24 && i >= 1 << 23 => {
             Ok(Json::from(i - (1 << 24)))
         }
-        (Kind::Int, Value::Int(i)) => Ok(Json::from(i)),
-        (Kind::Int, Value::UInt(u)) => Ok(Json::from(u)),
-        (Kind::Float, Value::Float(f)) => {
-            // Print at single precision, then widen: FLOAT 1.1 is "1.1", not 1.100000023841858.
-            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
-            number_from_f64(shortest)
-        }
-        (Kind::Float | Kind::Double, Value::Double(d)) => number_from_f64(d),
-        (Kind::Decimal, Value::Bytes(b)) => Ok(Json::String(
-            String::from_utf8(b).map_err(|e| e.to_string())?,
-        )),
         (Kind::Year, Value::Bytes(b)) => {
             let y: u32 = std::str::from_utf8(&b)
                 .ok()
@@ -384,7 +373,6 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
             // The binlog stores YEAR as years since 1900, with 0 meaning 0000.
             Ok(Json::from(if y == 1900 { 0 } else { y }))
         }
-        (Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
         (Kind::Text, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
         (Kind::Bytes, Value::Bytes(mut b)) => {
             if let Fixup::PadTo(n) = col.fixup {
@@ -392,25 +380,7 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
                     b.resize(n, 0);
                 }
             }
-            Ok(Json::String(
-                base64::engine::general_purpose::STANDARD.encode(b),
-            ))
-        }
-        (Kind::Date, Value::Date(y, m, d, ..)) => {
-            if y == 0 && m == 0 && d == 0 {
-                Ok(Json::Null)
-            } else {
-                Ok(Json::String(format!("{y:04}-{m:02}-{d:02}")))
-            }
-        }
-        (Kind::DateTime, Value::Date(y, mo, d, h, mi, s, us)) => {
-            if y == 0 && mo == 0 && d == 0 {
-                return Ok(Json::Null);
-            }
-            Ok(Json::String(format!(
-                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}",
-                fraction(us, col.fsp)
-            )))
+            shared_value(Kind::Bytes, col.fsp, Value::Bytes(b))
         }
         (Kind::Timestamp, Value::Bytes(b)) => {
             let text = String::from_utf8(b).map_err(|e| e.to_string())?;
@@ -436,14 +406,6 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
             }
             Ok(Json::String(format!("{}Z", utc_datetime(secs))))
         }
-        (Kind::Time, Value::Time(neg, days, h, m, s, us)) => {
-            let hours = days as u64 * 24 + h as u64;
-            let sign = if neg { "-" } else { "" };
-            Ok(Json::String(format!(
-                "{sign}{hours:02}:{m:02}:{s:02}{}",
-                fraction(us, col.fsp)
-            )))
-        }
         (Kind::Enum, Value::Int(i)) => {
             if i == 0 {
                 // MySQL's "invalid value" index stores the empty string.
@@ -468,6 +430,31 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
                 .collect();
             Ok(Json::Array(labels))
         }
+        // MariaDB stores JSON as LONGTEXT; a JSON column arriving as text stays text.
+        (Kind::Json, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
+        (kind, v) => shared_value(kind, col.fsp, v),
+    }
+}
+
+/// The JSON of the value shapes a binlog row and a binary-protocol result share
+/// (integers, floats, DECIMAL text, bytes, BIT, DATE, DATETIME, TIMESTAMP read in UTC,
+/// TIME): one place, so a snapshot row and a streamed row of the same value are equal.
+pub(crate) fn shared_value(kind: Kind, fsp: u8, value: Value) -> Result<Json, String> {
+    match (kind, value) {
+        (Kind::Int | Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
+        (Kind::Int | Kind::Year, Value::UInt(u)) => Ok(Json::from(u)),
+        (Kind::Float, Value::Float(f)) => {
+            // Print at single precision, then widen: FLOAT 1.1 is "1.1", not 1.100000023841858.
+            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
+            number_from_f64(shortest)
+        }
+        (Kind::Float | Kind::Double, Value::Double(d)) => number_from_f64(d),
+        (Kind::Decimal, Value::Bytes(b)) => Ok(Json::String(
+            String::from_utf8(b).map_err(|e| e.to_string())?,
+        )),
+        (Kind::Bytes, Value::Bytes(b)) => Ok(Json::String(
+            base64::engine::general_purpose::STANDARD.encode(b),
+        )),
         (Kind::Bit, Value::Bytes(b)) => {
             if b.len() > 8 {
                 return Err(format!("BIT value of {} bytes", b.len()));
@@ -476,15 +463,36 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json
                 b.iter().fold(0u64, |acc, byte| (acc << 8) | *byte as u64),
             ))
         }
-        // MariaDB stores JSON as LONGTEXT; a JSON column arriving as text stays text.
-        (Kind::Json, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
-        (kind, v) => Err(format!(
-            "unexpected binlog value {v:?} for a {kind:?} column"
-        )),
+        (Kind::Date, Value::Date(y, m, d, ..)) => {
+            if y == 0 && m == 0 && d == 0 {
+                Ok(Json::Null)
+            } else {
+                Ok(Json::String(format!("{y:04}-{m:02}-{d:02}")))
+            }
+        }
+        (Kind::DateTime | Kind::Timestamp, Value::Date(y, mo, d, h, mi, s, us)) => {
+            if y == 0 && mo == 0 && d == 0 {
+                return Ok(Json::Null);
+            }
+            let zone = if kind == Kind::Timestamp { "Z" } else { "" };
+            Ok(Json::String(format!(
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}{zone}",
+                fraction(us, fsp)
+            )))
+        }
+        (Kind::Time, Value::Time(neg, days, h, m, s, us)) => {
+            let hours = days as u64 * 24 + h as u64;
+            let sign = if neg { "-" } else { "" };
+            Ok(Json::String(format!(
+                "{sign}{hours:02}:{m:02}:{s:02}{}",
+                fraction(us, fsp)
+            )))
+        }
+        (kind, v) => Err(format!("unexpected value {v:?} for a {kind:?} column")),
     }
 }
 
-pub(crate) fn number_from_f64(f: f64) -> Result<Json, String> {
+fn number_from_f64(f: f64) -> Result<Json, String> {
     Number::from_f64(f)
         .map(Json::Number)
         .ok_or_else(|| format!("non-finite number {f}"))

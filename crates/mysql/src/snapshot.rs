@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json};
 use sluice_core::{BinlogPosition, ColumnInfo};
 
-use crate::decode::{fraction, number_from_f64, Kind};
+use crate::decode::{shared_value, Kind};
 use crate::error::MysqlError;
 use crate::preflight::query_err;
 use crate::source::SourceConfig;
@@ -441,22 +441,13 @@ fn value_to_json(col: &Column, value: Value) -> Result<Json, String> {
     }
     let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| format!("not UTF-8: {e}"));
     match (col.kind, value) {
-        (Kind::Int | Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
-        (Kind::Int | Kind::Year, Value::UInt(u)) => Ok(Json::from(u)),
-        (Kind::Float, Value::Float(f)) => {
-            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
-            number_from_f64(shortest)
-        }
-        (Kind::Float | Kind::Double, Value::Double(d)) => number_from_f64(d),
-        (Kind::Decimal | Kind::Text | Kind::Enum, Value::Bytes(b)) => text(b).map(Json::String),
+        // Labels and text come as text here (the binlog has ENUM/SET indexes and charsets).
+        (Kind::Text | Kind::Enum, Value::Bytes(b)) => text(b).map(Json::String),
         (Kind::Json, Value::Bytes(b)) => {
             // MySQL's JSON type: the document; MariaDB's JSON is LONGTEXT (Kind::Text).
             let t = text(b)?;
             serde_json::from_str(&t).map_err(|e| format!("invalid JSON document: {e}"))
         }
-        (Kind::Bytes, Value::Bytes(b)) => Ok(Json::String(
-            base64::engine::general_purpose::STANDARD.encode(b),
-        )),
         (Kind::Set, Value::Bytes(b)) => {
             let t = text(b)?;
             Ok(Json::Array(
@@ -466,40 +457,7 @@ fn value_to_json(col: &Column, value: Value) -> Result<Json, String> {
                     .collect(),
             ))
         }
-        (Kind::Bit, Value::Bytes(b)) => {
-            if b.len() > 8 {
-                return Err(format!("BIT value of {} bytes", b.len()));
-            }
-            Ok(Json::from(
-                b.iter().fold(0u64, |acc, byte| (acc << 8) | *byte as u64),
-            ))
-        }
-        (Kind::Date, Value::Date(y, m, d, ..)) => {
-            if y == 0 && m == 0 && d == 0 {
-                Ok(Json::Null)
-            } else {
-                Ok(Json::String(format!("{y:04}-{m:02}-{d:02}")))
-            }
-        }
-        (Kind::DateTime | Kind::Timestamp, Value::Date(y, mo, d, h, mi, s, us)) => {
-            if y == 0 && mo == 0 && d == 0 {
-                return Ok(Json::Null);
-            }
-            // The session time zone is UTC, so a TIMESTAMP reads as UTC.
-            let zone = if col.kind == Kind::Timestamp { "Z" } else { "" };
-            Ok(Json::String(format!(
-                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}{zone}",
-                fraction(us, col.fsp)
-            )))
-        }
-        (Kind::Time, Value::Time(neg, days, h, m, s, us)) => {
-            let hours = days as u64 * 24 + h as u64;
-            let sign = if neg { "-" } else { "" };
-            Ok(Json::String(format!(
-                "{sign}{hours:02}:{m:02}:{s:02}{}",
-                fraction(us, col.fsp)
-            )))
-        }
-        (kind, v) => Err(format!("unexpected value {v:?} for a {kind:?} column")),
+        // The session time zone is UTC, so a TIMESTAMP reads as UTC.
+        (kind, v) => shared_value(kind, col.fsp, v),
     }
 }
