@@ -186,9 +186,7 @@ async fn plan(
     {
         return Ok(());
     }
-    let mut conn = mysql_async::Conn::new(src.opts())
-        .await
-        .with_context(|| format!("cannot connect to source {}", src.name))?;
+    let mut conn = connect(src).await?;
     let table = SnapshotTable::describe(src, &mut conn, &b.database, &b.table).await?;
     let estimated_rows = table.estimated_rows(src, &mut conn).await?;
     let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
@@ -265,9 +263,7 @@ async fn chunk(
             .map_or(0, |c| c.epoch);
         let topic = jobs.cfg.topics.rows_topic(&b.source, &b.database, &b.table);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
-        let mut conn = mysql_async::Conn::new(src.opts())
-            .await
-            .with_context(|| format!("cannot connect to source {}", src.name))?;
+        let mut conn = connect(src).await?;
         let table = SnapshotTable::describe(src, &mut conn, &b.database, &b.table).await?;
         let started = Instant::now();
         let rows_at_start = cursor.rows;
@@ -317,17 +313,7 @@ async fn chunk(
                 };
                 deliveries.push(crate::task::send(&jobs.producer, &record).await?);
             }
-            for d in deliveries {
-                match d.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err((e, _))) => {
-                        return Err(
-                            anyhow!(e).context(format!("Kafka refused a snapshot row for {topic}"))
-                        )
-                    }
-                    Err(_) => bail!("the producer dropped a delivery report"),
-                }
-            }
+            acknowledged(deliveries, &format!("a snapshot row for {topic}")).await?;
             cursor.rows += batch.rows.len() as u64;
             cursor.done = batch.rows.len() < BATCH_ROWS;
             if let Some(k) = batch.last_key {
@@ -396,13 +382,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
             .map_err(|(e, _)| anyhow!(e).context("cannot send a build marker"))?;
         deliveries.push(d);
     }
-    for d in deliveries {
-        match d.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => return Err(anyhow!(e).context("Kafka refused a build marker")),
-            Err(_) => bail!("the producer dropped a delivery report"),
-        }
-    }
+    acknowledged(deliveries, "a build marker").await?;
     jobs.coord
         .put(
             &layout::build_partitions(&b.pipeline),
@@ -412,4 +392,25 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
         .await?;
     tracing::info!(pipeline = %b.pipeline, partitions, "build markers written");
     Ok(())
+}
+
+/// Waits for Kafka to acknowledge every delivery; the first refusal is the error.
+async fn acknowledged(
+    deliveries: Vec<rdkafka::producer::DeliveryFuture>,
+    what: &str,
+) -> anyhow::Result<()> {
+    for d in deliveries {
+        match d.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => return Err(anyhow!(e).context(format!("Kafka refused {what}"))),
+            Err(_) => bail!("the producer dropped a delivery report"),
+        }
+    }
+    Ok(())
+}
+
+async fn connect(src: &sluice_mysql::SourceConfig) -> anyhow::Result<mysql_async::Conn> {
+    mysql_async::Conn::new(src.opts())
+        .await
+        .with_context(|| format!("cannot connect to source {}", src.name))
 }
