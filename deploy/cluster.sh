@@ -8,52 +8,22 @@
 #   deploy/cluster.sh stop      stop every process of it
 #   deploy/cluster.sh ctl ARGS  run sluicectl against it (e.g. `ctl tasks`)
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-work="$root/.work/cluster"
-mkdir -p "$work"
-
-MYSQL_URL="${MYSQL_URL:-mysql://sluice_admin:sluice_admin@127.0.0.1:13306}"
-ZOOKEEPER="${ZOOKEEPER:-127.0.0.1:12181}"
-KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:19092}"
-ES_URL="${ES_URL:-http://127.0.0.1:19200}"
-SOURCE_USER="${MYSQL_SOURCE_USER:-sluice}"
-SOURCE_PASSWORD="${MYSQL_SOURCE_PASSWORD:-sluice}"
-bin="${CARGO_TARGET_DIR:-$root/target}/debug"
+work="$(cd "$(dirname "$0")/.." && pwd)/.work/cluster"
+source "$(dirname "$0")/common.sh"
 token_file="$work/admin.token"
 ports=(17070 17071 17072)
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 ctl() { SLUICECTL_TOKEN="$(cat "$token_file")" "$bin/sluicectl" \
           --center "http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]},http://127.0.0.1:${ports[2]}" "$@"; }
+workers_up() { [ "$(ctl -o json workers | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = "$1" ]; }
+task_running() { ctl -o json tasks | python3 -c 'import json,sys; t=json.load(sys.stdin); sys.exit(0 if t and t[0]["running_on"] else 1)'; }
 
-stop() {
-  for pidfile in "$work"/*.pid; do
-    [ -e "$pidfile" ] || continue
-    pid="$(cat "$pidfile")"
-    if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" || true; fi
-    rm -f "$pidfile"
-  done
-}
 case "${1:-}" in
-  stop) stop; exit 0 ;;
+  stop) stop_started; exit 0 ;;
   ctl) shift; ctl "$@"; exit $? ;;
 esac
 
-hostport="${MYSQL_URL#*@}"; creds="${MYSQL_URL#mysql://}"; creds="${creds%@*}"
-db_host="${hostport%%:*}"; db_port="${hostport##*:}"; db_port="${db_port%%/*}"
-sql() { mariadb -h"$db_host" -P"$db_port" -u"${creds%%:*}" -p"${creds#*:}" --batch --skip-column-names "$@"; }
-wait_for() { # description, timeout seconds, command...
-  local what=$1 limit=$2; shift 2
-  local deadline=$((SECONDS + limit))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      echo "timed out waiting for $what; logs:"; tail -n 20 "$work"/*.log; exit 1
-    fi
-    sleep 0.2
-  done
-}
-
-stop
+stop_started
 run_id="cluster-$(date +%s)"
 [ -s "$token_file" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$token_file"
 chmod 600 "$token_file"
@@ -77,8 +47,8 @@ root = "/sluice-local/$run_id"
 [meta]
 host = "$db_host"
 port = $db_port
-user = "${creds%%:*}"
-password = "${creds#*:}"
+user = "$db_user"
+password = "$db_password"
 database = "sluice_meta_local"
 [api]
 auth = "token"
@@ -117,20 +87,20 @@ TOML
 
 say "starting 3 centers, 3 workers and the etl (logs in .work/cluster/)"
 for n in 0 1 2; do
-  setsid "$bin/sluice-center" --config "$work/center-$n.toml" </dev/null >"$work/center-$n.log" 2>&1 & echo $! >"$work/center-$n.pid"
+  launch "center-$n" "$bin/sluice-center" --config "$work/center-$n.toml"
 done
 wait_for "a leader" 60 ctl leader
 for n in 0 1 2; do
-  SOURCE_PASSWORD="$SOURCE_PASSWORD" setsid "$bin/sluice-worker" --config "$work/worker-$n.toml" </dev/null >"$work/worker-$n.log" 2>&1 & echo $! >"$work/worker-$n.pid"
+  SOURCE_PASSWORD="$SOURCE_PASSWORD" launch "worker-$n" "$bin/sluice-worker" --config "$work/worker-$n.toml"
 done
-setsid "$bin/sluice-etl" --config "$work/etl.toml" </dev/null >"$work/etl.log" 2>&1 & echo $! >"$work/etl.pid"
-wait_for "3 workers" 60 bash -c "[ \"\$(SLUICECTL_TOKEN=\$(cat '$token_file') '$bin/sluicectl' --center http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]},http://127.0.0.1:${ports[2]} -o json workers | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')\" = 3 ]"
+launch etl "$bin/sluice-etl" --config "$work/etl.toml"
+wait_for "3 workers" 60 workers_up 3
 
 say "adding the source and the pipeline with sluicectl"
 ctl sources put local-mariadb --host "$db_host" --port "$db_port" --user "$SOURCE_USER" \
   --password-ref env:SOURCE_PASSWORD --server-id 4343 --tables shop.customers
 ctl pipelines put customers --source local-mariadb --database shop --table customers --replicas 0
-wait_for "the task to run" 60 bash -c "SLUICECTL_TOKEN=\$(cat '$token_file') '$bin/sluicectl' --center http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]},http://127.0.0.1:${ports[2]} -o json tasks | python3 -c 'import json,sys; t=json.load(sys.stdin); sys.exit(0 if t and t[0][\"running_on\"] else 1)'"
+wait_for "the task to run" 60 task_running
 
 say "writing 500 rows"
 {
@@ -140,7 +110,7 @@ say "writing 500 rows"
     echo "($i, 'customer $i', 'city $((i % 17))', $((i % 5 == 0)), DATE('2024-01-01') + INTERVAL $i DAY)$sep"
   done
 } | sql
-wait_for "500 documents" 120 bash -c "[ \"\$(curl -fsS '$ES_URL/customers/_count' 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"count\"])' 2>/dev/null)\" = 500 ]"
+wait_for "500 documents" 120 has_docs customers 500
 echo "documents in alias customers: 500"
 
 say "sluicectl leader"; ctl leader
