@@ -3,7 +3,6 @@
 //! all under the test's ZooKeeper root, with the test's own meta database. Sources and
 //! pipelines are added the way an operator would: with `sluicectl`.
 
-use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -61,121 +60,54 @@ impl TestCtx {
             }
         }
         let opts = mysql_async::Opts::from_url(&self.stack.mysql_url).expect("MYSQL_URL");
-        let path = self.dir.join(format!("center-{n}.toml"));
-        fs::write(
-            &path,
-            format!(
-                r#"[center]
-id = "c{n}"
-listen = "127.0.0.1:{port}"
-
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "4s"
-
-[meta]
-host = "{host}"
-port = {mysql_port}
-user = "{user}"
-password = "{password}"
-database = "{meta}"
-
-{api}
-[balance]
-settle = "1s"
-resync = "2s"
-
-[elasticsearch]
-url = "{es}"
-"#,
-                zk = self.stack.zookeeper,
-                root = self.zk_root,
-                host = self.stack.mysql_host,
-                mysql_port = self.stack.mysql_port,
-                user = opts.user().unwrap_or("root"),
-                password = opts.pass().unwrap_or(""),
-                meta = self.meta_db(),
-                es = self.stack.es_url,
-            ),
-        )
-        .expect("write center config");
-        Service::new(
+        let center = format!("[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\n");
+        let meta = format!(
+            "[meta]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\npassword = \"{}\"\ndatabase = \"{}\"\n",
+            self.stack.mysql_host,
+            self.stack.mysql_port,
+            opts.user().unwrap_or("root"),
+            opts.pass().unwrap_or(""),
+            self.meta_db(),
+        );
+        let balance = "[balance]\nsettle = \"1s\"\nresync = \"2s\"\n";
+        self.service(
             "sluice-center",
-            path,
-            self.dir.join(format!("center-{n}.log")),
+            &format!("center-{n}"),
+            &[
+                &center,
+                &self.zookeeper_section(),
+                &meta,
+                api,
+                balance,
+                &self.elasticsearch_section(),
+            ],
         )
     }
 
     fn cluster_worker(&self, n: usize) -> Service {
-        let path = self.dir.join(format!("worker-{n}.toml"));
-        fs::write(
-            &path,
-            format!(
-                r#"[worker]
-id = "w{n}"
-confirm_interval = "200ms"
-report_interval = "500ms"
-
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "4s"
-
-[kafka]
-brokers = "{kafka}"
-partitions = 3
-
-[center]
-token = "{TOKEN}"
-"#,
-                zk = self.stack.zookeeper,
-                root = self.zk_root,
-                kafka = self.stack.kafka,
-            ),
-        )
-        .expect("write worker config");
-        Service::new(
+        let worker = format!(
+            "[worker]\nid = \"w{n}\"\nconfirm_interval = \"200ms\"\nreport_interval = \"500ms\"\n"
+        );
+        let center = format!("[center]\ntoken = \"{TOKEN}\"\n");
+        self.service(
             "sluice-worker",
-            path,
-            self.dir.join(format!("worker-{n}.log")),
+            &format!("worker-{n}"),
+            &[
+                &worker,
+                &self.zookeeper_section(),
+                &self.kafka_section(),
+                &center,
+            ],
         )
         .with_env(PASSWORD_VAR, &self.stack.source_password)
     }
 
     fn cluster_etl(&self) -> Service {
-        let path = self.dir.join("etl.toml");
-        fs::write(
-            &path,
-            format!(
-                r#"[etl]
-group_id = "{group}"
-instance_id = "{group}-1"
-dead_letter_topic = "{dlq}"
-linger = "50ms"
-
-[kafka]
-brokers = "{kafka}"
-partitions = 3
-
-[elasticsearch]
-url = "{es}"
-
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "4s"
-"#,
-                group = self.group,
-                dlq = self.dlq_topic,
-                kafka = self.stack.kafka,
-                es = self.stack.es_url,
-                zk = self.stack.zookeeper,
-                root = self.zk_root,
-            ),
+        self.service(
+            "sluice-etl",
+            "etl",
+            &[&self.etl_sections(), &self.zookeeper_section()],
         )
-        .expect("write etl config");
-        Service::new("sluice-etl", path, self.dir.join("etl.log"))
     }
 
     /// Starts `centers` centers and waits for a leader, then `workers` workers (waiting

@@ -177,26 +177,54 @@ impl TestCtx {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
-    /// Writes the worker's config and returns it as a (not yet started) service.
+    /// The `[zookeeper]` section of every service of this test (its own root).
+    pub(crate) fn zookeeper_section(&self) -> String {
+        format!(
+            "[zookeeper]\nconnect = \"{}\"\nroot = \"{}\"\nsession_timeout = \"4s\"\n",
+            self.stack.zookeeper, self.zk_root
+        )
+    }
+
+    pub(crate) fn kafka_section(&self) -> String {
+        format!(
+            "[kafka]\nbrokers = \"{}\"\npartitions = 3\n",
+            self.stack.kafka
+        )
+    }
+
+    pub(crate) fn elasticsearch_section(&self) -> String {
+        format!("[elasticsearch]\nurl = \"{}\"\n", self.stack.es_url)
+    }
+
+    /// The etl's own sections: its group (static membership) and dead-letter topic, Kafka
+    /// and Elasticsearch.
+    pub(crate) fn etl_sections(&self) -> String {
+        format!(
+            "[etl]\ngroup_id = \"{group}\"\ninstance_id = \"{group}-1\"\ndead_letter_topic = \"{dlq}\"\nlinger = \"50ms\"\n\n{}\n{}",
+            self.kafka_section(),
+            self.elasticsearch_section(),
+            group = self.group,
+            dlq = self.dlq_topic,
+        )
+    }
+
+    /// Writes `sections` as `<name>.toml` in the test directory; the service `bin` with
+    /// it, logging to `<name>.log`.
+    pub(crate) fn service(&self, bin: &'static str, name: &str, sections: &[&str]) -> Service {
+        let path = self.dir.join(format!("{name}.toml"));
+        fs::write(&path, sections.join("\n"))
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        Service::new(bin, path, self.dir.join(format!("{name}.log")))
+    }
+
+    /// A standalone worker streaming the test database (not yet started).
     pub fn worker(&self) -> Service {
-        let path = self.dir.join("worker.toml");
-        fs::write(
-            &path,
-            format!(
-                r#"[worker]
-id = "w-{suffix}"
-confirm_interval = "200ms"
-
-[zookeeper]
-connect = "{zk}"
-root = "{root}"
-session_timeout = "4s"
-
-[kafka]
-brokers = "{kafka}"
-partitions = 3
-
-[[sources]]
+        let worker = format!(
+            "[worker]\nid = \"w-{}\"\nconfirm_interval = \"200ms\"\n",
+            self.suffix
+        );
+        let source = format!(
+            r#"[[sources]]
 name = "{instance}"
 host = "{host}"
 port = {port}
@@ -205,45 +233,29 @@ password = "{password}"
 server_id = {server_id}
 tables = ["{db}.*"]
 "#,
-                suffix = self.suffix,
-                zk = self.stack.zookeeper,
-                root = self.zk_root,
-                kafka = self.stack.kafka,
-                instance = self.instance,
-                host = self.stack.mysql_host,
-                port = self.stack.mysql_port,
-                user = self.stack.source_user,
-                password = self.stack.source_password,
-                server_id = self.server_id,
-                db = self.db,
-            ),
+            instance = self.instance,
+            host = self.stack.mysql_host,
+            port = self.stack.mysql_port,
+            user = self.stack.source_user,
+            password = self.stack.source_password,
+            server_id = self.server_id,
+            db = self.db,
+        );
+        self.service(
+            "sluice-worker",
+            "worker",
+            &[
+                &worker,
+                &self.zookeeper_section(),
+                &self.kafka_section(),
+                &source,
+            ],
         )
-        .expect("write worker config");
-        Service::new("sluice-worker", path, self.dir.join("worker.log"))
     }
 
-    /// Writes the etl's config for `pipelines` and returns it as a service.
+    /// A standalone etl applying `pipelines` (not yet started).
     pub fn etl(&self, pipelines: &[Pipeline]) -> Service {
-        let path = self.dir.join("etl.toml");
-        let mut text = format!(
-            r#"[etl]
-group_id = "{group}"
-instance_id = "{group}-1"
-dead_letter_topic = "{dlq}"
-linger = "50ms"
-
-[kafka]
-brokers = "{kafka}"
-partitions = 3
-
-[elasticsearch]
-url = "{es}"
-"#,
-            group = self.group,
-            dlq = self.dlq_topic,
-            kafka = self.stack.kafka,
-            es = self.stack.es_url,
-        );
+        let mut sections = vec![self.etl_sections()];
         for p in pipelines {
             let columns = p
                 .columns
@@ -251,9 +263,8 @@ url = "{es}"
                 .map(|c| format!("{c:?}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            text.push_str(&format!(
-                r#"
-[[pipelines]]
+            sections.push(format!(
+                r#"[[pipelines]]
 name = "{alias}"
 source = "{instance}"
 database = "{db}"
@@ -268,8 +279,8 @@ replicas = 0
                 table = p.table,
             ));
         }
-        fs::write(&path, text).expect("write etl config");
-        Service::new("sluice-etl", path, self.dir.join("etl.log"))
+        let sections: Vec<&str> = sections.iter().map(String::as_str).collect();
+        self.service("sluice-etl", "etl", &sections)
     }
 
     /// This test's ZooKeeper session (under its own root), opened on first use.
@@ -670,6 +681,22 @@ impl Service {
         self.child
             .as_mut()
             .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// How long the service's log is now: a mark for [`Service::logged_since`].
+    pub fn log_mark(&self) -> usize {
+        fs::metadata(&self.log).map_or(0, |m| m.len() as usize)
+    }
+
+    /// `Ok` once the log, after `mark`, contains any of `needles`; otherwise what it says.
+    pub fn logged_since(&self, mark: usize, needles: &[&str]) -> Result<(), String> {
+        let log = fs::read_to_string(&self.log).unwrap_or_default();
+        let after = log.get(mark..).unwrap_or_default();
+        if needles.iter().any(|n| after.contains(n)) {
+            Ok(())
+        } else {
+            Err(format!("{} log since the mark:\n{after}", self.bin))
+        }
     }
 
     /// The last lines of the service's log (for failure messages).

@@ -196,24 +196,23 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, both CA-signed,
 /// and a second client certificate signed by nobody the server trusts.
 fn certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=sluice-it-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ],
-    );
+    // A key and certificate signed by itself: the CA, and an intruder nobody trusts.
+    let self_signed = |name: &str| {
+        let (key, pem, subject) = (
+            format!("{name}.key"),
+            format!("{name}.pem"),
+            format!("/CN={name}"),
+        );
+        openssl(
+            dir,
+            &[
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", &subject,
+                "-keyout", &key, "-out", &pem,
+            ],
+        );
+    };
+    self_signed("sluice-it-ca");
+    self_signed("intruder");
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
@@ -221,58 +220,40 @@ fn certificates(dir: &Path) {
     .unwrap();
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
     for (name, ext) in [("server", "server.ext"), ("client", "client.ext")] {
+        let (key, csr, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+        );
+        let subject = format!("/CN=sluice-it-{name}");
         openssl(
             dir,
             &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                &format!("/CN=sluice-it-{name}"),
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
+                "req", "-newkey", "rsa:2048", "-nodes", "-subj", &subject, "-keyout", &key, "-out",
+                &csr,
             ],
         );
-        let (csr, pem) = (format!("{name}.csr"), format!("{name}.pem"));
-        let mut args = vec![
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            &pem,
-        ];
-        args.extend(["-extfile", ext]);
-        openssl(dir, &args);
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "sluice-it-ca.pem",
+                "-CAkey",
+                "sluice-it-ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &pem,
+                "-extfile",
+                ext,
+            ],
+        );
     }
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=intruder",
-            "-keyout",
-            "intruder.key",
-            "-out",
-            "intruder.pem",
-        ],
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +264,7 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
     certificates(&dir);
     let port = free_port();
     let api = format!(
-        "[api]\nauth = \"mtls\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\nclient_ca = \"{d}/ca.pem\"\n",
+        "[api]\nauth = \"mtls\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\nclient_ca = \"{d}/sluice-it-ca.pem\"\n",
         d = dir.display()
     );
     let mut center = ctx.center_with_api(0, port, &api);
@@ -297,7 +278,7 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
                 "-o",
                 "json",
             ])
-            .args(["--ca", &format!("{d}/ca.pem")])
+            .args(["--ca", &format!("{d}/sluice-it-ca.pem")])
             .args([
                 "--cert",
                 &format!("{d}/{cert}.pem"),

@@ -9,41 +9,48 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use sluice_integration_tests::{eventually, TestCtx};
+use sluice_integration_tests::{eventually, Cluster, ClusterSource, TestCtx};
 
 const ROWS: u64 = 3000;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
-    let ctx = TestCtx::new("build").await;
+/// A table of `ROWS` rows written before its source existed (only a build can bring
+/// them), a cluster of 3 centers and `workers` workers streaming it, and version 1 behind
+/// the alias, created by the etl for a live change (streaming only).
+async fn streaming_items(name: &str, workers: usize) -> (TestCtx, Cluster, ClusterSource) {
+    let ctx = TestCtx::new(name).await;
     ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
         .await;
-    // Rows from before the source existed: only a build can bring them.
     let values: Vec<String> = (1..=ROWS)
         .map(|i| format!("({i}, 'item {i}', {})", i % 97))
         .collect();
     ctx.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
         .await;
-    let mut cluster = ctx.start_cluster(3, 3).await;
+    let cluster = ctx.start_cluster(3, workers).await;
     let items = ctx.add_source(&cluster, "items", 1).await;
     cluster
         .wait_running(&[&items], Duration::from_secs(30))
         .await;
-    let alias = items.pipeline.alias.clone();
-    // A live change makes the etl create version 1 and the alias (streaming only).
+    let alias = &items.pipeline.alias;
     ctx.exec("UPDATE items SET qty = -1 WHERE id = 1").await;
-    let es = ctx.stack.es.clone();
     eventually(
         "version 1 behind the alias",
         Duration::from_secs(60),
         || async {
-            match es.alias_targets(&alias).await {
+            match ctx.stack.es.alias_targets(alias).await {
                 Ok(t) if t == [format!("{alias}_v1")] => Ok(()),
                 other => Err(format!("{other:?}")),
             }
         },
     )
     .await;
+    (ctx, cluster, items)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
+    let (ctx, mut cluster, items) = streaming_items("build", 3).await;
+    let alias = items.pipeline.alias.clone();
+    let es = ctx.stack.es.clone();
 
     // Searches through the alias, and where it points, all along.
     let watching = Arc::new(AtomicBool::new(true));
@@ -169,33 +176,9 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
-    let ctx = TestCtx::new("reset").await;
-    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
-        .await;
-    let values: Vec<String> = (1..=ROWS)
-        .map(|i| format!("({i}, 'item {i}', {})", i % 97))
-        .collect();
-    ctx.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
-        .await;
-    let cluster = ctx.start_cluster(3, 2).await;
-    let items = ctx.add_source(&cluster, "items", 1).await;
-    cluster
-        .wait_running(&[&items], Duration::from_secs(30))
-        .await;
+    let (ctx, cluster, items) = streaming_items("reset", 2).await;
     let alias = items.pipeline.alias.clone();
-    ctx.exec("UPDATE items SET qty = -1 WHERE id = 1").await;
     let es = ctx.stack.es.clone();
-    eventually(
-        "version 1 behind the alias",
-        Duration::from_secs(60),
-        || async {
-            match es.alias_targets(&alias).await {
-                Ok(t) if t == [format!("{alias}_v1")] => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
 
     // One chunk read in batches of 500 at 100 rows/s: the build stays under way.
     cluster

@@ -3,19 +3,28 @@
 //! throughout, and Elasticsearch equal to MySQL afterwards. Each test prints the failover
 //! time it measured.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
-use sluice_integration_tests::{time_until, Cluster, ClusterSource, TestCtx};
+use sluice_integration_tests::{eventually, time_until, Cluster, ClusterSource, TestCtx};
 use tokio::task::JoinHandle;
 
 /// The session timeout every process of the test cluster uses.
 const SESSION: Duration = Duration::from_secs(4);
 
-/// Inserts and updates rows of `tables` until stopped; returns how many statements ran.
+/// Inserts and updates rows of `tables` until stopped; returns how many rounds ran.
+/// `rounds` counts them as they go.
 fn write_load(ctx: &TestCtx, tables: &[&str]) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+    write_load_counted(ctx, tables, Arc::new(AtomicU64::new(0)))
+}
+
+fn write_load_counted(
+    ctx: &TestCtx,
+    tables: &[&str],
+    rounds: Arc<AtomicU64>,
+) -> (Arc<AtomicBool>, JoinHandle<u64>) {
     let stop = Arc::new(AtomicBool::new(false));
     let pool = ctx.stack.mysql.clone();
     let db = ctx.db.clone();
@@ -37,6 +46,7 @@ fn write_load(ctx: &TestCtx, tables: &[&str]) -> (Arc<AtomicBool>, JoinHandle<u6
                         .expect("update");
                 }
             }
+            rounds.store(n, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(20)).await; // pacing a load, not a wait
         }
         n
@@ -127,8 +137,15 @@ async fn killing_a_worker_moves_its_task_and_loses_nothing() {
     let (ctx, mut cluster, sources) = setup("workerkill", &["a", "b", "c"]).await;
     let refs: Vec<&ClusterSource> = sources.iter().collect();
     let placed = cluster.wait_running(&refs, Duration::from_secs(60)).await;
-    let (stop, load) = write_load(&ctx, &["a", "b", "c"]);
-    tokio::time::sleep(Duration::from_millis(500)).await; // let the load get going
+    let rounds = Arc::new(AtomicU64::new(0));
+    let (stop, load) = write_load_counted(&ctx, &["a", "b", "c"], rounds.clone());
+    eventually("the load under way", Duration::from_secs(30), || async {
+        match rounds.load(Ordering::Relaxed) {
+            n if n >= 10 => Ok(()),
+            n => Err(format!("{n} rounds")),
+        }
+    })
+    .await;
 
     let victim = placed[&sources[0].name].clone();
     cluster.workers[Cluster::worker_index(&victim)].kill9();
@@ -235,24 +252,39 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
         "taken over before the zombie's session could expire: {moved:?}"
     );
 
-    // Let the new owner confirm positions past anything the zombie had, then wake it.
-    tokio::time::sleep(Duration::from_secs(1)).await; // a load interval, not a wait
-    let log_len = std::fs::metadata(&cluster.workers[zombie].log)
-        .unwrap()
-        .len() as usize;
+    // Let the new owner confirm a position past anything the zombie had, then wake it.
+    let zk = ctx.coordinator().await;
+    let confirmed = |zk: &sluice_zk::Coordinator| {
+        let (zk, task) = (zk.clone(), task.clone());
+        async move {
+            zk.read_checkpoint(&task)
+                .await
+                .unwrap()
+                .map(|b| sluice_core::Checkpoint::from_json(&b).unwrap().position)
+        }
+    };
+    let at_takeover = confirmed(zk).await;
+    eventually(
+        "the new owner confirms a position",
+        Duration::from_secs(30),
+        || async {
+            let now = confirmed(zk).await;
+            if now > at_takeover {
+                Ok(())
+            } else {
+                Err(format!("still {now:?}"))
+            }
+        },
+    )
+    .await;
+    let mark = cluster.workers[zombie].log_mark();
     let woke = Instant::now();
     cluster.workers[zombie].signal("CONT");
     let stopped = time_until(
         "the zombie drops its task",
         Duration::from_secs(20),
         || async {
-            let log = std::fs::read_to_string(&cluster.workers[zombie].log).unwrap_or_default();
-            let after = log.get(log_len..).unwrap_or_default();
-            if after.contains("session expired") || after.contains("task lock lost") {
-                Ok(())
-            } else {
-                Err(after.to_owned())
-            }
+            cluster.workers[zombie].logged_since(mark, &["session expired", "task lock lost"])
         },
     )
     .await;
@@ -295,19 +327,13 @@ async fn a_stopped_leader_past_its_session_takes_no_decision() {
     let placed = cluster.wait_running(&[&c], Duration::from_secs(30)).await;
     cluster.workers[Cluster::worker_index(&placed[&c.name])].kill9();
 
-    let log_len = std::fs::metadata(&cluster.centers[old].log).unwrap().len() as usize;
+    let mark = cluster.centers[old].log_mark();
     cluster.centers[old].signal("CONT");
     time_until(
         "the old leader steps down",
         Duration::from_secs(20),
         || async {
-            let log = std::fs::read_to_string(&cluster.centers[old].log).unwrap_or_default();
-            let after = log.get(log_len..).unwrap_or_default();
-            if after.contains("stopped leading") || after.contains("leadership lost") {
-                Ok(())
-            } else {
-                Err(after.to_owned())
-            }
+            cluster.centers[old].logged_since(mark, &["stopped leading", "leadership lost"])
         },
     )
     .await;
