@@ -218,6 +218,19 @@ impl AdminApi {
         self.shared.nudge.notify_one();
     }
 
+    /// Records an operator's change as an event of this center (best effort: the change
+    /// itself is already stored).
+    async fn record(&self, kind: &str, subject: &str, message: &str) {
+        if let Err(e) = self
+            .shared
+            .meta
+            .add_event(&self.shared.cfg.center.id, kind, subject, message)
+            .await
+        {
+            tracing::warn!(kind, subject, error = %e, "cannot record the event");
+        }
+    }
+
     async fn pipeline(&self, name: &str) -> Result<Option<Pipeline>, Status> {
         Ok(self
             .shared
@@ -361,19 +374,15 @@ impl Admin for AdminApi {
             .put_source(epoch, &s)
             .await
             .map_err(meta_err)?;
-        let _ = self
-            .shared
-            .meta
-            .add_event(
-                &self.shared.cfg.center.id,
-                "source",
-                &s.name,
-                &format!(
-                    "source put: {}:{} server_id {}",
-                    s.host, s.port, s.server_id
-                ),
-            )
-            .await;
+        self.record(
+            "source",
+            &s.name,
+            &format!(
+                "source put: {}:{} server_id {}",
+                s.host, s.port, s.server_id
+            ),
+        )
+        .await;
         self.changed();
         Ok(Response::new(s))
     }
@@ -391,16 +400,7 @@ impl Admin for AdminApi {
             .await
             .map_err(meta_err)?;
         if existed {
-            let _ = self
-                .shared
-                .meta
-                .add_event(
-                    &self.shared.cfg.center.id,
-                    "source",
-                    &name,
-                    "source deleted",
-                )
-                .await;
+            self.record("source", &name, "source deleted").await;
         }
         self.changed();
         Ok(Response::new(DeleteResponse { existed }))
@@ -423,19 +423,15 @@ impl Admin for AdminApi {
             .put_pipeline(epoch, &p)
             .await
             .map_err(meta_err)?;
-        let _ = self
-            .shared
-            .meta
-            .add_event(
-                &self.shared.cfg.center.id,
-                "pipeline",
-                &p.name,
-                &format!(
-                    "pipeline put: {}.{}.{} -> {}",
-                    p.source, p.database, p.table, p.alias
-                ),
-            )
-            .await;
+        self.record(
+            "pipeline",
+            &p.name,
+            &format!(
+                "pipeline put: {}.{}.{} -> {}",
+                p.source, p.database, p.table, p.alias
+            ),
+        )
+        .await;
         self.changed();
         Ok(Response::new(p))
     }

@@ -19,6 +19,8 @@ pub(crate) struct Pipeline {
     topic: String,
     /// Columns this process has made sure are in the mapping.
     mapped: HashSet<String>,
+    /// `<alias>_v<N>` of the version being built, if any.
+    building_index: Option<String>,
 }
 
 /// Finds the pipelines of a change event.
@@ -34,6 +36,7 @@ impl Router {
             .iter()
             .map(|cfg| Pipeline {
                 topic: topics.rows_topic(&cfg.source, &cfg.database, &cfg.table),
+                building_index: cfg.building.map(|v| format!("{}_v{v}", cfg.alias())),
                 cfg: cfg.clone(),
                 targets: None,
                 mapped: HashSet::new(),
@@ -77,15 +80,11 @@ impl Router {
     /// goes only to the version being built (the live versions have the live state).
     pub fn targets_of(&self, idx: usize, event: &ChangeEvent) -> &[String] {
         let all = self.targets(idx);
-        let p = &self.pipelines[idx];
-        match (event.op, p.cfg.building) {
-            (Op::Read, Some(v)) => {
-                let building = format!("{}_v{v}", p.cfg.alias());
-                match all.iter().position(|t| *t == building) {
-                    Some(i) => &all[i..=i],
-                    None => all,
-                }
-            }
+        match (event.op, &self.pipelines[idx].building_index) {
+            (Op::Read, Some(building)) => match all.iter().position(|t| t == building) {
+                Some(i) => &all[i..=i],
+                None => all,
+            },
             _ => all,
         }
     }
@@ -122,9 +121,8 @@ impl Router {
                 tracing::info!(pipeline = %p.cfg.name, %index, %alias, "created index version 1 and its alias");
                 targets = vec![index];
             }
-            if let Some(v) = p.cfg.building {
+            if let Some(index) = p.building_index.clone() {
                 // The version being built, written alongside the live ones.
-                let index = format!("{alias}_v{v}");
                 if !targets.contains(&index) {
                     // Idempotent: another etl member may have created it first.
                     es.create_index(&index, &body).await?;
