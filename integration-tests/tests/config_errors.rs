@@ -45,4 +45,25 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
         out.contains("etl.max_batch_docs") && out.contains("pipelines[0].alias"),
         "{out}"
     );
+
+    // The center: an unknown key, then a token authentication without a token.
+    let center = ctx.center_with_api(0, 1, "[api]\nauth = \"token\"\ntoken = \"t\"\n");
+    let text = std::fs::read_to_string(&center.config)
+        .unwrap()
+        .replace("settle = ", "setle = ");
+    std::fs::write(&center.config, text).unwrap();
+    let (status, out) = center.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success(), "center started with a bad key:\n{out}");
+    assert!(
+        out.contains("balance.setle"),
+        "the error must name the key:\n{out}"
+    );
+
+    let center = ctx.center_with_api(1, 1, "[api]\nauth = \"token\"\n");
+    let (status, out) = center.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success(), "center started without a token:\n{out}");
+    assert!(
+        out.contains("api.token"),
+        "the error must name the key:\n{out}"
+    );
 }
