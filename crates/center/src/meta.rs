@@ -119,7 +119,22 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             )",
         ],
     ),
+    // A pipeline's state follows from its versions (see `state_of`); a stored copy could
+    // only disagree with them.
+    (3, &["ALTER TABLE pipelines DROP COLUMN state"]),
 ];
+
+/// `building` while a version is being built, `available` once one was, else
+/// `unavailable`.
+fn state_of(live_version: u32, building_version: u32) -> &'static str {
+    if building_version > 0 {
+        "building"
+    } else if live_version > 0 {
+        "available"
+    } else {
+        "unavailable"
+    }
+}
 
 /// What a pipeline stores besides its key columns.
 #[derive(Debug, Serialize, Deserialize)]
@@ -312,7 +327,7 @@ impl Meta {
     pub async fn pipelines(&self) -> Result<Vec<Pipeline>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
-            .query("SELECT name, source, db_name, table_name, alias, spec_json, state, live_version, building_version, history_json FROM pipelines ORDER BY name")
+            .query("SELECT name, source, db_name, table_name, alias, spec_json, live_version, building_version, history_json FROM pipelines ORDER BY name")
             .await?;
         rows.into_iter()
             .map(|row| {
@@ -331,10 +346,9 @@ impl Meta {
                     row.get(4).unwrap_or_default(),
                     row.get(5).unwrap_or_default(),
                 );
-                let state: String = row.get(6).unwrap_or_default();
-                let live_version: u32 = row.get(7).unwrap_or_default();
-                let building_version: u32 = row.get(8).unwrap_or_default();
-                let history: Option<String> = row.get(9).unwrap_or_default();
+                let live_version: u32 = row.get(6).unwrap_or_default();
+                let building_version: u32 = row.get(7).unwrap_or_default();
+                let history: Option<String> = row.get(8).unwrap_or_default();
                 let spec: PipelineSpec = serde_json::from_str(&spec).map_err(|e| {
                     MetaError::Corrupt(format!("pipelines.spec_json of {name}: {e}"))
                 })?;
@@ -345,7 +359,7 @@ impl Meta {
                     None => Vec::new(),
                 };
                 Ok(Pipeline {
-                    state,
+                    state: state_of(live_version, building_version).into(),
                     live_version,
                     building_version,
                     history,
@@ -439,7 +453,7 @@ impl Meta {
         // The etl's first version (created before any build) is 1.
         let version = next.max(live + 1).max(2);
         tx.exec_drop(
-            "UPDATE pipelines SET building_version = ?, next_version = ?, state = 'building' WHERE name = ?",
+            "UPDATE pipelines SET building_version = ?, next_version = ? WHERE name = ?",
             (version, version + 1, name),
         )
         .await?;
@@ -504,9 +518,14 @@ impl Meta {
         );
         history.sort_unstable();
         tx.exec_drop(
-            "UPDATE pipelines SET live_version = ?, building_version = 0, state = 'available', history_json = ?
+            "UPDATE pipelines SET live_version = ?, building_version = 0, history_json = ?
              WHERE name = ? AND building_version = ?",
-            (version, serde_json::to_string(&history).expect("serializes"), name, version),
+            (
+                version,
+                serde_json::to_string(&history).expect("serializes"),
+                name,
+                version,
+            ),
         )
         .await?;
         tx.exec_drop(
@@ -534,20 +553,19 @@ impl Meta {
         alias: &str,
     ) -> Result<Option<u32>, MetaError> {
         let mut tx = self.fenced(epoch).await?;
-        let row: Option<(u32, u32)> = tx
+        let row: Option<u32> = tx
             .exec_first(
-                "SELECT building_version, live_version FROM pipelines WHERE name = ? FOR UPDATE",
+                "SELECT building_version FROM pipelines WHERE name = ? FOR UPDATE",
                 (name,),
             )
             .await?;
-        let Some((building, live)) = row else {
+        let Some(building) = row else {
             tx.rollback().await?;
             return Ok(None);
         };
-        let state = if live > 0 { "available" } else { "unavailable" };
         tx.exec_drop(
-            "UPDATE pipelines SET building_version = 0, state = ? WHERE name = ?",
-            (state, name),
+            "UPDATE pipelines SET building_version = 0 WHERE name = ?",
+            (name,),
         )
         .await?;
         if building > 0 {
