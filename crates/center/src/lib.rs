@@ -119,7 +119,7 @@ async fn connect_meta(
 ) -> anyhow::Result<meta::Meta> {
     let mut backoff = Duration::from_millis(500);
     loop {
-        match meta::Meta::connect(&cfg.meta).await {
+        match meta::Meta::connect(&cfg.meta, &cfg.center.id).await {
             Ok(m) => return Ok(m),
             Err(e @ meta::MetaError::Corrupt(_)) => return Err(e.into()),
             Err(e) => {

@@ -158,11 +158,13 @@ pub struct TaskStatus {
 #[derive(Clone)]
 pub struct Meta {
     pool: Pool,
+    /// This center's id: the origin of the events the meta database records itself.
+    origin: String,
 }
 
 impl Meta {
     /// Connects, creates the database if missing and applies pending migrations.
-    pub async fn connect(cfg: &MetaSection) -> Result<Self, MetaError> {
+    pub async fn connect(cfg: &MetaSection, origin: &str) -> Result<Self, MetaError> {
         let server = mysql_async::OptsBuilder::default()
             .ip_or_hostname(cfg.host.clone())
             .tcp_port(cfg.port)
@@ -177,7 +179,10 @@ impl Meta {
         .await?;
         conn.disconnect().await?;
         let pool = Pool::new(server.db_name(Some(cfg.database.clone())));
-        let meta = Self { pool };
+        let meta = Self {
+            pool,
+            origin: origin.to_owned(),
+        };
         meta.migrate().await?;
         Ok(meta)
     }
@@ -464,7 +469,7 @@ impl Meta {
         .await?;
         insert_event(
             &mut tx,
-            "center",
+            &self.origin,
             "build",
             name,
             &format!("building version {version}"),
@@ -535,7 +540,7 @@ impl Meta {
         .await?;
         insert_event(
             &mut tx,
-            "center",
+            &self.origin,
             "build",
             name,
             &format!("version {version} is live (alias moved)"),
@@ -584,7 +589,7 @@ impl Meta {
             .await?;
             insert_event(
                 &mut tx,
-                "center",
+                &self.origin,
                 "build",
                 name,
                 &format!("build of version {building} reset"),
