@@ -5,6 +5,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("sluice_descriptor.bin"))
+        // Maps in a stable order (the pipelines' field overrides print and compare alike).
+        .btree_map(".")
         .compile_protos(&[file], &[root])?;
     Ok(())
 }

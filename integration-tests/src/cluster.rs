@@ -165,24 +165,38 @@ impl TestCtx {
                 &tables,
             ])
             .unwrap_or_else(|e| panic!("sluicectl sources put: {e}"));
-        cluster
-            .ctl(&[
-                "pipelines",
-                "put",
-                &pipeline.alias,
-                "--source",
-                &name,
-                "--database",
-                &self.db,
-                "--table",
-                table,
-                "--alias",
-                &pipeline.alias,
-                "--replicas",
-                "0",
-            ])
-            .unwrap_or_else(|e| panic!("sluicectl pipelines put: {e}"));
-        ClusterSource { name, pipeline }
+        let source = ClusterSource { name, pipeline };
+        self.put_pipeline(cluster, &source, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        source
+    }
+
+    /// (Re)puts `source`'s pipeline (named like its alias), with `extra` sluicectl
+    /// arguments (`--field ...`, `--shards 2`); sluicectl's JSON answer or its error.
+    pub fn put_pipeline(
+        &self,
+        cluster: &Cluster,
+        source: &ClusterSource,
+        extra: &[&str],
+    ) -> Result<Value, String> {
+        let p = &source.pipeline;
+        let mut args = vec![
+            "pipelines",
+            "put",
+            &p.alias,
+            "--source",
+            &source.name,
+            "--database",
+            &self.db,
+            "--table",
+            &p.table,
+            "--alias",
+            &p.alias,
+            "--replicas",
+            "0",
+        ];
+        args.extend(extra.iter().copied());
+        cluster.ctl(&args)
     }
 }
 

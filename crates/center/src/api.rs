@@ -232,14 +232,33 @@ impl AdminApi {
     }
 
     async fn pipeline(&self, name: &str) -> Result<Option<Pipeline>, Status> {
-        Ok(self
-            .shared
-            .meta
-            .pipelines()
-            .await
-            .map_err(meta_err)?
-            .into_iter()
-            .find(|p| p.name == name))
+        Ok(self.pipelines().await?.into_iter().find(|p| p.name == name))
+    }
+
+    /// The pipelines, each with what the etl found about its live (or building) version
+    /// needing a rebuild.
+    async fn pipelines(&self) -> Result<Vec<Pipeline>, Status> {
+        let mut pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
+        let coord = self.coord()?;
+        for p in &mut pipelines {
+            let record: Option<layout::NeedsRebuild> = coord
+                .get_json(&layout::needs_rebuild(&p.name))
+                .await
+                .map_err(internal)?;
+            // Version 1 is live before any build (the etl creates it).
+            let live = p.live_version.max(1);
+            p.needs_rebuild = record
+                .map(|r| {
+                    r.versions
+                        .into_iter()
+                        .filter(|(v, _)| *v >= live)
+                        .map(|(v, why)| format!("v{v}: {why}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or_default();
+        }
+        Ok(pipelines)
     }
 }
 
@@ -317,7 +336,57 @@ fn validate_pipeline(p: &mut Pipeline) -> Result<(), Status> {
     if p.tombstone_retention.is_empty() {
         p.tombstone_retention = "7d".into();
     }
+    let problems = sluice_core::mapping::pipeline_problems(
+        &p.columns,
+        &overrides(&p.fields),
+        &p.refresh_interval,
+    );
+    if !problems.is_empty() {
+        return Err(Status::invalid_argument(problems.join("; ")));
+    }
+    p.needs_rebuild.clear();
     Ok(())
+}
+
+/// The admin API's field mappings as the overrides the etl applies.
+pub(crate) fn overrides(
+    fields: &BTreeMap<String, FieldMapping>,
+) -> BTreeMap<String, sluice_core::FieldOverride> {
+    let set = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    fields
+        .iter()
+        .map(|(column, f)| {
+            let o = sluice_core::FieldOverride {
+                es_type: set(&f.r#type),
+                analyzer: set(&f.analyzer),
+                search_analyzer: set(&f.search_analyzer),
+                keyword: f.keyword,
+                copy_to: f.copy_to.clone(),
+                index: f.index,
+            };
+            (column.clone(), o)
+        })
+        .collect()
+}
+
+/// The inverse of [`overrides`].
+pub(crate) fn field_mappings(
+    fields: &BTreeMap<String, sluice_core::FieldOverride>,
+) -> BTreeMap<String, FieldMapping> {
+    fields
+        .iter()
+        .map(|(column, o)| {
+            let f = FieldMapping {
+                r#type: o.es_type.clone().unwrap_or_default(),
+                analyzer: o.analyzer.clone().unwrap_or_default(),
+                search_analyzer: o.search_analyzer.clone().unwrap_or_default(),
+                keyword: o.keyword,
+                copy_to: o.copy_to.clone(),
+                index: o.index,
+            };
+            (column.clone(), f)
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -410,7 +479,7 @@ impl Admin for AdminApi {
         &self,
         _: Request<ListPipelinesRequest>,
     ) -> Result<Response<ListPipelinesResponse>, Status> {
-        let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
+        let pipelines = self.pipelines().await?;
         Ok(Response::new(ListPipelinesResponse { pipelines }))
     }
 

@@ -418,7 +418,8 @@ async fn publish(
     for name in coord.children(dir).await? {
         if !wanted.contains_key(&name) {
             acting()?;
-            coord.delete(&format!("{dir}/{name}"), None, false).await?;
+            // With what others keep beneath (a pipeline's `needs_rebuild`).
+            coord.delete(&format!("{dir}/{name}"), None, true).await?;
             tracing::info!(dir, name, "removed");
         }
     }
@@ -468,6 +469,8 @@ pub(crate) fn pipeline_record(p: &Pipeline, epoch: u64) -> PipelineRecord {
         shards: p.shards,
         replicas: p.replicas,
         tombstone_retention: p.tombstone_retention.clone(),
+        refresh_interval: p.refresh_interval.clone(),
+        fields: crate::api::overrides(&p.fields),
         building: (p.building_version > 0).then_some(p.building_version),
     }
 }

@@ -6,7 +6,7 @@
 //! checks that it still holds the writer's epoch: a deposed leader's late write finds a
 //! newer epoch there and is rolled back ([`MetaError::Deposed`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use mysql_async::prelude::*;
@@ -143,6 +143,10 @@ struct PipelineSpec {
     shards: u32,
     replicas: u32,
     tombstone_retention: String,
+    #[serde(default)]
+    refresh_interval: String,
+    #[serde(default)]
+    fields: BTreeMap<String, sluice_core::FieldOverride>,
 }
 
 /// A worker's last report of a task.
@@ -377,6 +381,9 @@ impl Meta {
                     shards: spec.shards,
                     replicas: spec.replicas,
                     tombstone_retention: spec.tombstone_retention,
+                    refresh_interval: spec.refresh_interval,
+                    fields: crate::api::field_mappings(&spec.fields),
+                    needs_rebuild: String::new(),
                 })
             })
             .collect()
@@ -388,6 +395,8 @@ impl Meta {
             shards: p.shards,
             replicas: p.replicas,
             tombstone_retention: p.tombstone_retention.clone(),
+            refresh_interval: p.refresh_interval.clone(),
+            fields: crate::api::overrides(&p.fields),
         };
         let mut tx = self.fenced(epoch).await?;
         tx.exec_drop(

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod event;
+pub mod mapping;
 pub mod position;
 pub mod shutdown;
 pub mod telemetry;
@@ -11,6 +12,7 @@ pub mod version;
 
 pub use config::{load_config, ConfigError, Secret};
 pub use event::{ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION};
+pub use mapping::FieldOverride;
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
 pub use version::{ExternalVersion, VersionError};
 

@@ -159,6 +159,46 @@ struct PipelineArgs {
     replicas: u32,
     #[arg(long, default_value = "7d")]
     tombstone_retention: String,
+    /// The index's refresh_interval (`1s`, `30s`, `-1`: off); default: the server's.
+    #[arg(long, default_value = "")]
+    refresh_interval: String,
+    /// A column's mapping override, `COLUMN:KEY=VALUE[,KEY=VALUE...]`, repeatable. Keys:
+    /// type, analyzer, search_analyzer, keyword (true/false), copy_to (targets joined
+    /// by `+`), index (true/false). E.g. `--field title:analyzer=english,copy_to=all`.
+    #[arg(long = "field", value_parser = parse_field)]
+    fields: Vec<(String, FieldMapping)>,
+}
+
+/// `COLUMN:KEY=VALUE[,KEY=VALUE...]` as a column's field mapping override.
+fn parse_field(arg: &str) -> Result<(String, FieldMapping), String> {
+    let (column, spec) = arg
+        .split_once(':')
+        .ok_or("expected COLUMN:KEY=VALUE[,KEY=VALUE...]")?;
+    let mut f = FieldMapping::default();
+    let flag = |key: &str, v: &str| match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{key}: `{v}` is not true or false")),
+    };
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (key, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}`: expected KEY=VALUE"))?;
+        match key {
+            "type" => f.r#type = v.into(),
+            "analyzer" => f.analyzer = v.into(),
+            "search_analyzer" => f.search_analyzer = v.into(),
+            "keyword" => f.keyword = Some(flag(key, v)?),
+            "index" => f.index = Some(flag(key, v)?),
+            "copy_to" => f.copy_to.extend(v.split('+').map(String::from)),
+            _ => {
+                return Err(format!(
+                    "`{key}`: not a field key (type, analyzer, search_analyzer, keyword, copy_to, index)"
+                ))
+            }
+        }
+    }
+    Ok((column.to_owned(), f))
 }
 
 type Client = AdminClient<InterceptedService<Channel, Bearer>>;
@@ -412,7 +452,32 @@ fn pipeline_json(p: &Pipeline) -> Value {
            "alias": p.alias, "columns": p.columns, "shards": p.shards, "replicas": p.replicas,
            "tombstone_retention": p.tombstone_retention, "state": p.state,
            "live_version": p.live_version, "building_version": p.building_version,
-           "history": p.history})
+           "history": p.history, "refresh_interval": p.refresh_interval,
+           "fields": p.fields.iter().map(|(c, f)| (c.clone(), field_json(f))).collect::<serde_json::Map<_, _>>(),
+           "needs_rebuild": p.needs_rebuild})
+}
+
+fn field_json(f: &FieldMapping) -> Value {
+    let mut v = serde_json::Map::new();
+    for (key, s) in [
+        ("type", &f.r#type),
+        ("analyzer", &f.analyzer),
+        ("search_analyzer", &f.search_analyzer),
+    ] {
+        if !s.is_empty() {
+            v.insert(key.into(), json!(s));
+        }
+    }
+    if let Some(k) = f.keyword {
+        v.insert("keyword".into(), json!(k));
+    }
+    if !f.copy_to.is_empty() {
+        v.insert("copy_to".into(), json!(f.copy_to));
+    }
+    if let Some(i) = f.index {
+        v.insert("index".into(), json!(i));
+    }
+    Value::Object(v)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -590,7 +655,8 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             print(
                 out,
                 &[
-                    "name", "source", "table", "alias", "columns", "shards", "replicas",
+                    "name", "source", "table", "alias", "state", "live", "building", "columns",
+                    "shards", "replicas", "rebuild",
                 ],
                 r.pipelines
                     .iter()
@@ -610,11 +676,25 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                             },
                             p.shards.to_string(),
                             p.replicas.to_string(),
+                            if p.needs_rebuild.is_empty() {
+                                "-"
+                            } else {
+                                "needed"
+                            }
+                            .into(),
                         ]
                     })
                     .collect(),
                 Value::Array(r.pipelines.iter().map(pipeline_json).collect()),
             );
+            if out == Output::Table {
+                for p in r.pipelines.iter().filter(|p| !p.needs_rebuild.is_empty()) {
+                    println!(
+                        "\n{} needs a rebuild (sluicectl pipelines build {}): {}",
+                        p.name, p.name, p.needs_rebuild
+                    );
+                }
+            }
         }
         Command::Pipelines(PipelineCmd::Put(a)) => {
             let p = Pipeline {
@@ -631,6 +711,9 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 shards: a.shards,
                 replicas: a.replicas,
                 tombstone_retention: a.tombstone_retention.clone(),
+                refresh_interval: a.refresh_interval.clone(),
+                fields: a.fields.iter().cloned().collect(),
+                needs_rebuild: String::new(),
             };
             let p = conn
                 .call(|mut c| {

@@ -424,6 +424,21 @@ impl EsClient {
         Ok(parse::<Count>(CALL, index, &body)?.count)
     }
 
+    /// `POST /{index}/_search` with `body` (a query DSL request): the answer as given.
+    pub async fn search(&self, index: &str, body: &Value) -> Result<Value, EsError> {
+        const CALL: &str = "search";
+        check_name(CALL, index)?;
+        let answer = self
+            .send(
+                CALL,
+                index,
+                self.request(Method::POST, &[index, "_search"]).json(body),
+            )
+            .await?;
+        let body = expect_success(CALL, index, answer)?;
+        parse(CALL, index, &body)
+    }
+
     /// `POST /{index}/_mget`: each document's `_source`, or `None` when it does not
     /// exist, in the order of `ids`. Reads are real-time (no refresh needed).
     /// Documents written with a routing value need [`Self::mget_routed`].
@@ -525,17 +540,28 @@ impl EsClient {
     /// index name: `{"orders_v2": {"settings": {"index": {...}}}}` (an alias or pattern
     /// yields one entry per index).
     pub async fn get_settings(&self, index: &str) -> Result<Value, EsError> {
-        const CALL: &str = "get_settings";
-        check_name(CALL, index)?;
+        self.get_index_json("get_settings", index, "_settings")
+            .await
+    }
+
+    /// `GET /{index}/_mapping`, keyed like [`EsClient::get_settings`]:
+    /// `{"orders_v2": {"mappings": {"properties": {...}}}}`.
+    pub async fn get_mapping(&self, index: &str) -> Result<Value, EsError> {
+        self.get_index_json("get_mapping", index, "_mapping").await
+    }
+
+    async fn get_index_json(
+        &self,
+        call: &'static str,
+        index: &str,
+        endpoint: &str,
+    ) -> Result<Value, EsError> {
+        check_name(call, index)?;
         let answer = self
-            .send(
-                CALL,
-                index,
-                self.request(Method::GET, &[index, "_settings"]),
-            )
+            .send(call, index, self.request(Method::GET, &[index, endpoint]))
             .await?;
-        let body = expect_success(CALL, index, answer)?;
-        parse(CALL, index, &body)
+        let body = expect_success(call, index, answer)?;
+        parse(call, index, &body)
     }
 
     /// `DELETE /{index}`: a missing index is success. The name must be a concrete

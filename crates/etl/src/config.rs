@@ -111,6 +111,13 @@ pub struct PipelineConfig {
     /// retention, consumer rewinds). Default 7 days.
     #[serde(default = "default_tombstones")]
     pub tombstone_retention: String,
+    /// The index's `refresh_interval` (`1s`, `30s`, `-1` for off); empty keeps the
+    /// server's default. Changed in place on the live index.
+    #[serde(default)]
+    pub refresh_interval: String,
+    /// Per-column overrides of the generated mapping, by column name.
+    #[serde(default)]
+    pub fields: std::collections::BTreeMap<String, sluice_core::FieldOverride>,
     /// A version being built (from the center): written to as well as the alias's.
     #[serde(skip)]
     pub building: Option<u32>,
@@ -148,6 +155,8 @@ impl From<sluice_zk::layout::PipelineRecord> for PipelineConfig {
             } else {
                 r.tombstone_retention
             },
+            refresh_interval: r.refresh_interval,
+            fields: r.fields,
             building: r.building,
         }
     }
@@ -214,6 +223,15 @@ impl EtlConfig {
             if pl.shards == 0 {
                 p.push(format!("{key}.shards: must be at least 1"));
             }
+            p.extend(
+                sluice_core::mapping::pipeline_problems(
+                    &pl.columns,
+                    &pl.fields,
+                    &pl.refresh_interval,
+                )
+                .into_iter()
+                .map(|problem| format!("{key}.{problem}")),
+            );
             if humantime::parse_duration(&pl.tombstone_retention).is_err() {
                 p.push(format!(
                     "{key}.tombstone_retention: `{}` is not a duration like 7d or 12h",

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use sluice_zk::layout::{EtlRecord, Marker, PipelineRecord};
+use sluice_zk::layout::{EtlRecord, Marker, NeedsRebuild, PipelineRecord};
 use sluice_zk::{Coordinator, SessionState, ZkConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PipelineConfig;
+use crate::pipeline::Verdict;
 
 /// What the follower keeps in step with ZooKeeper.
 pub(crate) struct Follow {
@@ -23,6 +24,9 @@ pub(crate) struct Follow {
     pub applied: watch::Receiver<EtlRecord>,
     /// In: build markers applied, with their partition.
     pub caught_up: mpsc::UnboundedReceiver<(Marker, i32)>,
+    /// In: whether index versions need a rebuild, recorded in
+    /// `pipelines/<name>/needs_rebuild` for the center's pipelines.
+    pub verdicts: mpsc::UnboundedReceiver<Verdict>,
 }
 
 /// Keeps the pipelines equal to the file's plus the center's (a center pipeline with the
@@ -80,10 +84,63 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                         tracing::info!(pipeline = %marker.pipeline, version = marker.version, partition, "build marker applied");
                     }
                 }
+                Some(v) = f.verdicts.recv() => {
+                    if !f.from_file.iter().any(|p| p.name == v.pipeline) {
+                        if let Err(e) = record_verdict(&coord, &v).await {
+                            tracing::warn!(error = %e, pipeline = %v.pipeline, "cannot record whether the index needs a rebuild");
+                        }
+                    }
+                }
             }
         }
         coord.close().await;
     }
+}
+
+/// Records (or clears) a version's need for a rebuild; written only when it changes,
+/// and only while the pipeline exists.
+async fn record_verdict(coord: &Coordinator, v: &Verdict) -> Result<(), sluice_zk::ZkError> {
+    let rel = sluice_zk::layout::needs_rebuild(&v.pipeline);
+    for _ in 0..3 {
+        if coord
+            .get(&sluice_zk::layout::pipeline(&v.pipeline))
+            .await?
+            .is_none()
+        {
+            return Ok(());
+        }
+        let node = coord.get(&rel).await?;
+        let mut record: NeedsRebuild = node
+            .as_ref()
+            .and_then(|n| serde_json::from_slice(&n.data).ok())
+            .unwrap_or_default();
+        let before = record.clone();
+        match &v.needs_rebuild {
+            Some(why) => {
+                record.versions.insert(v.version, why.clone());
+            }
+            None => {
+                record.versions.remove(&v.version);
+            }
+        }
+        if record == before {
+            return Ok(());
+        }
+        let expect = node.map_or(sluice_zk::Expect::Absent, |n| {
+            sluice_zk::Expect::Version(n.version)
+        });
+        let data = serde_json::to_vec(&record).expect("serializes");
+        match coord.put(&rel, &data, expect).await {
+            Ok(_) => {
+                tracing::info!(pipeline = %v.pipeline, version = v.version, needs_rebuild = ?v.needs_rebuild, "recorded for the center");
+                return Ok(());
+            }
+            // Another etl member wrote it meanwhile: read again.
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn look(

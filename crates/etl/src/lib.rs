@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use config::EtlConfig;
-pub use mapping::{field_mapping, index_body};
+pub use mapping::{field_mapping, index_body, IndexSettings};
 
 use pipeline::Router;
 
@@ -88,6 +88,7 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
     let (pipelines_tx, mut pipelines) = watch::channel(None);
     let (applied_tx, applied) = watch::channel(sluice_zk::layout::EtlRecord::default());
     let (caught_up_tx, caught_up) = tokio::sync::mpsc::unbounded_channel();
+    let (verdict_tx, verdicts) = tokio::sync::mpsc::unbounded_channel();
     let follower = match &cfg.zookeeper {
         Some(zk) => Some(tokio::spawn(follow::follow(
             follow::Follow {
@@ -101,6 +102,7 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
                 pipelines: pipelines_tx,
                 applied,
                 caught_up,
+                verdicts,
             },
             shutdown.clone(),
         ))),
@@ -170,6 +172,11 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
                     break;
                 }
             }
+        }
+        // For the center: which index versions need a rebuild (none without ZooKeeper;
+        // the router logged them).
+        for v in router.verdicts.drain(..) {
+            let _ = verdict_tx.send(v);
         }
         if last_report.elapsed() >= Duration::from_secs(10) && stats.events > 0 {
             tracing::info!(

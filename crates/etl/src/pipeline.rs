@@ -1,6 +1,6 @@
 //! Pipelines: which change events go to which index, as what document.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
@@ -17,10 +17,24 @@ pub(crate) struct Pipeline {
     targets: Option<Vec<String>>,
     /// The change topic this pipeline consumes.
     topic: String,
-    /// Columns this process has made sure are in the mapping.
-    mapped: HashSet<String>,
+    /// Per target index, the field mappings it has (read when the targets are resolved,
+    /// then kept in step with what this process adds).
+    live: HashMap<String, Map<String, Value>>,
+    /// The columns (name, type) the targets' mappings were last checked against.
+    checked: Vec<(String, String)>,
+    /// Per target index, why its settings cannot become the pipeline's.
+    unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
     building_index: Option<String>,
+}
+
+/// `N` of `<alias>_v<N>` (0 for an index named otherwise).
+fn version_of(alias: &str, index: &str) -> u32 {
+    index
+        .strip_prefix(alias)
+        .and_then(|v| v.strip_prefix("_v"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Finds the pipelines of a change event.
@@ -28,6 +42,19 @@ pub(crate) struct Router {
     pub pipelines: Vec<Pipeline>,
     /// Change topic → the pipelines that consume it.
     by_topic: HashMap<String, Arc<[usize]>>,
+    /// What the last checks of index mappings and settings found, for the center: per
+    /// index version, why it needs a rebuild (`None`: it does not).
+    pub verdicts: Vec<Verdict>,
+}
+
+/// Whether an index version of a pipeline can take what the table and the pipeline now
+/// ask for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Verdict {
+    pub pipeline: String,
+    pub version: u32,
+    /// Why only a rebuild fixes it; `None` when it fits.
+    pub needs_rebuild: Option<String>,
 }
 
 impl Router {
@@ -39,7 +66,9 @@ impl Router {
                 building_index: cfg.building.map(|v| format!("{}_v{v}", cfg.alias())),
                 cfg: cfg.clone(),
                 targets: None,
-                mapped: HashSet::new(),
+                live: HashMap::new(),
+                checked: Vec::new(),
+                unfit_settings: HashMap::new(),
             })
             .collect();
         let mut by_topic: HashMap<String, Vec<usize>> = HashMap::new();
@@ -50,6 +79,7 @@ impl Router {
         Self {
             pipelines,
             by_topic,
+            verdicts: Vec::new(),
         }
     }
 
@@ -91,8 +121,10 @@ impl Router {
 
     /// Makes pipeline `idx` ready to write: resolves the indexes behind its alias, creating
     /// `<alias>_v1` with a mapping generated from `columns` and pointing the alias at it
-    /// when the alias does not exist yet; and adds to the mapping any column this process
-    /// has not mapped yet (an ADD COLUMN).
+    /// when the alias does not exist yet (and the version being built); then, whenever the
+    /// columns differ from the last check, brings every target's mapping in step: new
+    /// fields and in-place changes are applied, anything else is a [`Verdict`] that the
+    /// version needs a rebuild.
     pub async fn prepare(
         &mut self,
         es: &EsClient,
@@ -100,16 +132,21 @@ impl Router {
         columns: &[ColumnInfo],
     ) -> Result<(), EsError> {
         let p = &mut self.pipelines[idx];
+        let settings = mapping::IndexSettings {
+            shards: p.cfg.shards,
+            replicas: p.cfg.replicas,
+            tombstone_retention: p.cfg.tombstone_retention.clone(),
+            refresh_interval: p.cfg.refresh_interval.clone(),
+        };
         if p.targets.is_none() {
             let alias = p.cfg.alias().to_owned();
             let mut targets = es.alias_targets(&alias).await?;
-            let props = mapping::properties(columns, &p.cfg.columns);
-            let body = mapping::index_body(
-                props.clone(),
-                p.cfg.shards,
-                p.cfg.replicas,
-                &p.cfg.tombstone_retention,
-            );
+            let (props, ignored) = mapping::properties(columns, &p.cfg.columns, &p.cfg.fields);
+            for why in ignored {
+                tracing::warn!(pipeline = %p.cfg.name, "{why}");
+            }
+            let body = mapping::index_body(props, &settings);
+            let mut created = Vec::new();
             if targets.is_empty() && p.cfg.building.is_none() {
                 let index = format!("{alias}_v1");
                 es.create_index(&index, &body).await?;
@@ -119,7 +156,8 @@ impl Router {
                 }])
                 .await?;
                 tracing::info!(pipeline = %p.cfg.name, %index, %alias, "created index version 1 and its alias");
-                targets = vec![index];
+                targets = vec![index.clone()];
+                created.push(index);
             }
             if let Some(index) = p.building_index.clone() {
                 // The version being built, written alongside the live ones.
@@ -129,33 +167,87 @@ impl Router {
                     targets.push(index);
                 }
             }
-            p.mapped.extend(props.keys().cloned());
-            p.targets = Some(targets);
-        }
-        let targets = p.targets.as_deref().unwrap_or_default();
-        let new: Vec<&ColumnInfo> = columns
-            .iter()
-            .filter(|c| {
-                !p.mapped.contains(&c.name)
-                    && (p.cfg.columns.is_empty() || p.cfg.columns.contains(&c.name))
-            })
-            .collect();
-        if !new.is_empty() {
-            let props: Map<String, Value> = new
-                .iter()
-                .map(|c| (c.name.clone(), mapping::field_mapping(&c.sql_type)))
-                .collect();
-            for index in targets {
-                if let Err(e) = es.put_mapping(index, &json!({ "properties": props })).await {
-                    if e.is_transient() {
-                        return Err(e);
+            p.live.clear();
+            p.unfit_settings.clear();
+            for index in &targets {
+                let live = es.get_mapping(index).await?;
+                let props = live
+                    .get(index)
+                    .and_then(|m| m["mappings"]["properties"].as_object())
+                    .cloned()
+                    .unwrap_or_default();
+                p.live.insert(index.clone(), props);
+                if created.contains(index) {
+                    continue;
+                }
+                // Settings the pipeline changed since the index was made.
+                let live = es.get_settings(index).await?;
+                match settings.diff(&live[index.as_str()]["settings"]["index"]) {
+                    Ok(change) if change.is_empty() => {}
+                    Ok(change) => {
+                        let change = Value::Object(change);
+                        es.update_settings(index, &change).await?;
+                        tracing::info!(pipeline = %p.cfg.name, %index, settings = %change, "index settings changed in place");
                     }
-                    tracing::warn!(pipeline = %p.cfg.name, %index, error = %e,
-                        "a column's type no longer fits the index mapping: documents keep the value in _source; rebuild the pipeline to index it");
+                    Err(why) => {
+                        p.unfit_settings.insert(index.clone(), why);
+                    }
                 }
             }
-            p.mapped.extend(new.iter().map(|c| c.name.clone()));
+            p.targets = Some(targets);
+            p.checked.clear();
         }
+        let unchanged = p.checked.len() == columns.len()
+            && p.checked
+                .iter()
+                .zip(columns)
+                .all(|((n, t), c)| *n == c.name && *t == c.sql_type);
+        if unchanged {
+            return Ok(());
+        }
+        let (wanted, _) = mapping::properties(columns, &p.cfg.columns, &p.cfg.fields);
+        let alias = p.cfg.alias().to_owned();
+        for index in p.targets.as_deref().unwrap_or_default() {
+            let live = p.live.entry(index.clone()).or_default();
+            let mut change = Map::new();
+            let mut rebuild: Vec<String> =
+                p.unfit_settings.get(index).cloned().into_iter().collect();
+            for (field, want) in &wanted {
+                match live.get(field).map(|l| mapping::fit(field, l, want)) {
+                    None | Some(mapping::Fit::InPlace) => {
+                        change.insert(field.clone(), want.clone());
+                    }
+                    Some(mapping::Fit::Same) => {}
+                    Some(mapping::Fit::Rebuild(why)) => rebuild.push(why),
+                }
+            }
+            if !change.is_empty() {
+                match es
+                    .put_mapping(index, &json!({ "properties": change }))
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(pipeline = %p.cfg.name, %index, fields = ?change.keys().collect::<Vec<_>>(), "mapping changed in place");
+                        live.extend(change);
+                    }
+                    Err(e) if e.is_transient() => return Err(e),
+                    Err(e) => rebuild.push(format!("the server refused the mapping change: {e}")),
+                }
+            }
+            let needs_rebuild = (!rebuild.is_empty()).then(|| rebuild.join("; "));
+            if let Some(why) = &needs_rebuild {
+                tracing::warn!(pipeline = %p.cfg.name, %index, "needs a rebuild: {why}; documents keep every value in _source meanwhile");
+            }
+            self.verdicts.push(Verdict {
+                pipeline: p.cfg.name.clone(),
+                version: version_of(&alias, index),
+                needs_rebuild,
+            });
+        }
+        p.checked = columns
+            .iter()
+            .map(|c| (c.name.clone(), c.sql_type.clone()))
+            .collect();
         Ok(())
     }
 

@@ -101,6 +101,18 @@ impl ZkError {
         }
     }
 
+    /// `true` when a conditional write lost to another writer (the node changed, appeared
+    /// or went away since it was read): read again and decide again.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            ZkError::Zk {
+                source: ZkCode::BadVersion | ZkCode::NodeExists | ZkCode::NoNode,
+                ..
+            }
+        )
+    }
+
     /// `true` for [`ZkError::Fenced`]: the task must stop now.
     pub fn is_fenced(&self) -> bool {
         matches!(self, ZkError::Fenced { .. })

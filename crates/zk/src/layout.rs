@@ -63,6 +63,10 @@ pub struct PipelineRecord {
     pub shards: u32,
     pub replicas: u32,
     pub tombstone_retention: String,
+    #[serde(default)]
+    pub refresh_interval: String,
+    #[serde(default)]
+    pub fields: std::collections::BTreeMap<String, sluice_core::FieldOverride>,
     /// A version being built (`<alias>_v<N>`): the etl writes to it as well as to the
     /// indexes behind the alias.
     #[serde(default)]
@@ -126,6 +130,19 @@ pub struct EtlRecord {
     /// Every pipeline it routes.
     #[serde(default)]
     pub pipelines: Vec<String>,
+}
+
+/// `pipelines/<name>/needs_rebuild` (written by the etl): the index versions whose
+/// mapping or settings cannot take what the table and the pipeline now ask for (a
+/// column's type changed, an analyzer override changed...), each with why. Only a build
+/// fixes that; versions older than the live one are history and no longer matter.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NeedsRebuild {
+    pub versions: std::collections::BTreeMap<u32, String>,
+}
+
+pub fn needs_rebuild(pipeline: &str) -> String {
+    format!("pipelines/{pipeline}/needs_rebuild")
 }
 
 /// The Kafka header that marks a build's catch-up marker (its payload: [`Marker`]).

@@ -571,7 +571,13 @@ impl Bench {
         .map(|(name, ty)| (name.to_owned(), sluice_etl::field_mapping(ty)))
         .collect();
         self.raw_index = Some(index.clone());
-        es.create_index(&index, &sluice_etl::index_body(props, 1, 0, "60s"))
+        let settings = sluice_etl::IndexSettings {
+            shards: 1,
+            replicas: 0,
+            tombstone_retention: "60s".into(),
+            refresh_interval: String::new(),
+        };
+        es.create_index(&index, &sluice_etl::index_body(props, &settings))
             .await?;
 
         let mut rng = Rng(0x5eed_1234_abcd_0002);

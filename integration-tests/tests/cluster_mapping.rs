@@ -1,0 +1,271 @@
+//! Index mappings (issue 4): per-column overrides and index settings reach the index; an
+//! added column and in-place changes apply to the live index; a change the live mapping
+//! cannot take marks the pipeline as needing a rebuild, says why, and a build clears it.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sluice_integration_tests::{eventually, Cluster, ClusterSource, TestCtx};
+
+/// The mapping of `index` (its `properties`).
+async fn properties(ctx: &TestCtx, index: &str) -> Value {
+    let m = ctx.stack.es.get_mapping(index).await.expect("mapping");
+    m[index]["mappings"]["properties"].clone()
+}
+
+/// The pipeline as `sluicectl pipelines list` shows it.
+fn listed(cluster: &Cluster, name: &str) -> Value {
+    let all = cluster.ctl(&["pipelines", "list"]).expect("pipelines list");
+    all.as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("{name} not listed: {all}"))
+}
+
+/// Touches row 1 (a live change the etl must prepare the index for) until `probe` holds.
+async fn touching_until<F, Fut>(ctx: &TestCtx, what: &str, probe: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut n = 0;
+    eventually(what, Duration::from_secs(60), || {
+        n += 1;
+        let sql = format!("UPDATE docs SET hits = {n} WHERE id = 1");
+        let probe = probe();
+        async move {
+            ctx.exec(&sql).await;
+            probe.await
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_settings_and_column_changes_reach_the_index() {
+    let ctx = TestCtx::new("mapping").await;
+    ctx.exec(
+        "CREATE TABLE docs (id BIGINT PRIMARY KEY, title VARCHAR(100), body TEXT,
+         price DECIMAL(10,2), secret VARCHAR(20), hits INT)",
+    )
+    .await;
+    ctx.exec("INSERT INTO docs VALUES (1, 'Foxes', 'a rainbow over the hill', 9.50, 's1', 0)")
+        .await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let docs: ClusterSource = ctx.add_source(&cluster, "docs", 1).await;
+    let alias = docs.pipeline.alias.clone();
+
+    // Bad overrides are refused, naming the key.
+    let refused = ctx
+        .put_pipeline(
+            &cluster,
+            &docs,
+            &["--field", "price:type=long,analyzer=english"],
+        )
+        .unwrap_err();
+    assert!(refused.contains("fields.price.analyzer"), "{refused}");
+    let refused = ctx
+        .put_pipeline(&cluster, &docs, &["--refresh-interval", "soon"])
+        .unwrap_err();
+    assert!(refused.contains("refresh_interval"), "{refused}");
+
+    ctx.put_pipeline(
+        &cluster,
+        &docs,
+        &[
+            "--field",
+            "title:analyzer=english,search_analyzer=standard,copy_to=everything",
+            "--field",
+            "body:keyword=false,copy_to=everything",
+            "--field",
+            "secret:type=keyword,index=false",
+            "--field",
+            "price:type=double",
+            "--refresh-interval",
+            "2s",
+        ],
+    )
+    .unwrap();
+    let put = listed(&cluster, &alias);
+    assert_eq!(
+        put["fields"]["secret"],
+        json!({"type": "keyword", "index": false})
+    );
+    assert_eq!(put["refresh_interval"], "2s");
+    cluster
+        .wait_running(&[&docs], Duration::from_secs(30))
+        .await;
+
+    // Version 1, made by the etl for the first live change, has what was asked for.
+    let v1 = format!("{alias}_v1");
+    touching_until(&ctx, "version 1 created", || async {
+        ctx.stack
+            .es
+            .get_mapping(&v1)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let p = properties(&ctx, &v1).await;
+    assert_eq!(p["title"]["analyzer"], "english", "{p}");
+    assert_eq!(p["title"]["search_analyzer"], "standard", "{p}");
+    assert_eq!(p["title"]["copy_to"], json!(["everything"]), "{p}");
+    assert_eq!(p["title"]["fields"]["keyword"]["type"], "keyword", "{p}");
+    assert_eq!(p["body"]["type"], "text", "{p}");
+    assert!(
+        p["body"].get("fields").is_none(),
+        "no keyword sub-field: {p}"
+    );
+    assert_eq!(
+        p["secret"],
+        json!({"type": "keyword", "index": false}),
+        "{p}"
+    );
+    assert_eq!(p["price"]["type"], "double", "{p}");
+    assert_eq!(
+        p["everything"]["type"], "text",
+        "copy_to target mapped: {p}"
+    );
+    assert_eq!(p["hits"]["type"], "long", "generated: {p}");
+    let settings = ctx.stack.es.get_settings(&v1).await.unwrap();
+    assert_eq!(settings[&v1]["settings"]["index"]["refresh_interval"], "2s");
+
+    // copy_to works: the body's words are found through the combined field.
+    touching_until(&ctx, "a search through copy_to", || async {
+        ctx.stack
+            .es
+            .refresh(&alias)
+            .await
+            .map_err(|e| e.to_string())?;
+        let hits = ctx
+            .stack
+            .es
+            .search(
+                &alias,
+                &json!({"query": {"match": {"everything": "rainbow"}}}),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        match hits["hits"]["total"]["value"].as_u64() {
+            Some(1) => Ok(()),
+            _ => Err(hits.to_string()),
+        }
+    })
+    .await;
+
+    // Additive changes apply in place: a new column, a changed search analyzer, another
+    // refresh interval.
+    ctx.exec("ALTER TABLE docs ADD COLUMN tag VARCHAR(10)")
+        .await;
+    ctx.put_pipeline(
+        &cluster,
+        &docs,
+        &[
+            "--field",
+            "title:analyzer=english,search_analyzer=simple,copy_to=everything",
+            "--field",
+            "body:keyword=false,copy_to=everything",
+            "--field",
+            "secret:type=keyword,index=false",
+            "--field",
+            "price:type=double",
+            "--refresh-interval",
+            "3s",
+        ],
+    )
+    .unwrap();
+    touching_until(&ctx, "changes applied in place", || async {
+        let p = properties(&ctx, &v1).await;
+        let s = ctx
+            .stack
+            .es
+            .get_settings(&v1)
+            .await
+            .map_err(|e| e.to_string())?;
+        let interval = &s[&v1]["settings"]["index"]["refresh_interval"];
+        if p["tag"]["type"] == "text"
+            && p["title"]["search_analyzer"] == "simple"
+            && interval == "3s"
+        {
+            Ok(())
+        } else {
+            Err(format!("{p} refresh_interval {interval}"))
+        }
+    })
+    .await;
+    assert_eq!(listed(&cluster, &alias)["needs_rebuild"], "");
+    assert_eq!(
+        ctx.stack.es.alias_targets(&alias).await.unwrap(),
+        std::slice::from_ref(&v1),
+        "in place: still version 1"
+    );
+
+    // A type change and an analyzer change the live index cannot take: a rebuild is
+    // needed, and the pipeline says why.
+    ctx.exec("ALTER TABLE docs MODIFY price VARCHAR(20)").await;
+    ctx.exec("UPDATE docs SET price = 'cheap' WHERE id = 1")
+        .await;
+    ctx.put_pipeline(
+        &cluster,
+        &docs,
+        &[
+            "--field",
+            "title:analyzer=standard",
+            "--refresh-interval",
+            "3s",
+        ],
+    )
+    .unwrap();
+    touching_until(&ctx, "the pipeline marked as needing a rebuild", || {
+        let reason = listed(&cluster, &alias)["needs_rebuild"].to_string();
+        async move {
+            if reason.contains("`price`") && reason.contains("`title`") {
+                Ok(())
+            } else {
+                Err(format!("needs_rebuild: {reason}"))
+            }
+        }
+    })
+    .await;
+    let why = listed(&cluster, &alias)["needs_rebuild"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(why.starts_with("v1: "), "{why}");
+    assert!(
+        why.contains("type is double in the index, text wanted"),
+        "{why}"
+    );
+    assert!(
+        why.contains("analyzer is english in the index, standard wanted"),
+        "{why}"
+    );
+
+    // A build makes a version with the new mapping; the mark goes with the old version.
+    cluster.ctl(&["pipelines", "build", &alias]).unwrap();
+    eventually("the build finishes", Duration::from_secs(120), || async {
+        let s = cluster.ctl(&["pipelines", "status", &alias])?;
+        if s["phase"] == "done" {
+            Ok(())
+        } else {
+            Err(format!("{s}\n{}", cluster.logs()))
+        }
+    })
+    .await;
+    let v2 = format!("{alias}_v2");
+    let p = properties(&ctx, &v2).await;
+    assert_eq!(p["price"]["type"], "text", "{p}");
+    assert_eq!(p["title"]["analyzer"], "standard", "{p}");
+    assert!(
+        p["title"].get("copy_to").is_none(),
+        "the override was replaced: {p}"
+    );
+    let after = listed(&cluster, &alias);
+    assert_eq!(after["live_version"], 2, "{after}");
+    assert_eq!(after["needs_rebuild"], "", "{after}");
+    cluster
+        .converges(&ctx, &docs.pipeline, Duration::from_secs(60))
+        .await;
+    drop(cluster);
+    ctx.cleanup().await;
+}
