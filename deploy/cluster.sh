@@ -38,6 +38,8 @@ curl -fsS -X DELETE "$ES_URL/customers_v1" >/dev/null 2>&1 || true
 
 for n in 0 1 2; do
   cat >"$work/center-$n.toml" <<TOML
+[telemetry]
+listen = "127.0.0.1:$((9470 + n))"
 [center]
 id = "center-$n"
 listen = "127.0.0.1:${ports[$n]}"
@@ -55,6 +57,8 @@ auth = "token"
 token_file = "$token_file"
 TOML
   cat >"$work/worker-$n.toml" <<TOML
+[telemetry]
+listen = "127.0.0.1:$((9480 + n))"
 [worker]
 id = "worker-$n"
 confirm_interval = "200ms"
@@ -70,6 +74,8 @@ token_file = "$token_file"
 TOML
 done
 cat >"$work/etl.toml" <<TOML
+[telemetry]
+listen = "127.0.0.1:9490"
 [etl]
 group_id = "sluice-etl-$run_id"
 instance_id = "local-etl"

@@ -20,6 +20,8 @@ curl -fsS -X DELETE "$ES_URL/products_v1" >/dev/null 2>&1 || true
 
 run_id="demo-$(date +%s)"
 cat > "$work/worker.toml" <<TOML
+[telemetry]
+listen = "127.0.0.1:9464"
 [worker]
 id = "demo-worker"
 confirm_interval = "200ms"
@@ -40,6 +42,8 @@ server_id = 4242
 tables = ["shop.*"]
 TOML
 cat > "$work/etl.toml" <<TOML
+[telemetry]
+listen = "127.0.0.1:9465"
 [etl]
 group_id = "sluice-etl-$run_id"
 instance_id = "demo-etl"

@@ -210,11 +210,16 @@ impl TestCtx {
 
     /// Writes `sections` as `<name>.toml` in the test directory; the service `bin` with
     /// it, logging to `<name>.log`.
+    /// Each gets a `[telemetry]` section listening on a port of its own.
     pub(crate) fn service(&self, bin: &'static str, name: &str, sections: &[&str]) -> Service {
         let path = self.dir.join(format!("{name}.toml"));
-        fs::write(&path, sections.join("\n"))
-            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-        Service::new(bin, path, self.dir.join(format!("{name}.log")))
+        let telemetry = std::net::SocketAddr::from(([127, 0, 0, 1], crate::cluster::free_port()));
+        let mut text = sections.join("\n");
+        text.push_str(&format!("\n[telemetry]\nlisten = \"{telemetry}\"\n"));
+        fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        let mut service = Service::new(bin, path, self.dir.join(format!("{name}.log")));
+        service.telemetry = telemetry;
+        service
     }
 
     /// A standalone worker streaming the test database (not yet started).
@@ -528,6 +533,8 @@ pub struct Service {
     child: Option<Child>,
     /// Stopped by SIGSTOP and not continued since.
     pub paused: bool,
+    /// Where its `/metrics`, `/healthz` and `/readyz` are served.
+    pub telemetry: std::net::SocketAddr,
 }
 
 impl Service {
@@ -539,6 +546,7 @@ impl Service {
             env: Vec::new(),
             child: None,
             paused: false,
+            telemetry: std::net::SocketAddr::from(([127, 0, 0, 1], 9464)),
         }
     }
 
@@ -608,6 +616,33 @@ impl Service {
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin));
         self.child = Some(child);
         self
+    }
+
+    /// `GET` of `path` on its telemetry endpoint: status and body.
+    pub async fn ops(&self, path: &str) -> Result<(u16, String), String> {
+        let url = format!("http://{}{path}", self.telemetry);
+        let answer = reqwest::get(&url)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        let status = answer.status().as_u16();
+        let body = answer.text().await.map_err(|e| format!("{url}: {e}"))?;
+        Ok((status, body))
+    }
+
+    /// Its `/metrics`: each sample's value by `name{labels}` as the text format writes it.
+    pub async fn metrics(&self) -> Result<std::collections::BTreeMap<String, f64>, String> {
+        let (status, body) = self.ops("/metrics").await?;
+        if status != 200 {
+            return Err(format!("/metrics answered {status}: {body}"));
+        }
+        Ok(body
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                Some((series.to_owned(), value.parse().ok()?))
+            })
+            .collect())
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -80,6 +80,7 @@ async fn report_health(
     let mut last = None;
     loop {
         let serving = !shutdown.is_cancelled() && shared.coord().is_some_and(|c| c.is_live());
+        shared.ready.set(serving);
         if last != Some(serving) {
             let status = if serving {
                 ServingStatus::Serving
@@ -771,6 +772,9 @@ impl WorkerReports for AdminApi {
                 .save_status(&report.worker, t)
                 .await
                 .map_err(meta_err)?;
+            crate::metrics::update(|g| {
+                g.source_lag.insert(t.source.clone(), t.lag_seconds);
+            });
         }
         for e in &report.events {
             self.shared

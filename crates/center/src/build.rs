@@ -94,6 +94,16 @@ pub(crate) async fn drive(
             }
         }
     }
+    // Builds no longer running: done (their alias moved) or reset.
+    crate::metrics::update(|g| {
+        g.builds
+            .retain(|name, _| pipelines.iter().any(|p| p.name == *name));
+        for (name, b) in g.builds.iter_mut() {
+            if !building.contains_key(name.as_str()) {
+                b.phase = "done".into();
+            }
+        }
+    });
     let existing: Vec<&str> = pipelines.iter().map(|p| p.name.as_str()).collect();
     delete_doomed(shared, coord, epoch, acting, &existing).await?;
     Ok(!building.is_empty())
@@ -188,6 +198,9 @@ async fn drive_one(
             .await?;
     }
     let (status, chunk_done) = progress(coord, p).await?;
+    crate::metrics::update(|g| {
+        g.builds.insert(p.name.clone(), status.clone());
+    });
     tracing::debug!(pipeline = %p.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
     let job = |kind: &str| format!("{}~{kind}", p.name);
     let chunk_job = |n: usize| job(&format!("{n:05}"));

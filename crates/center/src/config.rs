@@ -21,6 +21,9 @@ pub struct CenterConfig {
     /// Needed for builds (alias swaps) and for deleting pipelines' indexes.
     #[serde(default)]
     pub elasticsearch: Option<sluice_elastic::EsSection>,
+    /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
+    #[serde(default)]
+    pub telemetry: sluice_core::telemetry::TelemetrySection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -156,6 +159,7 @@ impl CenterConfig {
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
+        p.extend(self.telemetry.problems("telemetry"));
         if self.center.id.trim().is_empty() || self.center.id.contains('/') {
             p.push(format!(
                 "center.id: `{}` must be non-empty and contain no `/`",

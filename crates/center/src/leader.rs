@@ -104,6 +104,24 @@ async fn lead(
         .add_event(me, "leader", me, &format!("leads at epoch {epoch}"))
         .await;
     shared.leading.send_replace(Some(epoch));
+    crate::metrics::update(|g| {
+        g.leader = true;
+        g.epoch = epoch;
+    });
+    // However leading ends, the gauges stop saying so.
+    struct NotLeading;
+    impl Drop for NotLeading {
+        fn drop(&mut self) {
+            crate::metrics::update(|g| {
+                g.leader = false;
+                g.workers_live = None;
+                g.tasks.clear();
+                g.pipelines.clear();
+                g.builds.clear();
+            });
+        }
+    }
+    let _not_leading = NotLeading;
     tracing::info!(epoch, "leading: reconciling");
     let mut pending: Option<oneshot::Sender<Vec<Move>>> = None;
     loop {
@@ -395,6 +413,28 @@ async fn reconcile(
                 .await?;
         }
     }
+    let mut assigned = current;
+    for m in &moves {
+        assigned.insert(m.task.clone(), m.to.clone());
+    }
+    crate::metrics::update(|g| {
+        g.workers_live = Some(live.len() as u64);
+        g.tasks = live.iter().map(|w| (w.id.clone(), 0)).collect();
+        for worker in assigned.values() {
+            *g.tasks.entry(worker.clone()).or_default() += 1;
+        }
+        g.pipelines = ["unavailable", "building", "available"]
+            .into_iter()
+            .map(|state| {
+                (
+                    state,
+                    pipelines.iter().filter(|p| p.state == state).count() as u64,
+                )
+            })
+            .collect();
+        g.source_lag
+            .retain(|source, _| task_set.contains(source.as_str()));
+    });
     if crate::build::drive(shared, coord, epoch, &acting, &pipelines, &worker_ids).await? {
         let soon = Duration::from_millis(500);
         wake = Some(wake.map_or(soon, |w| w.min(soon)));

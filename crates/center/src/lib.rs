@@ -15,6 +15,7 @@ mod build;
 pub mod config;
 mod leader;
 pub mod meta;
+mod metrics;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -49,6 +50,8 @@ pub struct Shared {
     nudge: Notify,
     /// An operator's rebalance, answered with the moves made.
     rebalance: mpsc::Sender<oneshot::Sender<Vec<balance::Move>>>,
+    /// `/readyz`: the same as the gRPC health.
+    ready: sluice_core::telemetry::Readiness,
 }
 
 impl Shared {
@@ -63,7 +66,12 @@ impl Shared {
 }
 
 /// Runs the center until `shutdown`: serves the API, campaigns, and leads when elected.
-pub async fn run(cfg: CenterConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: CenterConfig,
+    ready: sluice_core::telemetry::Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    metrics::observe();
     let meta = connect_meta(&cfg, &shutdown).await?;
     let (rebalance_tx, rebalance_rx) = mpsc::channel(4);
     let es = match &cfg.elasticsearch {
@@ -78,6 +86,7 @@ pub async fn run(cfg: CenterConfig, shutdown: CancellationToken) -> anyhow::Resu
         leading: watch::channel(None).0,
         nudge: Notify::new(),
         rebalance: rebalance_tx,
+        ready,
     });
     let mut server = {
         let shared = shared.clone();

@@ -1,21 +1,11 @@
-use std::path::PathBuf;
-
-use clap::Parser;
-
-/// Sluice's control plane: elects a leader, assigns binlog tasks, serves the admin API.
-#[derive(Parser)]
-#[command(version)]
-struct Args {
-    /// Configuration file (TOML). `SLUICE_…` environment variables override it.
-    #[arg(short, long, env = "SLUICE_CONFIG_FILE")]
-    config: PathBuf,
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    sluice_core::telemetry::init_logging();
-    let config = sluice_center::load(&args.config)?;
-    let shutdown = sluice_core::shutdown::on_signals();
-    sluice_center::run(config, shutdown).await
+    sluice_core::service::main(
+        "sluice-center",
+        "Sluice's control plane: elects a leader, assigns binlog tasks, serves the admin API.",
+        |path| Ok(sluice_center::load(path)?),
+        |c| c.telemetry.clone(),
+        sluice_center::run,
+    )
+    .await
 }

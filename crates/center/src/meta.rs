@@ -781,5 +781,6 @@ async fn insert_event(
         (origin, kind, subject, message),
     )
     .await?;
+    crate::metrics::EVENTS.add(1, &[opentelemetry::KeyValue::new("kind", kind.to_owned())]);
     Ok(())
 }

@@ -35,11 +35,20 @@ pub fn load_config<T: DeserializeOwned>(
                 .required(true),
         );
     }
+    // The variables that choose the file and the log format are not config keys.
+    let not_keys = [
+        format!("{env_prefix}_CONFIG_FILE"),
+        format!("{env_prefix}_LOG_FORMAT"),
+    ];
+    let env = std::env::vars()
+        .filter(|(k, _)| !not_keys.contains(k))
+        .collect();
     builder = builder.add_source(
         config::Environment::with_prefix(env_prefix)
             .prefix_separator("_")
             .separator("__")
-            .try_parsing(true),
+            .try_parsing(true)
+            .source(Some(env)),
     );
     let cfg = builder.build().map_err(|source| ConfigError::Read {
         source: Box::new(source),

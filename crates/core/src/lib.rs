@@ -6,6 +6,7 @@ pub mod config;
 pub mod event;
 pub mod mapping;
 pub mod position;
+pub mod service;
 pub mod shutdown;
 pub mod telemetry;
 pub mod version;

@@ -21,6 +21,9 @@ pub struct EtlConfig {
     /// Pipelines from this file (standalone, or in addition to the center's).
     #[serde(default)]
     pub pipelines: Vec<PipelineConfig>,
+    /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
+    #[serde(default)]
+    pub telemetry: sluice_core::telemetry::TelemetrySection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -166,6 +169,7 @@ impl EtlConfig {
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
+        p.extend(self.telemetry.problems("telemetry"));
         if self.etl.group_id.trim().is_empty() {
             p.push("etl.group_id: must not be empty".into());
         }

@@ -9,6 +9,7 @@
 pub mod config;
 mod follow;
 mod mapping;
+mod metrics;
 mod pipeline;
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,7 +32,10 @@ use tokio_util::sync::CancellationToken;
 pub use config::EtlConfig;
 pub use mapping::{field_mapping, index_body, IndexSettings};
 
+use metrics::METRICS;
+use opentelemetry::KeyValue;
 use pipeline::Router;
+use sluice_core::telemetry::Readiness;
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
@@ -68,7 +72,11 @@ struct Stats {
 }
 
 /// Runs until `shutdown` is cancelled, then applies and commits the batch in hand.
-pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: EtlConfig,
+    ready: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let es = cfg.elasticsearch.client().context("elasticsearch")?;
     let producer =
         sluice_kafka::producer(&cfg.kafka).context("cannot create the dead-letter producer")?;
@@ -124,6 +132,8 @@ pub async fn run(cfg: EtlConfig, shutdown: CancellationToken) -> anyhow::Result<
                 Ok(r) => {
                     router = r;
                     retry_reroute = None;
+                    metrics::zero(list.iter().map(|p| p.name.as_str()));
+                    ready.set(true);
                     // Tell the center which versions this member now writes to.
                     applied_tx.send_replace(sluice_zk::layout::EtlRecord {
                         building: list
@@ -297,6 +307,7 @@ async fn apply(
     stats: &mut Stats,
 ) -> anyhow::Result<Applied> {
     stats.events += batch.len() as u64;
+    METRICS.events.add(batch.len() as u64, &[]);
     let Some(Plan {
         ops,
         origins,
@@ -310,6 +321,12 @@ async fn apply(
     }
     if !dead.is_empty() {
         stats.dead_lettered += dead.len() as u64;
+        for d in &dead {
+            let pipeline = d.pipeline.clone().unwrap_or_default();
+            METRICS
+                .dead_letters
+                .add(1, &[opentelemetry::KeyValue::new("pipeline", pipeline)]);
+        }
         dead_letter(producer, &cfg.etl.dead_letter_topic, batch, &dead).await?;
     }
     Ok(Applied::All)
@@ -401,35 +418,57 @@ async fn write(
 ) -> anyhow::Result<bool> {
     let mut backoff = cfg.etl.retry_backoff;
     while !ops.is_empty() {
-        match es.bulk(&ops).await {
+        let started = Instant::now();
+        let answer = es.bulk(&ops).await;
+        METRICS
+            .bulk_duration
+            .record(started.elapsed().as_secs_f64(), &[]);
+        METRICS.bulk_documents.record(ops.len() as u64, &[]);
+        match answer {
             Ok(outcomes) => {
                 let (mut retry_ops, mut retry_origins) = (Vec::new(), Vec::new());
                 for ((op, origin), outcome) in ops.into_iter().zip(origins).zip(outcomes) {
                     match outcome {
-                        ItemOutcome::Applied => stats.written += 1,
-                        ItemOutcome::Stale => stats.stale += 1,
+                        ItemOutcome::Applied => {
+                            stats.written += 1;
+                            METRICS
+                                .documents
+                                .add(1, &[KeyValue::new("result", "written")]);
+                        }
+                        ItemOutcome::Stale => {
+                            stats.stale += 1;
+                            METRICS
+                                .documents
+                                .add(1, &[KeyValue::new("result", "stale")]);
+                        }
                         ItemOutcome::Retry { status, reason } => {
+                            METRICS.bulk_errors.add(1, &metrics::class("retry"));
                             tracing::debug!(status, %reason, "bulk item will be retried");
                             retry_ops.push(op);
                             retry_origins.push(origin);
                         }
-                        ItemOutcome::Rejected { status, reason } => dead.push(DeadLetter {
-                            msg: origin,
-                            reason: format!(
-                                "Elasticsearch rejected the document (HTTP {status}): {reason}"
-                            ),
-                            pipeline: None,
-                        }),
+                        ItemOutcome::Rejected { status, reason } => {
+                            METRICS.bulk_errors.add(1, &metrics::class("rejected"));
+                            dead.push(DeadLetter {
+                                msg: origin,
+                                reason: format!(
+                                    "Elasticsearch rejected the document (HTTP {status}): {reason}"
+                                ),
+                                pipeline: None,
+                            });
+                        }
                     }
                 }
                 (ops, origins) = (retry_ops, retry_origins);
             }
             Err(e) if e.is_transient() => {
+                METRICS.bulk_errors.add(1, &metrics::class("request"));
                 tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
             }
             Err(e) => {
+                METRICS.bulk_errors.add(1, &metrics::class("request"));
                 return Err(e)
-                    .context("bulk request refused (fix the cause; nothing was committed)")
+                    .context("bulk request refused (fix the cause; nothing was committed)");
             }
         }
         if !ops.is_empty() {

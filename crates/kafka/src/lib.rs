@@ -91,6 +91,35 @@ impl ClientContext for TracingContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }
+
+    /// librdkafka's periodic statistics (consumers only): keeps each assigned
+    /// partition's consumer lag for [`consumer_lag`].
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut lag = CONSUMER_LAG.lock().unwrap_or_else(|e| e.into_inner());
+        lag.clear();
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                // Partition -1 is librdkafka's internal one; -1 lag means not known yet.
+                if partition >= 0 && p.consumer_lag >= 0 {
+                    lag.insert((topic.clone(), partition), p.consumer_lag);
+                }
+            }
+        }
+    }
+}
+
+static CONSUMER_LAG: std::sync::Mutex<BTreeMap<(String, i32), i64>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Messages behind the end of each partition this process consumes, as librdkafka last
+/// reported it (every 5 s).
+pub fn consumer_lag() -> Vec<(String, i32, i64)> {
+    CONSUMER_LAG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|((t, p), lag)| (t.clone(), *p, *lag))
+        .collect()
 }
 
 impl ConsumerContext for TracingContext {}
@@ -126,7 +155,8 @@ pub fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> 
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "1000")
         .set("max.poll.interval.ms", "300000")
-        .set("topic.metadata.refresh.interval.ms", "5000");
+        .set("topic.metadata.refresh.interval.ms", "5000")
+        .set("statistics.interval.ms", "5000");
     cfg.apply_overrides(&mut c);
     c.create_with_context(TracingContext)
 }

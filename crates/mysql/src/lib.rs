@@ -10,7 +10,7 @@ pub mod snapshot;
 pub mod source;
 
 pub use error::MysqlError;
-pub use preflight::{preflight, Flavor, ServerInfo};
+pub use preflight::{bytes_behind, preflight, Flavor, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
 pub use snapshot::{Batch, Key, SnapshotTable};
 pub use source::{SourceConfig, TableFilter};

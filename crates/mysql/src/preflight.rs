@@ -245,3 +245,50 @@ async fn current_end(
     };
     Ok((BinlogPosition::new(file, pos), gtid))
 }
+
+/// How many binlog bytes the server has written past `at`: the rest of `at`'s file plus
+/// every later file (`SHOW BINARY LOGS`). `None` when `at`'s file is no longer listed.
+pub async fn bytes_behind(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    at: &BinlogPosition,
+) -> Result<Option<u64>, MysqlError> {
+    let rows: Vec<mysql_async::Row> = conn
+        .query("SHOW BINARY LOGS")
+        .await
+        .map_err(query_err(cfg, "SHOW BINARY LOGS"))?;
+    let logs: Vec<(String, u64)> = rows
+        .into_iter()
+        .filter_map(|r| Some((r.get::<String, _>(0)?, r.get::<u64, _>(1)?)))
+        .collect();
+    Ok(behind(&logs, at))
+}
+
+fn behind(logs: &[(String, u64)], at: &BinlogPosition) -> Option<u64> {
+    let i = logs.iter().position(|(name, _)| *name == at.file)?;
+    let rest = logs[i].1.saturating_sub(at.pos);
+    Some(rest + logs[i + 1..].iter().map(|(_, size)| size).sum::<u64>())
+}
+
+#[cfg(test)]
+mod behind_tests {
+    use super::*;
+
+    #[test]
+    fn counts_the_rest_of_the_file_and_every_later_one() {
+        let logs = vec![
+            ("b.000001".to_owned(), 1000),
+            ("b.000002".to_owned(), 500),
+            ("b.000003".to_owned(), 300),
+        ];
+        assert_eq!(
+            behind(&logs, &BinlogPosition::new("b.000002", 200)),
+            Some(600)
+        );
+        assert_eq!(
+            behind(&logs, &BinlogPosition::new("b.000003", 300)),
+            Some(0)
+        );
+        assert_eq!(behind(&logs, &BinlogPosition::new("b.000000", 4)), None);
+    }
+}

@@ -23,6 +23,9 @@ pub struct WorkerConfig {
     /// a cluster: the center's leader assigns sources through ZooKeeper.
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
+    /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
+    #[serde(default)]
+    pub telemetry: sluice_core::telemetry::TelemetrySection,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -124,6 +127,7 @@ impl WorkerConfig {
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
+        problems.extend(self.telemetry.problems("telemetry"));
         if self.worker.id.trim().is_empty() || self.worker.id.contains('/') {
             problems.push(format!(
                 "worker.id: `{}` must be non-empty and contain no `/`",

@@ -10,6 +10,7 @@
 mod assigned;
 pub mod config;
 mod envelope;
+mod metrics;
 mod report;
 mod snapshot;
 mod task;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use sluice_core::telemetry::Readiness;
 use sluice_core::ConfigError;
 use sluice_zk::layout::{self, WorkerRecord};
 use sluice_zk::{Coordinator, SessionState};
@@ -41,12 +43,17 @@ pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
 ///
 /// With `sources` in its configuration the worker runs those (standalone); without, it
 /// registers in ZooKeeper and runs what the center's leader assigns it.
-pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: WorkerConfig,
+    ready: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     let producer =
         sluice_kafka::producer(&cfg.kafka).context("cannot create the Kafka producer")?;
     let known_topics = Arc::new(Mutex::new(HashSet::new()));
     let reports = Arc::new(report::Reports::default());
+    metrics::observe(reports.clone());
     let cluster = cfg.sources.is_empty();
     tracing::info!(
         worker = %cfg.worker.id,
@@ -98,6 +105,7 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
             {
                 Ok(()) => {
                     tracing::info!(worker = %cfg.worker.id, "registered; following assignments");
+                    ready.set(true);
                     let jobs = Arc::new(snapshot::Jobs {
                         cfg: cfg.clone(),
                         coord: coord.clone(),
@@ -120,8 +128,10 @@ pub async fn run(cfg: WorkerConfig, shutdown: CancellationToken) -> anyhow::Resu
                 let ctx = make_ctx(&source.name, shutdown.clone());
                 tasks.spawn(async move { task::run_source(ctx, source).await });
             }
+            ready.set(true);
             while tasks.join_next().await.is_some() {}
         }
+        ready.set(false);
         let expired = *coord.session().borrow() == SessionState::Expired;
         session_done.cancel();
         let _ = reporter.await;

@@ -1,21 +1,11 @@
-use std::path::PathBuf;
-
-use clap::Parser;
-
-/// Streams MySQL binlogs into Kafka.
-#[derive(Parser)]
-#[command(version)]
-struct Args {
-    /// Configuration file (TOML). `SLUICE_…` environment variables override it.
-    #[arg(short, long, env = "SLUICE_CONFIG_FILE")]
-    config: PathBuf,
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    sluice_core::telemetry::init_logging();
-    let config = sluice_worker::load(&args.config)?;
-    let shutdown = sluice_core::shutdown::on_signals();
-    sluice_worker::run(config, shutdown).await
+    sluice_core::service::main(
+        "sluice-worker",
+        "Streams MySQL binlogs into Kafka.",
+        |path| Ok(sluice_worker::load(path)?),
+        |c| c.telemetry.clone(),
+        sluice_worker::run,
+    )
+    .await
 }

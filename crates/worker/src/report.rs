@@ -26,6 +26,8 @@ const MAX_QUEUED_EVENTS: usize = 1000;
 pub(crate) struct Progress {
     state: Mutex<(String, String, String)>,
     lag_ms: AtomicU64,
+    /// Binlog bytes behind the server's end, plus one (0: not known).
+    lag_bytes: AtomicU64,
     events: AtomicU64,
 }
 
@@ -49,6 +51,37 @@ impl Progress {
         }
     }
 
+    /// `bytes` of binlog written past the confirmed position (`None`: not known).
+    pub fn bytes_behind(&self, bytes: Option<u64>) {
+        self.lag_bytes
+            .store(bytes.map_or(0, |b| b + 1), Ordering::Relaxed);
+    }
+
+    pub fn lag_bytes(&self) -> Option<u64> {
+        self.lag_bytes.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    pub fn lag_seconds(&self) -> f64 {
+        self.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    pub fn state_name(&self) -> String {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    /// The confirmed position, as `file:offset` (empty before the first).
+    pub fn position(&self) -> String {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
     pub fn published(&self) {
         self.events.fetch_add(1, Ordering::Relaxed);
     }
@@ -61,7 +94,7 @@ impl Progress {
             position,
             gtid,
             events_published: self.events.load(Ordering::Relaxed),
-            lag_seconds: self.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+            lag_seconds: self.lag_seconds(),
         }
     }
 }
@@ -82,6 +115,16 @@ impl Reports {
             .entry(name.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// Every task's progress, by task name.
+    pub fn all(&self) -> Vec<(String, Arc<Progress>)> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect()
     }
 
     /// Keeps the progress of the tasks `keep` says yes to.

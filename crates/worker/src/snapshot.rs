@@ -315,6 +315,10 @@ async fn chunk(
             }
             acknowledged(deliveries, &format!("a snapshot row for {topic}")).await?;
             cursor.rows += batch.rows.len() as u64;
+            crate::metrics::METRICS.snapshot_rows.add(
+                batch.rows.len() as u64,
+                &[opentelemetry::KeyValue::new("pipeline", b.pipeline.clone())],
+            );
             cursor.done = batch.rows.len() < BATCH_ROWS;
             if let Some(k) = batch.last_key {
                 cursor.after = serde_json::to_value(k)?;

@@ -162,6 +162,14 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
         }
     };
 
+    let lag_watch = ctx.shutdown.child_token();
+    let _stop_lag_watch = lag_watch.clone().drop_guard();
+    tokio::spawn(watch_bytes_behind(
+        src.clone(),
+        ctx.progress.clone(),
+        lag_watch,
+    ));
+
     let (tx, rx) = mpsc::channel(ctx.cfg.worker.max_in_flight);
     let interval = ctx.cfg.worker.confirm_interval;
     let task_name = src.name.clone();
@@ -191,6 +199,52 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
     read_result
 }
 
+fn count(source: &str, rc: &sluice_mysql::RowChange) {
+    let op = match rc.op {
+        sluice_core::Op::Create => "insert",
+        sluice_core::Op::Update => "update",
+        sluice_core::Op::Delete => "delete",
+        sluice_core::Op::Read => "snapshot",
+    };
+    crate::metrics::METRICS.events.add(
+        1,
+        &[
+            opentelemetry::KeyValue::new("source", source.to_owned()),
+            opentelemetry::KeyValue::new("database", rc.schema.db.clone()),
+            opentelemetry::KeyValue::new("table", rc.schema.table.clone()),
+            opentelemetry::KeyValue::new("op", op),
+        ],
+    );
+}
+
+/// How far the confirmed position is behind the server's end of binlog, in bytes, every
+/// 10 s, until `stop` (a connection of its own; failures only leave the figure unknown).
+async fn watch_bytes_behind(src: SourceConfig, progress: Arc<Progress>, stop: CancellationToken) {
+    const EVERY: Duration = Duration::from_secs(10);
+    let mut conn = None;
+    loop {
+        let at: Option<sluice_core::BinlogPosition> = progress.position().parse().ok();
+        if let Some(at) = at {
+            if conn.is_none() {
+                conn = sluice_mysql::preflight::connect(&src).await.ok();
+            }
+            if let Some(c) = conn.as_mut() {
+                match sluice_mysql::bytes_behind(c, &src, &at).await {
+                    Ok(bytes) => progress.bytes_behind(bytes),
+                    Err(e) => {
+                        tracing::debug!(task = %src.name, error = %e, "cannot read the binlog size");
+                        progress.bytes_behind(None);
+                        conn = None;
+                    }
+                }
+            }
+        }
+        if !sluice_core::shutdown::pause(EVERY, &stop).await {
+            return;
+        }
+    }
+}
+
 /// Reads the binlog and publishes each event; commit points follow their events into
 /// the acknowledger's queue, whose capacity bounds the work in flight.
 async fn publish_loop(
@@ -216,7 +270,10 @@ async fn publish_loop(
                 "the server ended the binlog stream at {}",
                 reader.position()
             ),
-            Some(SourceEvent::Row(rc)) => envelope::row(topics, &src.name, epoch, rc)?,
+            Some(SourceEvent::Row(rc)) => {
+                count(&src.name, &rc);
+                envelope::row(topics, &src.name, epoch, rc)?
+            }
             Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
             Some(SourceEvent::Unreadable(u)) => envelope::unreadable(topics, &src.name, u)?,
             Some(SourceEvent::Commit(cp)) => {

@@ -1,0 +1,141 @@
+//! The center's metrics (names as Prometheus shows them), kept by the leader's passes
+//! and the workers' reports, read at each scrape:
+//! `sluice_center_leader` (1 on the replica that leads), `sluice_center_epoch`,
+//! `sluice_center_workers_live`, `sluice_center_tasks{worker}`,
+//! `sluice_center_source_lag_seconds{source}` (as the workers report it),
+//! `sluice_center_pipelines{state}`, and per pipeline being built
+//! `sluice_center_build_rows_done{pipeline}`, `sluice_center_build_rows_estimated{pipeline}`,
+//! `sluice_center_build_chunks{pipeline}`, `sluice_center_build_chunks_done{pipeline}` and
+//! `sluice_center_build_running{pipeline}` (1 while building, 0 once done); and
+//! `sluice_center_events_total{kind}`, the events this replica recorded (leader changes,
+//! assignments, builds, workers' task events, operators' changes).
+
+use std::collections::BTreeMap;
+use std::sync::{LazyLock, Mutex};
+
+use opentelemetry::KeyValue;
+use sluice_proto::v1::BuildStatus;
+
+pub(crate) static EVENTS: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyLock::new(|| {
+    opentelemetry::global::meter("sluice")
+        .u64_counter("sluice.center.events")
+        .with_description("Events recorded in the meta database, by kind")
+        .build()
+});
+
+#[derive(Default)]
+pub(crate) struct Gauges {
+    pub leader: bool,
+    pub epoch: u64,
+    /// Known only on the leader (a follower shows none).
+    pub workers_live: Option<u64>,
+    pub tasks: BTreeMap<String, u64>,
+    pub pipelines: BTreeMap<&'static str, u64>,
+    pub builds: BTreeMap<String, BuildStatus>,
+    pub source_lag: BTreeMap<String, f64>,
+}
+
+pub(crate) static GAUGES: Mutex<Gauges> = Mutex::new(Gauges {
+    leader: false,
+    epoch: 0,
+    workers_live: None,
+    tasks: BTreeMap::new(),
+    pipelines: BTreeMap::new(),
+    builds: BTreeMap::new(),
+    source_lag: BTreeMap::new(),
+});
+
+pub(crate) fn update(f: impl FnOnce(&mut Gauges)) {
+    f(&mut GAUGES.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+fn read<T>(f: impl FnOnce(&Gauges) -> T) -> T {
+    f(&GAUGES.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Registers the gauges; call once, after telemetry is installed.
+pub(crate) fn observe() {
+    for kind in ["leader", "assignment", "build", "pipeline", "source"] {
+        EVENTS.add(0, &[KeyValue::new("kind", kind)]);
+    }
+    let m = opentelemetry::global::meter("sluice");
+    m.u64_observable_gauge("sluice.center.leader")
+        .with_description("1 on the center replica that leads, 0 on the others")
+        .with_callback(|o| o.observe(read(|g| u64::from(g.leader)), &[]))
+        .build();
+    m.u64_observable_gauge("sluice.center.epoch")
+        .with_description("The leadership epoch this replica last led at")
+        .with_callback(|o| o.observe(read(|g| g.epoch), &[]))
+        .build();
+    m.u64_observable_gauge("sluice.center.workers.live")
+        .with_description("Workers registered in ZooKeeper (on the leader)")
+        .with_callback(|o| {
+            if let Some(n) = read(|g| g.workers_live) {
+                o.observe(n, &[]);
+            }
+        })
+        .build();
+    m.u64_observable_gauge("sluice.center.tasks")
+        .with_description("Binlog tasks assigned per worker (on the leader)")
+        .with_callback(|o| {
+            for (worker, n) in read(|g| g.tasks.clone()) {
+                o.observe(n, &[KeyValue::new("worker", worker)]);
+            }
+        })
+        .build();
+    m.f64_observable_gauge("sluice.center.source.lag")
+        .with_unit("s")
+        .with_description("Binlog lag per source, as its worker last reported it")
+        .with_callback(|o| {
+            for (source, lag) in read(|g| g.source_lag.clone()) {
+                o.observe(lag, &[KeyValue::new("source", source)]);
+            }
+        })
+        .build();
+    m.u64_observable_gauge("sluice.center.pipelines")
+        .with_description("Pipelines by state: unavailable, building, available")
+        .with_callback(|o| {
+            for (state, n) in read(|g| g.pipelines.clone()) {
+                o.observe(n, &[KeyValue::new("state", state)]);
+            }
+        })
+        .build();
+    type Field = fn(&BuildStatus) -> u64;
+    let builds: [(&'static str, &'static str, Field); 5] = [
+        (
+            "sluice.center.build.rows_done",
+            "Rows snapshotted so far by the pipeline's build",
+            |b| b.rows_done,
+        ),
+        (
+            "sluice.center.build.rows_estimated",
+            "The table's estimated rows at planning",
+            |b| b.rows_estimated,
+        ),
+        (
+            "sluice.center.build.chunks",
+            "Chunks the build's table was cut into",
+            |b| b.chunks.into(),
+        ),
+        (
+            "sluice.center.build.chunks_done",
+            "Chunks read completely",
+            |b| b.chunks_done.into(),
+        ),
+        (
+            "sluice.center.build.running",
+            "1 while the pipeline's build runs, 0 once its alias moved",
+            |b| u64::from(b.phase != "done"),
+        ),
+    ];
+    for (name, description, field) in builds {
+        m.u64_observable_gauge(name)
+            .with_description(description)
+            .with_callback(move |o| {
+                for (pipeline, b) in read(|g| g.builds.clone()) {
+                    o.observe(field(&b), &[KeyValue::new("pipeline", pipeline)]);
+                }
+            })
+            .build();
+    }
+}

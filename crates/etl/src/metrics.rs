@@ -1,0 +1,93 @@
+//! The etl's metrics (names as Prometheus shows them): `sluice_etl_events_total`,
+//! `sluice_etl_documents_total{result}` (written, stale), `sluice_etl_bulk_duration_seconds`
+//! and `sluice_etl_bulk_documents` (histograms per bulk request),
+//! `sluice_etl_bulk_errors_total{class}` (retry: 429/5xx items, rejected: items refused
+//! for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
+//! and `sluice_etl_consumer_lag_messages{topic,partition}`.
+
+use std::sync::LazyLock;
+
+use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::KeyValue;
+
+pub(crate) struct Metrics {
+    pub events: Counter<u64>,
+    pub documents: Counter<u64>,
+    pub bulk_duration: Histogram<f64>,
+    pub bulk_documents: Histogram<u64>,
+    pub bulk_errors: Counter<u64>,
+    pub dead_letters: Counter<u64>,
+}
+
+/// Made on first use, which must come after the service's telemetry is installed.
+pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let m = opentelemetry::global::meter("sluice");
+    m.i64_observable_gauge("sluice.etl.consumer.lag.messages")
+        .with_description("Messages behind the end of each consumed partition")
+        .with_callback(|o| {
+            for (topic, partition, lag) in sluice_kafka::consumer_lag() {
+                o.observe(
+                    lag,
+                    &[
+                        KeyValue::new("topic", topic),
+                        KeyValue::new("partition", i64::from(partition)),
+                    ],
+                );
+            }
+        })
+        .build();
+    Metrics {
+        events: m
+            .u64_counter("sluice.etl.events")
+            .with_description("Change events consumed")
+            .build(),
+        documents: m
+            .u64_counter("sluice.etl.documents")
+            .with_description("Bulk items by result: written, or stale (an equal or newer version was there)")
+            .build(),
+        bulk_duration: m
+            .f64_histogram("sluice.etl.bulk.duration")
+            .with_unit("s")
+            .with_description("Time per bulk request")
+            .with_boundaries(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ])
+            .build(),
+        bulk_documents: m
+            .u64_histogram("sluice.etl.bulk.documents")
+            .with_description("Operations per bulk request")
+            .with_boundaries(vec![
+                1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0,
+            ])
+            .build(),
+        bulk_errors: m
+            .u64_counter("sluice.etl.bulk.errors")
+            .with_description("Bulk failures by class: retry (429/5xx items), rejected (items refused for good), request (whole requests)")
+            .build(),
+        dead_letters: m
+            .u64_counter("sluice.etl.dead_letters")
+            .with_description("Events sent to the dead-letter topic, by pipeline")
+            .build(),
+    }
+});
+
+pub(crate) fn class(class: &'static str) -> [KeyValue; 1] {
+    [KeyValue::new("class", class)]
+}
+
+/// Exports every counter at zero for the known label values, so rates and alerts see a
+/// series from the start rather than from the first occurrence.
+pub(crate) fn zero<'a>(pipelines: impl IntoIterator<Item = &'a str>) {
+    let m = &*METRICS;
+    m.events.add(0, &[]);
+    for result in ["written", "stale"] {
+        m.documents.add(0, &[KeyValue::new("result", result)]);
+    }
+    for c in ["retry", "rejected", "request"] {
+        m.bulk_errors.add(0, &class(c));
+    }
+    for p in pipelines {
+        m.dead_letters
+            .add(0, &[KeyValue::new("pipeline", p.to_owned())]);
+    }
+}

@@ -1,0 +1,86 @@
+//! The worker's metrics (names as Prometheus shows them):
+//! `sluice_worker_events_total{source,database,table,op}`,
+//! `sluice_worker_snapshot_rows_total{pipeline}`, and read from the tasks' progress at
+//! each scrape: `sluice_worker_binlog_lag_seconds{source}`,
+//! `sluice_worker_binlog_lag_bytes{source}`, `sluice_worker_tasks{state}`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use opentelemetry::metrics::{Counter, Meter};
+use opentelemetry::KeyValue;
+
+use crate::report::Reports;
+
+pub(crate) struct Metrics {
+    pub events: Counter<u64>,
+    pub snapshot_rows: Counter<u64>,
+}
+
+fn meter() -> Meter {
+    opentelemetry::global::meter("sluice")
+}
+
+/// Made on first use, which must come after the service's telemetry is installed.
+pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let m = meter();
+    Metrics {
+        events: m
+            .u64_counter("sluice.worker.events")
+            .with_description("Row changes published to Kafka (acknowledged or not)")
+            .build(),
+        snapshot_rows: m
+            .u64_counter("sluice.worker.snapshot.rows")
+            .with_description("Rows read by build snapshots and published")
+            .build(),
+    }
+});
+
+/// Registers the gauges read from the tasks' progress.
+pub(crate) fn observe(reports: Arc<Reports>) {
+    let m = meter();
+    let r = reports.clone();
+    m.f64_observable_gauge("sluice.worker.binlog.lag")
+        .with_unit("s")
+        .with_description("Now minus the commit time of the last transaction read, per source")
+        .with_callback(move |o| {
+            for (source, p) in r.all() {
+                o.observe(p.lag_seconds(), &[KeyValue::new("source", source)]);
+            }
+        })
+        .build();
+    let r = reports.clone();
+    m.u64_observable_gauge("sluice.worker.binlog.lag")
+        .with_unit("By")
+        .with_description(
+            "Binlog bytes the server has written past the last confirmed position, per source",
+        )
+        .with_callback(move |o| {
+            for (source, p) in r.all() {
+                if let Some(bytes) = p.lag_bytes() {
+                    o.observe(bytes, &[KeyValue::new("source", source)]);
+                }
+            }
+        })
+        .build();
+    m.u64_observable_gauge("sluice.worker.tasks")
+        .with_description("Binlog tasks on this worker, by state")
+        .with_callback(move |o| {
+            let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
+            for (_, p) in reports.all() {
+                *by_state.entry(p.state_name()).or_default() += 1;
+            }
+            for state in [
+                "streaming",
+                "waiting for the task lock",
+                "retrying",
+                "stopped",
+            ] {
+                by_state.entry(state.to_owned()).or_default();
+            }
+            for (state, n) in by_state {
+                o.observe(n, &[KeyValue::new("state", state)]);
+            }
+        })
+        .build();
+}
