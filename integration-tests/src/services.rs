@@ -659,25 +659,29 @@ impl Service {
 
     /// SIGTERM, then waits for the exit (at most `within`).
     pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
-        let mut c = self.child.take().expect("service running");
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
+        self.signal("TERM");
+        self.wait_exit(within).unwrap_or_else(|| {
+            panic!(
+                "{} did not exit within {within:?} of SIGTERM:\n{}",
+                self.bin,
+                self.log_tail()
+            )
+        })
+    }
+
+    /// Waits at most `within` for the process to exit; `None` (still running) after it.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let c = self.child.as_mut().expect("service running");
         let deadline = std::time::Instant::now() + within;
         loop {
             if let Some(status) = c.try_wait().expect("wait") {
-                return status;
+                self.child = None;
+                return Some(status);
             }
             if std::time::Instant::now() >= deadline {
-                let _ = c.kill();
-                panic!(
-                    "{} did not exit within {within:?} of SIGTERM:\n{}",
-                    self.bin,
-                    self.log_tail()
-                );
+                return None;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(50)); // polling a child's exit
         }
     }
 

@@ -40,8 +40,9 @@ where
     let config = load(path)?;
     let section = telemetry(&config);
     let telemetry = Telemetry::init(service, &section)?;
-    let shutdown = crate::shutdown::on_signals();
-    telemetry.serve(section.listen, &shutdown).await?;
+    telemetry.serve(section.listen).await?;
+    let readiness = telemetry.readiness.clone();
+    let shutdown = crate::shutdown::on_signals_with(move || readiness.drain());
     let result = run(config, telemetry.readiness.clone(), shutdown).await;
     telemetry.finish();
     result

@@ -22,7 +22,6 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 use tracing_subscriber::{fmt, prelude::*, EnvFilter, Layer};
 
 /// `[telemetry]`: where the operations endpoint listens, where traces go.
@@ -79,8 +78,10 @@ impl Readiness {
         self.0 .1.load(Ordering::SeqCst)
     }
 
-    fn drain(&self) {
+    /// Not ready any more, for good: the service is shutting down.
+    pub fn drain(&self) {
         self.0 .1.store(true, Ordering::SeqCst);
+        tracing::info!("not ready any more: draining");
     }
 }
 
@@ -142,13 +143,8 @@ impl Telemetry {
     }
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `listen` for the life of the
-    /// process; readiness turns false as soon as `shutdown` is cancelled. Returns the
-    /// address bound (a `:0` port is chosen by the system).
-    pub async fn serve(
-        &self,
-        listen: SocketAddr,
-        shutdown: &CancellationToken,
-    ) -> anyhow::Result<SocketAddr> {
+    /// process. Returns the address bound (a `:0` port is chosen by the system).
+    pub async fn serve(&self, listen: SocketAddr) -> anyhow::Result<SocketAddr> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("telemetry.listen: cannot listen on {listen}"))?;
@@ -186,13 +182,6 @@ impl Telemetry {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "the telemetry endpoint stopped");
             }
-        });
-        let readiness = self.readiness.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            readiness.drain();
-            tracing::info!("not ready any more: draining");
         });
         tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
         Ok(addr)

@@ -256,14 +256,35 @@ async fn publish_loop(
 ) -> anyhow::Result<()> {
     let mut session = ctx.coord.session();
     let topics = &ctx.cfg.topics;
+    // Events of a transaction whose commit is not read yet have been published: stopping
+    // now would publish them again after a restart (the confirmed position is the last
+    // commit). So a shutdown lets the open transaction finish first, within half the
+    // drain bound.
+    let mut open = false;
+    let mut finish_by: Option<Instant> = None;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = ctx.shutdown.cancelled() => {
-                reader.close().await;
-                return Ok(());
-            }
-            next = reader.next() => next,
+        let next = match finish_by {
+            Some(deadline) => match tokio::time::timeout_at(deadline, reader.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::warn!(task = %src.name, "the open transaction did not end within the drain bound: its published events will be read again after a restart");
+                    reader.close().await;
+                    return Ok(());
+                }
+            },
+            None => tokio::select! {
+                biased;
+                _ = ctx.shutdown.cancelled() => {
+                    if !open {
+                        reader.close().await;
+                        return Ok(());
+                    }
+                    tracing::info!(task = %src.name, "shutdown: finishing the open transaction first");
+                    finish_by = Some(Instant::now() + ctx.cfg.worker.drain_timeout / 2);
+                    continue;
+                }
+                next = reader.next() => next,
+            },
         };
         let record = match next? {
             None => bail!(
@@ -287,9 +308,15 @@ async fn publish_loop(
                 tx.send(Entry::Commit(cp))
                     .await
                     .map_err(|_| anyhow!("acknowledger stopped"))?;
+                open = false;
+                if finish_by.is_some() {
+                    reader.close().await;
+                    return Ok(());
+                }
                 continue;
             }
         };
+        open = true;
         wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
         ensure_topic(ctx, &record.topic).await?;
         let delivery = send(&ctx.producer, &record).await?;
