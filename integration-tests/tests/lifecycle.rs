@@ -93,7 +93,7 @@ async fn sigterm_mid_load_then_restart_loses_and_replays_nothing() {
         "etl exit: {status:?}\n{}",
         run.etl.log_tail()
     );
-    logged_before(&run.etl, "not ready any more: draining", "etl stopped");
+    logged_before(&run.etl, "not ready any more; draining", "etl stopped");
     run.etl.start();
 
     // Then the worker: it finishes the open transaction and confirms where it is.
@@ -111,7 +111,7 @@ async fn sigterm_mid_load_then_restart_loses_and_replays_nothing() {
     );
     logged_before(
         &run.worker,
-        "not ready any more: draining",
+        "not ready any more; draining",
         "worker stopped",
     );
     run.worker.start();

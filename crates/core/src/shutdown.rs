@@ -17,7 +17,7 @@ pub fn on_signals_with(first: impl FnOnce() + Send + 'static) -> CancellationTok
     tokio::spawn(async move {
         wait_for_signal().await;
         first();
-        tracing::info!("shutdown requested: draining (send the signal again to exit at once)");
+        tracing::info!("shutdown requested: not ready any more; draining (send the signal again to exit at once)");
         t.cancel();
         wait_for_signal().await;
         tracing::warn!("second signal: exiting without draining");

@@ -81,7 +81,6 @@ impl Readiness {
     /// Not ready any more, for good: the service is shutting down.
     pub fn drain(&self) {
         self.0 .1.store(true, Ordering::SeqCst);
-        tracing::info!("not ready any more: draining");
     }
 }
 
