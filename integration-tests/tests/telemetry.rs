@@ -387,3 +387,93 @@ fn promql_metric_names_are_found() {
         1
     );
 }
+
+/// A minimal OTLP/gRPC trace collector: (service.name, span name) of every span exported.
+#[derive(Clone, Default)]
+struct Collector(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for Collector
+{
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let mut seen = self.0.lock().unwrap();
+        for rs in request.into_inner().resource_spans {
+            let service = rs
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .and_then(|a| a.value.as_ref())
+                .map(|v| format!("{:?}", v.value))
+                .unwrap_or_default();
+            for ss in rs.scope_spans {
+                for span in ss.spans {
+                    seen.push((service.clone(), span.name));
+                }
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_collector_when_configured() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let ctx = TestCtx::new("otlp").await;
+    ctx.exec("CREATE TABLE traced (id INT PRIMARY KEY, v INT)")
+        .await;
+    let pipeline = ctx.pipeline("traced");
+
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+
+    let mut worker = ctx.worker();
+    worker.start();
+    ctx.wait_worker_ready(&worker).await;
+    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
+    let text = std::fs::read_to_string(&etl.config).unwrap().replace(
+        "[telemetry]\n",
+        &format!("[telemetry]\notlp_endpoint = \"http://{addr}\"\n"),
+    );
+    std::fs::write(&etl.config, text).unwrap();
+    etl.start();
+    ctx.exec("INSERT INTO traced VALUES (1, 1)").await;
+
+    eventually(
+        "the etl's spans at the collector",
+        Duration::from_secs(60),
+        || async {
+            let seen = collector.0.lock().unwrap().clone();
+            let ours = |name: &str| {
+                seen.iter()
+                    .any(|(service, span)| service.contains("sluice-etl") && span == name)
+            };
+            if ours("etl.apply") && ours("etl.bulk") {
+                Ok(())
+            } else {
+                Err(format!("spans so far: {seen:?}"))
+            }
+        },
+    )
+    .await;
+    worker.terminate(Duration::from_secs(30));
+    etl.terminate(Duration::from_secs(30));
+    ctx.cleanup().await;
+}

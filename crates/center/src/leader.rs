@@ -194,6 +194,7 @@ struct Deposed(String, u64);
 
 /// One pass: publish metadata, then assign. Returns the moves made, when to look again
 /// for a worker that is about to settle, and a watch on the live workers.
+#[tracing::instrument(name = "center.reconcile", skip_all, fields(epoch = leadership.epoch()))]
 async fn reconcile(
     shared: &Shared,
     coord: &Coordinator,

@@ -297,6 +297,7 @@ enum Applied {
 }
 
 /// Applies every message of the batch: written, stale, or dead-lettered.
+#[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.len()))]
 async fn apply(
     router: &mut Router,
     es: &EsClient,
@@ -407,6 +408,7 @@ async fn plan(
 /// Sends the operations, retrying 429/5xx items and failed requests with backoff until
 /// every item is written, stale or rejected (rejections join `dead`). `false` when
 /// shutdown interrupted the retries.
+#[tracing::instrument(name = "etl.bulk", skip_all, fields(operations = ops.len()))]
 async fn write(
     es: &EsClient,
     cfg: &EtlConfig,

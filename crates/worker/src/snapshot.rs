@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use anyhow::{anyhow, bail, Context as _};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -277,6 +278,9 @@ async fn chunk(
             };
             let batch = table
                 .read_batch(src, &mut conn, after.as_ref(), upper.as_ref(), BATCH_ROWS)
+                .instrument(
+                    tracing::info_span!("worker.snapshot_batch", pipeline = %b.pipeline, chunk = n),
+                )
                 .await?;
             let seq = sluice_core::position::file_seq(&batch.position.file)?;
             let version = ExternalVersion::new(epoch as u64, seq, batch.position.pos)?.get();
