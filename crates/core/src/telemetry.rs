@@ -128,11 +128,7 @@ impl Telemetry {
             }
             None => None,
         };
-        install_logging(tracer.as_ref().map(|t| {
-            tracing_opentelemetry::layer()
-                .with_tracer(t.tracer(service))
-                .boxed()
-        }));
+        install_logging(tracer.as_ref().map(|t| t.tracer(service)));
         Ok(Telemetry {
             registry,
             meters,
@@ -215,29 +211,30 @@ async fn metrics(registry: prometheus::Registry) -> impl IntoResponse {
     }
 }
 
-type BoxedLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
-
 /// Logs only (tools and tests).
 pub fn init_logging() {
     install_logging(None);
 }
 
-fn filter() -> EnvFilter {
-    EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,librdkafka=warn,zookeeper_async=warn"))
-}
-
-fn install_logging(spans: Option<BoxedLayer>) {
+/// One global filter for logs and spans alike (per-layer filters, mixed with an absent
+/// layer, lost events).
+fn install_logging(tracer: Option<opentelemetry_sdk::trace::Tracer>) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,librdkafka=warn,zookeeper_async=warn"));
     let json = std::env::var("SLUICE_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let base = tracing_subscriber::registry().with(filter);
     let logs = if json {
         fmt::layer().json().with_target(true).boxed()
     } else {
         fmt::layer().with_target(true).boxed()
     };
-    let result = tracing_subscriber::registry()
-        .with(spans.map(|s| s.with_filter(filter())))
-        .with(logs.with_filter(filter()))
-        .try_init();
+    let result = match tracer {
+        Some(t) => base
+            .with(logs)
+            .with(tracing_opentelemetry::layer().with_tracer(t))
+            .try_init(),
+        None => base.with(logs).try_init(),
+    };
     // A second init (tests starting several services in one process) is harmless.
     let _ = result;
 }
