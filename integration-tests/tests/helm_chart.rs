@@ -132,24 +132,19 @@ fn check_config(component: &str, toml: &str, env: Vec<(String, String)>) {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("config.toml");
     std::fs::write(&path, toml).unwrap();
+    fn load<C: serde::de::DeserializeOwned>(
+        path: &Path,
+        env: Vec<(String, String)>,
+        validate: fn(&C) -> Result<(), Vec<String>>,
+    ) -> Result<(), String> {
+        let c: C =
+            sluice_core::load_config_from(Some(path), "SLUICE", env).map_err(|e| e.to_string())?;
+        validate(&c).map_err(|p| p.join("; "))
+    }
     let problems = match component {
-        "center" => sluice_core::load_config_from::<sluice_center::config::CenterConfig>(
-            Some(&path),
-            "SLUICE",
-            env,
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|c| c.validate().map_err(|p| p.join("; "))),
-        "worker" => sluice_core::load_config_from::<sluice_worker::config::WorkerConfig>(
-            Some(&path),
-            "SLUICE",
-            env,
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|c| c.validate().map_err(|p| p.join("; "))),
-        "etl" => sluice_core::load_config_from::<sluice_etl::EtlConfig>(Some(&path), "SLUICE", env)
-            .map_err(|e| e.to_string())
-            .and_then(|c| c.validate().map_err(|p| p.join("; "))),
+        "center" => load(&path, env, sluice_center::config::CenterConfig::validate),
+        "worker" => load(&path, env, sluice_worker::config::WorkerConfig::validate),
+        "etl" => load(&path, env, sluice_etl::EtlConfig::validate),
         other => panic!("unknown component {other}"),
     };
     if let Err(p) = problems {

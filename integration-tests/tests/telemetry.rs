@@ -282,13 +282,16 @@ fn dashboard_and_alert_queries(deploy: &Path) -> Vec<(String, String)> {
 /// The metric names a PromQL expression reads: identifiers that are not functions,
 /// keywords, label names (in `{}` or after by/without/on/ignoring), strings or durations.
 fn metric_names(expr: &str) -> BTreeSet<String> {
-    const KEYWORDS: &[&str] = &[
+    // Followed by a list of label names in parentheses.
+    const LABEL_LISTS: &[&str] = &[
         "by",
         "without",
         "on",
         "ignoring",
         "group_left",
         "group_right",
+    ];
+    const KEYWORDS: &[&str] = &[
         "and",
         "or",
         "unless",
@@ -337,16 +340,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                 let word: String = chars[start..=i].iter().collect();
                 let next = chars[i + 1..].iter().find(|c| !c.is_whitespace());
                 let lower = word.to_ascii_lowercase();
-                if [
-                    "by",
-                    "without",
-                    "on",
-                    "ignoring",
-                    "group_left",
-                    "group_right",
-                ]
-                .contains(&lower.as_str())
-                {
+                if LABEL_LISTS.contains(&lower.as_str()) {
                     label_list = next == Some(&'(');
                 } else if braces == 0
                     && brackets == 0

@@ -29,6 +29,10 @@ pub struct KafkaConfig {
     pub replication_factor: i32,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// librdkafka's `sasl.password`, kept out of `properties` so it can come from the
+    /// environment (`SLUICE_KAFKA__SASL_PASSWORD`, e.g. from a Kubernetes Secret).
+    #[serde(default)]
+    pub sasl_password: Option<sluice_core::Secret>,
 }
 
 fn default_partitions() -> i32 {
@@ -46,12 +50,16 @@ impl KafkaConfig {
             partitions: default_partitions(),
             replication_factor: default_replication(),
             properties: BTreeMap::new(),
+            sasl_password: None,
         }
     }
 
     fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers);
+        if let Some(p) = &self.sasl_password {
+            c.set("sasl.password", p.expose());
+        }
         c.set_log_level(RDKafkaLogLevel::Info);
         c
     }
