@@ -129,8 +129,12 @@ pub async fn run(
         if reroute || retry_due || pipelines.has_changed().unwrap_or(false) {
             let list = pipelines.borrow_and_update().clone().unwrap_or_default();
             match subscribe(&consumer, &cfg, &list).await {
-                Ok(r) => {
+                Ok(mut r) => {
+                    r.check_known(&es, &router.seen_columns()).await;
                     router = r;
+                    for v in router.verdicts.drain(..) {
+                        let _ = verdict_tx.send(v);
+                    }
                     retry_reroute = None;
                     metrics::zero(list.iter().map(|p| p.name.as_str()));
                     ready.set(true);

@@ -20,8 +20,8 @@ pub(crate) struct Pipeline {
     /// Per target index, the field mappings it has (read when the targets are resolved,
     /// then kept in step with what this process adds).
     live: HashMap<String, Map<String, Value>>,
-    /// The columns (name, type) the targets' mappings were last checked against.
-    checked: Vec<(String, String)>,
+    /// The columns the targets' mappings were last checked against.
+    checked: Vec<ColumnInfo>,
     /// Per target index, why its settings cannot become the pipeline's.
     unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
@@ -201,7 +201,7 @@ impl Router {
             && p.checked
                 .iter()
                 .zip(columns)
-                .all(|((n, t), c)| *n == c.name && *t == c.sql_type);
+                .all(|(seen, c)| seen.name == c.name && seen.sql_type == c.sql_type);
         if unchanged {
             return Ok(());
         }
@@ -244,11 +244,32 @@ impl Router {
                 needs_rebuild,
             });
         }
-        p.checked = columns
-            .iter()
-            .map(|c| (c.name.clone(), c.sql_type.clone()))
-            .collect();
+        p.checked = columns.to_vec();
         Ok(())
+    }
+
+    /// The columns each pipeline's indexes were last checked against, by pipeline name.
+    pub fn seen_columns(&self) -> HashMap<String, Vec<ColumnInfo>> {
+        self.pipelines
+            .iter()
+            .filter(|p| !p.checked.is_empty())
+            .map(|p| (p.cfg.name.clone(), p.checked.clone()))
+            .collect()
+    }
+
+    /// Prepares at once the pipelines whose table's columns are `known` (from the router
+    /// this one replaces): a changed override or setting of a quiet table is applied, or
+    /// marked as needing a rebuild, without waiting for the table's next change.
+    pub async fn check_known(&mut self, es: &EsClient, known: &HashMap<String, Vec<ColumnInfo>>) {
+        for idx in 0..self.pipelines.len() {
+            let Some(columns) = known.get(&self.pipelines[idx].cfg.name) else {
+                continue;
+            };
+            if let Err(e) = self.prepare(es, idx, columns).await {
+                tracing::warn!(pipeline = %self.pipelines[idx].cfg.name, error = %e, "cannot check the index now; its next change will");
+                self.pipelines[idx].targets = None;
+            }
+        }
     }
 
     /// The bulk operation of `event` for pipeline `idx` on `index`, or why there is none.
