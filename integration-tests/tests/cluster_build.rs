@@ -136,6 +136,12 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     })
     .await;
     cluster.workers[0].kill9();
+    let v2 = format!("{alias}_v2");
+    let filling = es.get_settings(&v2).await.unwrap();
+    assert_eq!(
+        filling[&v2]["settings"]["index"]["refresh_interval"], "-1",
+        "the version being built is filled without refreshes"
+    );
 
     let done = eventually("the build finishes", Duration::from_secs(180), || async {
         let s = cluster.ctl(&["pipelines", "status", &items.pipeline.alias])?;
@@ -147,6 +153,11 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     })
     .await;
     assert_eq!(done["version"], 2);
+    let live = es.get_settings(&v2).await.unwrap();
+    assert_ne!(
+        live[&v2]["settings"]["index"]["refresh_interval"], "-1",
+        "refreshes back on before the alias moved"
+    );
     loading.store(false, Ordering::Relaxed);
     let statements = load.await.unwrap();
     assert!(

@@ -292,6 +292,11 @@ async fn overrides_settings_and_column_changes_reach_the_index() {
     })
     .await;
     let v2 = format!("{alias}_v2");
+    let settings = ctx.stack.es.get_settings(&v2).await.unwrap();
+    assert_eq!(
+        settings[&v2]["settings"]["index"]["refresh_interval"], "3s",
+        "built with refreshes off, given the pipeline's interval before the swap"
+    );
     let p = properties(&ctx, &v2).await;
     assert_eq!(p["price"]["type"], "text", "{p}");
     assert_eq!(p["title"]["analyzer"], "standard", "{p}");

@@ -370,6 +370,19 @@ async fn swap(
         }}}),
     )
     .await?;
+    // It was filled without refreshes or replicas (the etl makes it so): it gets the
+    // pipeline's settings, and every write made visible, before anyone searches it.
+    let refresh = if p.refresh_interval.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(p.refresh_interval)
+    };
+    es.update_settings(
+        &new,
+        &json!({"index": {"number_of_replicas": p.replicas, "refresh_interval": refresh}}),
+    )
+    .await?;
+    es.refresh(&new).await?;
     let old = es.alias_targets(&p.alias).await?;
     let mut actions: Vec<AliasAction> = old
         .iter()

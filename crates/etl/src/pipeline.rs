@@ -145,7 +145,7 @@ impl Router {
             for why in ignored {
                 tracing::warn!(pipeline = %p.cfg.name, "{why}");
             }
-            let body = mapping::index_body(props, &settings);
+            let body = mapping::index_body(props.clone(), &settings);
             let mut created = Vec::new();
             if targets.is_empty() && p.cfg.building.is_none() {
                 let index = format!("{alias}_v1");
@@ -160,8 +160,16 @@ impl Router {
                 created.push(index);
             }
             if let Some(index) = p.building_index.clone() {
-                // The version being built, written alongside the live ones.
+                // The version being built, written alongside the live ones. Nobody
+                // searches it yet: no refreshes, no replicas while it fills; the center
+                // gives it the pipeline's settings before the alias moves to it.
                 if !targets.contains(&index) {
+                    let filling = mapping::IndexSettings {
+                        replicas: 0,
+                        refresh_interval: "-1".into(),
+                        ..settings.clone()
+                    };
+                    let body = mapping::index_body(props, &filling);
                     // Idempotent: another etl member may have created it first.
                     es.create_index(&index, &body).await?;
                     targets.push(index);
@@ -177,7 +185,7 @@ impl Router {
                     .cloned()
                     .unwrap_or_default();
                 p.live.insert(index.clone(), props);
-                if created.contains(index) {
+                if created.contains(index) || p.building_index.as_ref() == Some(index) {
                     continue;
                 }
                 // Settings the pipeline changed since the index was made.
