@@ -17,6 +17,8 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+# OpenSSL headers: librdkafka with TLS (security.protocol SSL / SASL_SSL).
+[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev pkg-config)
 # librdkafka 2.12 (bundled by rdkafka-sys) includes curl/curl.h even when built without curl.
 [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
 if ((${#need_apt[@]})); then
