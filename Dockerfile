@@ -1,13 +1,16 @@
 # Sluice images: one build stage, one small runtime image per service.
 #   docker build --target center -t sluice-center .   (and worker, etl, sluicectl)
 FROM rust:1.95-slim-bookworm AS build
+# cmake: rdkafka's bundled librdkafka (cmake-build; its sources include curl/curl.h even
+# without curl); protoc: the gRPC API; libssl-dev: for rdkafka's `ssl` feature (SASL_SSL).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake pkg-config \
-      protobuf-compiler libcurl4-openssl-dev python3 \
+      protobuf-compiler libcurl4-openssl-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p sluice-center -p sluice-worker -p sluice-etl -p sluicectl \
  && mkdir -p /out \

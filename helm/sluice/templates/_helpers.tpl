@@ -25,6 +25,33 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- printf "%s/%s:%s" .root.Values.image.registry .image $tag -}}
 {{- end -}}
 
+{{/* Refuses values that would give a pod a config its service rejects, or a secret in a ConfigMap. */}}
+{{- define "sluice.validate" -}}
+{{- if lt (int .Values.center.replicas) 2 }}
+{{- fail "center.replicas must be at least 2: one center leads, the others stand by to take over" }}
+{{- end }}
+{{- $_ := required "meta.passwordSecret.name is required (an existing Secret)" .Values.meta.passwordSecret.name }}
+{{- if not (has .Values.api.auth (list "token" "mtls" "none")) }}
+{{- fail (printf "api.auth must be token, mtls or none, not %q" .Values.api.auth) }}
+{{- end }}
+{{- if eq .Values.api.auth "token" }}
+{{- $_ := required "api.tokenSecret.name is required for token auth (an existing Secret)" .Values.api.tokenSecret.name }}
+{{- end }}
+{{- if and (eq .Values.api.auth "mtls") (not .Values.api.tlsSecret) }}
+{{- fail "api.tlsSecret is required for mtls auth (an existing Secret with tls.crt, tls.key and ca.crt)" }}
+{{- end }}
+{{- range $k, $_ := .Values.kafka.properties }}
+{{- if or (contains "password" (lower $k)) (contains "secret" (lower $k)) }}
+{{- fail (printf "kafka.properties.%s would put a secret in a ConfigMap: use kafka.saslPasswordSecret (sasl.password) or a mounted file" $k) }}
+{{- end }}
+{{- end }}
+{{- range .Values.worker.sourcePasswords }}
+{{- if hasPrefix "SLUICE_" .env }}
+{{- fail (printf "worker.sourcePasswords: %s starts with SLUICE_, which the worker reads as config; choose another name" .env) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* The [zookeeper] and [telemetry] sections every component shares. */}}
 {{- define "sluice.commonToml" -}}
 [zookeeper]
@@ -44,10 +71,10 @@ otlp_endpoint = {{ . | toJson }}
 brokers = {{ required "kafka.brokers is required" .Values.kafka.brokers | toJson }}
 partitions = {{ .Values.kafka.partitions }}
 replication_factor = {{ .Values.kafka.replicationFactor }}
-{{- if .Values.kafka.properties }}
+{{- with .Values.kafka.properties }}
 
 [kafka.properties]
-{{- range $k, $v := .Values.kafka.properties }}
+{{- range $k, $v := . }}
 {{ $k | toJson }} = {{ $v | toString | toJson }}
 {{- end }}
 {{- end }}
@@ -65,6 +92,68 @@ username = {{ . | toJson }}
 {{- end }}
 {{- end -}}
 
+{{/* Each component's config.toml. Secrets are never here: they come as SLUICE_* env from Secrets. */}}
+{{- define "sluice.centerToml" -}}
+[center]
+listen = {{ printf "0.0.0.0:%v" .Values.center.grpcPort | toJson }}
+
+{{ include "sluice.commonToml" . }}
+
+[meta]
+host = {{ required "meta.host is required" .Values.meta.host | toJson }}
+port = {{ .Values.meta.port }}
+user = {{ .Values.meta.user | toJson }}
+database = {{ .Values.meta.database | toJson }}
+
+[api]
+auth = {{ .Values.api.auth | toJson }}
+{{- if .Values.api.tlsSecret }}
+tls_cert = "/etc/sluice/tls/tls.crt"
+tls_key = "/etc/sluice/tls/tls.key"
+{{- if eq .Values.api.auth "mtls" }}
+client_ca = "/etc/sluice/tls/ca.crt"
+{{- end }}
+{{- end }}
+
+[balance]
+threshold = {{ .Values.center.balance.threshold }}
+settle = {{ .Values.center.balance.settle | toJson }}
+resync = {{ .Values.center.balance.resync | toJson }}
+
+{{ include "sluice.esToml" . }}
+{{- end -}}
+
+{{- define "sluice.workerToml" -}}
+[worker]
+capacity = {{ .Values.worker.capacity }}
+drain_timeout = {{ .Values.worker.drainTimeout | toJson }}
+
+{{ include "sluice.commonToml" . }}
+
+{{ include "sluice.kafkaToml" . }}
+{{- if .Values.api.tlsSecret }}
+
+[center]
+tls_ca = "/etc/sluice/tls/ca.crt"
+{{- if eq .Values.api.auth "mtls" }}
+tls_cert = "/etc/sluice/tls/tls.crt"
+tls_key = "/etc/sluice/tls/tls.key"
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.etlToml" -}}
+[etl]
+group_id = {{ .Values.etl.groupId | toJson }}
+dead_letter_topic = {{ .Values.etl.deadLetterTopic | toJson }}
+
+{{ include "sluice.commonToml" . }}
+
+{{ include "sluice.kafkaToml" . }}
+
+{{ include "sluice.esToml" . }}
+{{- end -}}
+
 {{/* An env var from an existing Secret: (dict "name" "SLUICE_..." "secret" .Values.x.passwordSecret) */}}
 {{- define "sluice.secretEnv" -}}
 - name: {{ .name }}
@@ -72,6 +161,16 @@ username = {{ . | toJson }}
     secretKeyRef:
       name: {{ .secret.name }}
       key: {{ .secret.key }}
+{{- end -}}
+
+{{/* Log settings every container gets (SLUICE_LOG_FORMAT is read by the services, not as config). */}}
+{{- define "sluice.logEnv" -}}
+- name: RUST_LOG
+  value: {{ .Values.log.level | quote }}
+{{- if eq .Values.log.format "json" }}
+- name: SLUICE_LOG_FORMAT
+  value: json
+{{- end }}
 {{- end -}}
 
 {{/* Probes on the telemetry endpoint: live while the process runs, ready while it takes work. */}}
@@ -86,19 +185,43 @@ readinessProbe:
   failureThreshold: 2
 {{- end -}}
 
+{{/* Pod-level settings shared by the components: (dict "root" $ "values" .Values.center) */}}
 {{- define "sluice.podCommon" -}}
+securityContext: {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
 {{- with .root.Values.imagePullSecrets }}
-imagePullSecrets: {{ toYaml . | nindent 2 }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- end }}
-securityContext: {{ toYaml .root.Values.podSecurityContext | nindent 2 }}
 {{- with .values.nodeSelector }}
-nodeSelector: {{ toYaml . | nindent 2 }}
+nodeSelector: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .values.tolerations }}
-tolerations: {{ toYaml . | nindent 2 }}
+tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .values.affinity }}
-affinity: {{ toYaml . | nindent 2 }}
+affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
-terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
+{{- end -}}
+
+{{/* The config file and, with api.tlsSecret, the API certificates: (dict "root" $ "values" .Values.worker "tls" true) */}}
+{{- define "sluice.volumeMounts" -}}
+- {name: config, mountPath: /etc/sluice/config.toml, subPath: config.toml, readOnly: true}
+{{- if and .tls .root.Values.api.tlsSecret }}
+- {name: tls, mountPath: /etc/sluice/tls, readOnly: true}
+{{- end }}
+{{- with .values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.volumes" -}}
+- name: config
+  configMap: {name: {{ include "sluice.fullname" .root }}-{{ .component }}}
+{{- if and .tls .root.Values.api.tlsSecret }}
+- name: tls
+  secret: {secretName: {{ .root.Values.api.tlsSecret }}}
+{{- end }}
+{{- with .values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
