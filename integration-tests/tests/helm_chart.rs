@@ -152,6 +152,13 @@ fn check_config(component: &str, toml: &str, env: Vec<(String, String)>) {
     }
 }
 
+/// `key = "<n>s"` of a rendered TOML file, in seconds.
+fn toml_seconds(toml: &str, key: &str) -> Option<u64> {
+    toml.lines()
+        .filter_map(|l| l.trim().strip_prefix(key)?.trim().strip_prefix('='))
+        .find_map(|v| v.trim().trim_matches('"').strip_suffix('s')?.parse().ok())
+}
+
 /// The Secrets a values file names (every `secretName`, and `name` of every `*Secret`).
 fn secrets_named(values: &serde_yaml::Value) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -359,6 +366,21 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                 .flatten()
                 .find_map(|v| v.get("configMap").map(|c| str_of(&c["name"])))
                 .unwrap_or_else(|| panic!("{name}: {wname} mounts no ConfigMap"));
+            // Room to drain: the worker's drain bound, the etl's last bulk.
+            let bound = match component.as_str() {
+                "worker" => toml_seconds(&config_maps[&cm], "drain_timeout"),
+                "etl" => toml_seconds(&config_maps[&cm], "request_timeout"),
+                _ => None,
+            };
+            if let Some(bound) = bound {
+                let grace = s(pod, &["spec", "terminationGracePeriodSeconds"])
+                    .as_u64()
+                    .unwrap_or(30);
+                assert!(
+                    grace >= bound + 10,
+                    "{name}: {wname} gets {grace} s to stop, its drain may take {bound} s"
+                );
+            }
             check_config(&component, &config_maps[&cm], env);
             workloads.push((component, pod_labels, ports));
         }
