@@ -519,10 +519,7 @@ impl Admin for AdminApi {
             versions.extend([1, p.live_version, p.building_version]);
             if let Some(es) = &self.shared.es {
                 for index in es.alias_targets(&p.alias).await.map_err(internal)? {
-                    if let Some(v) = index
-                        .strip_prefix(&format!("{}_v", p.alias))
-                        .and_then(|v| v.parse().ok())
-                    {
+                    if let Some(v) = sluice_elastic::index_version(&p.alias, &index) {
                         versions.push(v);
                     }
                 }
@@ -532,7 +529,7 @@ impl Admin for AdminApi {
             versions.dedup();
             doomed = versions
                 .into_iter()
-                .map(|v| (format!("{}_v{v}", p.alias), v))
+                .map(|v| (sluice_elastic::versioned_index(&p.alias, v), v))
                 .collect();
         }
         let existed = self

@@ -345,10 +345,6 @@ fn es(shared: &Shared) -> anyhow::Result<&EsClient> {
         .context("builds need the center's [elasticsearch] section")
 }
 
-fn version_of(alias: &str, index: &str) -> Option<u32> {
-    index.strip_prefix(&format!("{alias}_v"))?.parse().ok()
-}
-
 /// Moves the alias to the new version in one atomic `_aliases` request.
 async fn swap(
     shared: &Shared,
@@ -359,7 +355,7 @@ async fn swap(
 ) -> anyhow::Result<()> {
     let es = es(shared)?;
     let v = p.building_version;
-    let new = format!("{}_v{v}", p.alias);
+    let new = sluice_elastic::versioned_index(&p.alias, v);
     // An empty table gives the etl nothing to create the index with.
     es.create_index(
         &new,
@@ -400,7 +396,7 @@ async fn swap(
     es.update_aliases(&actions).await?;
     let previous: Vec<u32> = old
         .iter()
-        .filter_map(|i| version_of(&p.alias, i))
+        .filter_map(|i| sluice_elastic::index_version(&p.alias, i))
         .filter(|o| *o != v)
         .collect();
     shared

@@ -590,7 +590,7 @@ impl Meta {
             .await?;
             doom(
                 &mut tx,
-                &format!("{alias}_v{building}"),
+                &sluice_elastic::versioned_index(alias, building),
                 name,
                 building,
                 "build reset",

@@ -22,6 +22,7 @@ mod bulk;
 mod client;
 mod config;
 mod error;
+mod versions;
 
 pub use bulk::{
     classify_bulk_response, encode_bulk, validate_op, BulkOp, ItemOutcome, MAX_ID_BYTES,
@@ -30,3 +31,4 @@ pub use bulk::{
 pub use client::{AliasAction, Distribution, EsClient, EsClientConfig, ServerInfo};
 pub use config::EsSection;
 pub use error::{EsError, ServerError};
+pub use versions::{index_version, versioned_index};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 use sluice_core::{ChangeEvent, ColumnInfo, Op};
-use sluice_elastic::{AliasAction, BulkOp, EsClient, EsError};
+use sluice_elastic::{index_version, versioned_index, AliasAction, BulkOp, EsClient, EsError};
 
 use crate::config::PipelineConfig;
 use crate::mapping;
@@ -26,15 +26,6 @@ pub(crate) struct Pipeline {
     unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
     building_index: Option<String>,
-}
-
-/// `N` of `<alias>_v<N>` (0 for an index named otherwise).
-fn version_of(alias: &str, index: &str) -> u32 {
-    index
-        .strip_prefix(alias)
-        .and_then(|v| v.strip_prefix("_v"))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Finds the pipelines of a change event.
@@ -63,7 +54,7 @@ impl Router {
             .iter()
             .map(|cfg| Pipeline {
                 topic: topics.rows_topic(&cfg.source, &cfg.database, &cfg.table),
-                building_index: cfg.building.map(|v| format!("{}_v{v}", cfg.alias())),
+                building_index: cfg.building.map(|v| versioned_index(cfg.alias(), v)),
                 cfg: cfg.clone(),
                 targets: None,
                 live: HashMap::new(),
@@ -148,7 +139,7 @@ impl Router {
             let body = mapping::index_body(props.clone(), &settings);
             let mut created = Vec::new();
             if targets.is_empty() && p.cfg.building.is_none() {
-                let index = format!("{alias}_v1");
+                let index = versioned_index(&alias, 1);
                 es.create_index(&index, &body).await?;
                 es.update_aliases(&[AliasAction::Add {
                     index: index.clone(),
@@ -248,7 +239,7 @@ impl Router {
             }
             self.verdicts.push(Verdict {
                 pipeline: p.cfg.name.clone(),
-                version: version_of(&alias, index),
+                version: index_version(&alias, index).unwrap_or(0),
                 needs_rebuild,
             });
         }
