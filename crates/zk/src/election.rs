@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use zookeeper_async::{Acl, CreateMode};
 
 use crate::coordinator::Coordinator;
-use crate::error::{ZkCode, ZkError};
+use crate::error::ZkError;
 use crate::nodes::Expect;
 
 const ELECTION: &str = "election";
@@ -191,10 +191,7 @@ impl Coordinator {
             let data = serde_json::to_vec(&next).expect("epoch record serializes");
             match self.put(LEADER_NODE, &data, expect).await {
                 Ok(_) => return Ok(next.epoch),
-                Err(ZkError::Zk {
-                    source: ZkCode::BadVersion | ZkCode::NodeExists | ZkCode::NoNode,
-                    ..
-                }) => continue,
+                Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(e),
             }
         }
