@@ -233,33 +233,43 @@ impl AdminApi {
     }
 
     async fn pipeline(&self, name: &str) -> Result<Option<Pipeline>, Status> {
-        Ok(self.pipelines().await?.into_iter().find(|p| p.name == name))
+        let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
+        let Some(mut p) = pipelines.into_iter().find(|p| p.name == name) else {
+            return Ok(None);
+        };
+        self.needs_rebuild(&mut p).await?;
+        Ok(Some(p))
     }
 
-    /// The pipelines, each with what the etl found about its live (or building) version
-    /// needing a rebuild.
     async fn pipelines(&self) -> Result<Vec<Pipeline>, Status> {
         let mut pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
-        let coord = self.coord()?;
         for p in &mut pipelines {
-            let record: Option<layout::NeedsRebuild> = coord
-                .get_json(&layout::needs_rebuild(&p.name))
-                .await
-                .map_err(internal)?;
-            // Version 1 is live before any build (the etl creates it).
-            let live = p.live_version.max(1);
-            p.needs_rebuild = record
-                .map(|r| {
-                    r.versions
-                        .into_iter()
-                        .filter(|(v, _)| *v >= live)
-                        .map(|(v, why)| format!("v{v}: {why}"))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                })
-                .unwrap_or_default();
+            self.needs_rebuild(p).await?;
         }
         Ok(pipelines)
+    }
+
+    /// Fills in what the etl found about the pipeline's live (or building) version
+    /// needing a rebuild.
+    async fn needs_rebuild(&self, p: &mut Pipeline) -> Result<(), Status> {
+        let record: Option<layout::NeedsRebuild> = self
+            .coord()?
+            .get_json(&layout::needs_rebuild(&p.name))
+            .await
+            .map_err(internal)?;
+        // Version 1 is live before any build (the etl creates it).
+        let live = p.live_version.max(1);
+        p.needs_rebuild = record
+            .map(|r| {
+                r.versions
+                    .into_iter()
+                    .filter(|(v, _)| *v >= live)
+                    .map(|(v, why)| format!("v{v}: {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_default();
+        Ok(())
     }
 }
 

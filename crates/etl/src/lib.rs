@@ -132,9 +132,6 @@ pub async fn run(
                 Ok(mut r) => {
                     r.check_known(&es, &router.seen_columns()).await;
                     router = r;
-                    for v in router.verdicts.drain(..) {
-                        let _ = verdict_tx.send(v);
-                    }
                     retry_reroute = None;
                     metrics::zero(list.iter().map(|p| p.name.as_str()));
                     ready.set(true);
@@ -156,6 +153,12 @@ pub async fn run(
                     retry_reroute = Some(Instant::now() + Duration::from_secs(1));
                 }
             }
+        }
+        // For the center: which index versions need a rebuild, as the last subscription or
+        // batch found (none without ZooKeeper; the router logged them). Before waiting for
+        // the next batch, which may not come soon.
+        for v in router.verdicts.drain(..) {
+            let _ = verdict_tx.send(v);
         }
         let (batch, stop);
         (batch, stop, reroute) =
@@ -186,11 +189,6 @@ pub async fn run(
                     break;
                 }
             }
-        }
-        // For the center: which index versions need a rebuild (none without ZooKeeper;
-        // the router logged them).
-        for v in router.verdicts.drain(..) {
-            let _ = verdict_tx.send(v);
         }
         if last_report.elapsed() >= Duration::from_secs(10) && stats.events > 0 {
             tracing::info!(
