@@ -4,7 +4,7 @@
 //! each scrape: `sluice_worker_binlog_lag_seconds{source}`,
 //! `sluice_worker_binlog_lag_bytes{source}`, `sluice_worker_tasks{state}`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
 use opentelemetry::metrics::{Counter, Meter};
@@ -35,6 +35,38 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .build(),
     }
 });
+
+/// The labels of `sluice_worker_events_total` per table, made once per table: the counter
+/// is bumped for every row change, which must not allocate.
+#[derive(Default)]
+pub(crate) struct EventLabels(HashMap<String, HashMap<String, [[KeyValue; 4]; 4]>>);
+
+impl EventLabels {
+    pub fn count(&mut self, source: &str, rc: &sluice_mysql::RowChange) {
+        let (db, table) = (&rc.schema.db, &rc.schema.table);
+        let op = match rc.op {
+            sluice_core::Op::Create => 0,
+            sluice_core::Op::Update => 1,
+            sluice_core::Op::Delete => 2,
+            sluice_core::Op::Read => 3,
+        };
+        if !self.0.get(db).is_some_and(|t| t.contains_key(table)) {
+            let labels = ["insert", "update", "delete", "snapshot"].map(|op| {
+                [
+                    KeyValue::new("source", source.to_owned()),
+                    KeyValue::new("database", db.clone()),
+                    KeyValue::new("table", table.clone()),
+                    KeyValue::new("op", op),
+                ]
+            });
+            self.0
+                .entry(db.clone())
+                .or_default()
+                .insert(table.clone(), labels);
+        }
+        METRICS.events.add(1, &self.0[db][table][op]);
+    }
+}
 
 /// Registers the gauges read from the tasks' progress.
 pub(crate) fn observe(reports: Arc<Reports>) {

@@ -199,24 +199,6 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
     read_result
 }
 
-fn count(source: &str, rc: &sluice_mysql::RowChange) {
-    let op = match rc.op {
-        sluice_core::Op::Create => "insert",
-        sluice_core::Op::Update => "update",
-        sluice_core::Op::Delete => "delete",
-        sluice_core::Op::Read => "snapshot",
-    };
-    crate::metrics::METRICS.events.add(
-        1,
-        &[
-            opentelemetry::KeyValue::new("source", source.to_owned()),
-            opentelemetry::KeyValue::new("database", rc.schema.db.clone()),
-            opentelemetry::KeyValue::new("table", rc.schema.table.clone()),
-            opentelemetry::KeyValue::new("op", op),
-        ],
-    );
-}
-
 /// How far the confirmed position is behind the server's end of binlog, in bytes, every
 /// 10 s, until `stop` (a connection of its own; failures only leave the figure unknown).
 async fn watch_bytes_behind(src: SourceConfig, progress: Arc<Progress>, stop: CancellationToken) {
@@ -260,6 +242,7 @@ async fn publish_loop(
     // now would publish them again after a restart (the confirmed position is the last
     // commit). So a shutdown lets the open transaction finish first, within half the
     // drain bound.
+    let mut events = crate::metrics::EventLabels::default();
     let mut open = false;
     let mut finish_by: Option<Instant> = None;
     loop {
@@ -292,7 +275,7 @@ async fn publish_loop(
                 reader.position()
             ),
             Some(SourceEvent::Row(rc)) => {
-                count(&src.name, &rc);
+                events.count(&src.name, &rc);
                 envelope::row(topics, &src.name, epoch, rc)?
             }
             Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
