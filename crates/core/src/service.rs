@@ -42,7 +42,7 @@ where
     let telemetry = Telemetry::init(service, &section)?;
     telemetry.serve(section.listen).await?;
     let readiness = telemetry.readiness.clone();
-    let shutdown = crate::shutdown::on_signals_with(move || readiness.drain());
+    let shutdown = crate::shutdown::on_signals(move || readiness.drain());
     let result = run(config, telemetry.readiness.clone(), shutdown).await;
     telemetry.finish();
     result

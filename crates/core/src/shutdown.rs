@@ -3,15 +3,10 @@
 
 use tokio_util::sync::CancellationToken;
 
-/// Returns a token cancelled by the first SIGTERM or SIGINT. Must be called inside a
-/// Tokio runtime.
-pub fn on_signals() -> CancellationToken {
-    on_signals_with(|| {})
-}
-
-/// As [`on_signals`], calling `first` (readiness turning false) before the token is
-/// cancelled, so nothing drains while the service still looks ready.
-pub fn on_signals_with(first: impl FnOnce() + Send + 'static) -> CancellationToken {
+/// Returns a token cancelled by the first SIGTERM or SIGINT, calling `first` (readiness
+/// turning false) before it is cancelled, so nothing drains while the service still looks
+/// ready. Must be called inside a Tokio runtime.
+pub fn on_signals(first: impl FnOnce() + Send + 'static) -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {

@@ -211,11 +211,6 @@ async fn metrics(registry: prometheus::Registry) -> impl IntoResponse {
     }
 }
 
-/// Logs only (tools and tests).
-pub fn init_logging() {
-    install_logging(None);
-}
-
 /// One global filter for logs and spans alike (per-layer filters, mixed with an absent
 /// layer, lost events).
 fn install_logging(tracer: Option<opentelemetry_sdk::trace::Tracer>) {
