@@ -166,7 +166,7 @@ impl TestCtx {
             ])
             .unwrap_or_else(|e| panic!("sluicectl sources put: {e}"));
         let source = ClusterSource { name, pipeline };
-        self.put_pipeline(cluster, &source, &[])
+        self.put_pipeline(cluster, &source, &[] as &[&str])
             .unwrap_or_else(|e| panic!("{e}"));
         source
     }
@@ -177,7 +177,7 @@ impl TestCtx {
         &self,
         cluster: &Cluster,
         source: &ClusterSource,
-        extra: &[&str],
+        extra: &[impl AsRef<str>],
     ) -> Result<Value, String> {
         let p = &source.pipeline;
         let mut args = vec![
@@ -195,7 +195,7 @@ impl TestCtx {
             "--replicas",
             "0",
         ];
-        args.extend(extra.iter().copied());
+        args.extend(extra.iter().map(AsRef::as_ref));
         cluster.ctl(&args)
     }
 }

@@ -14,6 +14,28 @@ async fn properties(ctx: &TestCtx, index: &str) -> Value {
     m[index]["mappings"]["properties"].clone()
 }
 
+/// The test's overrides and settings, with `title`'s search analyzer and the refresh
+/// interval as given (both change in place).
+fn overrides(title_search_analyzer: &str, refresh_interval: &str) -> Vec<String> {
+    let title = format!(
+        "title:analyzer=english,search_analyzer={title_search_analyzer},copy_to=everything"
+    );
+    [
+        "--field",
+        &title,
+        "--field",
+        "body:keyword=false,copy_to=everything",
+        "--field",
+        "secret:type=keyword,index=false",
+        "--field",
+        "price:type=double",
+        "--refresh-interval",
+        refresh_interval,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// The pipeline as `sluicectl pipelines list` shows it.
 fn listed(cluster: &Cluster, name: &str) -> Value {
     let all = cluster.ctl(&["pipelines", "list"]).expect("pipelines list");
@@ -69,23 +91,8 @@ async fn overrides_settings_and_column_changes_reach_the_index() {
         .unwrap_err();
     assert!(refused.contains("refresh_interval"), "{refused}");
 
-    ctx.put_pipeline(
-        &cluster,
-        &docs,
-        &[
-            "--field",
-            "title:analyzer=english,search_analyzer=standard,copy_to=everything",
-            "--field",
-            "body:keyword=false,copy_to=everything",
-            "--field",
-            "secret:type=keyword,index=false",
-            "--field",
-            "price:type=double",
-            "--refresh-interval",
-            "2s",
-        ],
-    )
-    .unwrap();
+    ctx.put_pipeline(&cluster, &docs, &overrides("standard", "2s"))
+        .unwrap();
     let put = listed(&cluster, &alias);
     assert_eq!(
         put["fields"]["secret"],
@@ -158,23 +165,8 @@ async fn overrides_settings_and_column_changes_reach_the_index() {
     // refresh interval.
     ctx.exec("ALTER TABLE docs ADD COLUMN tag VARCHAR(10)")
         .await;
-    ctx.put_pipeline(
-        &cluster,
-        &docs,
-        &[
-            "--field",
-            "title:analyzer=english,search_analyzer=simple,copy_to=everything",
-            "--field",
-            "body:keyword=false,copy_to=everything",
-            "--field",
-            "secret:type=keyword,index=false",
-            "--field",
-            "price:type=double",
-            "--refresh-interval",
-            "3s",
-        ],
-    )
-    .unwrap();
+    ctx.put_pipeline(&cluster, &docs, &overrides("simple", "3s"))
+        .unwrap();
     touching_until(&ctx, "changes applied in place", || async {
         let p = properties(&ctx, &v1).await;
         let s = ctx
