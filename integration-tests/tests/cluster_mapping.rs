@@ -258,6 +258,22 @@ async fn overrides_settings_and_column_changes_reach_the_index() {
         }
     })
     .await;
+    // Meanwhile a value the old field cannot hold is dead-lettered with the reason
+    // (invariant 5), not lost.
+    let dead = ctx
+        .read_topic(&ctx.dlq_topic, 1, Duration::from_secs(60))
+        .await;
+    let letters: Vec<Value> = dead
+        .iter()
+        .map(|r| serde_json::from_slice(&r.payload).unwrap())
+        .collect();
+    assert!(
+        letters
+            .iter()
+            .any(|l| l["event"]["after"]["price"] == "cheap"
+                && l["reason"].as_str().is_some_and(|r| r.contains("price"))),
+        "the row with price 'cheap' dead-lettered with a reason naming the field: {letters:?}"
+    );
     let why = listed(&cluster, &alias)["needs_rebuild"]
         .as_str()
         .unwrap()
