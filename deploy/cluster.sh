@@ -93,13 +93,13 @@ TOML
 
 say "starting 3 centers, 3 workers and the etl (logs in .work/cluster/)"
 for n in 0 1 2; do
-  launch "center-$n" "$bin/sluice-center" --config "$work/center-$n.toml"
+  SOURCE_PASSWORD="$SOURCE_PASSWORD" launch "center-$n" "$bin/sluice-center" --config "$work/center-$n.toml"
 done
 wait_for "a leader" 60 ctl leader
 for n in 0 1 2; do
   SOURCE_PASSWORD="$SOURCE_PASSWORD" launch "worker-$n" "$bin/sluice-worker" --config "$work/worker-$n.toml"
 done
-launch etl "$bin/sluice-etl" --config "$work/etl.toml"
+SOURCE_PASSWORD="$SOURCE_PASSWORD" launch etl "$bin/sluice-etl" --config "$work/etl.toml"
 wait_for "3 workers" 60 workers_up 3
 
 say "adding the source and the pipeline with sluicectl"

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::services::{Service, TestCtx};
 use crate::{check_table, eventually, CheckOptions, Pipeline};
 
-/// The environment variable the workers read the source password from (a source's
+/// The environment variable the services read the source password from (a source's
 /// `password_ref` is `env:` this).
 const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
 const TOKEN: &str = "it-admin-token";
@@ -82,6 +82,7 @@ impl TestCtx {
                 &self.elasticsearch_section(),
             ],
         )
+        .with_env(PASSWORD_VAR, &self.stack.source_password)
     }
 
     fn cluster_worker(&self, n: usize) -> Service {
@@ -108,6 +109,7 @@ impl TestCtx {
             "etl",
             &[&self.etl_sections(), &self.zookeeper_section()],
         )
+        .with_env(PASSWORD_VAR, &self.stack.source_password)
     }
 
     /// Starts `centers` centers and waits for a leader, then `workers` workers (waiting

@@ -458,7 +458,7 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
     let small = ci.join("small-values.yaml");
     let e = render(&small, &["--set", "center.replicas=1"]).unwrap_err();
     assert!(e.contains("center.replicas must be at least 2"), "{e}");
-    let e = render(&small, &["--set", "worker.sourcePasswords[0].env=SLUICE_DB,worker.sourcePasswords[0].secretName=s,worker.sourcePasswords[0].secretKey=k"]).unwrap_err();
+    let e = render(&small, &["--set", "sourcePasswords[0].env=SLUICE_DB,sourcePasswords[0].secretName=s,sourcePasswords[0].secretKey=k"]).unwrap_err();
     assert!(e.contains("starts with SLUICE_"), "{e}");
     let e = render(&small, &["--set", "meta.passwordSecret.name="]).unwrap_err();
     assert!(e.contains("meta.passwordSecret.name is required"), "{e}");

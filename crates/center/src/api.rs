@@ -20,8 +20,12 @@ use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
+use sluice_core::{PipelineSpec, SourceSpec};
+use sluice_mysql::SourceConfig;
+use sluice_proto::convert::{self, PipelineState};
+
 use crate::config::AuthMode;
-use crate::meta::MetaError;
+use crate::meta::{MetaError, StoredPipeline};
 use crate::Shared;
 
 /// Serves until `shutdown`.
@@ -232,34 +236,21 @@ impl AdminApi {
         }
     }
 
-    async fn pipeline(&self, name: &str) -> Result<Option<Pipeline>, Status> {
+    async fn pipeline(&self, name: &str) -> Result<Option<StoredPipeline>, Status> {
         let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
-        let Some(mut p) = pipelines.into_iter().find(|p| p.name == name) else {
-            return Ok(None);
-        };
-        self.needs_rebuild(&mut p).await?;
-        Ok(Some(p))
+        Ok(pipelines.into_iter().find(|p| p.spec.name == name))
     }
 
-    async fn pipelines(&self) -> Result<Vec<Pipeline>, Status> {
-        let mut pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
-        for p in &mut pipelines {
-            self.needs_rebuild(p).await?;
-        }
-        Ok(pipelines)
-    }
-
-    /// Fills in what the etl found about the pipeline's live (or building) version
-    /// needing a rebuild.
-    async fn needs_rebuild(&self, p: &mut Pipeline) -> Result<(), Status> {
+    /// The pipeline as the API shows it: its spec and its versions' state, with what
+    /// the etl found about the live (or building) version needing a rebuild.
+    async fn message(&self, p: &StoredPipeline) -> Result<Pipeline, Status> {
         let record: Option<layout::NeedsRebuild> = self
             .coord()?
-            .get_json(&layout::needs_rebuild(&p.name))
+            .get_json(&layout::needs_rebuild(&p.spec.name))
             .await
             .map_err(internal)?;
-        // Version 1 is live before any build (the etl creates it).
-        let live = p.live_version.max(1);
-        p.needs_rebuild = record
+        let live = p.live_or_first();
+        let needs_rebuild = record
             .map(|r| {
                 r.versions
                     .into_iter()
@@ -269,135 +260,84 @@ impl AdminApi {
                     .join("; ")
             })
             .unwrap_or_default();
+        let state = PipelineState {
+            live_version: p.live_version,
+            building_version: p.building_version,
+            history: p.history.clone(),
+            needs_rebuild,
+        };
+        Ok(convert::pipeline(&p.spec, &state))
+    }
+
+    /// Checks `spec` against its source's tables: they exist and have the columns it
+    /// names. The center reaches the source as the etl does (its password reference
+    /// resolved in this center's environment).
+    async fn check_tables(&self, spec: &PipelineSpec) -> Result<(), Status> {
+        let sources = self.shared.meta.sources().await.map_err(meta_err)?;
+        let source = sources
+            .iter()
+            .find(|s| s.name == spec.source)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "source: no source `{}` (add it first: sluicectl sources put)",
+                    spec.source
+                ))
+            })?;
+        let cannot = |why: String| {
+            Status::failed_precondition(format!(
+                "cannot check the pipeline against the tables of source {}: {why}",
+                spec.source
+            ))
+        };
+        let src = SourceConfig::from_spec(source)
+            .map_err(|e| cannot(format!("{e} (the centers need the source's password too)")))?;
+        let checked = tokio::time::timeout(std::time::Duration::from_secs(15), async {
+            let mut conn = sluice_mysql::preflight::connect(&src).await?;
+            let plans = sluice_mysql::docs::load(&src, &mut conn, spec).await;
+            let _ = conn.disconnect().await;
+            plans
+        })
+        .await
+        .map_err(|_| {
+            Status::unavailable(format!("source {} did not answer within 15 s", spec.source))
+        })?
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+        match checked {
+            Ok(_) => Ok(()),
+            Err(problems) => invalid(problems),
+        }
+    }
+
+    /// The pipeline named, as the API shows it.
+    async fn pipeline_message(&self, name: &str) -> Result<Pipeline, Status> {
+        let p = self
+            .pipeline(name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        self.message(&p).await
+    }
+}
+
+fn invalid(problems: Vec<String>) -> Result<(), Status> {
+    if problems.is_empty() {
         Ok(())
+    } else {
+        Err(Status::invalid_argument(problems.join("; ")))
     }
 }
 
-fn check_name(field: &str, v: &str, max: usize) -> Result<(), Status> {
-    if v.is_empty()
-        || v.len() > max
-        || !v
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
-        return Err(Status::invalid_argument(format!(
-            "{field}: `{v}` must be 1..={max} characters of [A-Za-z0-9._-]"
-        )));
-    }
-    Ok(())
+fn validate_source(s: Source) -> Result<SourceSpec, Status> {
+    let spec = convert::source_spec(s).map_err(Status::invalid_argument)?;
+    invalid(spec.problems())?;
+    Ok(spec)
 }
 
-fn validate_source(s: &mut Source) -> Result<(), Status> {
-    check_name("name", &s.name, 64)?;
-    if s.host.is_empty() {
-        return Err(Status::invalid_argument("host: required"));
-    }
-    if s.port == 0 {
-        s.port = 3306;
-    }
-    if s.port > u16::MAX.into() {
-        return Err(Status::invalid_argument(format!(
-            "port: {} is not a TCP port",
-            s.port
-        )));
-    }
-    if s.user.is_empty() {
-        return Err(Status::invalid_argument("user: required"));
-    }
-    let reference_ok = s
-        .password_ref
-        .strip_prefix("env:")
-        .or_else(|| s.password_ref.strip_prefix("file:"))
-        .is_some_and(|r| !r.is_empty());
-    if !reference_ok {
-        return Err(Status::invalid_argument(
-            "password_ref: must be `env:NAME` or `file:/path` (the password itself is never stored)",
-        ));
-    }
-    if s.server_id == 0 {
-        return Err(Status::invalid_argument(
-            "server_id: must be a non-zero replication server id, unique among the server's replicas",
-        ));
-    }
-    Ok(())
-}
-
-fn validate_pipeline(p: &mut Pipeline) -> Result<(), Status> {
-    check_name("name", &p.name, 128)?;
-    check_name("source", &p.source, 64)?;
-    if p.database.is_empty() || p.table.is_empty() {
-        return Err(Status::invalid_argument("database, table: required"));
-    }
-    if p.alias.is_empty() {
-        p.alias = p.name.to_ascii_lowercase();
-    }
-    if p.alias.starts_with(['_', '-', '+'])
-        || p.alias
-            .chars()
-            .any(|c| c.is_ascii_uppercase() || r#" "*\<|,>/?#:"#.contains(c))
-    {
-        return Err(Status::invalid_argument(format!(
-            "alias: `{}` is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#:)",
-            p.alias
-        )));
-    }
-    if p.shards == 0 {
-        p.shards = 1;
-    }
-    if p.tombstone_retention.is_empty() {
-        p.tombstone_retention = "7d".into();
-    }
-    let problems = sluice_core::mapping::pipeline_problems(
-        &p.columns,
-        &overrides(&p.fields),
-        &p.refresh_interval,
-    );
-    if !problems.is_empty() {
-        return Err(Status::invalid_argument(problems.join("; ")));
-    }
-    p.needs_rebuild.clear();
-    Ok(())
-}
-
-/// The admin API's field mappings as the overrides the etl applies.
-pub(crate) fn overrides(
-    fields: &BTreeMap<String, FieldMapping>,
-) -> BTreeMap<String, sluice_core::FieldOverride> {
-    let set = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    fields
-        .iter()
-        .map(|(column, f)| {
-            let o = sluice_core::FieldOverride {
-                es_type: set(&f.r#type),
-                analyzer: set(&f.analyzer),
-                search_analyzer: set(&f.search_analyzer),
-                keyword: f.keyword,
-                copy_to: f.copy_to.clone(),
-                index: f.index,
-            };
-            (column.clone(), o)
-        })
-        .collect()
-}
-
-/// The inverse of [`overrides`].
-pub(crate) fn field_mappings(
-    fields: &BTreeMap<String, sluice_core::FieldOverride>,
-) -> BTreeMap<String, FieldMapping> {
-    fields
-        .iter()
-        .map(|(column, o)| {
-            let f = FieldMapping {
-                r#type: o.es_type.clone().unwrap_or_default(),
-                analyzer: o.analyzer.clone().unwrap_or_default(),
-                search_analyzer: o.search_analyzer.clone().unwrap_or_default(),
-                keyword: o.keyword,
-                copy_to: o.copy_to.clone(),
-                index: o.index,
-            };
-            (column.clone(), f)
-        })
-        .collect()
+fn validate_pipeline(p: Pipeline) -> Result<PipelineSpec, Status> {
+    let spec = convert::pipeline_spec(p)
+        .map_err(Status::invalid_argument)?
+        .normalized();
+    invalid(spec.problems())?;
+    Ok(spec)
 }
 
 #[tonic::async_trait]
@@ -423,12 +363,13 @@ impl Admin for AdminApi {
         _: Request<ListSourcesRequest>,
     ) -> Result<Response<ListSourcesResponse>, Status> {
         let sources = self.shared.meta.sources().await.map_err(meta_err)?;
-        Ok(Response::new(ListSourcesResponse { sources }))
+        Ok(Response::new(ListSourcesResponse {
+            sources: sources.iter().map(convert::source).collect(),
+        }))
     }
 
     async fn put_source(&self, req: Request<Source>) -> Result<Response<Source>, Status> {
-        let mut s = req.into_inner();
-        validate_source(&mut s)?;
+        let s = validate_source(req.into_inner())?;
         let epoch = self.writable().await?;
         let existing = self.shared.meta.sources().await.map_err(meta_err)?;
         match existing.iter().find(|e| e.name == s.name) {
@@ -464,7 +405,7 @@ impl Admin for AdminApi {
         )
         .await;
         self.changed();
-        Ok(Response::new(s))
+        Ok(Response::new(convert::source(&s)))
     }
 
     async fn delete_source(
@@ -490,30 +431,41 @@ impl Admin for AdminApi {
         &self,
         _: Request<ListPipelinesRequest>,
     ) -> Result<Response<ListPipelinesResponse>, Status> {
-        let pipelines = self.pipelines().await?;
+        let mut pipelines = Vec::new();
+        for p in self.shared.meta.pipelines().await.map_err(meta_err)? {
+            pipelines.push(self.message(&p).await?);
+        }
         Ok(Response::new(ListPipelinesResponse { pipelines }))
     }
 
     async fn put_pipeline(&self, req: Request<Pipeline>) -> Result<Response<Pipeline>, Status> {
-        let mut p = req.into_inner();
-        validate_pipeline(&mut p)?;
+        let spec = validate_pipeline(req.into_inner())?;
         let epoch = self.writable().await?;
+        self.check_tables(&spec).await?;
         self.shared
             .meta
-            .put_pipeline(epoch, &p)
+            .put_pipeline(epoch, &spec)
             .await
             .map_err(meta_err)?;
+        let relations = spec.tables().len() - 1;
         self.record(
             "pipeline",
-            &p.name,
+            &spec.name,
             &format!(
-                "pipeline put: {}.{}.{} -> {}",
-                p.source, p.database, p.table, p.alias
+                "pipeline put: {}.{}.{}{} -> {}",
+                spec.source,
+                spec.database,
+                spec.table,
+                match relations {
+                    0 => String::new(),
+                    n => format!(" and {n} related table(s)"),
+                },
+                spec.alias
             ),
         )
         .await;
         self.changed();
-        Ok(Response::new(p))
+        Ok(Response::new(self.pipeline_message(&spec.name).await?))
     }
 
     async fn delete_pipeline(
@@ -525,11 +477,12 @@ impl Admin for AdminApi {
         // Its indexes go too, once no etl writes to them any more.
         let mut doomed = Vec::new();
         if let Some(p) = self.pipeline(&name).await? {
+            let alias = &p.spec.alias;
             let mut versions: Vec<u32> = p.history.clone();
             versions.extend([1, p.live_version, p.building_version]);
             if let Some(es) = &self.shared.es {
-                for index in es.alias_targets(&p.alias).await.map_err(internal)? {
-                    if let Some(v) = sluice_elastic::index_version(&p.alias, &index) {
+                for index in es.alias_targets(alias).await.map_err(internal)? {
+                    if let Some(v) = sluice_elastic::index_version(alias, &index) {
                         versions.push(v);
                     }
                 }
@@ -539,7 +492,7 @@ impl Admin for AdminApi {
             versions.dedup();
             doomed = versions
                 .into_iter()
-                .map(|v| (sluice_elastic::versioned_index(&p.alias, v), v))
+                .map(|v| (sluice_elastic::versioned_index(alias, v), v))
                 .collect();
         }
         let existed = self
@@ -599,15 +552,11 @@ impl Admin for AdminApi {
             .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
         self.shared
             .meta
-            .reset_build(epoch, &name, &p.alias)
+            .reset_build(epoch, &name, &p.spec.alias)
             .await
             .map_err(meta_err)?;
         self.changed();
-        let p = self
-            .pipeline(&name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
-        Ok(Response::new(p))
+        Ok(Response::new(self.pipeline_message(&name).await?))
     }
 
     async fn get_build(
@@ -765,7 +714,12 @@ impl Admin for AdminApi {
 impl WorkerReports for AdminApi {
     async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
         let report = req.into_inner();
-        check_name("worker", &report.worker, 255)?;
+        if !sluice_core::pipeline::is_name(&report.worker, 255) {
+            return Err(Status::invalid_argument(format!(
+                "worker: `{}` must be 1..=255 characters of [A-Za-z0-9._-]",
+                report.worker
+            )));
+        }
         let coord = self.coord()?;
         let assigned = coord
             .children(&layout::assignments(&report.worker))

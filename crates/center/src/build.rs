@@ -19,10 +19,11 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use serde_json::json;
 use sluice_elastic::{AliasAction, EsClient};
-use sluice_proto::v1::{BuildStatus, Pipeline};
+use sluice_proto::v1::BuildStatus;
 use sluice_zk::layout::{self, BuildRecord, ChunkCursor, EtlRecord, JobRecord, PlanRecord};
 use sluice_zk::{Coordinator, Expect};
 
+use crate::meta::StoredPipeline;
 use crate::Shared;
 
 /// Default rows per chunk.
@@ -49,13 +50,13 @@ pub(crate) async fn drive(
     coord: &Coordinator,
     epoch: u64,
     acting: &impl Fn() -> anyhow::Result<()>,
-    pipelines: &[Pipeline],
+    pipelines: &[StoredPipeline],
     live: &[String],
 ) -> anyhow::Result<bool> {
-    let building: BTreeMap<&str, &Pipeline> = pipelines
+    let building: BTreeMap<&str, &StoredPipeline> = pipelines
         .iter()
         .filter(|p| p.building_version > 0)
-        .map(|p| (p.name.as_str(), p))
+        .map(|p| (p.spec.name.as_str(), p))
         .collect();
     // Leftovers of finished or reset builds.
     for name in coord.children("builds").await? {
@@ -88,7 +89,7 @@ pub(crate) async fn drive(
     }
     for p in building.values() {
         if let Err(e) = drive_one(shared, coord, epoch, acting, p, live, &mut all_jobs).await {
-            tracing::warn!(pipeline = %p.name, error = format!("{e:#}"), "build step failed; retrying");
+            tracing::warn!(pipeline = %p.spec.name, error = format!("{e:#}"), "build step failed; retrying");
             if crate::leader::is_deposed(&e) {
                 return Err(e);
             }
@@ -97,14 +98,14 @@ pub(crate) async fn drive(
     // Builds no longer running: done (their alias moved) or reset.
     crate::metrics::update(|g| {
         g.builds
-            .retain(|name, _| pipelines.iter().any(|p| p.name == *name));
+            .retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
         for (name, b) in g.builds.iter_mut() {
             if !building.contains_key(name.as_str()) {
                 b.phase = "done".into();
             }
         }
     });
-    let existing: Vec<&str> = pipelines.iter().map(|p| p.name.as_str()).collect();
+    let existing: Vec<&str> = pipelines.iter().map(|p| p.spec.name.as_str()).collect();
     delete_doomed(shared, coord, epoch, acting, &existing).await?;
     Ok(!building.is_empty())
 }
@@ -165,25 +166,22 @@ async fn drive_one(
     coord: &Coordinator,
     epoch: u64,
     acting: &impl Fn() -> anyhow::Result<()>,
-    p: &Pipeline,
+    p: &StoredPipeline,
     live: &[String],
     all_jobs: &mut BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
     let v = p.building_version;
-    let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.name)).await?;
+    let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.spec.name)).await?;
     if record.as_ref().is_none_or(|r| r.version != v) {
         let (chunk_rows, throttle, started) = shared
             .meta
-            .build_settings(&p.name, v)
+            .build_settings(&p.spec.name, v)
             .await?
             .unwrap_or((DEFAULT_CHUNK_ROWS, 0, sluice_core::now_ms()));
         let rec = BuildRecord {
             epoch,
-            pipeline: p.name.clone(),
+            spec: p.spec.clone(),
             version: v,
-            source: p.source.clone(),
-            database: p.database.clone(),
-            table: p.table.clone(),
             chunk_rows,
             throttle_rows_per_sec: throttle,
             started_at_ms: started,
@@ -191,7 +189,7 @@ async fn drive_one(
         acting()?;
         coord
             .put(
-                &layout::build(&p.name),
+                &layout::build(&p.spec.name),
                 &serde_json::to_vec(&rec).expect("serializes"),
                 Expect::Any,
             )
@@ -199,10 +197,10 @@ async fn drive_one(
     }
     let (status, chunk_done) = progress(coord, p).await?;
     crate::metrics::update(|g| {
-        g.builds.insert(p.name.clone(), status.clone());
+        g.builds.insert(p.spec.name.clone(), status.clone());
     });
-    tracing::debug!(pipeline = %p.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
-    let job = |kind: &str| format!("{}~{kind}", p.name);
+    tracing::debug!(pipeline = %p.spec.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
+    let job = |kind: &str| format!("{}~{kind}", p.spec.name);
     let chunk_job = |n: usize| job(&format!("{n:05}"));
     // Jobs whose work is done leave room for the next.
     let mut finished: Vec<String> = Vec::new();
@@ -241,15 +239,18 @@ async fn drive_one(
 }
 
 /// Where a pipeline's build stands (any replica can compute it).
-pub(crate) async fn status(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<BuildStatus> {
+pub(crate) async fn status(coord: &Coordinator, p: &StoredPipeline) -> anyhow::Result<BuildStatus> {
     Ok(progress(coord, p).await?.0)
 }
 
 /// The build's status and, once planned, which chunks are done (read once per pass).
-async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildStatus, Vec<bool>)> {
+async fn progress(
+    coord: &Coordinator,
+    p: &StoredPipeline,
+) -> anyhow::Result<(BuildStatus, Vec<bool>)> {
     let mut done = Vec::new();
     let mut s = BuildStatus {
-        pipeline: p.name.clone(),
+        pipeline: p.spec.name.clone(),
         version: p.building_version,
         phase: "none".into(),
         ..Default::default()
@@ -259,7 +260,7 @@ async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildSta
     }
     let v = p.building_version;
     if let Some(rec) = coord
-        .get_json::<BuildRecord>(&layout::build(&p.name))
+        .get_json::<BuildRecord>(&layout::build(&p.spec.name))
         .await?
     {
         s.started_at_ms = rec.started_at_ms;
@@ -269,7 +270,7 @@ async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildSta
     for member in coord.children("etls").await? {
         etls += 1;
         let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await.ok().flatten();
-        if rec.is_none_or(|r| r.building.get(&p.name) != Some(&v)) {
+        if rec.is_none_or(|r| r.building.get(&p.spec.name) != Some(&v)) {
             unaware.push(member);
         }
     }
@@ -285,7 +286,7 @@ async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildSta
             "no etl is running: the build goes on; the alias moves once an etl caught up".into();
     }
     let Some(plan) = coord
-        .get_json::<PlanRecord>(&layout::build_plan(&p.name))
+        .get_json::<PlanRecord>(&layout::build_plan(&p.spec.name))
         .await?
     else {
         s.phase = "planning".into();
@@ -295,7 +296,7 @@ async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildSta
     s.rows_estimated = plan.estimated_rows;
     for n in 0..plan.chunks {
         let cursor = coord
-            .read_checkpoint(&layout::chunk_task(&p.name, n))
+            .read_checkpoint(&layout::chunk_task(&p.spec.name, n))
             .await?
             .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
             .unwrap_or_default();
@@ -310,13 +311,16 @@ async fn progress(coord: &Coordinator, p: &Pipeline) -> anyhow::Result<(BuildSta
         return Ok((s, done));
     }
     let partitions: Option<u32> = coord
-        .get(&layout::build_partitions(&p.name))
+        .get(&layout::build_partitions(&p.spec.name))
         .await?
         .and_then(|n| String::from_utf8(n.data).ok()?.parse().ok());
     let caught = {
         let mut n = 0;
-        for part in coord.children(&layout::build_caught_up(&p.name)).await? {
-            let at = format!("{}/{part}", layout::build_caught_up(&p.name));
+        for part in coord
+            .children(&layout::build_caught_up(&p.spec.name))
+            .await?
+        {
+            let at = format!("{}/{part}", layout::build_caught_up(&p.spec.name));
             if coord
                 .get(&at)
                 .await?
@@ -351,61 +355,63 @@ async fn swap(
     coord: &Coordinator,
     epoch: u64,
     acting: &impl Fn() -> anyhow::Result<()>,
-    p: &Pipeline,
+    p: &StoredPipeline,
 ) -> anyhow::Result<()> {
     let es = es(shared)?;
     let v = p.building_version;
-    let new = sluice_elastic::versioned_index(&p.alias, v);
+    let new = sluice_elastic::versioned_index(&p.spec.alias, v);
     // An empty table gives the etl nothing to create the index with.
     es.create_index(
         &new,
         &json!({"settings": {"index": {
-            "number_of_shards": p.shards.max(1),
-            "number_of_replicas": p.replicas,
-            "gc_deletes": p.tombstone_retention,
+            "number_of_shards": p.spec.shards.max(1),
+            "number_of_replicas": p.spec.replicas,
+            "gc_deletes": p.spec.tombstone_retention,
         }}}),
     )
     .await?;
     // It was filled without refreshes or replicas (the etl makes it so): it gets the
     // pipeline's settings, and every write made visible, before anyone searches it.
-    let refresh = if p.refresh_interval.is_empty() {
+    let refresh = if p.spec.refresh_interval.is_empty() {
         serde_json::Value::Null
     } else {
-        json!(p.refresh_interval)
+        json!(p.spec.refresh_interval)
     };
     es.update_settings(
         &new,
-        &json!({"index": {"number_of_replicas": p.replicas, "refresh_interval": refresh}}),
+        &json!({"index": {"number_of_replicas": p.spec.replicas, "refresh_interval": refresh}}),
     )
     .await?;
     es.refresh(&new).await?;
-    let old = es.alias_targets(&p.alias).await?;
+    let old = es.alias_targets(&p.spec.alias).await?;
     let mut actions: Vec<AliasAction> = old
         .iter()
         .filter(|i| **i != new)
         .map(|i| AliasAction::Remove {
             index: i.clone(),
-            alias: p.alias.clone(),
+            alias: p.spec.alias.clone(),
         })
         .collect();
     actions.push(AliasAction::Add {
         index: new.clone(),
-        alias: p.alias.clone(),
+        alias: p.spec.alias.clone(),
     });
     acting()?;
     es.update_aliases(&actions).await?;
     let previous: Vec<u32> = old
         .iter()
-        .filter_map(|i| sluice_elastic::index_version(&p.alias, i))
+        .filter_map(|i| sluice_elastic::index_version(&p.spec.alias, i))
         .filter(|o| *o != v)
         .collect();
     shared
         .meta
-        .finish_build(epoch, &p.name, v, &previous)
+        .finish_build(epoch, &p.spec.name, v, &previous)
         .await?;
-    tracing::info!(pipeline = %p.name, version = v, from = ?old, "alias moved: the new version is live");
+    tracing::info!(pipeline = %p.spec.name, version = v, from = ?old, "alias moved: the new version is live");
     acting()?;
-    coord.delete(&layout::build(&p.name), None, true).await?;
+    coord
+        .delete(&layout::build(&p.spec.name), None, true)
+        .await?;
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use sluice_proto::v1::{Pipeline, Source};
+use sluice_core::SourceSpec;
 use sluice_zk::layout::{
     self, AssignmentRecord, CenterRecord, PipelineRecord, SourceRecord, WorkerRecord,
 };
@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::balance::{self, LiveWorker, Move};
-use crate::meta::MetaError;
+use crate::meta::{MetaError, StoredPipeline};
 use crate::Shared;
 
 type RebalanceRequests = mpsc::Receiver<oneshot::Sender<Vec<Move>>>;
@@ -219,7 +219,7 @@ async fn reconcile(
         .map(|s| {
             (
                 s.name.clone(),
-                serde_json::to_vec(&source_record(s, epoch)).expect("serializes"),
+                serde_json::to_vec(&source_record(s, &pipelines, epoch)).expect("serializes"),
             )
         })
         .collect();
@@ -228,7 +228,7 @@ async fn reconcile(
         .iter()
         .map(|p| {
             (
-                p.name.clone(),
+                p.spec.name.clone(),
                 serde_json::to_vec(&pipeline_record(p, epoch)).expect("serializes"),
             )
         })
@@ -429,7 +429,7 @@ async fn reconcile(
             .map(|state| {
                 (
                     state,
-                    pipelines.iter().filter(|p| p.state == state).count() as u64,
+                    pipelines.iter().filter(|p| p.state() == state).count() as u64,
                 )
             })
             .collect();
@@ -485,33 +485,81 @@ async fn publish(
     Ok(())
 }
 
-pub(crate) fn source_record(s: &Source, epoch: u64) -> SourceRecord {
-    SourceRecord {
+/// The source's record: how to reach it, and what to capture — its own table patterns
+/// plus every table of its pipelines (none: everything, which covers them).
+pub(crate) fn source_record(
+    s: &SourceSpec,
+    pipelines: &[StoredPipeline],
+    epoch: u64,
+) -> SourceRecord {
+    let mut spec = s.clone();
+    if !spec.tables.is_empty() {
+        for p in pipelines.iter().filter(|p| p.spec.source == s.name) {
+            for (db, table) in p.spec.tables() {
+                let covered = spec
+                    .tables
+                    .iter()
+                    .any(|t| *t == db || *t == format!("{db}.*") || *t == format!("{db}.{table}"));
+                if !covered {
+                    spec.tables.push(format!("{db}.{table}"));
+                }
+            }
+        }
+    }
+    SourceRecord { epoch, spec }
+}
+
+pub(crate) fn pipeline_record(p: &StoredPipeline, epoch: u64) -> PipelineRecord {
+    PipelineRecord {
         epoch,
-        name: s.name.clone(),
-        host: s.host.clone(),
-        port: s.port as u16,
-        user: s.user.clone(),
-        password_ref: s.password_ref.clone(),
-        server_id: s.server_id,
-        tables: s.tables.clone(),
+        spec: p.spec.clone(),
+        building: (p.building_version > 0).then_some(p.building_version),
     }
 }
 
-pub(crate) fn pipeline_record(p: &Pipeline, epoch: u64) -> PipelineRecord {
-    PipelineRecord {
-        epoch,
-        name: p.name.clone(),
-        source: p.source.clone(),
-        database: p.database.clone(),
-        table: p.table.clone(),
-        alias: p.alias.clone(),
-        columns: p.columns.clone(),
-        shards: p.shards,
-        replicas: p.replicas,
-        tombstone_retention: p.tombstone_retention.clone(),
-        refresh_interval: p.refresh_interval.clone(),
-        fields: crate::api::overrides(&p.fields),
-        building: (p.building_version > 0).then_some(p.building_version),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::PipelineSpec;
+
+    #[test]
+    fn a_source_captures_every_table_of_its_pipelines() {
+        let source = SourceSpec {
+            name: "shop".into(),
+            host: "db".into(),
+            port: 3306,
+            user: "u".into(),
+            password_ref: "env:P".into(),
+            server_id: 1,
+            tables: vec!["shop.products".into(), "crm.*".into()],
+        };
+        let mut spec = PipelineSpec::table("p", "shop", "shop", "products");
+        let tree: PipelineSpec = serde_json::from_value(serde_json::json!({
+            "source": "shop", "database": "shop", "table": "products",
+            "relations": [
+                {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
+                {"name": "notes", "kind": "one_to_many", "table": "notes", "database": "crm", "on": {"id": "product_id"}}
+            ]
+        }))
+        .unwrap();
+        spec.relations = tree.relations;
+        let other = PipelineSpec::table("o", "elsewhere", "x", "y");
+        let stored = |spec| StoredPipeline {
+            spec,
+            live_version: 0,
+            building_version: 0,
+            history: vec![],
+        };
+        let record = source_record(&source, &[stored(spec), stored(other)], 3);
+        assert_eq!(
+            record.spec.tables,
+            ["shop.products", "crm.*", "shop.brands"],
+            "its own patterns, then what its pipelines add; not other sources' tables"
+        );
+        let everything = SourceSpec {
+            tables: vec![],
+            ..source
+        };
+        assert!(source_record(&everything, &[], 3).spec.tables.is_empty());
     }
 }

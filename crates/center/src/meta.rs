@@ -6,13 +6,13 @@
 //! checks that it still holds the writer's epoch: a deposed leader's late write finds a
 //! newer epoch there and is rolled back ([`MetaError::Deposed`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Pool, Row, Transaction, TxOpts};
-use serde::{Deserialize, Serialize};
-use sluice_proto::v1::{Event, Pipeline, Source, TaskProgress};
+use sluice_core::{PipelineSpec, SourceSpec};
+use sluice_proto::v1::{Event, TaskProgress};
 
 use crate::config::MetaSection;
 
@@ -119,34 +119,37 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             )",
         ],
     ),
-    // A pipeline's state follows from its versions (see `state_of`); a stored copy could
+    // A pipeline's state follows from its versions (`StoredPipeline::state`); a stored copy could
     // only disagree with them.
     (3, &["ALTER TABLE pipelines DROP COLUMN state"]),
+    // `spec_json` holds the whole pipeline (one definition, `sluice_core::PipelineSpec`);
+    // the key columns beside it stay for the unique constraints.
+    (
+        4,
+        &["UPDATE pipelines SET spec_json = JSON_SET(spec_json, '$.name', name,
+             '$.source', source, '$.database', db_name, '$.table', table_name, '$.alias', alias)"],
+    ),
 ];
 
-/// `building` while a version is being built, `available` once one was, else
-/// `unavailable`.
-fn state_of(live_version: u32, building_version: u32) -> &'static str {
-    if building_version > 0 {
-        "building"
-    } else if live_version > 0 {
-        "available"
-    } else {
-        "unavailable"
-    }
+/// A pipeline as the meta database keeps it: the spec, and where its versions stand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredPipeline {
+    pub spec: PipelineSpec,
+    pub live_version: u32,
+    pub building_version: u32,
+    pub history: Vec<u32>,
 }
 
-/// What a pipeline stores besides its key columns.
-#[derive(Debug, Serialize, Deserialize)]
-struct PipelineSpec {
-    columns: Vec<String>,
-    shards: u32,
-    replicas: u32,
-    tombstone_retention: String,
-    #[serde(default)]
-    refresh_interval: String,
-    #[serde(default)]
-    fields: BTreeMap<String, sluice_core::FieldOverride>,
+impl StoredPipeline {
+    /// The version the alias points to: the last one built, or version 1, which the etl
+    /// creates before any build.
+    pub fn live_or_first(&self) -> u32 {
+        self.live_version.max(1)
+    }
+
+    pub fn state(&self) -> &'static str {
+        sluice_proto::convert::state_of(self.live_version, self.building_version)
+    }
 }
 
 /// A worker's last report of a task.
@@ -275,7 +278,7 @@ impl Meta {
         Ok(tx)
     }
 
-    pub async fn sources(&self) -> Result<Vec<Source>, MetaError> {
+    pub async fn sources(&self) -> Result<Vec<SourceSpec>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<(String, String, u16, String, String, u32, String)> = conn
             .query("SELECT name, host, port, user, password_ref, server_id, tables_json FROM sources ORDER BY name")
@@ -283,13 +286,13 @@ impl Meta {
         rows.into_iter()
             .map(
                 |(name, host, port, user, password_ref, server_id, tables)| {
-                    Ok(Source {
+                    Ok(SourceSpec {
                         tables: serde_json::from_str(&tables).map_err(|e| {
                             MetaError::Corrupt(format!("sources.tables_json of {name}: {e}"))
                         })?,
                         name,
                         host,
-                        port: port.into(),
+                        port,
                         user,
                         password_ref,
                         server_id,
@@ -299,7 +302,7 @@ impl Meta {
             .collect()
     }
 
-    pub async fn put_source(&self, epoch: u64, s: &Source) -> Result<(), MetaError> {
+    pub async fn put_source(&self, epoch: u64, s: &SourceSpec) -> Result<(), MetaError> {
         let mut tx = self.fenced(epoch).await?;
         tx.exec_drop(
             "INSERT INTO sources (name, host, port, user, password_ref, server_id, tables_json)
@@ -333,31 +336,16 @@ impl Meta {
         Ok(existed)
     }
 
-    pub async fn pipelines(&self) -> Result<Vec<Pipeline>, MetaError> {
+    pub async fn pipelines(&self) -> Result<Vec<StoredPipeline>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
-            .query("SELECT name, source, db_name, table_name, alias, spec_json, live_version, building_version, history_json FROM pipelines ORDER BY name")
+            .query("SELECT name, spec_json, live_version, building_version, history_json FROM pipelines ORDER BY name")
             .await?;
         rows.into_iter()
             .map(|row| {
-                let (name, source, database, table, alias, spec): (
-                    String,
-                    String,
-                    String,
-                    String,
-                    String,
-                    String,
-                ) = (
-                    row.get(0).unwrap_or_default(),
-                    row.get(1).unwrap_or_default(),
-                    row.get(2).unwrap_or_default(),
-                    row.get(3).unwrap_or_default(),
-                    row.get(4).unwrap_or_default(),
-                    row.get(5).unwrap_or_default(),
-                );
-                let live_version: u32 = row.get(6).unwrap_or_default();
-                let building_version: u32 = row.get(7).unwrap_or_default();
-                let history: Option<String> = row.get(8).unwrap_or_default();
+                let name: String = row.get(0).unwrap_or_default();
+                let spec: String = row.get(1).unwrap_or_default();
+                let history: Option<String> = row.get(4).unwrap_or_default();
                 let spec: PipelineSpec = serde_json::from_str(&spec).map_err(|e| {
                     MetaError::Corrupt(format!("pipelines.spec_json of {name}: {e}"))
                 })?;
@@ -367,37 +355,17 @@ impl Meta {
                     })?,
                     None => Vec::new(),
                 };
-                Ok(Pipeline {
-                    state: state_of(live_version, building_version).into(),
-                    live_version,
-                    building_version,
+                Ok(StoredPipeline {
+                    spec,
+                    live_version: row.get(2).unwrap_or_default(),
+                    building_version: row.get(3).unwrap_or_default(),
                     history,
-                    name,
-                    source,
-                    database,
-                    table,
-                    alias,
-                    columns: spec.columns,
-                    shards: spec.shards,
-                    replicas: spec.replicas,
-                    tombstone_retention: spec.tombstone_retention,
-                    refresh_interval: spec.refresh_interval,
-                    fields: crate::api::field_mappings(&spec.fields),
-                    needs_rebuild: String::new(),
                 })
             })
             .collect()
     }
 
-    pub async fn put_pipeline(&self, epoch: u64, p: &Pipeline) -> Result<(), MetaError> {
-        let spec = PipelineSpec {
-            columns: p.columns.clone(),
-            shards: p.shards,
-            replicas: p.replicas,
-            tombstone_retention: p.tombstone_retention.clone(),
-            refresh_interval: p.refresh_interval.clone(),
-            fields: crate::api::overrides(&p.fields),
-        };
+    pub async fn put_pipeline(&self, epoch: u64, p: &PipelineSpec) -> Result<(), MetaError> {
         let mut tx = self.fenced(epoch).await?;
         tx.exec_drop(
             "INSERT INTO pipelines (name, source, db_name, table_name, alias, spec_json)
@@ -410,7 +378,7 @@ impl Meta {
                 &p.database,
                 &p.table,
                 &p.alias,
-                serde_json::to_string(&spec).expect("spec serializes"),
+                serde_json::to_string(p).expect("spec serializes"),
             ),
         )
         .await?;

@@ -110,30 +110,39 @@ impl ChangeEvent {
 
 /// See [`ChangeEvent::document_id`]. `None` when the key is empty or holds null.
 pub fn document_id(key: &Map<String, Value>) -> Option<String> {
-    let mut parts = key.values().map(|v| match v {
+    id_of(key.values())
+}
+
+/// The `_id` of a document from its key values, in key order: a single value as text,
+/// several joined by `:` with `\` and `:` escaped. `None` when empty or one is null.
+pub fn id_of<'a>(values: impl IntoIterator<Item = &'a Value>) -> Option<String> {
+    let text = |v: &Value| match v {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
         Value::Null => None,
         other => Some(other.to_string()),
-    });
-    if key.len() == 1 {
-        return parts.next().flatten();
+    };
+    let mut values = values.into_iter().peekable();
+    let first = text(values.next()?)?;
+    if values.peek().is_none() {
+        return Some(first);
     }
     let mut id = String::new();
-    for (i, part) in parts.enumerate() {
-        let part = part?;
-        if i > 0 {
-            id.push(':');
-        }
+    let escape = |id: &mut String, part: &str| {
         for c in part.chars() {
             if c == '\\' || c == ':' {
                 id.push('\\');
             }
             id.push(c);
         }
+    };
+    escape(&mut id, &first);
+    for v in values {
+        id.push(':');
+        escape(&mut id, &text(v)?);
     }
-    (!id.is_empty()).then_some(id)
+    Some(id)
 }
 
 /// A DDL statement, published to the instance's schema topic (schema history).

@@ -1,20 +1,25 @@
-//! Types every Sluice service shares: binlog positions and GTID sets, the external
-//! document version derived from them, the change-event envelope published to Kafka,
-//! layered configuration loading, secrets, shutdown and telemetry set-up.
+//! Types every Sluice service shares: the pipeline and source definitions, binlog
+//! positions and GTID sets, the external document version derived from them, the
+//! change-event envelope published to Kafka, layered configuration loading, secrets,
+//! shutdown and telemetry set-up.
 
 pub mod config;
 pub mod event;
 pub mod mapping;
+pub mod pipeline;
 pub mod position;
 pub mod service;
 pub mod shutdown;
+pub mod source;
 pub mod telemetry;
 pub mod version;
 
 pub use config::{load_config, load_config_from, ConfigError, Secret};
 pub use event::{ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION};
 pub use mapping::FieldOverride;
+pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
+pub use source::SourceSpec;
 pub use version::{ExternalVersion, VersionError};
 
 /// Milliseconds since the Unix epoch by the wall clock (for records and reports, never

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
+use sluice_core::PipelineSpec;
 use sluice_proto::v1::admin_client::AdminClient;
 use sluice_proto::v1::*;
 use tonic::metadata::MetadataValue;
@@ -107,8 +108,12 @@ struct SourceArgs {
 #[derive(Subcommand)]
 enum PipelineCmd {
     List,
-    /// Create or replace a pipeline.
-    Put(PipelineArgs),
+    /// Create or replace a pipeline (`--spec FILE` for one with relations).
+    Put(Box<PipelineArgs>),
+    /// One pipeline: its tables as a tree (`-o json`: its whole spec and state).
+    Get {
+        name: String,
+    },
     /// Delete a pipeline and (once no etl writes to them) its indexes.
     Delete {
         name: String,
@@ -141,32 +146,114 @@ enum PipelineCmd {
 #[derive(Args)]
 struct PipelineArgs {
     name: String,
-    #[arg(long)]
-    source: String,
-    #[arg(long)]
-    database: String,
-    #[arg(long)]
-    table: String,
+    /// The whole pipeline from a TOML or JSON file (relations, filters, join mode; see
+    /// the README's pipeline spec); the flags below describe a single table instead.
+    #[arg(long, conflicts_with_all = ["source", "database", "table", "alias", "columns", "fields", "filter", "id"])]
+    spec: Option<std::path::PathBuf>,
+    #[arg(long, required_unless_present = "spec")]
+    source: Option<String>,
+    #[arg(long, required_unless_present = "spec")]
+    database: Option<String>,
+    #[arg(long, required_unless_present = "spec")]
+    table: Option<String>,
     /// Default: the name, lowercased.
-    #[arg(long, default_value = "")]
-    alias: String,
+    #[arg(long)]
+    alias: Option<String>,
     /// Columns to index (comma-separated); none indexes every column.
     #[arg(long, value_delimiter = ',')]
     columns: Vec<String>,
-    #[arg(long, default_value_t = 1)]
-    shards: u32,
-    #[arg(long, default_value_t = 1)]
-    replicas: u32,
-    #[arg(long, default_value = "7d")]
-    tombstone_retention: String,
+    /// Only rows matching this SQL condition are documents (e.g. `deleted = 0`).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Columns whose values make the document `_id` (comma-separated); default: the primary key.
+    #[arg(long, value_delimiter = ',')]
+    id: Vec<String>,
+    #[arg(long)]
+    shards: Option<u32>,
+    #[arg(long)]
+    replicas: Option<u32>,
+    #[arg(long)]
+    tombstone_retention: Option<String>,
     /// The index's refresh_interval (`1s`, `30s`, `-1`: off); default: the server's.
-    #[arg(long, default_value = "")]
-    refresh_interval: String,
+    #[arg(long)]
+    refresh_interval: Option<String>,
     /// A column's mapping override, `COLUMN:KEY=VALUE[,KEY=VALUE...]`, repeatable. Keys:
     /// type, analyzer, search_analyzer, keyword (true/false), copy_to (targets joined
     /// by `+`), index (true/false). E.g. `--field title:analyzer=english,copy_to=all`.
     #[arg(long = "field", value_parser = parse_field)]
     fields: Vec<(String, FieldMapping)>,
+}
+
+impl PipelineArgs {
+    /// The pipeline these arguments describe: the spec file's, or a single table's; the
+    /// settings flags apply to either.
+    fn spec(&self) -> anyhow::Result<PipelineSpec> {
+        let mut spec = match &self.spec {
+            Some(path) => {
+                let spec = read_spec(path)?;
+                if !spec.name.is_empty() && spec.name != self.name {
+                    bail!(
+                        "{}: names the pipeline `{}`, the command line `{}`",
+                        path.display(),
+                        spec.name,
+                        self.name
+                    );
+                }
+                PipelineSpec {
+                    name: self.name.clone(),
+                    ..spec
+                }
+            }
+            None => {
+                let required = |v: &Option<String>| v.clone().unwrap_or_default();
+                let mut spec = PipelineSpec::table(
+                    &self.name,
+                    &required(&self.source),
+                    &required(&self.database),
+                    &required(&self.table),
+                );
+                spec.alias = self.alias.clone().unwrap_or_default();
+                spec.columns = self.columns.clone();
+                spec.filter = self.filter.clone().unwrap_or_default();
+                spec.id = self.id.clone();
+                let fields = self.fields.iter().cloned().collect();
+                spec.fields = sluice_proto::convert::overrides(&fields);
+                spec
+            }
+        };
+        if let Some(n) = self.shards {
+            spec.shards = n;
+        }
+        if let Some(n) = self.replicas {
+            spec.replicas = n;
+        }
+        if let Some(t) = &self.tombstone_retention {
+            spec.tombstone_retention = t.clone();
+        }
+        if let Some(r) = &self.refresh_interval {
+            spec.refresh_interval = r.clone();
+        }
+        Ok(spec)
+    }
+}
+
+/// A pipeline spec file: JSON when it says so (`.json`, or it starts with `{`), TOML
+/// otherwise. Errors name the key.
+fn read_spec(path: &std::path::Path) -> anyhow::Result<PipelineSpec> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--spec {}", path.display()))?;
+    let json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
+    let value: Value = if json {
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?
+    } else {
+        let table: toml::Table =
+            toml::from_str(&text).with_context(|| format!("{}: not TOML", path.display()))?;
+        serde_json::to_value(table)?
+    };
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let key = e.path().to_string();
+        anyhow::anyhow!("{}: `{key}`: {}", path.display(), e.into_inner())
+    })
 }
 
 /// `COLUMN:KEY=VALUE[,KEY=VALUE...]` as a column's field mapping override.
@@ -442,42 +529,74 @@ async fn follow_build(conn: &mut Conn<'_>, name: &str, out: Output) -> anyhow::R
     }
 }
 
+fn count_relations(relations: &[Relation]) -> usize {
+    relations
+        .iter()
+        .map(|r| 1 + count_relations(&r.relations))
+        .sum()
+}
+
 fn source_json(s: &Source) -> Value {
     json!({"name": s.name, "host": s.host, "port": s.port, "user": s.user,
            "password_ref": s.password_ref, "server_id": s.server_id, "tables": s.tables})
 }
 
+/// A pipeline as JSON: its spec as a spec file would say it, and the center's state.
 fn pipeline_json(p: &Pipeline) -> Value {
-    json!({"name": p.name, "source": p.source, "database": p.database, "table": p.table,
-           "alias": p.alias, "columns": p.columns, "shards": p.shards, "replicas": p.replicas,
-           "tombstone_retention": p.tombstone_retention, "state": p.state,
-           "live_version": p.live_version, "building_version": p.building_version,
-           "history": p.history, "refresh_interval": p.refresh_interval,
-           "fields": p.fields.iter().map(|(c, f)| (c.clone(), field_json(f))).collect::<serde_json::Map<_, _>>(),
-           "needs_rebuild": p.needs_rebuild})
+    let mut v = match sluice_proto::convert::pipeline_spec(p.clone()) {
+        Ok(spec) => serde_json::to_value(spec).expect("a spec serializes"),
+        Err(e) => json!({ "name": p.name, "unreadable": e }),
+    };
+    for (key, value) in [
+        ("state", json!(p.state)),
+        ("live_version", json!(p.live_version)),
+        ("building_version", json!(p.building_version)),
+        ("history", json!(p.history)),
+        ("needs_rebuild", json!(p.needs_rebuild)),
+    ] {
+        v[key] = value;
+    }
+    v
 }
 
-fn field_json(f: &FieldMapping) -> Value {
-    let mut v = serde_json::Map::new();
-    for (key, s) in [
-        ("type", &f.r#type),
-        ("analyzer", &f.analyzer),
-        ("search_analyzer", &f.search_analyzer),
-    ] {
-        if !s.is_empty() {
-            v.insert(key.into(), json!(s));
+/// The pipeline's relations as an indented tree, one line each.
+fn relation_lines(relations: &[Relation], depth: usize, out: &mut Vec<String>) {
+    for r in relations {
+        let kind = RelationKind::try_from(r.kind)
+            .map(|k| k.as_str_name().to_ascii_lowercase())
+            .unwrap_or_else(|_| "?".into());
+        let on: Vec<String> = r.on.iter().map(|(p, c)| format!("{p} = {c}")).collect();
+        let mut line = format!(
+            "{}{} {kind}{} {} on {}",
+            "  ".repeat(depth),
+            r.name,
+            match r.nested {
+                Some(true) => " nested",
+                Some(false) => " object",
+                None => "",
+            },
+            if r.database.is_empty() {
+                r.table.clone()
+            } else {
+                format!("{}.{}", r.database, r.table)
+            },
+            on.join(", ")
+        );
+        if !r.filter.is_empty() {
+            line.push_str(&format!(" where {}", r.filter));
         }
+        if r.distinct {
+            line.push_str(" distinct");
+        }
+        if !r.order_by.is_empty() {
+            line.push_str(&format!(" order by {}", r.order_by.join(", ")));
+        }
+        if r.limit > 0 {
+            line.push_str(&format!(" limit {}", r.limit));
+        }
+        out.push(line);
+        relation_lines(&r.relations, depth + 1, out);
     }
-    if let Some(k) = f.keyword {
-        v.insert("keyword".into(), json!(k));
-    }
-    if !f.copy_to.is_empty() {
-        v.insert("copy_to".into(), json!(f.copy_to));
-    }
-    if let Some(i) = f.index {
-        v.insert("index".into(), json!(i));
-    }
-    Value::Object(v)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -655,8 +774,18 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             print(
                 out,
                 &[
-                    "name", "source", "table", "alias", "state", "live", "building", "columns",
-                    "shards", "replicas", "rebuild",
+                    "name",
+                    "source",
+                    "table",
+                    "alias",
+                    "state",
+                    "live",
+                    "building",
+                    "columns",
+                    "relations",
+                    "shards",
+                    "replicas",
+                    "rebuild",
                 ],
                 r.pipelines
                     .iter()
@@ -674,6 +803,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                             } else {
                                 p.columns.join(",")
                             },
+                            count_relations(&p.relations).to_string(),
                             p.shards.to_string(),
                             p.replicas.to_string(),
                             if p.needs_rebuild.is_empty() {
@@ -697,24 +827,8 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             }
         }
         Command::Pipelines(PipelineCmd::Put(a)) => {
-            let p = Pipeline {
-                name: a.name.clone(),
-                state: String::new(),
-                live_version: 0,
-                building_version: 0,
-                history: Vec::new(),
-                source: a.source.clone(),
-                database: a.database.clone(),
-                table: a.table.clone(),
-                alias: a.alias.clone(),
-                columns: a.columns.clone(),
-                shards: a.shards,
-                replicas: a.replicas,
-                tombstone_retention: a.tombstone_retention.clone(),
-                refresh_interval: a.refresh_interval.clone(),
-                fields: a.fields.iter().cloned().collect(),
-                needs_rebuild: String::new(),
-            };
+            let spec = a.spec()?;
+            let p = sluice_proto::convert::pipeline(&spec, &Default::default());
             let p = conn
                 .call(|mut c| {
                     let p = p.clone();
@@ -723,10 +837,48 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 .await?;
             print(
                 out,
-                &["pipeline", "alias"],
-                vec![vec![p.name.clone(), p.alias.clone()]],
+                &["pipeline", "alias", "tables"],
+                vec![vec![
+                    p.name.clone(),
+                    p.alias.clone(),
+                    (1 + count_relations(&p.relations)).to_string(),
+                ]],
                 pipeline_json(&p),
             );
+        }
+        Command::Pipelines(PipelineCmd::Get { name }) => {
+            let r = conn
+                .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
+                .await?;
+            let p = r
+                .pipelines
+                .iter()
+                .find(|p| &p.name == name)
+                .with_context(|| format!("no pipeline `{name}`"))?;
+            if out == Output::Json {
+                println!("{}", serde_json::to_string_pretty(&pipeline_json(p))?);
+            } else {
+                println!(
+                    "{} {}.{}{} -> {} ({}, live {}, building {})",
+                    p.name,
+                    p.database,
+                    p.table,
+                    if p.filter.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" where {}", p.filter)
+                    },
+                    p.alias,
+                    p.state,
+                    version(p.live_version),
+                    version(p.building_version)
+                );
+                let mut lines = Vec::new();
+                relation_lines(&p.relations, 1, &mut lines);
+                for line in lines {
+                    println!("{line}");
+                }
+            }
         }
         Command::Workers => {
             let r = conn

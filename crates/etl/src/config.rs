@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use sluice_core::PipelineSpec;
 use sluice_kafka::{KafkaConfig, TopicConfig};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -20,7 +21,7 @@ pub struct EtlConfig {
     pub zookeeper: Option<sluice_zk::ZkConfig>,
     /// Pipelines from this file (standalone, or in addition to the center's).
     #[serde(default)]
-    pub pipelines: Vec<PipelineConfig>,
+    pub pipelines: Vec<PipelineSpec>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -89,82 +90,6 @@ fn default_retry_backoff() -> Duration {
 
 pub use sluice_elastic::EsSection;
 
-/// One table → one index alias.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PipelineConfig {
-    pub name: String,
-    /// The source (MySQL instance) name, as the worker knows it.
-    pub source: String,
-    pub database: String,
-    pub table: String,
-    /// The alias searches use; the physical index is `<alias>_v<N>`. Default: `name`.
-    #[serde(default)]
-    pub alias: Option<String>,
-    /// Columns to index; empty indexes every column.
-    #[serde(default)]
-    pub columns: Vec<String>,
-    #[serde(default = "default_shards")]
-    pub shards: u32,
-    #[serde(default = "default_replicas")]
-    pub replicas: u32,
-    /// How long Elasticsearch remembers a deleted document's version
-    /// (`index.gc_deletes`). A replayed change older than a delete is rejected only while
-    /// the tombstone lives, so keep this above the longest replay you may do (Kafka
-    /// retention, consumer rewinds). Default 7 days.
-    #[serde(default = "default_tombstones")]
-    pub tombstone_retention: String,
-    /// The index's `refresh_interval` (`1s`, `30s`, `-1` for off); empty keeps the
-    /// server's default. Changed in place on the live index.
-    #[serde(default)]
-    pub refresh_interval: String,
-    /// Per-column overrides of the generated mapping, by column name.
-    #[serde(default)]
-    pub fields: std::collections::BTreeMap<String, sluice_core::FieldOverride>,
-    /// A version being built (from the center): written to as well as the alias's.
-    #[serde(skip)]
-    pub building: Option<u32>,
-}
-
-fn default_shards() -> u32 {
-    1
-}
-fn default_replicas() -> u32 {
-    1
-}
-fn default_tombstones() -> String {
-    "7d".into()
-}
-
-impl PipelineConfig {
-    pub fn alias(&self) -> &str {
-        self.alias.as_deref().unwrap_or(&self.name)
-    }
-}
-
-impl From<sluice_zk::layout::PipelineRecord> for PipelineConfig {
-    fn from(r: sluice_zk::layout::PipelineRecord) -> Self {
-        Self {
-            name: r.name,
-            source: r.source,
-            database: r.database,
-            table: r.table,
-            alias: Some(r.alias).filter(|a| !a.is_empty()),
-            columns: r.columns,
-            shards: r.shards.max(1),
-            replicas: r.replicas,
-            tombstone_retention: if r.tombstone_retention.is_empty() {
-                default_tombstones()
-            } else {
-                r.tombstone_retention
-            },
-            refresh_interval: r.refresh_interval,
-            fields: r.fields,
-            building: r.building,
-        }
-    }
-}
-
 impl EtlConfig {
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
@@ -201,45 +126,17 @@ impl EtlConfig {
         }
         for (i, pl) in self.pipelines.iter().enumerate() {
             let key = format!("pipelines[{i}]");
-            let alias = pl.alias();
-            if pl.name.is_empty() {
-                p.push(format!("{key}.name: must not be empty"));
-            }
-            if alias.is_empty()
-                || alias.starts_with(['_', '-', '+'])
-                || alias
-                    .chars()
-                    .any(|c| c.is_ascii_uppercase() || r#" "*\<|,>/?#:"#.contains(c))
-            {
-                p.push(format!("{key}.alias: `{alias}` is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#:)"));
-            }
+            p.extend(pl.problems().into_iter().map(|why| format!("{key}.{why}")));
             if self.pipelines[..i].iter().any(|o| o.name == pl.name) {
                 p.push(format!(
                     "{key}.name: `{}` is used by another pipeline",
                     pl.name
                 ));
             }
+            let alias = pl.alias();
             if self.pipelines[..i].iter().any(|o| o.alias() == alias) {
                 p.push(format!(
                     "{key}.alias: `{alias}` is used by another pipeline"
-                ));
-            }
-            if pl.shards == 0 {
-                p.push(format!("{key}.shards: must be at least 1"));
-            }
-            p.extend(
-                sluice_core::mapping::pipeline_problems(
-                    &pl.columns,
-                    &pl.fields,
-                    &pl.refresh_interval,
-                )
-                .into_iter()
-                .map(|problem| format!("{key}.{problem}")),
-            );
-            if humantime::parse_duration(&pl.tombstone_retention).is_err() {
-                p.push(format!(
-                    "{key}.tombstone_retention: `{}` is not a duration like 7d or 12h",
-                    pl.tombstone_retention
                 ));
             }
         }

@@ -8,17 +8,16 @@ use sluice_zk::{Coordinator, SessionState, ZkConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::PipelineConfig;
-use crate::pipeline::Verdict;
+use crate::pipeline::{Active, Verdict};
 
 /// What the follower keeps in step with ZooKeeper.
 pub(crate) struct Follow {
     pub zk: ZkConfig,
     /// This member's id in `etls/` (the static membership id when set).
     pub member: String,
-    pub from_file: Vec<PipelineConfig>,
+    pub from_file: Vec<Active>,
     /// Out: the file's pipelines plus the center's.
-    pub pipelines: watch::Sender<Option<Vec<PipelineConfig>>>,
+    pub pipelines: watch::Sender<Option<Vec<Active>>>,
     /// In: the versions being built this member writes to (published in `etls/<member>`,
     /// which the leader waits on before a build reads anything).
     pub applied: watch::Receiver<EtlRecord>,
@@ -51,7 +50,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                         false
                     } else {
                         tracing::info!(
-                            pipelines = ?list.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+                            pipelines = ?list.iter().map(|p| p.spec.name.as_str()).collect::<Vec<_>>(),
                             "pipelines changed"
                         );
                         *current = Some(list);
@@ -85,7 +84,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                     }
                 }
                 Some(v) = f.verdicts.recv() => {
-                    if !f.from_file.iter().any(|p| p.name == v.pipeline) {
+                    if !f.from_file.iter().any(|p| p.spec.name == v.pipeline) {
                         if let Err(e) = record_verdict(&coord, &v).await {
                             tracing::warn!(error = %e, pipeline = %v.pipeline, "cannot record whether the index needs a rebuild");
                         }
@@ -145,8 +144,8 @@ async fn record_verdict(coord: &Coordinator, v: &Verdict) -> Result<(), sluice_z
 
 async fn look(
     coord: &Coordinator,
-    from_file: &[PipelineConfig],
-) -> Result<(Vec<PipelineConfig>, Vec<sluice_zk::Watch>), sluice_zk::ZkError> {
+    from_file: &[Active],
+) -> Result<(Vec<Active>, Vec<sluice_zk::Watch>), sluice_zk::ZkError> {
     let mut list = from_file.to_vec();
     let (names, w) = coord.children_watched("pipelines").await?;
     let mut watches = vec![w];
@@ -157,10 +156,13 @@ async fn look(
         watches.push(w);
         let Some(node) = node else { continue };
         match serde_json::from_slice::<PipelineRecord>(&node.data) {
-            Ok(r) if from_file.iter().any(|p| p.name == r.name) => {
-                tracing::warn!(pipeline = %r.name, "the center's pipeline has the name of one in the file; using the file's");
+            Ok(r) if from_file.iter().any(|p| p.spec.name == r.spec.name) => {
+                tracing::warn!(pipeline = %r.spec.name, "the center's pipeline has the name of one in the file; using the file's");
             }
-            Ok(r) => list.push(r.into()),
+            Ok(r) => list.push(Active {
+                spec: r.spec,
+                building: r.building,
+            }),
             Err(e) => {
                 tracing::warn!(pipeline = %name, error = %e, "unreadable pipeline record; ignoring it")
             }

@@ -34,14 +34,30 @@ pub use mapping::{field_mapping, index_body, IndexSettings};
 
 use metrics::METRICS;
 use opentelemetry::KeyValue;
-use pipeline::Router;
+use pipeline::{Active, Router};
 use sluice_core::telemetry::Readiness;
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
-    let cfg: EtlConfig = sluice_core::load_config(Some(path), "SLUICE")?;
+    let mut cfg: EtlConfig = sluice_core::load_config(Some(path), "SLUICE")?;
     cfg.validate().map_err(ConfigError::Problems)?;
+    cfg.pipelines = cfg
+        .pipelines
+        .into_iter()
+        .map(sluice_core::PipelineSpec::normalized)
+        .collect();
     Ok(cfg)
+}
+
+/// The pipelines of the etl's own file, as it applies them.
+fn file_pipelines(cfg: &EtlConfig) -> Vec<Active> {
+    cfg.pipelines
+        .iter()
+        .map(|spec| Active {
+            spec: spec.clone(),
+            building: None,
+        })
+        .collect()
 }
 
 /// One consumed message, detached from the consumer.
@@ -106,7 +122,7 @@ pub async fn run(
                     .instance_id
                     .clone()
                     .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms())),
-                from_file: cfg.pipelines.clone(),
+                from_file: file_pipelines(&cfg),
                 pipelines: pipelines_tx,
                 applied,
                 caught_up,
@@ -115,7 +131,7 @@ pub async fn run(
             shutdown.clone(),
         ))),
         None => {
-            pipelines_tx.send_replace(Some(cfg.pipelines.clone()));
+            pipelines_tx.send_replace(Some(file_pipelines(&cfg)));
             None
         }
     };
@@ -133,15 +149,15 @@ pub async fn run(
                     r.check_known(&es, &router.seen_columns()).await;
                     router = r;
                     retry_reroute = None;
-                    metrics::zero(list.iter().map(|p| p.name.as_str()));
+                    metrics::zero(list.iter().map(|p| p.spec.name.as_str()));
                     ready.set(true);
                     // Tell the center which versions this member now writes to.
                     applied_tx.send_replace(sluice_zk::layout::EtlRecord {
                         building: list
                             .iter()
-                            .filter_map(|p| p.building.map(|v| (p.name.clone(), v)))
+                            .filter_map(|p| p.building.map(|v| (p.spec.name.clone(), v)))
                             .collect(),
-                        pipelines: list.iter().map(|p| p.name.clone()).collect(),
+                        pipelines: list.iter().map(|p| p.spec.name.clone()).collect(),
                     });
                 }
                 Err(e) => {
@@ -217,11 +233,14 @@ pub async fn run(
 async fn subscribe(
     consumer: &Consumer,
     cfg: &EtlConfig,
-    pipelines: &[config::PipelineConfig],
+    pipelines: &[Active],
 ) -> anyhow::Result<Router> {
     let mut topics: Vec<String> = pipelines
         .iter()
-        .map(|p| cfg.topics.rows_topic(&p.source, &p.database, &p.table))
+        .map(|p| {
+            cfg.topics
+                .rows_topic(&p.spec.source, &p.spec.database, &p.spec.table)
+        })
         .collect();
     topics.sort();
     topics.dedup();
@@ -245,7 +264,7 @@ async fn subscribe(
 async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
-    pipelines: &mut watch::Receiver<Option<Vec<config::PipelineConfig>>>,
+    pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
     retry_reroute: Option<Instant>,
     shutdown: &CancellationToken,
 ) -> (Vec<Msg>, bool, bool) {
@@ -397,7 +416,7 @@ async fn plan(
                     Err(reason) => dead.push(DeadLetter {
                         msg: i,
                         reason,
-                        pipeline: Some(router.pipelines[p].cfg.name.clone()),
+                        pipeline: Some(router.pipelines[p].cfg.spec.name.clone()),
                     }),
                 }
             }

@@ -4,15 +4,22 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
-use sluice_core::{ChangeEvent, ColumnInfo, Op};
+use sluice_core::{ChangeEvent, ColumnInfo, Op, PipelineSpec};
 use sluice_elastic::{index_version, versioned_index, AliasAction, BulkOp, EsClient, EsError};
 
-use crate::config::PipelineConfig;
 use crate::mapping;
 use sluice_kafka::TopicConfig;
 
+/// A pipeline the etl applies: its spec, and the version being built, if any (from the
+/// center: written to as well as the alias's).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Active {
+    pub spec: PipelineSpec,
+    pub building: Option<u32>,
+}
+
 pub(crate) struct Pipeline {
-    pub cfg: PipelineConfig,
+    pub cfg: Active,
     /// The physical indexes writes go to (resolved from the alias on first use).
     targets: Option<Vec<String>>,
     /// The change topic this pipeline consumes.
@@ -49,12 +56,12 @@ pub(crate) struct Verdict {
 }
 
 impl Router {
-    pub fn new(configs: &[PipelineConfig], topics: &TopicConfig) -> Self {
+    pub fn new(configs: &[Active], topics: &TopicConfig) -> Self {
         let pipelines: Vec<Pipeline> = configs
             .iter()
             .map(|cfg| Pipeline {
-                topic: topics.rows_topic(&cfg.source, &cfg.database, &cfg.table),
-                building_index: cfg.building.map(|v| versioned_index(cfg.alias(), v)),
+                topic: topics.rows_topic(&cfg.spec.source, &cfg.spec.database, &cfg.spec.table),
+                building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
                 cfg: cfg.clone(),
                 targets: None,
                 live: HashMap::new(),
@@ -83,7 +90,9 @@ impl Router {
         };
         let matches = |&i: &usize| {
             let c = &self.pipelines[i].cfg;
-            c.source == event.source.instance && c.database == event.db && c.table == event.table
+            c.spec.source == event.source.instance
+                && c.spec.database == event.db
+                && c.spec.table == event.table
         };
         if candidates.iter().all(matches) {
             candidates.clone()
@@ -124,17 +133,18 @@ impl Router {
     ) -> Result<(), EsError> {
         let p = &mut self.pipelines[idx];
         let settings = mapping::IndexSettings {
-            shards: p.cfg.shards,
-            replicas: p.cfg.replicas,
-            tombstone_retention: p.cfg.tombstone_retention.clone(),
-            refresh_interval: p.cfg.refresh_interval.clone(),
+            shards: p.cfg.spec.shards,
+            replicas: p.cfg.spec.replicas,
+            tombstone_retention: p.cfg.spec.tombstone_retention.clone(),
+            refresh_interval: p.cfg.spec.refresh_interval.clone(),
         };
         if p.targets.is_none() {
-            let alias = p.cfg.alias().to_owned();
+            let alias = p.cfg.spec.alias().to_owned();
             let mut targets = es.alias_targets(&alias).await?;
-            let (props, ignored) = mapping::properties(columns, &p.cfg.columns, &p.cfg.fields);
+            let (props, ignored) =
+                mapping::properties(columns, &p.cfg.spec.columns, &p.cfg.spec.fields);
             for why in ignored {
-                tracing::warn!(pipeline = %p.cfg.name, "{why}");
+                tracing::warn!(pipeline = %p.cfg.spec.name, "{why}");
             }
             let body = mapping::index_body(props.clone(), &settings);
             let mut created = Vec::new();
@@ -146,7 +156,7 @@ impl Router {
                     alias: alias.clone(),
                 }])
                 .await?;
-                tracing::info!(pipeline = %p.cfg.name, %index, %alias, "created index version 1 and its alias");
+                tracing::info!(pipeline = %p.cfg.spec.name, %index, %alias, "created index version 1 and its alias");
                 targets = vec![index.clone()];
                 created.push(index);
             }
@@ -186,7 +196,7 @@ impl Router {
                     Ok(change) => {
                         let change = Value::Object(change);
                         es.update_settings(index, &change).await?;
-                        tracing::info!(pipeline = %p.cfg.name, %index, settings = %change, "index settings changed in place");
+                        tracing::info!(pipeline = %p.cfg.spec.name, %index, settings = %change, "index settings changed in place");
                     }
                     Err(why) => {
                         p.unfit_settings.insert(index.clone(), why);
@@ -204,8 +214,8 @@ impl Router {
         if unchanged {
             return Ok(());
         }
-        let (wanted, _) = mapping::properties(columns, &p.cfg.columns, &p.cfg.fields);
-        let alias = p.cfg.alias().to_owned();
+        let (wanted, _) = mapping::properties(columns, &p.cfg.spec.columns, &p.cfg.spec.fields);
+        let alias = p.cfg.spec.alias().to_owned();
         for index in p.targets.as_deref().unwrap_or_default() {
             let live = p.live.entry(index.clone()).or_default();
             let mut change = Map::new();
@@ -226,7 +236,7 @@ impl Router {
                     .await
                 {
                     Ok(()) => {
-                        tracing::info!(pipeline = %p.cfg.name, %index, fields = ?change.keys().collect::<Vec<_>>(), "mapping changed in place");
+                        tracing::info!(pipeline = %p.cfg.spec.name, %index, fields = ?change.keys().collect::<Vec<_>>(), "mapping changed in place");
                         live.extend(change);
                     }
                     Err(e) if e.is_transient() => return Err(e),
@@ -235,10 +245,10 @@ impl Router {
             }
             let needs_rebuild = (!rebuild.is_empty()).then(|| rebuild.join("; "));
             if let Some(why) = &needs_rebuild {
-                tracing::warn!(pipeline = %p.cfg.name, %index, "needs a rebuild: {why}; documents keep every value in _source meanwhile");
+                tracing::warn!(pipeline = %p.cfg.spec.name, %index, "needs a rebuild: {why}; documents keep every value in _source meanwhile");
             }
             self.verdicts.push(Verdict {
-                pipeline: p.cfg.name.clone(),
+                pipeline: p.cfg.spec.name.clone(),
                 version: index_version(&alias, index).unwrap_or(0),
                 needs_rebuild,
             });
@@ -252,7 +262,7 @@ impl Router {
         self.pipelines
             .iter()
             .filter(|p| !p.checked.is_empty())
-            .map(|p| (p.cfg.name.clone(), p.checked.clone()))
+            .map(|p| (p.cfg.spec.name.clone(), p.checked.clone()))
             .collect()
     }
 
@@ -261,11 +271,11 @@ impl Router {
     /// marked as needing a rebuild, without waiting for the table's next change.
     pub async fn check_known(&mut self, es: &EsClient, known: &HashMap<String, Vec<ColumnInfo>>) {
         for idx in 0..self.pipelines.len() {
-            let Some(columns) = known.get(&self.pipelines[idx].cfg.name) else {
+            let Some(columns) = known.get(&self.pipelines[idx].cfg.spec.name) else {
                 continue;
             };
             if let Err(e) = self.prepare(es, idx, columns).await {
-                tracing::warn!(pipeline = %self.pipelines[idx].cfg.name, error = %e, "cannot check the index now; its next change will");
+                tracing::warn!(pipeline = %self.pipelines[idx].cfg.spec.name, error = %e, "cannot check the index now; its next change will");
                 self.pipelines[idx].targets = None;
             }
         }
@@ -292,10 +302,11 @@ impl Router {
                     .after
                     .as_ref()
                     .ok_or("insert/update event without an `after` image")?;
-                let doc: Map<String, Value> = if p.cfg.columns.is_empty() {
+                let doc: Map<String, Value> = if p.cfg.spec.columns.is_empty() {
                     after.clone()
                 } else {
                     p.cfg
+                        .spec
                         .columns
                         .iter()
                         .filter_map(|c| after.get(c).map(|v| (c.clone(), v.clone())))

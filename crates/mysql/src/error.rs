@@ -48,6 +48,13 @@ pub enum MysqlError {
         at: Box<At>,
         detail: String,
     },
+    #[error("cannot read {table}.{column} of source `{source_name}`: {detail}")]
+    Value {
+        source_name: String,
+        table: String,
+        column: String,
+        detail: String,
+    },
     #[error("source `{source_name}` cannot be streamed:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
     Preflight {
         source_name: String,
@@ -64,7 +71,9 @@ impl MysqlError {
                 error,
                 mysql_async::Error::Io(_) | mysql_async::Error::Driver(_)
             ),
-            MysqlError::Decode { .. } | MysqlError::Preflight { .. } => false,
+            MysqlError::Decode { .. } | MysqlError::Preflight { .. } | MysqlError::Value { .. } => {
+                false
+            }
         }
     }
 }

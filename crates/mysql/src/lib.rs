@@ -1,8 +1,10 @@
 //! Reading MySQL and MariaDB: connection settings, the preflight that checks a source can
-//! be streamed, and the binlog reader that turns row events into typed row changes.
+//! be streamed, the binlog reader that turns row events into typed row changes, and the
+//! document reader that builds a pipeline's documents from its tables.
 //! Knows nothing of Kafka or ZooKeeper.
 
 pub mod decode;
+pub mod docs;
 pub mod error;
 pub mod preflight;
 pub mod reader;
@@ -12,5 +14,5 @@ pub mod source;
 pub use error::MysqlError;
 pub use preflight::{bytes_behind, preflight, Flavor, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
-pub use snapshot::{Batch, Key, SnapshotTable};
+pub use snapshot::{begin_snapshot, end_snapshot, Batch, Key, SnapshotTable};
 pub use source::{SourceConfig, TableFilter};

@@ -30,10 +30,10 @@ use crate::source::SourceConfig;
 
 /// One column as the snapshot reads it.
 #[derive(Debug, Clone)]
-struct Column {
-    name: String,
-    kind: Kind,
-    fsp: u8,
+pub(crate) struct Column {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    pub(crate) fsp: u8,
 }
 
 /// A table described for snapshot reads.
@@ -41,9 +41,9 @@ struct Column {
 pub struct SnapshotTable {
     pub db: String,
     pub table: String,
-    columns: Vec<Column>,
+    pub(crate) columns: Vec<Column>,
     /// Indexes into `columns` of the primary key, in key order.
-    key: Vec<usize>,
+    pub(crate) key: Vec<usize>,
     /// Column names and types as the change-event envelope carries them.
     pub infos: Arc<[ColumnInfo]>,
 }
@@ -69,7 +69,7 @@ pub enum KeyPart {
 }
 
 impl KeyPart {
-    fn from_value(v: &Value) -> KeyPart {
+    pub(crate) fn from_value(v: &Value) -> KeyPart {
         match v {
             Value::NULL => KeyPart::Null,
             Value::Int(i) => KeyPart::Int(*i),
@@ -86,7 +86,7 @@ impl KeyPart {
         }
     }
 
-    fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         match self {
             KeyPart::Null => Value::NULL,
             KeyPart::Int(i) => Value::Int(*i),
@@ -116,21 +116,45 @@ pub struct Batch {
     pub position: BinlogPosition,
 }
 
-fn quote(ident: &str) -> String {
+pub(crate) fn quote(ident: &str) -> String {
     format!("`{}`", ident.replace('`', "``"))
 }
 
 impl SnapshotTable {
-    /// Reads the table's columns and primary key from `information_schema`.
+    /// Reads the table's columns and primary key from `information_schema`; a table read
+    /// in chunks must have a primary key.
     pub async fn describe(
         src: &SourceConfig,
         conn: &mut Conn,
         db: &str,
         table: &str,
     ) -> Result<Self, MysqlError> {
-        let rows: Vec<(String, String, String, Option<u32>, String)> = conn
+        let problem = |why: String| MysqlError::Preflight {
+            source_name: src.name.clone(),
+            problems: vec![why],
+        };
+        let t = Self::describe_any(src, conn, db, table)
+            .await?
+            .ok_or_else(|| problem(format!("table {db}.{table} does not exist")))?;
+        if t.key.is_empty() {
+            return Err(problem(format!(
+                "table {db}.{table} has no primary key: it cannot be snapshotted in chunks (add one)"
+            )));
+        }
+        Ok(t)
+    }
+
+    /// As [`SnapshotTable::describe`], for any table: `None` when it does not exist; its
+    /// key is empty when it has no primary key.
+    pub async fn describe_any(
+        src: &SourceConfig,
+        conn: &mut Conn,
+        db: &str,
+        table: &str,
+    ) -> Result<Option<Self>, MysqlError> {
+        let rows: Vec<(String, String, String, Option<u32>)> = conn
             .exec(
-                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION, COLUMN_KEY
+                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION
                  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?
                  ORDER BY ORDINAL_POSITION",
                 (db, table),
@@ -138,10 +162,7 @@ impl SnapshotTable {
             .await
             .map_err(query_err(src, "describe the table"))?;
         if rows.is_empty() {
-            return Err(MysqlError::Preflight {
-                source_name: src.name.clone(),
-                problems: vec![format!("table {db}.{table} does not exist")],
-            });
+            return Ok(None);
         }
         let key_names: Vec<String> = conn
             .exec(
@@ -152,41 +173,57 @@ impl SnapshotTable {
             )
             .await
             .map_err(query_err(src, "read the primary key"))?;
-        if key_names.is_empty() {
-            return Err(MysqlError::Preflight {
-                source_name: src.name.clone(),
-                problems: vec![format!(
-                    "table {db}.{table} has no primary key: it cannot be snapshotted in chunks (add one)"
-                )],
-            });
-        }
-        let mut columns = Vec::new();
+        let columns = rows
+            .into_iter()
+            .map(|(name, data_type, column_type, precision)| {
+                (name, classify(&data_type, &column_type, precision))
+            })
+            .collect();
+        Ok(Some(Self::from_parts(db, table, columns, &key_names)))
+    }
+
+    /// A description from each column's name with its decoder kind, precision and
+    /// envelope type name, and the primary key's column names.
+    pub(crate) fn from_parts(
+        db: &str,
+        table: &str,
+        columns: Vec<(String, (Kind, u8, String))>,
+        key_names: &[String],
+    ) -> Self {
+        let mut cols = Vec::new();
         let mut infos = Vec::new();
-        for (name, data_type, column_type, precision, _) in rows {
-            let (kind, fsp, sql_type) = classify(&data_type, &column_type, precision);
+        for (name, (kind, fsp, sql_type)) in columns {
             infos.push(ColumnInfo {
                 name: name.clone(),
                 sql_type,
                 key: key_names.contains(&name),
             });
-            columns.push(Column { name, kind, fsp });
+            cols.push(Column { name, kind, fsp });
         }
         let key = key_names
             .iter()
-            .map(|k| {
-                columns
-                    .iter()
-                    .position(|c| &c.name == k)
-                    .expect("key columns are columns")
-            })
+            .filter_map(|k| cols.iter().position(|c| &c.name == k))
             .collect();
-        Ok(Self {
+        Self {
             db: db.to_owned(),
             table: table.to_owned(),
-            columns,
+            columns: cols,
             key,
             infos: infos.into(),
-        })
+        }
+    }
+
+    /// The index of column `name`.
+    pub(crate) fn column(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// The primary key's column names.
+    pub fn key_names(&self) -> Vec<String> {
+        self.key
+            .iter()
+            .map(|&i| self.columns[i].name.clone())
+            .collect()
     }
 
     fn key_list(&self) -> String {
@@ -301,51 +338,13 @@ impl SnapshotTable {
             "SELECT {select} FROM {}{filter} ORDER BY {keys} LIMIT {limit}",
             self.from()
         );
-        conn.query_drop("SET SESSION time_zone = '+00:00'")
+        let position = begin_snapshot(src, conn).await?;
+        let rows: Result<Vec<Row>, MysqlError> = conn
+            .exec(sql, Params::Positional(params))
             .await
-            .map_err(query_err(src, "set the session time zone"))?;
-        conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-            .await
-            .map_err(query_err(src, "start a consistent snapshot"))?;
-        let read = async {
-            let status: Vec<(String, String)> = conn
-                .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
-                .await
-                .map_err(query_err(src, "read the snapshot's binlog position"))?;
-            let get = |name: &str| {
-                status
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v.clone())
-            };
-            let position = match (get("binlog_snapshot_file"), get("binlog_snapshot_position")) {
-                (Some(file), Some(pos)) if !file.is_empty() => BinlogPosition {
-                    file,
-                    pos: pos.parse().unwrap_or(0),
-                },
-                _ => {
-                    return Err(MysqlError::Preflight {
-                        source_name: src.name.clone(),
-                        problems: vec![
-                        "the server does not report the binlog position of a consistent snapshot \
-                             (binlog_snapshot_file/position, MariaDB); snapshots of MySQL need a \
-                             locking read and are not supported yet"
-                            .into(),
-                    ],
-                    })
-                }
-            };
-            let rows: Vec<Row> = conn
-                .exec(sql, Params::Positional(params))
-                .await
-                .map_err(query_err(src, "read a snapshot batch"))?;
-            Ok((rows, position))
-        }
-        .await;
-        conn.query_drop("COMMIT")
-            .await
-            .map_err(query_err(src, "end the snapshot"))?;
-        let (rows, position) = read?;
+            .map_err(query_err(src, "read a snapshot batch"));
+        end_snapshot(src, conn).await?;
+        let rows = rows?;
         let mut out = Vec::with_capacity(rows.len());
         let mut last_key = None;
         for row in rows {
@@ -385,6 +384,63 @@ impl SnapshotTable {
             })
             .collect()
     }
+}
+
+/// Starts a consistent snapshot (a read-only transaction in UTC) and returns the binlog
+/// position it corresponds to: every row read in it is that row's state at that position.
+/// End it with [`end_snapshot`].
+pub async fn begin_snapshot(
+    src: &SourceConfig,
+    conn: &mut Conn,
+) -> Result<BinlogPosition, MysqlError> {
+    conn.query_drop("SET SESSION time_zone = '+00:00'")
+        .await
+        .map_err(query_err(src, "set the session time zone"))?;
+    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        .await
+        .map_err(query_err(src, "start a consistent snapshot"))?;
+    let status: Result<Vec<(String, String)>, MysqlError> = conn
+        .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        .await
+        .map_err(query_err(src, "read the snapshot's binlog position"));
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = end_snapshot(src, conn).await;
+            return Err(e);
+        }
+    };
+    let get = |name: &str| {
+        status
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    match (get("binlog_snapshot_file"), get("binlog_snapshot_position")) {
+        (Some(file), Some(pos)) if !file.is_empty() => Ok(BinlogPosition {
+            file,
+            pos: pos.parse().unwrap_or(0),
+        }),
+        _ => {
+            let _ = end_snapshot(src, conn).await;
+            Err(MysqlError::Preflight {
+                source_name: src.name.clone(),
+                problems: vec![
+                    "the server does not report the binlog position of a consistent snapshot \
+                     (binlog_snapshot_file/position, MariaDB); snapshots of MySQL need a \
+                     locking read and are not supported yet"
+                        .into(),
+                ],
+            })
+        }
+    }
+}
+
+/// Ends the transaction [`begin_snapshot`] started.
+pub async fn end_snapshot(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
+    conn.query_drop("COMMIT")
+        .await
+        .map_err(query_err(src, "end the snapshot"))
 }
 
 /// The decoder's kind, precision and type name for an `information_schema` column.
@@ -435,7 +491,7 @@ fn classify(data_type: &str, column_type: &str, precision: Option<u32>) -> (Kind
 }
 
 /// A binary-protocol value as the JSON the binlog decoder gives the same value.
-fn value_to_json(col: &Column, value: Value) -> Result<Json, String> {
+pub(crate) fn value_to_json(col: &Column, value: Value) -> Result<Json, String> {
     if value == Value::NULL {
         return Ok(Json::Null);
     }

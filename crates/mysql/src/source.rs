@@ -1,7 +1,7 @@
 //! How to reach a MySQL instance and which of its tables to capture.
 
 use serde::Deserialize;
-use sluice_core::Secret;
+use sluice_core::{Secret, SourceSpec};
 
 /// One MySQL/MariaDB instance: one binlog task.
 #[derive(Debug, Clone, Deserialize)]
@@ -26,6 +26,20 @@ fn default_port() -> u16 {
 }
 
 impl SourceConfig {
+    /// The connection settings of a source the center keeps, its password resolved from
+    /// the reference in this process's environment.
+    pub fn from_spec(spec: &SourceSpec) -> Result<SourceConfig, String> {
+        Ok(SourceConfig {
+            name: spec.name.clone(),
+            host: spec.host.clone(),
+            port: spec.port,
+            user: spec.user.clone(),
+            password: spec.password()?,
+            server_id: spec.server_id,
+            tables: spec.tables.clone(),
+        })
+    }
+
     pub fn opts(&self) -> mysql_async::Opts {
         mysql_async::OptsBuilder::default()
             .ip_or_hostname(self.host.clone())

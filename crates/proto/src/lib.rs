@@ -1,5 +1,8 @@
 //! Sluice's gRPC API (`proto/sluice/v1/admin.proto`): the admin service and the workers'
-//! report service, with the descriptor set the centers serve for reflection.
+//! report service, with the descriptor set the centers serve for reflection, and the
+//! conversions between its messages and the shared definitions ([`convert`]).
+
+pub mod convert;
 
 #[allow(clippy::all, rust_2018_idioms)]
 pub mod v1 {

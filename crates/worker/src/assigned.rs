@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice_core::Secret;
 use sluice_mysql::SourceConfig;
 use sluice_zk::layout::{self, AssignmentRecord, SourceRecord};
 use sluice_zk::{Coordinator, SessionState, Watch, ZkError, LEADER_NODE};
@@ -110,7 +109,7 @@ pub(crate) async fn follow(
                 tracing::warn!(task = %name, "assignment carries an old leader epoch; waiting for the current leader to confirm it");
                 continue;
             }
-            let src = match source_config(record) {
+            let src = match SourceConfig::from_spec(&record.spec) {
                 Ok(s) => {
                     failing.remove(name);
                     s
@@ -127,7 +126,7 @@ pub(crate) async fn follow(
             };
             let stop = shutdown.child_token();
             let ctx = make_ctx(name, stop.clone());
-            tracing::info!(task = %name, host = %record.host, port = record.port, "starting the assigned task");
+            tracing::info!(task = %name, host = %record.spec.host, port = record.spec.port, "starting the assigned task");
             let ended_tx = ended_tx.clone();
             let handle = tokio::spawn(async move {
                 task::run_source(ctx, src).await;
@@ -200,43 +199,8 @@ async fn look(
 }
 
 /// The same source apart from the epoch stamp (a new leader restamps unchanged records).
+/// A change of what to capture counts: the task restarts from its confirmed position
+/// with the new tables (a pipeline added a related table, say), in this process.
 fn same_source(a: &SourceRecord, b: &SourceRecord) -> bool {
-    SourceRecord {
-        epoch: 0,
-        ..a.clone()
-    } == SourceRecord {
-        epoch: 0,
-        ..b.clone()
-    }
-}
-
-/// The connection settings of a source record, its password resolved from the
-/// reference in this worker's environment.
-pub(crate) fn source_config(r: &SourceRecord) -> Result<SourceConfig, String> {
-    let password = if let Some(var) = r.password_ref.strip_prefix("env:") {
-        std::env::var(var).map_err(|_| {
-            format!(
-                "source {}: password_ref `{}`: the environment variable {var} is not set on this worker",
-                r.name, r.password_ref
-            )
-        })?
-    } else if let Some(path) = r.password_ref.strip_prefix("file:") {
-        std::fs::read_to_string(path)
-            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-            .map_err(|e| format!("source {}: password_ref `{}`: {e}", r.name, r.password_ref))?
-    } else {
-        return Err(format!(
-            "source {}: password_ref `{}` must be env:NAME or file:/path",
-            r.name, r.password_ref
-        ));
-    };
-    Ok(SourceConfig {
-        name: r.name.clone(),
-        host: r.host.clone(),
-        port: r.port,
-        user: r.user.clone(),
-        password: Secret::new(password),
-        server_id: r.server_id,
-        tables: r.tables.clone(),
-    })
+    a.spec == b.spec
 }

@@ -157,10 +157,10 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
     }
     let record: SourceRecord = jobs
         .coord
-        .get_json(&layout::mapping(&build.source))
+        .get_json(&layout::mapping(&build.spec.source))
         .await?
-        .ok_or_else(|| anyhow!("source {} is gone", build.source))?;
-    let src = crate::assigned::source_config(&record).map_err(|e| anyhow!(e))?;
+        .ok_or_else(|| anyhow!("source {} is gone", build.spec.source))?;
+    let src = sluice_mysql::SourceConfig::from_spec(&record.spec).map_err(|e| anyhow!(e))?;
     tracing::info!(job = %name, version = build.version, "build job started");
     match kind {
         "plan" => plan(jobs, &build, &src).await,
@@ -181,14 +181,14 @@ async fn plan(
 ) -> anyhow::Result<()> {
     if jobs
         .coord
-        .get(&layout::build_plan(&b.pipeline))
+        .get(&layout::build_plan(&b.spec.name))
         .await?
         .is_some()
     {
         return Ok(());
     }
     let mut conn = connect(src).await?;
-    let table = SnapshotTable::describe(src, &mut conn, &b.database, &b.table).await?;
+    let table = SnapshotTable::describe(src, &mut conn, &b.spec.database, &b.spec.table).await?;
     let estimated_rows = table.estimated_rows(src, &mut conn).await?;
     let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
     let _ = conn.disconnect().await;
@@ -205,7 +205,7 @@ async fn plan(
         };
         jobs.coord
             .put(
-                &layout::build_chunk(&b.pipeline, n),
+                &layout::build_chunk(&b.spec.name, n),
                 &serde_json::to_vec(&rec)?,
                 Expect::Any,
             )
@@ -218,12 +218,12 @@ async fn plan(
     };
     jobs.coord
         .put(
-            &layout::build_plan(&b.pipeline),
+            &layout::build_plan(&b.spec.name),
             &serde_json::to_vec(&plan)?,
             Expect::Any,
         )
         .await?;
-    tracing::info!(pipeline = %b.pipeline, chunks, estimated_rows, "build planned");
+    tracing::info!(pipeline = %b.spec.name, chunks, estimated_rows, "build planned");
     Ok(())
 }
 
@@ -236,12 +236,12 @@ async fn chunk(
 ) -> anyhow::Result<()> {
     let range: ChunkRecord = jobs
         .coord
-        .get_json(&layout::build_chunk(&b.pipeline, n))
+        .get_json(&layout::build_chunk(&b.spec.name, n))
         .await?
-        .ok_or_else(|| anyhow!("chunk {n} of {} is not planned", b.pipeline))?;
+        .ok_or_else(|| anyhow!("chunk {n} of {} is not planned", b.spec.name))?;
     let lower: Option<Key> = serde_json::from_value(range.lower)?;
     let upper: Option<Key> = serde_json::from_value(range.upper)?;
-    let task = layout::chunk_task(&b.pipeline, n);
+    let task = layout::chunk_task(&b.spec.name, n);
     let owner = serde_json::json!({ "worker": jobs.cfg.worker.id }).to_string();
     let mut lock = jobs
         .coord
@@ -258,14 +258,14 @@ async fn chunk(
         // The source's position epoch, so snapshot versions compare with the stream's.
         let epoch = jobs
             .coord
-            .read_checkpoint(&b.source)
+            .read_checkpoint(&b.spec.source)
             .await?
             .and_then(|c| Checkpoint::from_json(&c).ok())
             .map_or(0, |c| c.epoch);
-        let topic = jobs.cfg.topics.rows_topic(&b.source, &b.database, &b.table);
+        let topic = jobs.cfg.topics.rows_topic(&b.spec.source, &b.spec.database, &b.spec.table);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
         let mut conn = connect(src).await?;
-        let table = SnapshotTable::describe(src, &mut conn, &b.database, &b.table).await?;
+        let table = SnapshotTable::describe(src, &mut conn, &b.spec.database, &b.spec.table).await?;
         let started = Instant::now();
         let rows_at_start = cursor.rows;
         loop {
@@ -279,7 +279,7 @@ async fn chunk(
             let batch = table
                 .read_batch(src, &mut conn, after.as_ref(), upper.as_ref(), BATCH_ROWS)
                 .instrument(
-                    tracing::info_span!("worker.snapshot_batch", pipeline = %b.pipeline, chunk = n),
+                    tracing::info_span!("worker.snapshot_batch", pipeline = %b.spec.name, chunk = n),
                 )
                 .await?;
             let seq = sluice_core::position::file_seq(&batch.position.file)?;
@@ -293,7 +293,7 @@ async fn chunk(
                 let event = ChangeEvent {
                     v: ENVELOPE_VERSION,
                     source: SourceInfo {
-                        instance: b.source.clone(),
+                        instance: b.spec.source.clone(),
                         server_id: 0,
                         file: batch.position.file.clone(),
                         pos: batch.position.pos,
@@ -301,8 +301,8 @@ async fn chunk(
                         gtid: None,
                         ts_ms: sluice_core::now_ms().max(0) as u64,
                     },
-                    db: b.database.clone(),
-                    table: b.table.clone(),
+                    db: b.spec.database.clone(),
+                    table: b.spec.table.clone(),
                     op: Op::Read,
                     key: key.clone(),
                     before: None,
@@ -321,7 +321,7 @@ async fn chunk(
             cursor.rows += batch.rows.len() as u64;
             crate::metrics::METRICS.snapshot_rows.add(
                 batch.rows.len() as u64,
-                &[opentelemetry::KeyValue::new("pipeline", b.pipeline.clone())],
+                &[opentelemetry::KeyValue::new("pipeline", b.spec.name.clone())],
             );
             cursor.done = batch.rows.len() < BATCH_ROWS;
             if let Some(k) = batch.last_key {
@@ -329,7 +329,7 @@ async fn chunk(
             }
             lock.confirm(&serde_json::to_vec(&cursor)?).await?;
             if cursor.done {
-                tracing::info!(pipeline = %b.pipeline, chunk = n, rows = cursor.rows, "chunk done");
+                tracing::info!(pipeline = %b.spec.name, chunk = n, rows = cursor.rows, "chunk done");
                 return Ok(());
             }
             if b.throttle_rows_per_sec > 0 {
@@ -350,13 +350,16 @@ async fn chunk(
 async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     if jobs
         .coord
-        .get(&layout::build_partitions(&b.pipeline))
+        .get(&layout::build_partitions(&b.spec.name))
         .await?
         .is_some()
     {
         return Ok(());
     }
-    let topic = jobs.cfg.topics.rows_topic(&b.source, &b.database, &b.table);
+    let topic = jobs
+        .cfg
+        .topics
+        .rows_topic(&b.spec.source, &b.spec.database, &b.spec.table);
     let producer = jobs.producer.clone();
     let t = topic.clone();
     let partitions = tokio::task::spawn_blocking(move || {
@@ -371,7 +374,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
         bail!("topic {topic} has no partitions");
     }
     let marker = serde_json::to_vec(&Marker {
-        pipeline: b.pipeline.clone(),
+        pipeline: b.spec.name.clone(),
         version: b.version,
     })?;
     let mut deliveries = Vec::new();
@@ -393,12 +396,12 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     acknowledged(deliveries, "a build marker").await?;
     jobs.coord
         .put(
-            &layout::build_partitions(&b.pipeline),
+            &layout::build_partitions(&b.spec.name),
             partitions.to_string().as_bytes(),
             Expect::Any,
         )
         .await?;
-    tracing::info!(pipeline = %b.pipeline, partitions, "build markers written");
+    tracing::info!(pipeline = %b.spec.name, partitions, "build markers written");
     Ok(())
 }
 

@@ -36,37 +36,20 @@ pub struct AssignmentRecord {
     pub assigned_at_ms: i64,
 }
 
-/// `mappings/<source>`: what a worker must capture for a source, and how to reach it.
+/// `mappings/<source>`: how to reach a source and what a worker must capture of it
+/// (`tables`: the source's own patterns plus every table of its pipelines).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SourceRecord {
     pub epoch: u64,
-    pub name: String,
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    /// `env:NAME` or `file:/path`, resolved by the worker: no password is ever stored here.
-    pub password_ref: String,
-    pub server_id: u32,
-    pub tables: Vec<String>,
+    #[serde(flatten)]
+    pub spec: sluice_core::SourceSpec,
 }
 
 /// `pipelines/<name>`: what the etl must apply.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PipelineRecord {
     pub epoch: u64,
-    pub name: String,
-    pub source: String,
-    pub database: String,
-    pub table: String,
-    pub alias: String,
-    pub columns: Vec<String>,
-    pub shards: u32,
-    pub replicas: u32,
-    pub tombstone_retention: String,
-    #[serde(default)]
-    pub refresh_interval: String,
-    #[serde(default)]
-    pub fields: std::collections::BTreeMap<String, sluice_core::FieldOverride>,
+    pub spec: sluice_core::PipelineSpec,
     /// A version being built (`<alias>_v<N>`): the etl writes to it as well as to the
     /// indexes behind the alias.
     #[serde(default)]
@@ -77,11 +60,9 @@ pub struct PipelineRecord {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct BuildRecord {
     pub epoch: u64,
-    pub pipeline: String,
+    /// The pipeline as it was when the build started: what its documents are made of.
+    pub spec: sluice_core::PipelineSpec,
     pub version: u32,
-    pub source: String,
-    pub database: String,
-    pub table: String,
     /// Rows per chunk.
     pub chunk_rows: u64,
     /// Rows per second per chunk reader; 0 for no limit.

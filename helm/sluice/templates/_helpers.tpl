@@ -45,9 +45,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- fail (printf "kafka.properties.%s would put a secret in a ConfigMap: use kafka.saslPasswordSecret (sasl.password) or a mounted file" $k) }}
 {{- end }}
 {{- end }}
-{{- range .Values.worker.sourcePasswords }}
+{{- range .Values.sourcePasswords }}
 {{- if hasPrefix "SLUICE_" .env }}
-{{- fail (printf "worker.sourcePasswords: %s starts with SLUICE_, which the worker reads as config; choose another name" .env) }}
+{{- fail (printf "sourcePasswords: %s starts with SLUICE_, which the services read as config; choose another name" .env) }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -161,6 +161,14 @@ dead_letter_topic = {{ .Values.etl.deadLetterTopic | toJson }}
     secretKeyRef:
       name: {{ .secret.name }}
       key: {{ .secret.key }}
+{{- end -}}
+
+{{/* Source passwords: centers (to check pipelines against the tables), workers (to
+stream) and the etl (to read documents back) resolve sources' `env:NAME` references. */}}
+{{- define "sluice.sourcePasswordEnv" -}}
+{{- range .Values.sourcePasswords }}
+{{ include "sluice.secretEnv" (dict "name" .env "secret" (dict "name" .secretName "key" .secretKey)) }}
+{{- end }}
 {{- end -}}
 
 {{/* Log settings every container gets (SLUICE_LOG_FORMAT is read by the services, not as config). */}}

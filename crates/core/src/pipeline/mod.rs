@@ -1,0 +1,763 @@
+//! A pipeline: which documents an index holds and how each is made from MySQL rows. The
+//! one definition of a pipeline, shared by the center (stored in the meta database,
+//! published in ZooKeeper), the etl (its file, and what it follows), the worker (what to
+//! capture, what to build) and `sluicectl` (`pipelines put NAME --spec FILE`).
+//!
+//! A document is a tree: the **root** table (one row → one document, `_id` from its
+//! primary key or the `id` columns) and **relations** below it, to any depth —
+//! `one_to_one` (an object, or `null`), `one_to_many` (an array of objects, mapped
+//! `nested` unless `nested = false`) — or, directly under the root, `child` relations:
+//! parent-child mode, where each child row is a document of its own in the same index,
+//! joined to its parent by a `join` field and routed to its parent's shard.
+//!
+//! ```toml
+//! name = "products"
+//! source = "shop"
+//! database = "shop"
+//! table = "products"
+//! filter = "deleted = 0"
+//!
+//! [[relations]]
+//! name = "brand"
+//! kind = "one_to_one"
+//! table = "brands"
+//! on = { brand_id = "id" }          # the parent's column = this table's column
+//!
+//! [[relations]]
+//! name = "tags"
+//! kind = "one_to_many"
+//! table = "product_tags"
+//! on = { id = "product_id" }
+//! nested = false
+//! order_by = ["created_at desc"]
+//! limit = 5
+//! ```
+
+pub mod filter;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::mapping::{pipeline_problems, FieldOverride};
+
+/// How deep relations may nest (root = 0).
+pub const MAX_DEPTH: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// Unique among the pipelines; `[A-Za-z0-9._-]`.
+    #[serde(default)]
+    pub name: String,
+    /// The source (MySQL instance) every table of the pipeline comes from.
+    pub source: String,
+    pub database: String,
+    /// The root table: one row, one document.
+    pub table: String,
+    /// The alias searches use; the physical index is `<alias>_v<N>`. Default: the name,
+    /// lowercased.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub alias: String,
+    /// The columns whose values make a document's `_id` (unique, never NULL). Default:
+    /// the primary key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub id: Vec<String>,
+    /// Only rows matching this SQL condition are documents (see [`filter`]); a row that
+    /// stops matching is deleted from the index.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub filter: String,
+    /// The root's columns in the document; empty: every column.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<String>,
+    /// Mapping overrides of the root's columns.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, FieldOverride>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relations: Vec<Relation>,
+    /// Parent-child mode's `join` field (defaults apply when `child` relations exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinField>,
+    #[serde(default = "default_shards")]
+    pub shards: u32,
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
+    /// How long Elasticsearch remembers a deleted document's version
+    /// (`index.gc_deletes`): keep it above the longest replay you may do.
+    #[serde(default = "default_tombstones")]
+    pub tombstone_retention: String,
+    /// The index's `refresh_interval` (`1s`, `30s`, `-1` for off); empty: the server's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub refresh_interval: String,
+}
+
+/// Rows of another table joined below a parent (the root or another relation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Relation {
+    /// The document field that holds the related rows (for `child`: the child documents'
+    /// name in the join field).
+    pub name: String,
+    pub kind: RelationKind,
+    pub table: String,
+    /// Default: the pipeline's database (another database of the same source may be
+    /// named).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub database: String,
+    /// Only to be explicit: it must be the pipeline's source (versions compare within one
+    /// binlog only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// Join columns: the parent's column → this table's column (composite keys: several
+    /// entries). Either side may hold the key.
+    pub on: BTreeMap<String, String>,
+    /// Mapped as `nested` (default for `one_to_many`) or as a plain `object`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<bool>,
+    /// This table's columns in the document; empty: every column.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<String>,
+    /// Only rows matching this SQL condition are included.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub filter: String,
+    /// Identical rows (over the selected columns) appear once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub distinct: bool,
+    /// `column [asc|desc]`, in order. Ties are broken by the primary key (by every
+    /// selected column for `distinct`). For `one_to_one` it picks the row when several
+    /// match; otherwise the first by primary key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order_by: Vec<String>,
+    /// `one_to_many` only: keep the first N rows in `order_by` order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, FieldOverride>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relations: Vec<Relation>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelationKind {
+    OneToOne,
+    OneToMany,
+    /// Parent-child mode: each row a document of its own (directly under the root only).
+    Child,
+}
+
+impl RelationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelationKind::OneToOne => "one_to_one",
+            RelationKind::OneToMany => "one_to_many",
+            RelationKind::Child => "child",
+        }
+    }
+}
+
+impl std::str::FromStr for RelationKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "one_to_one" => Ok(RelationKind::OneToOne),
+            "one_to_many" => Ok(RelationKind::OneToMany),
+            "child" => Ok(RelationKind::Child),
+            other => Err(format!(
+                "`{other}` is not a relation kind (one_to_one, one_to_many, child)"
+            )),
+        }
+    }
+}
+
+/// The `join` field of parent-child mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinField {
+    /// The field's name. Default `join_field`.
+    #[serde(default = "default_join_field")]
+    pub field: String,
+    /// The root documents' name in it. Default: the root table's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent: String,
+}
+
+fn default_join_field() -> String {
+    "join_field".into()
+}
+
+fn default_shards() -> u32 {
+    1
+}
+fn default_replicas() -> u32 {
+    1
+}
+fn default_tombstones() -> String {
+    "7d".into()
+}
+
+/// One `order_by` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderKey {
+    pub column: String,
+    pub descending: bool,
+}
+
+impl OrderKey {
+    pub fn parse(s: &str) -> Result<OrderKey, String> {
+        let mut words = s.split_whitespace();
+        let column = words.next().ok_or("is empty")?;
+        let descending = match words.next().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(other) => return Err(format!("`{other}` is neither asc nor desc")),
+        };
+        if words.next().is_some() || !is_column_name(column) {
+            return Err(format!("`{s}` is not `column [asc|desc]`"));
+        }
+        Ok(OrderKey {
+            column: column.to_owned(),
+            descending,
+        })
+    }
+}
+
+impl PipelineSpec {
+    /// A single-table pipeline with the defaults.
+    pub fn table(name: &str, source: &str, database: &str, table: &str) -> PipelineSpec {
+        PipelineSpec {
+            name: name.to_owned(),
+            source: source.to_owned(),
+            database: database.to_owned(),
+            table: table.to_owned(),
+            alias: String::new(),
+            id: Vec::new(),
+            filter: String::new(),
+            columns: Vec::new(),
+            fields: BTreeMap::new(),
+            relations: Vec::new(),
+            join: None,
+            shards: default_shards(),
+            replicas: default_replicas(),
+            tombstone_retention: default_tombstones(),
+            refresh_interval: String::new(),
+        }
+    }
+
+    /// The alias: as given, or the name lowercased.
+    pub fn alias(&self) -> String {
+        if self.alias.is_empty() {
+            self.name.to_ascii_lowercase()
+        } else {
+            self.alias.clone()
+        }
+    }
+
+    /// Fills in what defaults to something else (the alias, at least one shard, the
+    /// tombstone retention), so every holder stores and compares the same spec.
+    pub fn normalized(mut self) -> PipelineSpec {
+        self.alias = self.alias();
+        self.shards = self.shards.max(1);
+        if self.tombstone_retention.is_empty() {
+            self.tombstone_retention = default_tombstones();
+        }
+        if self.has_children() {
+            let join = self.join.get_or_insert_with(|| JoinField {
+                field: default_join_field(),
+                parent: String::new(),
+            });
+            if join.parent.is_empty() {
+                join.parent = self.table.clone();
+            }
+        }
+        self
+    }
+
+    /// One table, every document made from its change events alone: no relations, no
+    /// filter. Such a pipeline needs no reads from MySQL.
+    pub fn is_flat(&self) -> bool {
+        self.relations.is_empty() && self.filter.is_empty()
+    }
+
+    /// Parent-child mode: some relations are documents of their own.
+    pub fn has_children(&self) -> bool {
+        self.relations.iter().any(|r| r.kind == RelationKind::Child)
+    }
+
+    /// The database of `r` (its own or the pipeline's).
+    pub fn database_of<'a>(&'a self, r: &'a Relation) -> &'a str {
+        if r.database.is_empty() {
+            &self.database
+        } else {
+            &r.database
+        }
+    }
+
+    /// Every table of the pipeline as `(database, table)`, root first, each once.
+    pub fn tables(&self) -> Vec<(String, String)> {
+        let mut out = vec![(self.database.clone(), self.table.clone())];
+        self.visit(&mut |_, r, _| {
+            let t = (self.database_of(r).to_owned(), r.table.clone());
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        });
+        out
+    }
+
+    /// Calls `f(path, relation, depth)` for every relation, parents before children;
+    /// `path` is its key prefix (`relations.skus.relations.prices`), depth 1 under the root.
+    pub fn visit<'a>(&'a self, f: &mut dyn FnMut(&str, &'a Relation, usize)) {
+        fn walk<'a>(
+            prefix: &str,
+            relations: &'a [Relation],
+            depth: usize,
+            f: &mut dyn FnMut(&str, &'a Relation, usize),
+        ) {
+            for r in relations {
+                let path = format!("{prefix}relations.{}", r.name);
+                f(&path, r, depth);
+                walk(&format!("{path}."), &r.relations, depth + 1, f);
+            }
+        }
+        walk("", &self.relations, 1, f);
+    }
+
+    /// What is wrong with the spec on its face (without looking at the tables), every
+    /// problem naming its key relative to the pipeline (`relations.skus.on`).
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if !is_name(&self.name, 128) {
+            p.push(format!(
+                "name: `{}` must be 1..=128 characters of [A-Za-z0-9._-]",
+                self.name
+            ));
+        }
+        if !is_name(&self.source, 64) {
+            p.push(format!(
+                "source: `{}` must be 1..=64 characters of [A-Za-z0-9._-]",
+                self.source
+            ));
+        }
+        for (key, v) in [("database", &self.database), ("table", &self.table)] {
+            if v.is_empty() {
+                p.push(format!("{key}: required"));
+            }
+        }
+        let alias = self.alias();
+        if !is_index_name(&alias) {
+            p.push(format!(
+                "alias: `{alias}` is not a valid index name (lowercase, no spaces or \\/*?\"<>|,#:)"
+            ));
+        }
+        if self.shards == 0 {
+            p.push("shards: must be at least 1".into());
+        }
+        if humantime::parse_duration(&self.tombstone_retention).is_err() {
+            p.push(format!(
+                "tombstone_retention: `{}` is not a duration like 7d or 12h",
+                self.tombstone_retention
+            ));
+        }
+        for c in &self.id {
+            if !is_column_name(c) {
+                p.push(format!("id: `{c}` is not a column name"));
+            }
+        }
+        if !self.filter.is_empty() {
+            if let Err(why) = filter::check(&self.filter) {
+                p.push(format!("filter: {why}"));
+            }
+        }
+        p.extend(pipeline_problems(
+            &self.columns,
+            &self.fields,
+            &self.refresh_interval,
+        ));
+        let root = (self.database.clone(), self.table.clone());
+        self.relation_problems("", &self.relations, 1, &[root], &mut p);
+        self.join_problems(&mut p);
+        p
+    }
+
+    fn relation_problems(
+        &self,
+        prefix: &str,
+        relations: &[Relation],
+        depth: usize,
+        ancestors: &[(String, String)],
+        p: &mut Vec<String>,
+    ) {
+        let mut names = BTreeSet::new();
+        for r in relations {
+            let key = format!("{prefix}relations.{}", r.name);
+            if !is_field_name(&r.name) {
+                p.push(format!(
+                    "{key}: `{}` is not a field name (no dots, not empty, not starting with _)",
+                    r.name
+                ));
+            }
+            if !names.insert(r.name.as_str()) {
+                p.push(format!(
+                    "{key}: another relation of the same parent has this name"
+                ));
+            }
+            if r.table.is_empty() {
+                p.push(format!("{key}.table: required"));
+            }
+            if !r.source.is_empty() && r.source != self.source {
+                p.push(format!(
+                    "{key}.source: `{}` is not the pipeline's source `{}`: every table of a pipeline comes from one source (versions compare only within one binlog)",
+                    r.source, self.source
+                ));
+            }
+            if r.on.is_empty() {
+                p.push(format!(
+                    "{key}.on: required (the parent's column = this table's column)"
+                ));
+            }
+            for (parent, child) in &r.on {
+                for c in [parent, child] {
+                    if !is_column_name(c) {
+                        p.push(format!("{key}.on: `{c}` is not a column name"));
+                    }
+                }
+            }
+            if !r.filter.is_empty() {
+                if let Err(why) = filter::check(&r.filter) {
+                    p.push(format!("{key}.filter: {why}"));
+                }
+            }
+            for (i, o) in r.order_by.iter().enumerate() {
+                if let Err(why) = OrderKey::parse(o) {
+                    p.push(format!("{key}.order_by[{i}]: {why}"));
+                }
+            }
+            p.extend(
+                pipeline_problems(&r.columns, &r.fields, "")
+                    .into_iter()
+                    .map(|why| format!("{key}.{why}")),
+            );
+            match r.kind {
+                RelationKind::OneToOne => {
+                    if r.limit.is_some() {
+                        p.push(format!(
+                            "{key}.limit: only a one_to_many relation has a limit"
+                        ));
+                    }
+                }
+                RelationKind::OneToMany => {
+                    if r.limit == Some(0) {
+                        p.push(format!("{key}.limit: must be at least 1"));
+                    }
+                }
+                RelationKind::Child => {
+                    if depth > 1 {
+                        p.push(format!(
+                            "{key}.kind: a child relation must be directly under the root (its documents are routed to the root's)"
+                        ));
+                    }
+                    for (set, what) in [
+                        (r.nested.is_some(), "nested"),
+                        (r.distinct, "distinct"),
+                        (!r.order_by.is_empty(), "order_by"),
+                        (r.limit.is_some(), "limit"),
+                    ] {
+                        if set {
+                            p.push(format!(
+                                "{key}.{what}: a child relation's rows are documents of their own; {what} does not apply"
+                            ));
+                        }
+                    }
+                    if !self.id.is_empty() {
+                        let keys: BTreeSet<&String> = r.on.keys().collect();
+                        let id: BTreeSet<&String> = self.id.iter().collect();
+                        if keys != id {
+                            p.push(format!(
+                                "{key}.on: a child joins the root's id columns ({}), so each child knows its parent's _id",
+                                self.id.join(", ")
+                            ));
+                        }
+                    }
+                }
+            }
+            if r.distinct && !r.relations.is_empty() {
+                p.push(format!(
+                    "{key}.distinct: a distinct relation cannot have relations of its own (its rows are merged, so theirs would be ambiguous)"
+                ));
+            }
+            let table = (self.database_of(r).to_owned(), r.table.clone());
+            if ancestors.contains(&table) {
+                p.push(format!(
+                    "{key}.table: `{}.{}` is already above it in the tree: a table cannot contain itself (a cycle)",
+                    table.0, table.1
+                ));
+                continue;
+            }
+            if depth >= MAX_DEPTH {
+                p.push(format!(
+                    "{key}.relations: relations nest at most {MAX_DEPTH} levels deep"
+                ));
+                continue;
+            }
+            let mut below = ancestors.to_vec();
+            below.push(table);
+            for sub in r.relations.iter().filter(|s| s.kind == RelationKind::Child) {
+                p.push(format!(
+                    "{key}.relations.{}.kind: a child relation must be directly under the root",
+                    sub.name
+                ));
+            }
+            let nested: Vec<Relation> = r
+                .relations
+                .iter()
+                .filter(|s| s.kind != RelationKind::Child)
+                .cloned()
+                .collect();
+            self.relation_problems(&format!("{key}."), &nested, depth + 1, &below, p);
+        }
+    }
+
+    fn join_problems(&self, p: &mut Vec<String>) {
+        let Some(join) = &self.join else { return };
+        if !self.has_children() {
+            p.push("join: only a pipeline with child relations has a join field".into());
+            return;
+        }
+        if !is_field_name(&join.field) {
+            p.push(format!("join.field: `{}` is not a field name", join.field));
+        }
+        if !join.parent.is_empty() && !is_field_name(&join.parent) {
+            p.push(format!("join.parent: `{}` is not a name", join.parent));
+        }
+        let parent = if join.parent.is_empty() {
+            &self.table
+        } else {
+            &join.parent
+        };
+        if self.relations.iter().any(|r| &r.name == parent) {
+            p.push(format!(
+                "join.parent: `{parent}` is also a child relation's name"
+            ));
+        }
+    }
+}
+
+impl Relation {
+    /// Mapped as `nested`: `one_to_many` unless `nested = false`; `one_to_one` only when
+    /// `nested = true`.
+    pub fn is_nested(&self) -> bool {
+        match self.kind {
+            RelationKind::OneToMany => self.nested != Some(false),
+            RelationKind::OneToOne => self.nested == Some(true),
+            RelationKind::Child => false,
+        }
+    }
+
+    /// `order_by`, parsed (entries that do not parse are left out: [`PipelineSpec::problems`]
+    /// reports them).
+    pub fn order_keys(&self) -> Vec<OrderKey> {
+        self.order_by
+            .iter()
+            .filter_map(|o| OrderKey::parse(o).ok())
+            .collect()
+    }
+}
+
+/// `[A-Za-z0-9._-]`, 1..=max characters: names of pipelines and sources.
+pub fn is_name(v: &str, max: usize) -> bool {
+    !v.is_empty()
+        && v.len() <= max
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A valid Elasticsearch index (or alias) name.
+pub fn is_index_name(v: &str) -> bool {
+    !v.is_empty()
+        && !v.starts_with(['_', '-', '+'])
+        && !v
+            .chars()
+            .any(|c| c.is_ascii_uppercase() || r#" "*\<|,>/?#:"#.contains(c))
+}
+
+/// A MySQL column name as a pipeline may name it.
+fn is_column_name(v: &str) -> bool {
+    !v.is_empty() && v.len() <= 64 && !v.contains(['`', '.']) && !v.chars().any(char::is_whitespace)
+}
+
+/// A document field's name: no dots, not empty, not starting with `_`.
+fn is_field_name(v: &str) -> bool {
+    !v.is_empty() && !v.contains('.') && !v.starts_with('_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shop() -> PipelineSpec {
+        let text = r#"
+            name = "products"
+            source = "shop"
+            database = "shop"
+            table = "products"
+            filter = "deleted = 0"
+
+            [[relations]]
+            name = "brand"
+            kind = "one_to_one"
+            table = "brands"
+            on = { brand_id = "id" }
+
+            [[relations]]
+            name = "skus"
+            kind = "one_to_many"
+            table = "skus"
+            on = { id = "product_id" }
+
+            [[relations.relations]]
+            name = "prices"
+            kind = "one_to_many"
+            table = "sku_prices"
+            on = { id = "sku_id" }
+
+            [[relations]]
+            name = "tags"
+            kind = "one_to_many"
+            table = "product_tags"
+            on = { id = "product_id" }
+            nested = false
+            order_by = ["created_at desc"]
+            limit = 5
+        "#;
+        let v: toml::Value = toml::from_str(text).unwrap();
+        v.try_into().unwrap()
+    }
+
+    #[test]
+    fn the_shop_tree_is_valid_and_lists_its_tables() {
+        let s = shop().normalized();
+        assert_eq!(s.problems(), Vec::<String>::new());
+        assert_eq!(s.alias, "products");
+        assert!(!s.is_flat());
+        let tables: Vec<String> = s.tables().into_iter().map(|(_, t)| t).collect();
+        assert_eq!(
+            tables,
+            ["products", "brands", "skus", "sku_prices", "product_tags"]
+        );
+        let skus = &s.relations[1];
+        assert!(skus.is_nested());
+        assert!(!s.relations[2].is_nested());
+        assert!(!s.relations[0].is_nested());
+        assert_eq!(
+            s.relations[2].order_keys(),
+            [OrderKey {
+                column: "created_at".into(),
+                descending: true
+            }]
+        );
+        let mut paths = Vec::new();
+        s.visit(&mut |path, _, depth| paths.push(format!("{path}@{depth}")));
+        assert_eq!(
+            paths,
+            [
+                "relations.brand@1",
+                "relations.skus@1",
+                "relations.skus.relations.prices@2",
+                "relations.tags@1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_json_spec_reads_like_the_toml_one_and_round_trips() {
+        let s = shop();
+        let json = serde_json::to_string(&s).unwrap();
+        let back: PipelineSpec = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        // Defaults stay out of the JSON.
+        assert!(!json.contains("distinct"), "{json}");
+    }
+
+    #[test]
+    fn problems_name_the_offending_key() {
+        let mut s = shop();
+        s.relations[1].relations[0].filter = "price > (SELECT 1)".into();
+        s.relations[1].relations[0].source = "other".into();
+        s.relations[2].order_by = vec!["created_at sideways".into()];
+        s.relations[0].limit = Some(3);
+        s.relations[0].on.clear();
+        s.relations.push(Relation {
+            name: "again".into(),
+            kind: RelationKind::OneToMany,
+            table: "products".into(),
+            ..s.relations[1].clone()
+        });
+        let kids = Relation {
+            name: "kids".into(),
+            kind: RelationKind::Child,
+            ..s.relations[1].relations[0].clone()
+        };
+        s.relations[1].relations.push(kids);
+        let p = s.problems();
+        let has = |prefix: &str, word: &str| {
+            assert!(
+                p.iter().any(|x| x.starts_with(prefix) && x.contains(word)),
+                "no `{prefix}…{word}` in {p:#?}"
+            )
+        };
+        has("relations.skus.relations.prices.filter:", "subqueries");
+        has("relations.skus.relations.prices.source:", "one source");
+        has("relations.tags.order_by[0]:", "sideways");
+        has("relations.brand.limit:", "one_to_many");
+        has("relations.brand.on:", "required");
+        has("relations.again.table:", "cycle");
+        has(
+            "relations.skus.relations.kids.kind:",
+            "directly under the root",
+        );
+    }
+
+    #[test]
+    fn child_relations_make_parent_child_mode() {
+        let mut s = PipelineSpec::table("qa", "src", "db", "questions");
+        s.relations.push(Relation {
+            name: "answer".into(),
+            kind: RelationKind::Child,
+            table: "answers".into(),
+            database: String::new(),
+            source: String::new(),
+            on: BTreeMap::from([("id".into(), "question_id".into())]),
+            nested: None,
+            columns: Vec::new(),
+            filter: String::new(),
+            distinct: false,
+            order_by: Vec::new(),
+            limit: Some(2),
+            fields: BTreeMap::new(),
+            relations: Vec::new(),
+        });
+        let s = s.normalized();
+        assert_eq!(
+            s.join,
+            Some(JoinField {
+                field: "join_field".into(),
+                parent: "questions".into()
+            })
+        );
+        assert_eq!(
+            s.problems(),
+            ["relations.answer.limit: a child relation's rows are documents of their own; limit does not apply"]
+        );
+        let mut keyed = s.clone();
+        keyed.id = vec!["code".into()];
+        keyed.relations[0].limit = None;
+        assert!(keyed.problems()[0].contains("the root's id columns"));
+        let mut flat = PipelineSpec::table("t", "src", "db", "t");
+        flat.join = Some(JoinField {
+            field: "j".into(),
+            parent: String::new(),
+        });
+        assert!(flat.problems()[0].starts_with("join:"));
+    }
+}

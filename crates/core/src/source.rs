@@ -1,0 +1,116 @@
+//! A source as the center keeps it: one MySQL instance (one binlog task), reached with a
+//! password that is never stored — only a reference to where each service finds it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Secret;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceSpec {
+    /// The instance's name in Sluice; also its task's name and part of topic names.
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// `env:NAME` (a variable of the service's environment) or `file:/path` (a mounted
+    /// secret), resolved by whichever service connects: workers to stream, the etl to
+    /// read documents back, centers to check pipelines against the tables.
+    pub password_ref: String,
+    /// Replication server id a worker announces; unique among the server's replicas.
+    pub server_id: u32,
+    /// `db.table` or `db.*` patterns to capture; empty captures every non-system table.
+    #[serde(default)]
+    pub tables: Vec<String>,
+}
+
+impl SourceSpec {
+    /// The password, from the reference, in this process's environment.
+    pub fn password(&self) -> Result<Secret, String> {
+        let r = &self.password_ref;
+        if let Some(var) = r.strip_prefix("env:") {
+            std::env::var(var).map(Secret::new).map_err(|_| {
+                format!(
+                    "source {}: password_ref `{r}`: the environment variable {var} is not set here",
+                    self.name
+                )
+            })
+        } else if let Some(path) = r.strip_prefix("file:") {
+            std::fs::read_to_string(path)
+                .map(|s| Secret::new(s.trim_end_matches(['\n', '\r'])))
+                .map_err(|e| format!("source {}: password_ref `{r}`: {e}", self.name))
+        } else {
+            Err(format!(
+                "source {}: password_ref `{r}` must be env:NAME or file:/path",
+                self.name
+            ))
+        }
+    }
+
+    /// What is wrong with the source on its face, each naming its key.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if !crate::pipeline::is_name(&self.name, 64) {
+            p.push(format!(
+                "name: `{}` must be 1..=64 characters of [A-Za-z0-9._-]",
+                self.name
+            ));
+        }
+        if self.host.is_empty() {
+            p.push("host: required".into());
+        }
+        if self.port == 0 {
+            p.push("port: must be a TCP port".into());
+        }
+        if self.user.is_empty() {
+            p.push("user: required".into());
+        }
+        let reference_ok = self
+            .password_ref
+            .strip_prefix("env:")
+            .or_else(|| self.password_ref.strip_prefix("file:"))
+            .is_some_and(|r| !r.is_empty());
+        if !reference_ok {
+            p.push(
+                "password_ref: must be `env:NAME` or `file:/path` (the password itself is never stored)"
+                    .into(),
+            );
+        }
+        if self.server_id == 0 {
+            p.push(
+                "server_id: must be a non-zero replication server id, unique among the server's replicas"
+                    .into(),
+            );
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(password_ref: &str) -> SourceSpec {
+        SourceSpec {
+            name: "m1".into(),
+            host: "db".into(),
+            port: 3306,
+            user: "u".into(),
+            password_ref: password_ref.into(),
+            server_id: 7,
+            tables: vec![],
+        }
+    }
+
+    #[test]
+    fn password_references_resolve_or_say_why() {
+        let path = std::env::temp_dir().join(format!("sluice-pw-{}", std::process::id()));
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let from_file = spec(&format!("file:{}", path.display()));
+        assert_eq!(from_file.password().unwrap().expose(), "s3cret");
+        std::fs::remove_file(&path).unwrap();
+        let e = spec("env:SLUICE_TEST_SURELY_UNSET").password().unwrap_err();
+        assert!(e.contains("SLUICE_TEST_SURELY_UNSET is not set"), "{e}");
+        assert!(spec("hunter2").problems()[0].starts_with("password_ref:"));
+        assert!(spec("env:X").problems().is_empty());
+    }
+}

@@ -1,0 +1,720 @@
+//! Documents from several tables: a pipeline's tree compiled against its tables' columns
+//! ([`compile`]), documents read back for a batch of keys with one query per relation
+//! ([`DocPlan::read`]), and the walk from a changed row up to the documents that contain
+//! it ([`DocPlan::roots_of`]). Knows nothing of Kafka or Elasticsearch.
+//!
+//! A pipeline compiles to one [`DocPlan`] per kind of document: the root's, and in
+//! parent-child mode one per `child` relation (each child row a document of its own,
+//! routed to its parent's shard). Values are decoded exactly as the binlog decoder and
+//! the snapshot reader decode them, so a document read back equals one built from events.
+
+mod read;
+mod sql;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value as Json};
+use sluice_core::pipeline::filter;
+use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind};
+
+pub use read::{Built, RangeRead};
+
+use mysql_async::Conn;
+
+use crate::error::MysqlError;
+use crate::snapshot::SnapshotTable;
+use crate::source::SourceConfig;
+
+/// Tables as described by `information_schema`, by `(database, table)`.
+pub type Tables = HashMap<(String, String), SnapshotTable>;
+
+/// One kind of document of a pipeline.
+#[derive(Debug, Clone)]
+pub struct DocPlan {
+    /// The root's name in the join field (parent-child mode), else the root table's name.
+    pub name: String,
+    pub root: Node,
+    /// The root columns whose values make a document's `_id`, in order.
+    pub id: Vec<usize>,
+    /// Parent-child mode: the join field, and for a child kind the root columns that hold
+    /// its parent's `_id` values (in the parent's id order): its routing.
+    pub join: Option<JoinTag>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinTag {
+    pub field: String,
+    /// `Some` for child documents.
+    pub parent: Option<Vec<usize>>,
+}
+
+/// A table in the tree: which of its rows, which columns, and its relations below.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The document field (the root: its table's name).
+    pub name: String,
+    pub table: SnapshotTable,
+    /// How it joins its parent (`None` for a document's root).
+    pub link: Option<Link>,
+    /// Columns read (indexes into the table's columns), in table order.
+    pub select: Vec<usize>,
+    /// Columns put into the document (a subset of `select`), in table order.
+    pub output: Vec<usize>,
+    pub filter: Option<String>,
+    /// `(column, descending)`.
+    pub order: Vec<(usize, bool)>,
+    pub limit: Option<u32>,
+    pub distinct: bool,
+    pub nested: bool,
+    pub fields: BTreeMap<String, FieldOverride>,
+    pub children: Vec<Node>,
+}
+
+/// A relation's join: `parent.parent[i] = this.child[i]`.
+#[derive(Debug, Clone)]
+pub struct Link {
+    pub kind: RelationKind,
+    /// Columns of the parent's table.
+    pub parent: Vec<usize>,
+    /// Columns of this table.
+    pub child: Vec<usize>,
+}
+
+impl Node {
+    /// The column names of `cols` (indexes into this table's columns).
+    pub fn names(&self, cols: &[usize]) -> Vec<String> {
+        cols.iter()
+            .map(|&i| self.table.columns[i].name.clone())
+            .collect()
+    }
+
+    /// Where column `col` sits in a row read with `select`.
+    fn slot(&self, col: usize) -> usize {
+        self.select
+            .iter()
+            .position(|&c| c == col)
+            .expect("compiled nodes select what they use")
+    }
+}
+
+impl DocPlan {
+    /// The node at `path` (child indexes from the root).
+    pub fn node(&self, path: &[usize]) -> &Node {
+        path.iter().fold(&self.root, |n, &i| &n.children[i])
+    }
+
+    /// The paths of every node reading `db.table`.
+    pub fn paths_of(&self, db: &str, table: &str) -> Vec<Vec<usize>> {
+        fn walk(n: &Node, path: &mut Vec<usize>, db: &str, table: &str, out: &mut Vec<Vec<usize>>) {
+            if n.table.db == db && n.table.table == table {
+                out.push(path.clone());
+            }
+            for (i, c) in n.children.iter().enumerate() {
+                path.push(i);
+                walk(c, path, db, table, out);
+                path.pop();
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, &mut Vec::new(), db, table, &mut out);
+        out
+    }
+
+    /// The document `_id` for id values (in id order).
+    pub fn document_id(&self, key: &[Json]) -> Option<String> {
+        sluice_core::event::id_of(key)
+    }
+
+    /// The values of `node`'s columns `cols` in a row image (`None` if one is missing or
+    /// NULL).
+    pub fn image_values(
+        node: &Node,
+        cols: &[usize],
+        image: &Map<String, Json>,
+    ) -> Option<Vec<Json>> {
+        cols.iter()
+            .map(|&c| {
+                image
+                    .get(&node.table.columns[c].name)
+                    .filter(|v| !v.is_null())
+                    .cloned()
+            })
+            .collect()
+    }
+
+    /// A child document's routing (its parent's `_id`) from its row image.
+    pub fn routing_of(&self, image: &Map<String, Json>) -> Option<String> {
+        let cols = self.join.as_ref()?.parent.as_ref()?;
+        let values = Self::image_values(&self.root, cols, image)?;
+        sluice_core::event::id_of(&values)
+    }
+}
+
+/// Describes every table of `spec` that exists.
+pub async fn describe(
+    src: &SourceConfig,
+    conn: &mut Conn,
+    spec: &PipelineSpec,
+) -> Result<Tables, MysqlError> {
+    let mut tables = Tables::new();
+    for (db, table) in spec.tables() {
+        if let Some(t) = SnapshotTable::describe_any(src, conn, &db, &table).await? {
+            tables.insert((db, table), t);
+        }
+    }
+    Ok(tables)
+}
+
+/// Describes the tables of `spec` and compiles it: the inner error lists what in the spec
+/// does not fit the tables, each naming its key.
+pub async fn load(
+    src: &SourceConfig,
+    conn: &mut Conn,
+    spec: &PipelineSpec,
+) -> Result<Result<Vec<DocPlan>, Vec<String>>, MysqlError> {
+    Ok(compile(spec, &describe(src, conn, spec).await?))
+}
+
+/// Compiles `spec` against `tables`; every problem names its key.
+pub fn compile(spec: &PipelineSpec, tables: &Tables) -> Result<Vec<DocPlan>, Vec<String>> {
+    let mut problems = Vec::new();
+    let table_of = |db: &str, t: &str, key: &str, problems: &mut Vec<String>| {
+        let found = tables.get(&(db.to_owned(), t.to_owned()));
+        if found.is_none() {
+            problems.push(format!("{key}: `{db}.{t}` does not exist"));
+        }
+        found
+    };
+    let Some(root_table) = table_of(&spec.database, &spec.table, "table", &mut problems) else {
+        return Err(problems);
+    };
+    let join_field = spec.join.as_ref().map(|j| j.field.clone());
+    let root_relations: Vec<&Relation> = spec
+        .relations
+        .iter()
+        .filter(|r| r.kind != RelationKind::Child)
+        .collect();
+    let root = node(
+        spec,
+        NodeSpec {
+            key: "",
+            name: &spec.table,
+            table: root_table,
+            filter: &spec.filter,
+            columns: &spec.columns,
+            fields: &spec.fields,
+            order_by: &[],
+            relations: &root_relations,
+        },
+        None,
+        tables,
+        &mut problems,
+    );
+    let id_names = if spec.id.is_empty() {
+        root_table.key_names()
+    } else {
+        spec.id.clone()
+    };
+    let id = columns_of(root_table, &id_names, "id", &mut problems);
+    if id_names.is_empty() {
+        problems.push(format!(
+            "id: `{}.{}` has no primary key: name the columns that identify a document",
+            spec.database, spec.table
+        ));
+    }
+    let mut plans = Vec::new();
+    if let Some(root) = root {
+        let mut wanted = id.clone();
+        wanted.extend(&root_table.key);
+        plans.push(DocPlan {
+            name: spec
+                .join
+                .as_ref()
+                .map_or_else(|| spec.table.clone(), |j| j.parent.clone()),
+            root: with_selected(root, &wanted),
+            id: id.clone(),
+            join: join_field.clone().map(|field| JoinTag {
+                field,
+                parent: None,
+            }),
+        });
+    }
+    for r in spec
+        .relations
+        .iter()
+        .filter(|r| r.kind == RelationKind::Child)
+    {
+        let key = format!("relations.{}", r.name);
+        if let Some(plan) = child_plan(
+            spec,
+            r,
+            &key,
+            &id_names,
+            join_field.clone(),
+            tables,
+            &mut problems,
+        ) {
+            plans.push(plan);
+        }
+    }
+    if problems.is_empty() {
+        Ok(plans)
+    } else {
+        Err(problems)
+    }
+}
+
+fn child_plan(
+    spec: &PipelineSpec,
+    r: &Relation,
+    key: &str,
+    parent_id: &[String],
+    join_field: Option<String>,
+    tables: &Tables,
+    problems: &mut Vec<String>,
+) -> Option<DocPlan> {
+    let db = spec.database_of(r);
+    let table = tables.get(&(db.to_owned(), r.table.clone()));
+    let Some(table) = table else {
+        problems.push(format!("{key}.table: `{db}.{}` does not exist", r.table));
+        return None;
+    };
+    let keys: Vec<&String> = r.on.keys().collect();
+    let mut sorted_id: Vec<&String> = parent_id.iter().collect();
+    sorted_id.sort();
+    if keys != sorted_id {
+        problems.push(format!(
+            "{key}.on: a child joins the root's id columns ({}), so each child knows its parent's _id",
+            parent_id.join(", ")
+        ));
+        return None;
+    }
+    let routing_names: Vec<String> = parent_id.iter().map(|c| r.on[c].clone()).collect();
+    let routing = columns_of(table, &routing_names, &format!("{key}.on"), problems);
+    let id_names = table.key_names();
+    if id_names.is_empty() {
+        problems.push(format!(
+            "{key}.table: `{db}.{}` has no primary key: child documents take their _id from it",
+            r.table
+        ));
+    }
+    let id = columns_of(table, &id_names, &format!("{key}.table"), problems);
+    let relations: Vec<&Relation> = r.relations.iter().collect();
+    let root = node(
+        spec,
+        NodeSpec {
+            key,
+            name: &r.name,
+            table,
+            filter: &r.filter,
+            columns: &r.columns,
+            fields: &r.fields,
+            order_by: &[],
+            relations: &relations,
+        },
+        None,
+        tables,
+        problems,
+    )?;
+    let mut wanted = id.clone();
+    wanted.extend(&routing);
+    wanted.extend(&table.key);
+    Some(DocPlan {
+        name: r.name.clone(),
+        root: with_selected(root, &wanted),
+        id,
+        join: join_field.map(|field| JoinTag {
+            field,
+            parent: Some(routing),
+        }),
+    })
+}
+
+/// What a node is made of, from the root or a relation.
+struct NodeSpec<'a> {
+    /// Key prefix for problems (`""` for the root, `relations.skus` below).
+    key: &'a str,
+    name: &'a str,
+    table: &'a SnapshotTable,
+    filter: &'a str,
+    columns: &'a [String],
+    fields: &'a BTreeMap<String, FieldOverride>,
+    order_by: &'a [String],
+    relations: &'a [&'a Relation],
+}
+
+fn node(
+    spec: &PipelineSpec,
+    n: NodeSpec<'_>,
+    link: Option<(&Relation, &SnapshotTable)>,
+    tables: &Tables,
+    problems: &mut Vec<String>,
+) -> Option<Node> {
+    let key = |k: &str| {
+        if n.key.is_empty() {
+            k.to_owned()
+        } else {
+            format!("{}.{k}", n.key)
+        }
+    };
+    let t = n.table;
+    let output = if n.columns.is_empty() {
+        (0..t.columns.len()).collect()
+    } else {
+        let mut cols = columns_of(t, n.columns, &key("columns"), problems);
+        cols.sort_unstable();
+        cols
+    };
+    for column in n.fields.keys() {
+        if t.column(column).is_none() {
+            problems.push(format!(
+                "{}: `{column}` is not a column of `{}.{}`",
+                key(&format!("fields.{column}")),
+                t.db,
+                t.table
+            ));
+        }
+    }
+    // The filter's own problems are the spec's; here, only whether its columns exist.
+    if let Ok(names) = filter::check(n.filter) {
+        columns_of(t, &names, &key("filter"), problems);
+    }
+    let link = link.map(|(r, parent)| {
+        let (parents, children): (Vec<String>, Vec<String>) =
+            r.on.iter().map(|(p, c)| (p.clone(), c.clone())).unzip();
+        Link {
+            kind: r.kind,
+            parent: columns_of(parent, &parents, &key("on"), problems),
+            child: columns_of(t, &children, &key("on"), problems),
+        }
+    });
+    let mut order = Vec::new();
+    for o in n
+        .order_by
+        .iter()
+        .filter_map(|o| sluice_core::pipeline::OrderKey::parse(o).ok())
+    {
+        match t.column(&o.column) {
+            Some(c) => order.push((c, o.descending)),
+            None => problems.push(format!(
+                "{}: `{}` is not a column of `{}.{}`",
+                key("order_by"),
+                o.column,
+                t.db,
+                t.table
+            )),
+        }
+    }
+    let mut children = Vec::new();
+    for r in n.relations {
+        let rkey = key(&format!("relations.{}", r.name));
+        if output.iter().any(|&c| t.columns[c].name == r.name) {
+            problems.push(format!(
+                "{rkey}: the parent's column `{}` has this name; rename the relation",
+                r.name
+            ));
+        }
+        let db = spec.database_of(r);
+        let Some(child_table) = tables.get(&(db.to_owned(), r.table.clone())) else {
+            problems.push(format!("{rkey}.table: `{db}.{}` does not exist", r.table));
+            continue;
+        };
+        let below: Vec<&Relation> = r.relations.iter().collect();
+        let child = node(
+            spec,
+            NodeSpec {
+                key: &rkey,
+                name: &r.name,
+                table: child_table,
+                filter: &r.filter,
+                columns: &r.columns,
+                fields: &r.fields,
+                order_by: &r.order_by,
+                relations: &below,
+            },
+            Some((r, t)),
+            tables,
+            problems,
+        );
+        if let Some(mut child) = child {
+            child.limit = r.limit;
+            child.distinct = r.distinct;
+            child.nested = r.is_nested();
+            if r.distinct {
+                for &(c, _) in &child.order {
+                    if !child.output.contains(&c) {
+                        problems.push(format!(
+                            "{rkey}.order_by: `{}` must be among the columns of a distinct relation",
+                            t_name(child_table, c)
+                        ));
+                    }
+                }
+            }
+            children.push(child);
+        }
+    }
+    let mut select = output.clone();
+    if let Some(l) = &link {
+        select.extend(&l.child);
+    }
+    for c in &children {
+        if let Some(l) = &c.link {
+            select.extend(&l.parent);
+        }
+    }
+    select.sort_unstable();
+    select.dedup();
+    Some(Node {
+        name: n.name.to_owned(),
+        table: t.clone(),
+        link,
+        select,
+        output,
+        filter: (!n.filter.is_empty()).then(|| n.filter.to_owned()),
+        order,
+        limit: None,
+        distinct: false,
+        nested: false,
+        fields: n.fields.clone(),
+        children,
+    })
+}
+
+fn t_name(t: &SnapshotTable, c: usize) -> &str {
+    &t.columns[c].name
+}
+
+/// `node` with `cols` selected too.
+fn with_selected(mut node: Node, cols: &[usize]) -> Node {
+    node.select.extend(cols);
+    node.select.sort_unstable();
+    node.select.dedup();
+    node
+}
+
+/// The indexes of `names` in `t`; each missing one is a problem under `key`.
+fn columns_of(
+    t: &SnapshotTable,
+    names: &[String],
+    key: &str,
+    problems: &mut Vec<String>,
+) -> Vec<usize> {
+    names
+        .iter()
+        .filter_map(|name| {
+            let c = t.column(name);
+            if c.is_none() {
+                problems.push(format!(
+                    "{key}: `{name}` is not a column of `{}.{}`",
+                    t.db, t.table
+                ));
+            }
+            c
+        })
+        .collect()
+}
+
+/// A join key: the values as text (so `5` joins `'5'`, as MySQL compares them), or
+/// `None` when one is NULL (which joins nothing).
+pub(crate) fn join_key<'a>(values: impl IntoIterator<Item = &'a Json>) -> Option<String> {
+    let mut key = String::new();
+    for (i, v) in values.into_iter().enumerate() {
+        if i > 0 {
+            key.push('\u{1f}');
+        }
+        match v {
+            Json::Null => return None,
+            Json::String(s) => key.push_str(s),
+            other => key.push_str(&other.to_string()),
+        }
+    }
+    Some(key)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::decode::Kind;
+
+    /// A table description without a server: `(name, sql type)` columns, primary key.
+    pub(crate) fn table(
+        db: &str,
+        name: &str,
+        cols: &[(&str, &str)],
+        key: &[&str],
+    ) -> SnapshotTable {
+        let columns = cols
+            .iter()
+            .map(|(n, t)| {
+                let kind = match *t {
+                    "int" | "bigint" => Kind::Int,
+                    "datetime" => Kind::DateTime,
+                    "decimal(10,2)" => Kind::Decimal,
+                    _ => Kind::Text,
+                };
+                (n.to_string(), (kind, 0, t.to_string()))
+            })
+            .collect();
+        let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
+        SnapshotTable::from_parts(db, name, columns, &key)
+    }
+
+    pub(crate) fn shop_tables() -> Tables {
+        let mut t = Tables::new();
+        for tbl in [
+            table(
+                "shop",
+                "products",
+                &[
+                    ("id", "int"),
+                    ("title", "varchar"),
+                    ("brand_id", "int"),
+                    ("deleted", "int"),
+                ],
+                &["id"],
+            ),
+            table(
+                "shop",
+                "brands",
+                &[("id", "int"), ("name", "varchar")],
+                &["id"],
+            ),
+            table(
+                "shop",
+                "skus",
+                &[("id", "int"), ("product_id", "int"), ("code", "varchar")],
+                &["id"],
+            ),
+            table(
+                "shop",
+                "sku_prices",
+                &[("id", "int"), ("sku_id", "int"), ("price", "decimal(10,2)")],
+                &["id"],
+            ),
+            table(
+                "shop",
+                "product_tags",
+                &[
+                    ("product_id", "int"),
+                    ("tag", "varchar"),
+                    ("created_at", "datetime"),
+                ],
+                &["product_id", "tag"],
+            ),
+        ] {
+            t.insert((tbl.db.clone(), tbl.table.clone()), tbl);
+        }
+        t
+    }
+
+    pub(crate) fn shop_spec() -> PipelineSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "products", "source": "s", "database": "shop", "table": "products",
+            "filter": "deleted = 0", "columns": ["id", "title"],
+            "relations": [
+                {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
+                {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},
+                 "relations": [{"name": "prices", "kind": "one_to_many", "table": "sku_prices", "on": {"id": "sku_id"}}]},
+                {"name": "tags", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
+                 "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]}
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_shop_tree_compiles_with_what_each_level_must_read() {
+        let plans = compile(&shop_spec(), &shop_tables()).unwrap();
+        assert_eq!(plans.len(), 1);
+        let p = &plans[0];
+        let root = &p.root;
+        // Output: id, title; read too: brand_id (joins brands).
+        assert_eq!(root.names(&root.output), ["id", "title"]);
+        assert_eq!(root.names(&root.select), ["id", "title", "brand_id"]);
+        assert_eq!(root.names(&p.id), ["id"]);
+        let skus = &root.children[1];
+        assert!(skus.nested);
+        assert_eq!(
+            skus.names(&skus.link.as_ref().unwrap().child),
+            ["product_id"]
+        );
+        let tags = &root.children[2];
+        assert!(!tags.nested);
+        assert_eq!(tags.limit, Some(5));
+        assert_eq!(tags.names(&tags.output), ["tag", "created_at"]);
+        assert_eq!(
+            tags.names(&tags.select),
+            ["product_id", "tag", "created_at"]
+        );
+        assert_eq!(p.paths_of("shop", "sku_prices"), [vec![1, 0]]);
+        assert_eq!(p.node(&[1, 0]).name, "prices");
+    }
+
+    #[test]
+    fn unknown_tables_and_columns_are_named() {
+        let mut spec = shop_spec();
+        spec.relations[0].on = BTreeMap::from([("maker_id".into(), "id".into())]);
+        spec.relations[1].relations[0].table = "prices".into();
+        spec.relations[2].order_by = vec!["made_at".into()];
+        spec.relations[2].columns = vec!["tag".into(), "colour".into()];
+        spec.filter = "deleted = 0 AND hidden = 0".into();
+        let p = compile(&spec, &shop_tables()).unwrap_err();
+        for want in [
+            "relations.brand.on: `maker_id` is not a column of `shop.products`",
+            "relations.skus.relations.prices.table: `shop.prices` does not exist",
+            "relations.tags.order_by: `made_at` is not a column of `shop.product_tags`",
+            "relations.tags.columns: `colour` is not a column of `shop.product_tags`",
+            "filter: `hidden` is not a column of `shop.products`",
+        ] {
+            assert!(p.contains(&want.to_owned()), "{want}\nnot in {p:#?}");
+        }
+    }
+
+    #[test]
+    fn child_relations_are_documents_routed_by_the_parent_id() {
+        let mut tables = shop_tables();
+        let answers = table(
+            "shop",
+            "reviews",
+            &[("id", "int"), ("product_id", "int"), ("body", "text")],
+            &["id"],
+        );
+        tables.insert(("shop".into(), "reviews".into()), answers);
+        let mut spec = shop_spec();
+        spec.relations.push(
+            serde_json::from_value(serde_json::json!(
+                {"name": "review", "kind": "child", "table": "reviews", "on": {"id": "product_id"}}
+            ))
+            .unwrap(),
+        );
+        let spec = spec.normalized();
+        let plans = compile(&spec, &tables).unwrap();
+        assert_eq!(plans.len(), 2);
+        assert_eq!(plans[0].name, "products");
+        assert_eq!(
+            plans[0].root.children.len(),
+            3,
+            "the child is not nested in the parent"
+        );
+        let review = &plans[1];
+        assert_eq!(review.name, "review");
+        let routing = review.join.as_ref().unwrap().parent.as_ref().unwrap();
+        assert_eq!(review.root.names(routing), ["product_id"]);
+        let image = serde_json::json!({"id": 9, "product_id": 42, "body": "x"});
+        assert_eq!(
+            review.routing_of(image.as_object().unwrap()).as_deref(),
+            Some("42")
+        );
+        assert_eq!(review.document_id(&[Json::from(9)]).as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn join_keys_compare_as_mysql_does_and_null_joins_nothing() {
+        assert_eq!(join_key([&Json::from(5)]), join_key([&Json::from("5")]));
+        assert_eq!(join_key([&Json::from(1), &Json::Null]), None);
+        assert_ne!(
+            join_key([&Json::from("a"), &Json::from("bc")]),
+            join_key([&Json::from("ab"), &Json::from("c")])
+        );
+    }
+}

@@ -1,0 +1,503 @@
+//! Running a document read: the root rows, then one query per relation for all of their
+//! rows at once (in bounded `IN` lists), assembled into documents; and the walk up from
+//! changed rows to the documents that contain them.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use base64::Engine as _;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Params, Row, Value};
+use serde_json::{Map, Value as Json};
+use sluice_core::RelationKind;
+
+use super::{join_key, sql, DocPlan, Node};
+use crate::decode::Kind;
+use crate::error::MysqlError;
+use crate::preflight::query_err;
+use crate::snapshot::{value_to_json, Key, KeyPart};
+use crate::source::SourceConfig;
+
+/// One document as read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Built {
+    /// Its id values, in id order.
+    pub key: Vec<Json>,
+    /// Its `_id`.
+    pub id: String,
+    /// A child document's routing: its parent's `_id`.
+    pub routing: Option<String>,
+    /// `None`: no such row, or the filter hides it — the document is to be deleted.
+    pub doc: Option<Map<String, Json>>,
+}
+
+/// A range of a build: the documents, and where the next read starts.
+#[derive(Debug)]
+pub struct RangeRead {
+    pub docs: Vec<Built>,
+    /// The primary key of the last root row read; `None` when none was.
+    pub last: Option<Key>,
+    /// Root rows read (documents, and rows without a usable id).
+    pub rows: usize,
+}
+
+type Rows = Vec<Vec<Json>>;
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl DocPlan {
+    /// The documents of `keys` (id values, in id order): one entry per distinct key
+    /// without NULLs, in order. Run it inside a transaction ([`crate::begin_snapshot`]) so
+    /// every level sees one state.
+    pub async fn read(
+        &self,
+        src: &SourceConfig,
+        conn: &mut Conn,
+        keys: &[Vec<Json>],
+    ) -> Result<Vec<Built>, MysqlError> {
+        let root = &self.root;
+        let mut distinct = std::collections::HashSet::new();
+        let keys: Vec<Vec<Json>> = keys
+            .iter()
+            .filter(|k| join_key(k.iter()).is_some_and(|k| distinct.insert(k)))
+            .cloned()
+            .collect();
+        let mut rows: Rows = Vec::new();
+        for chunk in keys.chunks(sql::MAX_IN) {
+            let text = sql::rows_by(
+                root,
+                &root.select,
+                &self.id,
+                sql::padded(chunk.len()),
+                false,
+            );
+            let params = params(root, &self.id, chunk);
+            let raw = fetch(src, conn, "read documents", text, params).await?;
+            rows.extend(decode(src, root, &root.select, raw)?);
+        }
+        let docs = assemble(self, src, conn, root, &rows).await?;
+        let slots: Vec<usize> = self.id.iter().map(|&c| root.slot(c)).collect();
+        let mut found: HashMap<String, usize> = HashMap::new();
+        for (i, row) in rows.iter().enumerate() {
+            if let Some(k) = join_key(slots.iter().map(|&s| &row[s])) {
+                found.entry(k).or_insert(i);
+            }
+        }
+        let mut docs: Vec<Option<Map<String, Json>>> = docs.into_iter().map(Some).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(id) = self.document_id(&key) else {
+                continue;
+            };
+            let at = join_key(&key).and_then(|k| found.get(&k).copied());
+            out.push(Built {
+                routing: at.and_then(|i| self.routing_in(&rows[i])),
+                doc: at.and_then(|i| docs[i].take()),
+                key,
+                id,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The documents whose root rows have primary keys in `(after, upto]` (open ends when
+    /// `None`), in key order, at most `limit` rows: a build reads a chunk with it, inside a
+    /// consistent snapshot.
+    pub async fn read_range(
+        &self,
+        src: &SourceConfig,
+        conn: &mut Conn,
+        after: Option<&Key>,
+        upto: Option<&Key>,
+        limit: usize,
+    ) -> Result<RangeRead, MysqlError> {
+        let root = &self.root;
+        let text = sql::root_range(root, after.is_some(), upto.is_some(), limit);
+        let mut values: Vec<Value> = Vec::new();
+        for k in [after, upto].into_iter().flatten() {
+            values.extend(k.0.iter().map(KeyPart::to_value));
+        }
+        let params = if values.is_empty() {
+            Params::Empty
+        } else {
+            Params::Positional(values)
+        };
+        let raw = fetch(src, conn, "read a build chunk", text, params).await?;
+        let key_slots: Vec<usize> = root.table.key.iter().map(|&c| root.slot(c)).collect();
+        let last = raw.last().map(|r| {
+            Key(key_slots
+                .iter()
+                .map(|&s| KeyPart::from_value(&r[s]))
+                .collect())
+        });
+        let count = raw.len();
+        let rows = decode(src, root, &root.select, raw)?;
+        let docs = assemble(self, src, conn, root, &rows).await?;
+        let id_slots: Vec<usize> = self.id.iter().map(|&c| root.slot(c)).collect();
+        let mut out = Vec::with_capacity(rows.len());
+        for (row, doc) in rows.iter().zip(docs) {
+            let key: Vec<Json> = id_slots.iter().map(|&s| row[s].clone()).collect();
+            let Some(id) = self.document_id(&key) else {
+                tracing::warn!(table = %root.table.table, "a row with a NULL id cannot be a document; skipped");
+                continue;
+            };
+            out.push(Built {
+                routing: self.routing_in(row),
+                key,
+                id,
+                doc: Some(doc),
+            });
+        }
+        Ok(RangeRead {
+            docs: out,
+            last,
+            rows: count,
+        })
+    }
+
+    /// The root id values of the documents that contain rows of the node at `path` whose
+    /// columns `cols` hold `values`, each with the greatest tag of the values that led to
+    /// it. Filters are ignored on the way up: a row a filter hides may be joined now, or
+    /// may just have stopped being joined, and its document must be read again either way.
+    pub async fn roots_of<T: Ord + Copy + Send>(
+        &self,
+        src: &SourceConfig,
+        conn: &mut Conn,
+        path: &[usize],
+        cols: &[usize],
+        values: Vec<(Vec<Json>, T)>,
+    ) -> Result<Vec<(Vec<Json>, T)>, MysqlError> {
+        let mut path = path.to_vec();
+        let mut cols = cols.to_vec();
+        let mut values = merge(values);
+        loop {
+            let node = self.node(&path);
+            let Some(link) = &node.link else {
+                // The root: its id columns, looked up unless these are they.
+                return lookup(src, conn, node, &self.id, &cols, values).await;
+            };
+            values = lookup(src, conn, node, &link.child, &cols, values).await?;
+            path.pop();
+            cols = link.parent.clone();
+            if values.is_empty() {
+                return Ok(values);
+            }
+        }
+    }
+
+    /// A child document's routing from its row as read.
+    fn routing_in(&self, row: &[Json]) -> Option<String> {
+        let cols = self.join.as_ref()?.parent.as_ref()?;
+        let values: Vec<&Json> = cols.iter().map(|&c| &row[self.root.slot(c)]).collect();
+        sluice_core::event::id_of(values)
+    }
+}
+
+/// Values of `out` for the rows of `node` whose `by` columns hold `values`: no query
+/// when `by` are `out` (in any order).
+async fn lookup<T: Ord + Copy + Send>(
+    src: &SourceConfig,
+    conn: &mut Conn,
+    node: &Node,
+    out: &[usize],
+    by: &[usize],
+    values: Vec<(Vec<Json>, T)>,
+) -> Result<Vec<(Vec<Json>, T)>, MysqlError> {
+    let mut same = by.to_vec();
+    same.sort_unstable();
+    let mut wanted = out.to_vec();
+    wanted.sort_unstable();
+    if same == wanted {
+        let order: Vec<usize> = out
+            .iter()
+            .map(|c| by.iter().position(|b| b == c).expect("same columns"))
+            .collect();
+        return Ok(values
+            .into_iter()
+            .map(|(v, t)| (order.iter().map(|&i| v[i].clone()).collect(), t))
+            .collect());
+    }
+    let tags: HashMap<String, T> = values
+        .iter()
+        .filter_map(|(v, t)| Some((join_key(v)?, *t)))
+        .collect();
+    let mut select = out.to_vec();
+    select.extend(by);
+    let keys: Vec<Vec<Json>> = values.into_iter().map(|(v, _)| v).collect();
+    let mut found = Vec::new();
+    for chunk in keys.chunks(sql::MAX_IN) {
+        let text = sql::rows_by(node, &select, by, sql::padded(chunk.len()), true);
+        let raw = fetch(
+            src,
+            conn,
+            "find the documents of a change",
+            text,
+            params(node, by, chunk),
+        )
+        .await?;
+        for row in decode(src, node, &select, raw)? {
+            let (o, b) = row.split_at(out.len());
+            if let (Some(t), true) = (
+                join_key(b).and_then(|k| tags.get(&k)),
+                o.iter().all(|v| !v.is_null()),
+            ) {
+                found.push((o.to_vec(), *t));
+            }
+        }
+    }
+    Ok(merge(found))
+}
+
+/// Each distinct key once, with the greatest of its tags.
+fn merge<T: Ord + Copy>(values: Vec<(Vec<Json>, T)>) -> Vec<(Vec<Json>, T)> {
+    let mut at: HashMap<String, usize> = HashMap::new();
+    let mut out: Vec<(Vec<Json>, T)> = Vec::new();
+    for (v, t) in values {
+        let Some(k) = join_key(&v) else { continue };
+        match at.get(&k) {
+            Some(&i) => out[i].1 = out[i].1.max(t),
+            None => {
+                at.insert(k, out.len());
+                out.push((v, t));
+            }
+        }
+    }
+    out
+}
+
+/// The documents of `rows` of `node` (read with its `select`): their output columns and,
+/// per relation, what it joins.
+fn assemble<'a>(
+    plan: &'a DocPlan,
+    src: &'a SourceConfig,
+    conn: &'a mut Conn,
+    node: &'a Node,
+    rows: &'a [Vec<Json>],
+) -> BoxFuture<'a, Result<Vec<Map<String, Json>>, MysqlError>> {
+    Box::pin(async move {
+        let mut docs: Vec<Map<String, Json>> = rows
+            .iter()
+            .map(|row| {
+                node.output
+                    .iter()
+                    .map(|&c| {
+                        (
+                            node.table.columns[c].name.clone(),
+                            row[node.slot(c)].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(docs);
+        }
+        for child in &node.children {
+            let values = related(plan, src, conn, node, child, rows).await?;
+            for (doc, v) in docs.iter_mut().zip(values) {
+                doc.insert(child.name.clone(), v);
+            }
+        }
+        if let Some(join) = plan
+            .join
+            .as_ref()
+            .filter(|_| std::ptr::eq(node, &plan.root))
+        {
+            for (doc, row) in docs.iter_mut().zip(rows) {
+                let tag = match &join.parent {
+                    None => Json::String(plan.name.clone()),
+                    Some(_) => serde_json::json!({
+                        "name": plan.name,
+                        "parent": plan.routing_in(row),
+                    }),
+                };
+                doc.insert(join.field.clone(), tag);
+            }
+        }
+        Ok(docs)
+    })
+}
+
+/// What relation `child` holds for each of `parent`'s `rows`: an object (or null) for
+/// one_to_one, an array for one_to_many.
+async fn related(
+    plan: &DocPlan,
+    src: &SourceConfig,
+    conn: &mut Conn,
+    parent: &Node,
+    child: &Node,
+    rows: &[Vec<Json>],
+) -> Result<Vec<Json>, MysqlError> {
+    let link = child.link.as_ref().expect("a relation has a link");
+    let parent_slots: Vec<usize> = link.parent.iter().map(|&c| parent.slot(c)).collect();
+    let mut keys: Vec<Vec<Json>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let parent_keys: Vec<Option<String>> = rows
+        .iter()
+        .map(|row| {
+            let values: Vec<Json> = parent_slots.iter().map(|&s| row[s].clone()).collect();
+            let k = join_key(&values)?;
+            if seen.insert(k.clone()) {
+                keys.push(values);
+            }
+            Some(k)
+        })
+        .collect();
+    let mut child_rows: Rows = Vec::new();
+    for chunk in keys.chunks(sql::MAX_IN) {
+        let text = sql::children(child, sql::padded(chunk.len()));
+        let raw = fetch(
+            src,
+            conn,
+            "read a relation",
+            text,
+            params(child, &link.child, chunk),
+        )
+        .await?;
+        child_rows.extend(decode(src, child, &child.select, raw)?);
+    }
+    let child_docs = assemble(plan, src, conn, child, &child_rows).await?;
+    let child_slots: Vec<usize> = link.child.iter().map(|&c| child.slot(c)).collect();
+    let mut grouped: HashMap<String, Vec<Map<String, Json>>> = HashMap::new();
+    for (row, doc) in child_rows.iter().zip(child_docs) {
+        if let Some(k) = join_key(child_slots.iter().map(|&s| &row[s])) {
+            grouped.entry(k).or_default().push(doc);
+        }
+    }
+    Ok(parent_keys
+        .into_iter()
+        .map(|k| {
+            let docs = k.and_then(|k| grouped.get(&k));
+            match link.kind {
+                RelationKind::OneToOne => docs
+                    .and_then(|d| d.first())
+                    .map_or(Json::Null, |d| Json::Object(d.clone())),
+                _ => Json::Array(
+                    docs.map(|d| d.iter().cloned().map(Json::Object).collect())
+                        .unwrap_or_default(),
+                ),
+            }
+        })
+        .collect())
+}
+
+/// The parameters for an `IN` list of `keys` over `cols`, padded as the statement is.
+fn params(node: &Node, cols: &[usize], keys: &[Vec<Json>]) -> Params {
+    let kinds: Vec<Kind> = cols.iter().map(|&c| node.table.columns[c].kind).collect();
+    let mut out = Vec::with_capacity(sql::padded(keys.len()) * cols.len());
+    for key in keys.iter().chain(std::iter::repeat_n(
+        keys.last().expect("at least one key"),
+        sql::padded(keys.len()) - keys.len(),
+    )) {
+        out.extend(key.iter().zip(&kinds).map(|(v, &k)| param(k, v)));
+    }
+    Params::Positional(out)
+}
+
+/// A JSON value as the parameter that matches the column's value: the inverse of the
+/// decoding for the types a key may have.
+fn param(kind: Kind, v: &Json) -> Value {
+    match v {
+        Json::Null => Value::NULL,
+        Json::Bool(b) => Value::Int(i64::from(*b)),
+        Json::Number(n) => n
+            .as_i64()
+            .map(Value::Int)
+            .or_else(|| n.as_u64().map(Value::UInt))
+            .unwrap_or_else(|| Value::Double(n.as_f64().unwrap_or(0.0))),
+        Json::String(s) => Value::Bytes(match kind {
+            Kind::Bytes => base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .unwrap_or_else(|_| s.clone().into_bytes()),
+            Kind::DateTime | Kind::Timestamp => {
+                s.replacen('T', " ", 1).trim_end_matches('Z').into()
+            }
+            _ => s.clone().into_bytes(),
+        }),
+        Json::Array(labels) => Value::Bytes(
+            labels
+                .iter()
+                .filter_map(Json::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+                .into_bytes(),
+        ),
+        Json::Object(_) => Value::Bytes(v.to_string().into_bytes()),
+    }
+}
+
+async fn fetch(
+    src: &SourceConfig,
+    conn: &mut Conn,
+    what: &'static str,
+    text: String,
+    params: Params,
+) -> Result<Vec<Vec<Value>>, MysqlError> {
+    let rows: Vec<Row> = conn
+        .exec(text, params)
+        .await
+        .map_err(query_err(src, what))?;
+    Ok(rows.into_iter().map(Row::unwrap).collect())
+}
+
+/// Raw rows of `node`'s columns `cols` as JSON, decoded as the binlog decoder would.
+fn decode(
+    src: &SourceConfig,
+    node: &Node,
+    cols: &[usize],
+    raw: Vec<Vec<Value>>,
+) -> Result<Rows, MysqlError> {
+    raw.into_iter()
+        .map(|values| {
+            cols.iter()
+                .zip(values)
+                .map(|(&c, v)| {
+                    let col = &node.table.columns[c];
+                    value_to_json(col, v).map_err(|detail| MysqlError::Value {
+                        source_name: src.name.clone(),
+                        table: format!("{}.{}", node.table.db, node.table.table),
+                        column: col.name.clone(),
+                        detail,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keeps_the_greatest_tag_per_key_and_drops_nulls() {
+        let merged = merge(vec![
+            (vec![Json::from(1)], 5u64),
+            (vec![Json::from("1")], 9),
+            (vec![Json::from(2)], 3),
+            (vec![Json::Null], 10),
+        ]);
+        assert_eq!(merged, [(vec![Json::from(1)], 9), (vec![Json::from(2)], 3)]);
+    }
+
+    #[test]
+    fn parameters_undo_the_decoding() {
+        assert_eq!(param(Kind::Int, &Json::from(-3)), Value::Int(-3));
+        assert_eq!(
+            param(Kind::Int, &Json::from(u64::MAX)),
+            Value::UInt(u64::MAX)
+        );
+        assert_eq!(
+            param(Kind::Bytes, &Json::from("AAE=")),
+            Value::Bytes(vec![0, 1])
+        );
+        assert_eq!(
+            param(Kind::Timestamp, &Json::from("2024-01-02T03:04:05Z")),
+            Value::Bytes(b"2024-01-02 03:04:05".to_vec())
+        );
+        assert_eq!(
+            param(Kind::Text, &Json::from("a")),
+            Value::Bytes(b"a".to_vec())
+        );
+    }
+}

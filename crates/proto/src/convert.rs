@@ -1,0 +1,266 @@
+//! The API edge: the shared definitions of a pipeline and a source to and from their
+//! messages. Nothing else converts.
+
+use std::collections::BTreeMap;
+
+use sluice_core::pipeline::JoinField;
+use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
+
+use crate::v1;
+
+/// What the center says about a pipeline besides its spec (read-only in the API).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PipelineState {
+    pub live_version: u32,
+    pub building_version: u32,
+    pub history: Vec<u32>,
+    /// Why the live (or building) version needs a rebuild; empty: it does not.
+    pub needs_rebuild: String,
+}
+
+impl PipelineState {
+    pub fn state(&self) -> &'static str {
+        state_of(self.live_version, self.building_version)
+    }
+}
+
+/// A pipeline's state follows from its versions: `building` while a version is being
+/// built, `available` once one was, else `unavailable`.
+pub fn state_of(live_version: u32, building_version: u32) -> &'static str {
+    if building_version > 0 {
+        "building"
+    } else if live_version > 0 {
+        "available"
+    } else {
+        "unavailable"
+    }
+}
+
+pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
+    v1::Pipeline {
+        name: spec.name.clone(),
+        source: spec.source.clone(),
+        database: spec.database.clone(),
+        table: spec.table.clone(),
+        alias: spec.alias.clone(),
+        columns: spec.columns.clone(),
+        shards: spec.shards,
+        replicas: spec.replicas,
+        tombstone_retention: spec.tombstone_retention.clone(),
+        state: state.state().into(),
+        live_version: state.live_version,
+        building_version: state.building_version,
+        history: state.history.clone(),
+        fields: field_mappings(&spec.fields),
+        refresh_interval: spec.refresh_interval.clone(),
+        needs_rebuild: state.needs_rebuild.clone(),
+        filter: spec.filter.clone(),
+        id: spec.id.clone(),
+        relations: spec.relations.iter().map(relation).collect(),
+        join: spec.join.as_ref().map(|j| v1::JoinField {
+            field: j.field.clone(),
+            parent: j.parent.clone(),
+        }),
+    }
+}
+
+/// The spec a message asks for (its read-only parts ignored); the error names the key.
+pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
+    Ok(PipelineSpec {
+        name: p.name,
+        source: p.source,
+        database: p.database,
+        table: p.table,
+        alias: p.alias,
+        id: p.id,
+        filter: p.filter,
+        columns: p.columns,
+        fields: overrides(&p.fields),
+        relations: p
+            .relations
+            .into_iter()
+            .map(|r| relation_spec("relations", r))
+            .collect::<Result<_, _>>()?,
+        join: p.join.map(|j| JoinField {
+            field: if j.field.is_empty() {
+                "join_field".into()
+            } else {
+                j.field
+            },
+            parent: j.parent,
+        }),
+        shards: p.shards,
+        replicas: p.replicas,
+        tombstone_retention: p.tombstone_retention,
+        refresh_interval: p.refresh_interval,
+    })
+}
+
+fn relation(r: &Relation) -> v1::Relation {
+    v1::Relation {
+        name: r.name.clone(),
+        kind: match r.kind {
+            RelationKind::OneToOne => v1::RelationKind::OneToOne,
+            RelationKind::OneToMany => v1::RelationKind::OneToMany,
+            RelationKind::Child => v1::RelationKind::Child,
+        } as i32,
+        table: r.table.clone(),
+        database: r.database.clone(),
+        source: r.source.clone(),
+        on: r.on.clone().into_iter().collect(),
+        nested: r.nested,
+        columns: r.columns.clone(),
+        filter: r.filter.clone(),
+        distinct: r.distinct,
+        order_by: r.order_by.clone(),
+        limit: r.limit.unwrap_or(0),
+        fields: field_mappings(&r.fields),
+        relations: r.relations.iter().map(relation).collect(),
+    }
+}
+
+fn relation_spec(prefix: &str, r: v1::Relation) -> Result<Relation, String> {
+    let key = format!("{prefix}.{}", r.name);
+    let kind = match v1::RelationKind::try_from(r.kind) {
+        Ok(v1::RelationKind::OneToOne) => RelationKind::OneToOne,
+        Ok(v1::RelationKind::OneToMany) => RelationKind::OneToMany,
+        Ok(v1::RelationKind::Child) => RelationKind::Child,
+        Ok(v1::RelationKind::Unspecified) | Err(_) => {
+            return Err(format!(
+                "{key}.kind: required (one_to_one, one_to_many or child)"
+            ))
+        }
+    };
+    let below = format!("{key}.relations");
+    Ok(Relation {
+        name: r.name,
+        kind,
+        table: r.table,
+        database: r.database,
+        source: r.source,
+        on: r.on.into_iter().collect(),
+        nested: r.nested,
+        columns: r.columns,
+        filter: r.filter,
+        distinct: r.distinct,
+        order_by: r.order_by,
+        limit: (r.limit > 0).then_some(r.limit),
+        fields: overrides(&r.fields),
+        relations: r
+            .relations
+            .into_iter()
+            .map(|sub| relation_spec(&below, sub))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// The API's field mappings as the overrides the mapping applies.
+pub fn overrides(fields: &BTreeMap<String, v1::FieldMapping>) -> BTreeMap<String, FieldOverride> {
+    let set = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    fields
+        .iter()
+        .map(|(column, f)| {
+            let o = FieldOverride {
+                es_type: set(&f.r#type),
+                analyzer: set(&f.analyzer),
+                search_analyzer: set(&f.search_analyzer),
+                keyword: f.keyword,
+                copy_to: f.copy_to.clone(),
+                index: f.index,
+            };
+            (column.clone(), o)
+        })
+        .collect()
+}
+
+/// The inverse of [`overrides`].
+pub fn field_mappings(
+    fields: &BTreeMap<String, FieldOverride>,
+) -> BTreeMap<String, v1::FieldMapping> {
+    fields
+        .iter()
+        .map(|(column, o)| {
+            let f = v1::FieldMapping {
+                r#type: o.es_type.clone().unwrap_or_default(),
+                analyzer: o.analyzer.clone().unwrap_or_default(),
+                search_analyzer: o.search_analyzer.clone().unwrap_or_default(),
+                keyword: o.keyword,
+                copy_to: o.copy_to.clone(),
+                index: o.index,
+            };
+            (column.clone(), f)
+        })
+        .collect()
+}
+
+pub fn source(s: &SourceSpec) -> v1::Source {
+    v1::Source {
+        name: s.name.clone(),
+        host: s.host.clone(),
+        port: s.port.into(),
+        user: s.user.clone(),
+        password_ref: s.password_ref.clone(),
+        server_id: s.server_id,
+        tables: s.tables.clone(),
+    }
+}
+
+/// The source a message asks for; a port of 0 means MySQL's default.
+pub fn source_spec(s: v1::Source) -> Result<SourceSpec, String> {
+    let port = match s.port {
+        0 => 3306,
+        p => u16::try_from(p).map_err(|_| format!("port: {p} is not a TCP port"))?,
+    };
+    Ok(SourceSpec {
+        name: s.name,
+        host: s.host,
+        port,
+        user: s.user,
+        password_ref: s.password_ref,
+        server_id: s.server_id,
+        tables: s.tables,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_survives_the_round_trip() {
+        let json = r#"{"name":"p","source":"s","database":"d","table":"products","filter":"deleted = 0",
+            "id":["code"],"fields":{"title":{"analyzer":"english"}},
+            "relations":[{"name":"skus","kind":"one_to_many","table":"skus","on":{"id":"product_id"},
+              "nested":false,"order_by":["price desc"],"limit":3,"distinct":false,
+              "relations":[{"name":"w","kind":"one_to_one","table":"warehouses","on":{"wid":"id"}}]}],
+            "shards":2,"replicas":0,"tombstone_retention":"1d"}"#;
+        let spec: PipelineSpec = serde_json::from_str(json).unwrap();
+        let state = PipelineState {
+            live_version: 3,
+            ..Default::default()
+        };
+        let message = pipeline(&spec, &state);
+        assert_eq!(message.state, "available");
+        assert_eq!(pipeline_spec(message).unwrap(), spec);
+    }
+
+    #[test]
+    fn a_relation_without_a_kind_is_named() {
+        let p = v1::Pipeline {
+            relations: vec![v1::Relation {
+                name: "skus".into(),
+                relations: vec![v1::Relation {
+                    name: "prices".into(),
+                    ..Default::default()
+                }],
+                kind: v1::RelationKind::OneToMany as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            pipeline_spec(p).unwrap_err(),
+            "relations.skus.relations.prices.kind: required (one_to_one, one_to_many or child)"
+        );
+    }
+}
