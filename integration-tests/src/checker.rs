@@ -172,7 +172,7 @@ fn compare(
     None
 }
 
-fn values_equal(data_type: &str, want: &Value, got: &Value) -> bool {
+pub(crate) fn values_equal(data_type: &str, want: &Value, got: &Value) -> bool {
     match (data_type, want, got) {
         ("float", Value::Number(a), Value::Number(b)) => close(a.as_f64(), b.as_f64(), 1e-6),
         ("double", Value::Number(a), Value::Number(b)) => close(a.as_f64(), b.as_f64(), 1e-14),
@@ -188,7 +188,7 @@ fn close(a: Option<f64>, b: Option<f64>, rel: f64) -> bool {
 }
 
 /// What the document must hold for a MySQL text-protocol value of `data_type`.
-fn expected_json(data_type: &str, raw: MyValue) -> Value {
+pub(crate) fn expected_json(data_type: &str, raw: MyValue) -> Value {
     let bytes = match raw {
         MyValue::NULL => return Value::Null,
         MyValue::Bytes(b) => b,

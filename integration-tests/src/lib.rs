@@ -10,6 +10,7 @@
 pub mod ceiling;
 pub mod checker;
 pub mod cluster;
+pub mod documents;
 pub mod kafka;
 pub mod services;
 
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 pub use checker::{check_table, CheckOptions};
 pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
+pub use documents::check_documents;
 pub use services::{Pipeline, Running, Service, Stack, TestCtx};
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.

@@ -222,13 +222,10 @@ impl TestCtx {
         service
     }
 
-    /// A standalone worker streaming the test database (not yet started).
-    pub fn worker(&self) -> Service {
-        let worker = format!(
-            "[worker]\nid = \"w-{}\"\nconfirm_interval = \"200ms\"\n",
-            self.suffix
-        );
-        let source = format!(
+    /// The test's source as a `[[sources]]` entry (the worker streams it; the etl reads
+    /// documents back from it).
+    fn source_section(&self) -> String {
+        format!(
             r#"[[sources]]
 name = "{instance}"
 host = "{host}"
@@ -245,7 +242,16 @@ tables = ["{db}.*"]
             password = self.stack.source_password,
             server_id = self.server_id,
             db = self.db,
+        )
+    }
+
+    /// A standalone worker streaming the test database (not yet started).
+    pub fn worker(&self) -> Service {
+        let worker = format!(
+            "[worker]\nid = \"w-{}\"\nconfirm_interval = \"200ms\"\n",
+            self.suffix
         );
+        let source = self.source_section();
         self.service(
             "sluice-worker",
             "worker",
@@ -288,6 +294,55 @@ replicas = 0
         self.service("sluice-etl", "etl", &sections)
     }
 
+    /// A pipeline spec (JSON, as `sluicectl pipelines put --spec` takes it) over this
+    /// test's source and database: `tree` gives the root table and relations; the name
+    /// and alias derive from the root table (as for [`TestCtx::pipeline`]), no replicas.
+    /// Every table of the tree is registered for cleanup.
+    pub fn spec(&self, mut tree: serde_json::Value) -> serde_json::Value {
+        fn tables(v: &serde_json::Value, out: &mut Vec<String>) {
+            if let Some(t) = v["table"].as_str() {
+                out.push(t.to_owned());
+            }
+            for r in v["relations"].as_array().into_iter().flatten() {
+                tables(r, out);
+            }
+        }
+        let mut all = Vec::new();
+        tables(&tree, &mut all);
+        let alias = self.pipeline_alias(&all[0]);
+        self.tables.lock().expect("tables").extend(all);
+        for (k, v) in [
+            ("name", alias.clone()),
+            ("source", self.instance.clone()),
+            ("database", self.db.clone()),
+            ("alias", alias),
+        ] {
+            tree[k] = serde_json::Value::String(v);
+        }
+        tree["replicas"] = 0.into();
+        tree
+    }
+
+    /// A standalone etl applying pipeline `specs` (see [`TestCtx::spec`]), reading
+    /// documents back from the test's source (not yet started).
+    pub fn etl_with(&self, specs: &[serde_json::Value]) -> Service {
+        let pipelines =
+            toml::to_string(&serde_json::json!({ "pipelines": specs })).expect("a spec is TOML");
+        let sections = [self.etl_sections(), pipelines, self.source_section()];
+        let sections: Vec<&str> = sections.iter().map(String::as_str).collect();
+        self.service("sluice-etl", "etl", &sections)
+    }
+
+    /// Starts a worker, waits until it streams, then an etl applying `specs`.
+    pub async fn start_with(&self, specs: &[serde_json::Value]) -> Running {
+        let mut worker = self.worker();
+        worker.start();
+        self.wait_worker_ready(&worker).await;
+        let mut etl = self.etl_with(specs);
+        etl.start();
+        Running { worker, etl }
+    }
+
     /// This test's ZooKeeper session (under its own root), opened on first use.
     pub async fn coordinator(&self) -> &sluice_zk::Coordinator {
         self.zk
@@ -327,6 +382,37 @@ replicas = 0
                     Some(_) => Ok(()),
                     None => Err(format!(
                         "no checkpoint yet\nworker log:\n{}",
+                        worker.log_tail()
+                    )),
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until the worker has confirmed the binlog position the server is at now:
+    /// every change made before this call is in Kafka.
+    pub async fn wait_streamed(&self, worker: &Service) {
+        let row: mysql_async::Row = self
+            .stack
+            .conn()
+            .await
+            .query_first("SHOW MASTER STATUS")
+            .await
+            .expect("SHOW MASTER STATUS")
+            .expect("the binlog is on");
+        let end = sluice_core::BinlogPosition::new(
+            row.get::<String, _>(0).expect("file"),
+            row.get::<u64, _>(1).expect("position"),
+        );
+        eventually(
+            "the worker streamed every change",
+            Duration::from_secs(60),
+            || async {
+                match self.checkpoint().await {
+                    Some(cp) if cp.position >= end => Ok(()),
+                    cp => Err(format!(
+                        "confirmed {cp:?}, the server is at {end}\n{}",
                         worker.log_tail()
                     )),
                 }
@@ -643,6 +729,30 @@ impl Service {
                 Some((series.to_owned(), value.parse().ok()?))
             })
             .collect())
+    }
+
+    /// The sum of metric `name`'s samples whose labels include each of `labels`.
+    pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64, String> {
+        Ok(self
+            .metrics()
+            .await?
+            .iter()
+            .filter(|(k, _)| {
+                k.split('{').next() == Some(name)
+                    && labels
+                        .iter()
+                        .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
+            })
+            .map(|(_, v)| v)
+            .sum())
+    }
+
+    /// The process's peak resident memory (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -291,12 +291,10 @@ impl AdminApi {
         };
         let src = SourceConfig::from_spec(source)
             .map_err(|e| cannot(format!("{e} (the centers need the source's password too)")))?;
-        let checked = tokio::time::timeout(std::time::Duration::from_secs(15), async {
-            let mut conn = sluice_mysql::preflight::connect(&src).await?;
-            let plans = sluice_mysql::docs::load(&src, &mut conn, spec).await;
-            let _ = conn.disconnect().await;
-            plans
-        })
+        let checked = tokio::time::timeout(
+            std::time::Duration::from_secs(15),
+            sluice_mysql::docs::load(&src, spec),
+        )
         .await
         .map_err(|_| {
             Status::unavailable(format!("source {} did not answer within 15 s", spec.source))

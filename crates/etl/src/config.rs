@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use sluice_core::PipelineSpec;
 use sluice_kafka::{KafkaConfig, TopicConfig};
+use sluice_mysql::SourceConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +23,10 @@ pub struct EtlConfig {
     /// Pipelines from this file (standalone, or in addition to the center's).
     #[serde(default)]
     pub pipelines: Vec<PipelineSpec>,
+    /// Sources the etl reads documents back from (pipelines with relations or a filter),
+    /// by name. In a cluster the center's sources are used for those not listed here.
+    #[serde(default)]
+    pub sources: Vec<SourceConfig>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -91,6 +96,15 @@ fn default_retry_backoff() -> Duration {
 pub use sluice_elastic::EsSection;
 
 impl EtlConfig {
+    /// The connection of source `name` from this file, or why there is none.
+    pub fn source(&self, name: &str) -> Result<SourceConfig, String> {
+        self.sources
+            .iter()
+            .find(|s| s.name == name)
+            .cloned()
+            .ok_or_else(|| format!("no [[sources]] entry named `{name}` in the etl's file"))
+    }
+
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
@@ -137,6 +151,20 @@ impl EtlConfig {
             if self.pipelines[..i].iter().any(|o| o.alias() == alias) {
                 p.push(format!(
                     "{key}.alias: `{alias}` is used by another pipeline"
+                ));
+            }
+            if !pl.is_flat() && self.zookeeper.is_none() && self.source(&pl.source).is_err() {
+                p.push(format!(
+                    "{key}.source: `{}` is not under [[sources]]: a pipeline with relations or a filter reads its documents back from MySQL, so the etl needs the source's connection",
+                    pl.source
+                ));
+            }
+        }
+        for (i, s) in self.sources.iter().enumerate() {
+            if self.sources[..i].iter().any(|o| o.name == s.name) {
+                p.push(format!(
+                    "sources[{i}].name: `{}` is used by another source",
+                    s.name
                 ));
             }
         }

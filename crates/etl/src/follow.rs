@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use sluice_zk::layout::{EtlRecord, Marker, NeedsRebuild, PipelineRecord};
+use sluice_mysql::SourceConfig;
+use sluice_zk::layout::{EtlRecord, Marker, NeedsRebuild, PipelineRecord, SourceRecord};
 use sluice_zk::{Coordinator, SessionState, ZkConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -16,6 +17,8 @@ pub(crate) struct Follow {
     /// This member's id in `etls/` (the static membership id when set).
     pub member: String,
     pub from_file: Vec<Active>,
+    /// The file's sources (preferred to the center's records of the same name).
+    pub file_sources: Vec<SourceConfig>,
     /// Out: the file's pipelines plus the center's.
     pub pipelines: watch::Sender<Option<Vec<Active>>>,
     /// In: the versions being built this member writes to (published in `etls/<member>`,
@@ -44,7 +47,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
         let session = coord.session();
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
             let step = async {
-                let (list, watches) = look(&coord, &f.from_file).await?;
+                let (list, watches) = look(&coord, &f.from_file, &f.file_sources).await?;
                 f.pipelines.send_if_modified(|current| {
                     if current.as_ref() == Some(&list) {
                         false
@@ -145,10 +148,18 @@ async fn record_verdict(coord: &Coordinator, v: &Verdict) -> Result<(), sluice_z
 async fn look(
     coord: &Coordinator,
     from_file: &[Active],
+    file_sources: &[SourceConfig],
 ) -> Result<(Vec<Active>, Vec<sluice_zk::Watch>), sluice_zk::ZkError> {
-    let mut list = from_file.to_vec();
     let (names, w) = coord.children_watched("pipelines").await?;
     let mut watches = vec![w];
+    let mut list = Vec::new();
+    for p in from_file {
+        let mut p = p.clone();
+        if !p.spec.is_flat() && p.source.is_err() {
+            p.source = source_of(coord, &p.spec.source, file_sources, &mut watches).await?;
+        }
+        list.push(p);
+    }
     for name in names {
         let (node, w) = coord
             .get_watched(&sluice_zk::layout::pipeline(&name))
@@ -159,14 +170,46 @@ async fn look(
             Ok(r) if from_file.iter().any(|p| p.spec.name == r.spec.name) => {
                 tracing::warn!(pipeline = %r.spec.name, "the center's pipeline has the name of one in the file; using the file's");
             }
-            Ok(r) => list.push(Active {
-                spec: r.spec,
-                building: r.building,
-            }),
+            Ok(r) => {
+                let source = if r.spec.is_flat() {
+                    Err("not needed: its documents are its rows".to_owned())
+                } else {
+                    source_of(coord, &r.spec.source, file_sources, &mut watches).await?
+                };
+                list.push(Active {
+                    spec: r.spec,
+                    building: r.building,
+                    source,
+                });
+            }
             Err(e) => {
                 tracing::warn!(pipeline = %name, error = %e, "unreadable pipeline record; ignoring it")
             }
         }
     }
     Ok((list, watches))
+}
+
+/// How to reach source `name`: from the etl's file, else from the center's record (with
+/// a watch on it), its password resolved in this process's environment.
+async fn source_of(
+    coord: &Coordinator,
+    name: &str,
+    file_sources: &[SourceConfig],
+    watches: &mut Vec<sluice_zk::Watch>,
+) -> Result<Result<SourceConfig, String>, sluice_zk::ZkError> {
+    if let Some(s) = file_sources.iter().find(|s| s.name == name) {
+        return Ok(Ok(s.clone()));
+    }
+    let (node, w) = coord.get_watched(&sluice_zk::layout::mapping(name)).await?;
+    watches.push(w);
+    Ok(match node {
+        None => Err(format!("no source `{name}` in the center's records")),
+        Some(n) => match serde_json::from_slice::<SourceRecord>(&n.data) {
+            Ok(r) => SourceConfig::from_spec(&r.spec),
+            Err(e) => Err(format!(
+                "the center's record of source `{name}` is unreadable: {e}"
+            )),
+        },
+    })
 }

@@ -7,10 +7,13 @@
 //! backoff. A crash before the commit only replays events, which versions make harmless.
 
 pub mod config;
+mod docs;
 mod follow;
+mod index;
 mod mapping;
 mod metrics;
 mod pipeline;
+mod write;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -23,7 +26,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
 use sluice_core::{ChangeEvent, ConfigError};
-use sluice_elastic::{BulkOp, EsClient, ItemOutcome};
+use sluice_elastic::{BulkOp, EsClient};
 use sluice_kafka::{Consumer, Producer};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -33,7 +36,6 @@ pub use config::EtlConfig;
 pub use mapping::{field_mapping, index_body, IndexSettings};
 
 use metrics::METRICS;
-use opentelemetry::KeyValue;
 use pipeline::{Active, Router};
 use sluice_core::telemetry::Readiness;
 
@@ -49,13 +51,15 @@ pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
     Ok(cfg)
 }
 
-/// The pipelines of the etl's own file, as it applies them.
+/// The pipelines of the etl's own file, as it applies them, with their sources from the
+/// file (in a cluster, a source missing there is looked up in the center's records).
 fn file_pipelines(cfg: &EtlConfig) -> Vec<Active> {
     cfg.pipelines
         .iter()
         .map(|spec| Active {
             spec: spec.clone(),
             building: None,
+            source: cfg.source(&spec.source),
         })
         .collect()
 }
@@ -72,18 +76,18 @@ struct Msg {
 }
 
 /// A message that must go to the dead-letter topic, and why.
-struct DeadLetter {
-    msg: usize,
-    reason: String,
-    pipeline: Option<String>,
+pub(crate) struct DeadLetter {
+    pub msg: usize,
+    pub reason: String,
+    pub pipeline: Option<String>,
 }
 
 #[derive(Default)]
-struct Stats {
+pub(crate) struct Stats {
     events: u64,
-    written: u64,
-    stale: u64,
-    retried: u64,
+    pub written: u64,
+    pub stale: u64,
+    pub retried: u64,
     dead_lettered: u64,
 }
 
@@ -123,6 +127,7 @@ pub async fn run(
                     .clone()
                     .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms())),
                 from_file: file_pipelines(&cfg),
+                file_sources: cfg.sources.clone(),
                 pipelines: pipelines_tx,
                 applied,
                 caught_up,
@@ -136,6 +141,7 @@ pub async fn run(
         }
     };
     let mut router = Router::new(&[], &cfg.topics);
+    let mut sources = docs::Sources::default();
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     let mut reroute = false;
@@ -180,17 +186,13 @@ pub async fn run(
         (batch, stop, reroute) =
             collect(&consumer, &cfg, &mut pipelines, retry_reroute, &shutdown).await;
         if !batch.is_empty() {
-            match apply(
-                &mut router,
-                &es,
-                &producer,
-                &cfg,
-                &batch,
-                &shutdown,
-                &mut stats,
-            )
-            .await?
-            {
+            let ctx = Ctx {
+                es: &es,
+                producer: &producer,
+                cfg: &cfg,
+                shutdown: &shutdown,
+            };
+            match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
                 Applied::All => {
                     commit(&consumer, &batch);
                     for m in batch
@@ -224,23 +226,24 @@ pub async fn run(
     if let Some(follower) = follower {
         let _ = follower.await;
     }
+    sources.close().await;
     tracing::info!("etl stopped");
     Ok(())
 }
 
-/// Subscribes to the change topics of `pipelines` (creating missing ones) and returns
-/// their router. Offsets of topics that stay are kept by the group.
+/// Subscribes to the change topics of `pipelines` (every table of each one's tree,
+/// creating missing topics) and returns their router. Offsets of topics that stay are
+/// kept by the group.
 async fn subscribe(
     consumer: &Consumer,
     cfg: &EtlConfig,
     pipelines: &[Active],
 ) -> anyhow::Result<Router> {
-    let mut topics: Vec<String> = pipelines
+    let router = Router::new(pipelines, &cfg.topics);
+    let mut topics: Vec<String> = router
+        .pipelines
         .iter()
-        .map(|p| {
-            cfg.topics
-                .rows_topic(&p.spec.source, &p.spec.database, &p.spec.table)
-        })
+        .flat_map(|p| p.topics(&cfg.topics))
         .collect();
     topics.sort();
     topics.dedup();
@@ -255,7 +258,7 @@ async fn subscribe(
         consumer.subscribe(&names).context("cannot subscribe")?;
         tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
     }
-    Ok(Router::new(pipelines, &cfg.topics))
+    Ok(router)
 }
 
 /// Fills a batch up to the document or byte bound, or until `linger` after its first
@@ -317,30 +320,54 @@ enum Applied {
     Interrupted,
 }
 
+/// What applying a batch works with.
+struct Ctx<'a> {
+    es: &'a EsClient,
+    producer: &'a Producer,
+    cfg: &'a EtlConfig,
+    shutdown: &'a CancellationToken,
+}
+
 /// Applies every message of the batch: written, stale, or dead-lettered.
 #[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.len()))]
 async fn apply(
+    ctx: &Ctx<'_>,
     router: &mut Router,
-    es: &EsClient,
-    producer: &Producer,
-    cfg: &EtlConfig,
+    sources: &mut docs::Sources,
     batch: &[Msg],
-    shutdown: &CancellationToken,
     stats: &mut Stats,
 ) -> anyhow::Result<Applied> {
+    let Ctx {
+        es,
+        producer,
+        cfg,
+        shutdown,
+    } = *ctx;
     stats.events += batch.len() as u64;
     METRICS.events.add(batch.len() as u64, &[]);
     let Some(Plan {
         ops,
         origins,
-        mut dead,
+        dirty,
+        dead,
     }) = plan(router, es, cfg, batch, shutdown).await?
     else {
         return Ok(Applied::Interrupted);
     };
-    if !write(es, cfg, ops, origins, &mut dead, shutdown, stats).await? {
+    let mut writer = write::Writer {
+        es,
+        retry_backoff: cfg.etl.retry_backoff,
+        shutdown,
+        stats,
+        dead,
+    };
+    if !writer.write(ops, origins).await? {
         return Ok(Applied::Interrupted);
     }
+    if !dirty.is_empty() && !docs::rebuild(router, sources, &mut writer, dirty, shutdown).await? {
+        return Ok(Applied::Interrupted);
+    }
+    let dead = writer.dead;
     if !dead.is_empty() {
         stats.dead_lettered += dead.len() as u64;
         for d in &dead {
@@ -354,16 +381,18 @@ async fn apply(
     Ok(Applied::All)
 }
 
-/// A batch as bulk operations: the newest version of each document (older ones in the
-/// same batch would only be answered 409), each with the message it came from, and the
-/// messages that cannot become an operation.
+/// A batch as what to write: flat pipelines' operations — the newest version of each
+/// document (older ones in the same batch would only be answered 409), each with the
+/// message it came from —, the documents it dirtied in pipelines read back from MySQL,
+/// and the messages that cannot become anything.
 struct Plan {
     ops: Vec<BulkOp>,
     origins: Vec<usize>,
+    dirty: docs::Dirty,
     dead: Vec<DeadLetter>,
 }
 
-/// `None` when shutdown came while Elasticsearch was unavailable.
+/// `None` when shutdown came while Elasticsearch or a source was unavailable.
 async fn plan(
     router: &mut Router,
     es: &EsClient,
@@ -372,7 +401,9 @@ async fn plan(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Plan>> {
     let mut dead = Vec::new();
+    let mut dirty = docs::Dirty::default();
     let mut latest: HashMap<(String, String), (BulkOp, usize)> = HashMap::new();
+    let mut ops = Vec::new();
     for (i, msg) in batch.iter().enumerate() {
         if msg.marker.is_some() {
             continue;
@@ -389,131 +420,80 @@ async fn plan(
             }
         };
         for p in router.pipelines_for(&msg.topic, &event).iter().copied() {
-            loop {
-                match router.prepare(es, p, &event.columns).await {
-                    Ok(()) => break,
-                    Err(e) if e.is_transient() => {
-                        tracing::warn!(error = %e, "Elasticsearch unavailable while preparing the index; retrying");
-                        if !sluice_core::shutdown::pause(cfg.etl.retry_backoff * 5, shutdown).await
-                        {
-                            return Ok(None);
-                        }
-                    }
-                    Err(e) => return Err(e).context("cannot prepare the pipeline's index"),
+            if !ready(router, es, cfg, p, &event, shutdown).await? {
+                return Ok(None);
+            }
+            let pipeline = &router.pipelines[p];
+            if pipeline.is_tree() {
+                match pipeline.plans() {
+                    Some(plans) => dirty.touch(p, &plans, &event, i),
+                    None => docs::unreadable(
+                        &mut dead,
+                        &pipeline.cfg.spec.name,
+                        [i],
+                        pipeline.unfit().unwrap_or("not ready"),
+                    ),
                 }
+                continue;
             }
             for index in router.targets_of(p, &event) {
-                match router.op(p, index, &event) {
-                    Ok(op) => {
-                        let key = (index.clone(), op_id(&op).to_owned());
-                        let newer = latest
-                            .get(&key)
-                            .is_none_or(|(old, _)| op_version(old) < op_version(&op));
-                        if newer {
-                            latest.insert(key, (op, i));
-                        }
-                    }
-                    Err(reason) => dead.push(DeadLetter {
+                if let Err(reason) = router.flat_ops(p, index, &event, &mut ops) {
+                    dead.push(DeadLetter {
                         msg: i,
                         reason,
-                        pipeline: Some(router.pipelines[p].cfg.spec.name.clone()),
-                    }),
+                        pipeline: Some(pipeline.cfg.spec.name.clone()),
+                    });
+                }
+                for op in ops.drain(..) {
+                    let key = (index.clone(), op.id().to_owned());
+                    let newer = latest
+                        .get(&key)
+                        .is_none_or(|(old, _)| old.version() < op.version());
+                    if newer {
+                        latest.insert(key, (op, i));
+                    }
                 }
             }
         }
     }
     let (ops, origins) = latest.into_values().unzip();
-    Ok(Some(Plan { ops, origins, dead }))
+    Ok(Some(Plan {
+        ops,
+        origins,
+        dirty,
+        dead,
+    }))
 }
 
-/// Sends the operations, retrying 429/5xx items and failed requests with backoff until
-/// every item is written, stale or rejected (rejections join `dead`). `false` when
-/// shutdown interrupted the retries.
-#[tracing::instrument(name = "etl.bulk", skip_all, fields(operations = ops.len()))]
-async fn write(
+/// Makes pipeline `p` ready for `event`, retrying while Elasticsearch or its source is
+/// unavailable; `false` when shutdown came first.
+async fn ready(
+    router: &mut Router,
     es: &EsClient,
     cfg: &EtlConfig,
-    mut ops: Vec<BulkOp>,
-    mut origins: Vec<usize>,
-    dead: &mut Vec<DeadLetter>,
+    p: usize,
+    event: &ChangeEvent,
     shutdown: &CancellationToken,
-    stats: &mut Stats,
 ) -> anyhow::Result<bool> {
-    let mut backoff = cfg.etl.retry_backoff;
-    while !ops.is_empty() {
-        let started = Instant::now();
-        let answer = es.bulk(&ops).await;
-        METRICS
-            .bulk_duration
-            .record(started.elapsed().as_secs_f64(), &[]);
-        METRICS.bulk_documents.record(ops.len() as u64, &[]);
-        match answer {
-            Ok(outcomes) => {
-                let (mut retry_ops, mut retry_origins) = (Vec::new(), Vec::new());
-                for ((op, origin), outcome) in ops.into_iter().zip(origins).zip(outcomes) {
-                    match outcome {
-                        ItemOutcome::Applied => {
-                            stats.written += 1;
-                            METRICS
-                                .documents
-                                .add(1, &[KeyValue::new("result", "written")]);
-                        }
-                        ItemOutcome::Stale => {
-                            stats.stale += 1;
-                            METRICS
-                                .documents
-                                .add(1, &[KeyValue::new("result", "stale")]);
-                        }
-                        ItemOutcome::Retry { status, reason } => {
-                            METRICS.bulk_errors.add(1, &metrics::class("retry"));
-                            tracing::debug!(status, %reason, "bulk item will be retried");
-                            retry_ops.push(op);
-                            retry_origins.push(origin);
-                        }
-                        ItemOutcome::Rejected { status, reason } => {
-                            METRICS.bulk_errors.add(1, &metrics::class("rejected"));
-                            dead.push(DeadLetter {
-                                msg: origin,
-                                reason: format!(
-                                    "Elasticsearch rejected the document (HTTP {status}): {reason}"
-                                ),
-                                pipeline: None,
-                            });
-                        }
-                    }
-                }
-                (ops, origins) = (retry_ops, retry_origins);
-            }
+    loop {
+        let prepared = if router.pipelines[p].is_tree() {
+            router.ready_tree(es, p, Some(event)).await
+        } else {
+            router
+                .prepare(es, p, &event.columns)
+                .await
+                .map_err(pipeline::NotReady::Index)
+        };
+        match prepared {
+            Ok(()) => return Ok(true),
             Err(e) if e.is_transient() => {
-                METRICS.bulk_errors.add(1, &metrics::class("request"));
-                tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
+                tracing::warn!(error = %e, "Elasticsearch or the source unavailable while preparing a pipeline; retrying");
+                if !sluice_core::shutdown::pause(cfg.etl.retry_backoff * 5, shutdown).await {
+                    return Ok(false);
+                }
             }
-            Err(e) => {
-                METRICS.bulk_errors.add(1, &metrics::class("request"));
-                return Err(e)
-                    .context("bulk request refused (fix the cause; nothing was committed)");
-            }
+            Err(e) => return Err(e).context("cannot prepare the pipeline's index"),
         }
-        if !ops.is_empty() {
-            stats.retried += ops.len() as u64;
-            if !sluice_core::shutdown::pause(backoff, shutdown).await {
-                return Ok(false);
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(30));
-        }
-    }
-    Ok(true)
-}
-
-fn op_id(op: &BulkOp) -> &str {
-    match op {
-        BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } => id,
-    }
-}
-
-fn op_version(op: &BulkOp) -> u64 {
-    match op {
-        BulkOp::Index { version, .. } | BulkOp::Delete { version, .. } => *version,
     }
 }
 

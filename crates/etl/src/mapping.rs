@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use sluice_core::mapping::TEXT_TYPES;
 use sluice_core::{ColumnInfo, FieldOverride};
+use sluice_mysql::docs::{DocPlan, Node};
 
 /// The mapping of one column, from its envelope type (`bigint unsigned`, `decimal(10,2)`…).
 pub fn field_mapping(sql_type: &str) -> Value {
@@ -166,6 +167,7 @@ pub fn fit(name: &str, live: &Value, wanted: &Value) -> Fit {
         ("scaling_factor", None),
         ("enabled", Some("true")),
         ("format", None),
+        ("relations", None),
     ];
     const UPDATABLE: &[&str] = &["search_analyzer", "copy_to", "ignore_above"];
     for (key, default) in FIXED {
@@ -206,11 +208,98 @@ pub fn fit(name: &str, live: &Value, wanted: &Value) -> Fit {
         }
     }
     in_place |= wanted_sub.keys().any(|k| !live_sub.contains_key(k));
+    // An object's (or nested field's) own fields: new ones are added in place; ones the
+    // pipeline no longer has stay, unused.
+    let props = |v: &Value| v.get("properties").and_then(Value::as_object).cloned();
+    let live_props = props(live).unwrap_or_default();
+    for (field, w) in props(wanted).unwrap_or_default() {
+        match live_props.get(&field) {
+            None => in_place = true,
+            Some(l) => match fit(&format!("{name}.{field}"), l, &w) {
+                Fit::Same => {}
+                Fit::InPlace => in_place = true,
+                rebuild => return rebuild,
+            },
+        }
+    }
     if in_place {
         Fit::InPlace
     } else {
         Fit::Same
     }
+}
+
+/// A pipeline's generated mapping, and the parts of overrides that could not apply.
+pub struct TreeMapping {
+    pub properties: Map<String, Value>,
+    pub ignored: Vec<String>,
+}
+
+/// `properties` for a pipeline whose documents are read back from MySQL: the root's
+/// columns, each relation an `object` or `nested` field with its own, and in parent-child
+/// mode the fields of every kind of document plus the `join` field. The error lists the
+/// fields two kinds of document map differently.
+pub fn tree_properties(plans: &[DocPlan]) -> Result<TreeMapping, Vec<String>> {
+    let mut ignored = Vec::new();
+    let mut props = Map::new();
+    let mut conflicts = Vec::new();
+    for plan in plans {
+        for (field, m) in node_properties(&plan.root, "", &mut ignored) {
+            match props.get(&field) {
+                Some(other) if *other != m => conflicts.push(format!(
+                    "field `{field}`: the `{}` documents map it as {m}, another kind as {other}; rename one (columns) or override its type (fields)",
+                    plan.name
+                )),
+                _ => {
+                    props.insert(field, m);
+                }
+            }
+        }
+    }
+    if let Some(field) = plans
+        .first()
+        .and_then(|p| p.join.as_ref())
+        .map(|j| j.field.clone())
+    {
+        let children: Vec<&str> = plans[1..].iter().map(|p| p.name.as_str()).collect();
+        let children = match children.as_slice() {
+            [one] => json!(one),
+            many => json!(many),
+        };
+        props.insert(
+            field,
+            json!({"type": "join", "relations": { plans[0].name.clone(): children }}),
+        );
+    }
+    if conflicts.is_empty() {
+        Ok(TreeMapping {
+            properties: props,
+            ignored,
+        })
+    } else {
+        Err(conflicts)
+    }
+}
+
+/// A node's columns (overrides applied) and its relations' fields; `prefix` keys what
+/// could not apply (`relations.skus.`).
+fn node_properties(node: &Node, prefix: &str, ignored: &mut Vec<String>) -> Map<String, Value> {
+    let output = node.names(&node.output);
+    let (mut props, why) = properties(&node.table.infos, &output, &node.fields);
+    ignored.extend(why.into_iter().map(|w| format!("{prefix}{w}")));
+    for child in &node.children {
+        let inner = node_properties(
+            child,
+            &format!("{prefix}relations.{}.", child.name),
+            ignored,
+        );
+        let kind = if child.nested { "nested" } else { "object" };
+        props.insert(
+            child.name.clone(),
+            json!({"type": kind, "properties": inner}),
+        );
+    }
+    props
 }
 
 /// A mapping parameter's value for comparison: numbers as numbers (`100` = `100.0`),

@@ -3,7 +3,9 @@
 //! and `sluice_etl_bulk_documents` (histograms per bulk request),
 //! `sluice_etl_bulk_errors_total{class}` (retry: 429/5xx items, rejected: items refused
 //! for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
-//! and `sluice_etl_consumer_lag_messages{topic,partition}`.
+//! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
+//! (documents read back from MySQL, and the queries that found and read them), and
+//! `sluice_etl_consumer_lag_messages{topic,partition}`.
 
 use std::sync::LazyLock;
 
@@ -17,6 +19,8 @@ pub(crate) struct Metrics {
     pub bulk_documents: Histogram<u64>,
     pub bulk_errors: Counter<u64>,
     pub dead_letters: Counter<u64>,
+    pub documents_read: Counter<u64>,
+    pub source_queries: Counter<u64>,
 }
 
 /// Made on first use, which must come after the service's telemetry is installed.
@@ -68,11 +72,23 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .u64_counter("sluice.etl.dead_letters")
             .with_description("Events sent to the dead-letter topic, by pipeline")
             .build(),
+        documents_read: m
+            .u64_counter("sluice.etl.documents.read")
+            .with_description("Documents read back from MySQL (pipelines with relations or a filter), by pipeline")
+            .build(),
+        source_queries: m
+            .u64_counter("sluice.etl.source.queries")
+            .with_description("Queries run on sources to find and read documents, by pipeline")
+            .build(),
     }
 });
 
 pub(crate) fn class(class: &'static str) -> [KeyValue; 1] {
     [KeyValue::new("class", class)]
+}
+
+pub(crate) fn pipeline(name: &str) -> [KeyValue; 1] {
+    [KeyValue::new("pipeline", name.to_owned())]
 }
 
 /// Exports every counter at zero for the known label values, so rates and alerts see a
@@ -87,7 +103,8 @@ pub(crate) fn zero<'a>(pipelines: impl IntoIterator<Item = &'a str>) {
         m.bulk_errors.add(0, &class(c));
     }
     for p in pipelines {
-        m.dead_letters
-            .add(0, &[KeyValue::new("pipeline", p.to_owned())]);
+        m.dead_letters.add(0, &pipeline(p));
+        m.documents_read.add(0, &pipeline(p));
+        m.source_queries.add(0, &pipeline(p));
     }
 }

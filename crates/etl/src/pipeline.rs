@@ -1,38 +1,61 @@
-//! Pipelines: which change events go to which index, as what document.
+//! Pipelines: which change events concern which pipeline, and what becomes of them — for
+//! a flat pipeline (one table, no filter) a document straight from the event's row; for
+//! the others, the compiled plans that read documents back from MySQL (see `docs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use sluice_core::{ChangeEvent, ColumnInfo, Op, PipelineSpec};
-use sluice_elastic::{index_version, versioned_index, AliasAction, BulkOp, EsClient, EsError};
+use sluice_elastic::{versioned_index, BulkOp, EsClient, EsError};
+use sluice_kafka::TopicConfig;
+use sluice_mysql::docs::DocPlan;
+use sluice_mysql::{MysqlError, SourceConfig};
 
 use crate::mapping;
-use sluice_kafka::TopicConfig;
 
-/// A pipeline the etl applies: its spec, and the version being built, if any (from the
-/// center: written to as well as the alias's).
+/// A pipeline the etl applies: its spec, the version being built, if any (from the
+/// center: written to as well as the alias's), and how to reach its source (pipelines
+/// read back from MySQL need it; `Err` says why it cannot be reached).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Active {
     pub spec: PipelineSpec,
     pub building: Option<u32>,
+    pub source: Result<SourceConfig, String>,
 }
 
 pub(crate) struct Pipeline {
     pub cfg: Active,
+    /// Every `(database, table)` of its tree.
+    tables: HashSet<(String, String)>,
     /// The physical indexes writes go to (resolved from the alias on first use).
-    targets: Option<Vec<String>>,
-    /// The change topic this pipeline consumes.
-    topic: String,
+    pub(crate) targets: Option<Vec<String>>,
     /// Per target index, the field mappings it has (read when the targets are resolved,
     /// then kept in step with what this process adds).
-    live: HashMap<String, Map<String, Value>>,
-    /// The columns the targets' mappings were last checked against.
-    checked: Vec<ColumnInfo>,
+    pub(crate) live: HashMap<String, Map<String, Value>>,
+    /// Flat pipelines: the columns the targets' mappings were last checked against.
+    pub(crate) checked: Vec<ColumnInfo>,
+    /// The mapping the targets were last brought in step with.
+    pub(crate) wanted: Option<Map<String, Value>>,
     /// Per target index, why its settings cannot become the pipeline's.
-    unfit_settings: HashMap<String, String>,
+    pub(crate) unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
-    building_index: Option<String>,
+    pub(crate) building_index: Option<String>,
+    /// Pipelines read back from MySQL: their compiled documents.
+    tree: Option<Tree>,
+}
+
+/// A pipeline read back from MySQL, as far as this process knows it.
+enum Tree {
+    Unloaded,
+    Ready {
+        plans: Arc<Vec<DocPlan>>,
+        /// Each table's columns as last seen (described, or in a change event): columns
+        /// that differ mean DDL, and the plans are compiled again.
+        seen: HashMap<String, HashMap<String, Arc<[ColumnInfo]>>>,
+    },
+    /// Its spec does not fit its tables, or its source cannot be reached: why.
+    Unfit(String),
 }
 
 /// Finds the pipelines of a change event.
@@ -55,23 +78,89 @@ pub(crate) struct Verdict {
     pub needs_rebuild: Option<String>,
 }
 
+/// Why a pipeline read back from MySQL cannot be made ready now.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotReady {
+    #[error(transparent)]
+    Source(#[from] MysqlError),
+    #[error(transparent)]
+    Index(#[from] EsError),
+}
+
+impl NotReady {
+    pub fn is_transient(&self) -> bool {
+        match self {
+            NotReady::Source(e) => e.is_transient(),
+            NotReady::Index(e) => e.is_transient(),
+        }
+    }
+}
+
+impl Pipeline {
+    fn new(cfg: &Active) -> Self {
+        Pipeline {
+            tables: cfg.spec.tables().into_iter().collect(),
+            building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
+            tree: (!cfg.spec.is_flat()).then_some(Tree::Unloaded),
+            cfg: cfg.clone(),
+            targets: None,
+            live: HashMap::new(),
+            checked: Vec::new(),
+            wanted: None,
+            unfit_settings: HashMap::new(),
+        }
+    }
+
+    /// Its documents are read back from MySQL (relations or a filter).
+    pub fn is_tree(&self) -> bool {
+        self.tree.is_some()
+    }
+
+    /// The compiled documents of a pipeline read back from MySQL, once ready.
+    pub fn plans(&self) -> Option<Arc<Vec<DocPlan>>> {
+        match &self.tree {
+            Some(Tree::Ready { plans, .. }) => Some(plans.clone()),
+            _ => None,
+        }
+    }
+
+    /// Why a pipeline read back from MySQL cannot be applied, if it cannot.
+    pub fn unfit(&self) -> Option<&str> {
+        match &self.tree {
+            Some(Tree::Unfit(why)) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Forgets what was resolved: found again on next use.
+    pub fn forget(&mut self) {
+        self.targets = None;
+        if self.tree.is_some() {
+            self.tree = Some(Tree::Unloaded);
+        }
+    }
+
+    /// Whether `event`'s columns differ from what the plans were compiled against.
+    fn stale_for(&self, event: &ChangeEvent) -> bool {
+        match &self.tree {
+            Some(Tree::Ready { seen, .. }) => seen
+                .get(&event.db)
+                .and_then(|t| t.get(&event.table))
+                .is_none_or(|cols| **cols != *event.columns),
+            Some(Tree::Unfit(_)) => true,
+            _ => true,
+        }
+    }
+}
+
 impl Router {
     pub fn new(configs: &[Active], topics: &TopicConfig) -> Self {
-        let pipelines: Vec<Pipeline> = configs
-            .iter()
-            .map(|cfg| Pipeline {
-                topic: topics.rows_topic(&cfg.spec.source, &cfg.spec.database, &cfg.spec.table),
-                building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
-                cfg: cfg.clone(),
-                targets: None,
-                live: HashMap::new(),
-                checked: Vec::new(),
-                unfit_settings: HashMap::new(),
-            })
-            .collect();
+        let pipelines: Vec<Pipeline> = configs.iter().map(Pipeline::new).collect();
         let mut by_topic: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, p) in pipelines.iter().enumerate() {
-            by_topic.entry(p.topic.clone()).or_default().push(i);
+            for topic in p.topics(topics) {
+                by_topic.entry(topic).or_default().push(i);
+            }
         }
         let by_topic = by_topic.into_iter().map(|(t, v)| (t, v.into())).collect();
         Self {
@@ -82,17 +171,20 @@ impl Router {
     }
 
     /// The pipelines that consume `event`, which arrived on `topic`. Looked up by topic
-    /// (no allocation per event); the event's own table must match too, so a topic
-    /// template shared by several tables cannot route a row to the wrong index.
+    /// (no allocation per event); the event's own table must be in the pipeline too, so a
+    /// topic template shared by several tables cannot route a row to the wrong index.
     pub fn pipelines_for(&self, topic: &str, event: &ChangeEvent) -> Arc<[usize]> {
         let Some(candidates) = self.by_topic.get(topic) else {
             return Arc::from([]);
         };
         let matches = |&i: &usize| {
-            let c = &self.pipelines[i].cfg;
-            c.spec.source == event.source.instance
-                && c.spec.database == event.db
-                && c.spec.table == event.table
+            let p = &self.pipelines[i];
+            p.cfg.spec.source == event.source.instance
+                && if p.is_tree() {
+                    p.tables.contains(&(event.db.clone(), event.table.clone()))
+                } else {
+                    p.cfg.spec.database == event.db && p.cfg.spec.table == event.table
+                }
         };
         if candidates.iter().all(matches) {
             candidates.clone()
@@ -101,7 +193,7 @@ impl Router {
         }
     }
 
-    /// The indexes pipeline `idx` writes to; empty until [`Router::prepare`] ran.
+    /// The indexes pipeline `idx` writes to; empty until it was prepared.
     pub fn targets(&self, idx: usize) -> &[String] {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()
     }
@@ -119,207 +211,214 @@ impl Router {
         }
     }
 
-    /// Makes pipeline `idx` ready to write: resolves the indexes behind its alias, creating
-    /// `<alias>_v1` with a mapping generated from `columns` and pointing the alias at it
-    /// when the alias does not exist yet (and the version being built); then, whenever the
-    /// columns differ from the last check, brings every target's mapping in step: new
-    /// fields and in-place changes are applied, anything else is a [`Verdict`] that the
-    /// version needs a rebuild.
-    pub async fn prepare(
+    /// Makes pipeline `idx` (read back from MySQL) ready for `event`: compiled against its
+    /// tables — again when the event's columns show the table changed — and its indexes in
+    /// step with the documents' mapping. When its spec does not fit its tables (or its
+    /// source cannot be reached), it is left [`Pipeline::unfit`]; an error is to be retried.
+    pub async fn ready_tree(
         &mut self,
         es: &EsClient,
         idx: usize,
-        columns: &[ColumnInfo],
-    ) -> Result<(), EsError> {
+        event: Option<&ChangeEvent>,
+    ) -> Result<(), NotReady> {
         let p = &mut self.pipelines[idx];
-        let settings = mapping::IndexSettings {
-            shards: p.cfg.spec.shards,
-            replicas: p.cfg.spec.replicas,
-            tombstone_retention: p.cfg.spec.tombstone_retention.clone(),
-            refresh_interval: p.cfg.spec.refresh_interval.clone(),
+        let stale = match event {
+            Some(e) => p.stale_for(e),
+            None => !matches!(p.tree, Some(Tree::Ready { .. })),
         };
-        if p.targets.is_none() {
-            let alias = p.cfg.spec.alias().to_owned();
-            let mut targets = es.alias_targets(&alias).await?;
-            let (props, ignored) =
-                mapping::properties(columns, &p.cfg.spec.columns, &p.cfg.spec.fields);
-            for why in ignored {
-                tracing::warn!(pipeline = %p.cfg.spec.name, "{why}");
-            }
-            let body = mapping::index_body(props.clone(), &settings);
-            let mut created = Vec::new();
-            if targets.is_empty() && p.cfg.building.is_none() {
-                let index = versioned_index(&alias, 1);
-                es.create_index(&index, &body).await?;
-                es.update_aliases(&[AliasAction::Add {
-                    index: index.clone(),
-                    alias: alias.clone(),
-                }])
-                .await?;
-                tracing::info!(pipeline = %p.cfg.spec.name, %index, %alias, "created index version 1 and its alias");
-                targets = vec![index.clone()];
-                created.push(index);
-            }
-            if let Some(index) = p.building_index.clone() {
-                // The version being built, written alongside the live ones. Nobody
-                // searches it yet: no refreshes, no replicas while it fills; the center
-                // gives it the pipeline's settings before the alias moves to it.
-                if !targets.contains(&index) {
-                    let filling = mapping::IndexSettings {
-                        replicas: 0,
-                        refresh_interval: "-1".into(),
-                        ..settings.clone()
-                    };
-                    let body = mapping::index_body(props, &filling);
-                    // Idempotent: another etl member may have created it first.
-                    es.create_index(&index, &body).await?;
-                    targets.push(index);
-                }
-            }
-            p.live.clear();
-            p.unfit_settings.clear();
-            for index in &targets {
-                let live = es.get_mapping(index).await?;
-                let props = live
-                    .get(index)
-                    .and_then(|m| m["mappings"]["properties"].as_object())
-                    .cloned()
-                    .unwrap_or_default();
-                p.live.insert(index.clone(), props);
-                if created.contains(index) || p.building_index.as_ref() == Some(index) {
-                    continue;
-                }
-                // Settings the pipeline changed since the index was made.
-                let live = es.get_settings(index).await?;
-                match settings.diff(&live[index.as_str()]["settings"]["index"]) {
-                    Ok(change) if change.is_empty() => {}
-                    Ok(change) => {
-                        let change = Value::Object(change);
-                        es.update_settings(index, &change).await?;
-                        tracing::info!(pipeline = %p.cfg.spec.name, %index, settings = %change, "index settings changed in place");
-                    }
-                    Err(why) => {
-                        p.unfit_settings.insert(index.clone(), why);
-                    }
-                }
-            }
-            p.targets = Some(targets);
-            p.checked.clear();
-        }
-        let unchanged = p.checked.len() == columns.len()
-            && p.checked
-                .iter()
-                .zip(columns)
-                .all(|(seen, c)| seen.name == c.name && seen.sql_type == c.sql_type);
-        if unchanged {
+        if !stale || !p.is_tree() {
             return Ok(());
         }
-        let (wanted, _) = mapping::properties(columns, &p.cfg.spec.columns, &p.cfg.spec.fields);
-        let alias = p.cfg.spec.alias().to_owned();
-        for index in p.targets.as_deref().unwrap_or_default() {
-            let live = p.live.entry(index.clone()).or_default();
-            let mut change = Map::new();
-            let mut rebuild: Vec<String> =
-                p.unfit_settings.get(index).cloned().into_iter().collect();
-            for (field, want) in &wanted {
-                match live.get(field).map(|l| mapping::fit(field, l, want)) {
-                    None | Some(mapping::Fit::InPlace) => {
-                        change.insert(field.clone(), want.clone());
-                    }
-                    Some(mapping::Fit::Same) => {}
-                    Some(mapping::Fit::Rebuild(why)) => rebuild.push(why),
-                }
+        let name = p.cfg.spec.name.clone();
+        let loaded = match &p.cfg.source {
+            Err(why) => Err(format!("its source cannot be reached from this etl: {why}")),
+            Ok(src) => match sluice_mysql::docs::load(src, &p.cfg.spec).await {
+                Err(e) if e.is_transient() => return Err(e.into()),
+                Err(e) => Err(format!("cannot describe its tables: {e}")),
+                Ok(Err(problems)) => Err(format!(
+                    "its spec does not fit its tables: {}",
+                    problems.join("; ")
+                )),
+                Ok(Ok(plans)) => mapping::tree_properties(&plans)
+                    .map(|m| (plans, m.properties, m.ignored))
+                    .map_err(|conflicts| conflicts.join("; ")),
+            },
+        };
+        let (plans, props, ignored) = match loaded {
+            Ok(l) => l,
+            Err(why) => {
+                tracing::error!(pipeline = %name, "{why}: its events are dead-lettered until that is fixed");
+                p.tree = Some(Tree::Unfit(why));
+                return Ok(());
             }
-            if !change.is_empty() {
-                match es
-                    .put_mapping(index, &json!({ "properties": change }))
-                    .await
-                {
-                    Ok(()) => {
-                        tracing::info!(pipeline = %p.cfg.spec.name, %index, fields = ?change.keys().collect::<Vec<_>>(), "mapping changed in place");
-                        live.extend(change);
-                    }
-                    Err(e) if e.is_transient() => return Err(e),
-                    Err(e) => rebuild.push(format!("the server refused the mapping change: {e}")),
-                }
-            }
-            let needs_rebuild = (!rebuild.is_empty()).then(|| rebuild.join("; "));
-            if let Some(why) = &needs_rebuild {
-                tracing::warn!(pipeline = %p.cfg.spec.name, %index, "needs a rebuild: {why}; documents keep every value in _source meanwhile");
-            }
-            self.verdicts.push(Verdict {
-                pipeline: p.cfg.spec.name.clone(),
-                version: index_version(&alias, index).unwrap_or(0),
-                needs_rebuild,
+        };
+        for why in ignored {
+            tracing::warn!(pipeline = %name, "{why}");
+        }
+        let mut seen: HashMap<String, HashMap<String, Arc<[ColumnInfo]>>> = HashMap::new();
+        for plan in &plans {
+            visit(&plan.root, &mut |n| {
+                seen.entry(n.table.db.clone())
+                    .or_default()
+                    .insert(n.table.table.clone(), n.table.infos.clone());
             });
         }
-        p.checked = columns.to_vec();
+        if let Some(e) = event {
+            // Compiled now, for these columns: the same columns again are not a change.
+            seen.entry(e.db.clone())
+                .or_default()
+                .insert(e.table.clone(), e.columns.clone());
+        }
+        self.ensure(es, idx, props).await?;
+        self.pipelines[idx].tree = Some(Tree::Ready {
+            plans: Arc::new(plans),
+            seen,
+        });
+        tracing::info!(pipeline = %name, "documents compiled against the tables");
         Ok(())
     }
 
-    /// The columns each pipeline's indexes were last checked against, by pipeline name.
-    pub fn seen_columns(&self) -> HashMap<String, Vec<ColumnInfo>> {
-        self.pipelines
+    /// Appends the bulk operations of `event` for flat pipeline `idx` on `index` (its row
+    /// is the document): one, or when an update changed the `id` columns, the old
+    /// document's delete too. The error says why there is none.
+    pub fn flat_ops(
+        &self,
+        idx: usize,
+        index: &str,
+        event: &ChangeEvent,
+        out: &mut Vec<BulkOp>,
+    ) -> Result<(), String> {
+        let spec = &self.pipelines[idx].cfg.spec;
+        let id_of = |image: &Option<Map<String, Value>>| -> Result<String, String> {
+            let id = if spec.id.is_empty() {
+                event.document_id()
+            } else {
+                image.as_ref().and_then(|row| {
+                    let values: Option<Vec<&Value>> = spec.id.iter().map(|c| row.get(c)).collect();
+                    sluice_core::event::id_of(values?)
+                })
+            };
+            id.ok_or_else(|| {
+                format!(
+                    "{}.{} row has no value for its id columns ({}): cannot derive a document id",
+                    event.db,
+                    event.table,
+                    if spec.id.is_empty() {
+                        "the primary key".to_owned()
+                    } else {
+                        spec.id.join(", ")
+                    }
+                )
+            })
+        };
+        let delete = |id: String| BulkOp::Delete {
+            index: index.to_owned(),
+            id,
+            version: event.version,
+            routing: None,
+        };
+        if event.op == Op::Delete {
+            out.push(delete(id_of(&event.before)?));
+            return Ok(());
+        }
+        let after = event
+            .after
+            .as_ref()
+            .ok_or("insert/update event without an `after` image")?;
+        let id = id_of(&event.after)?;
+        if !spec.id.is_empty() && event.before.is_some() {
+            let old = id_of(&event.before)?;
+            if old != id {
+                out.push(delete(old));
+            }
+        }
+        let doc: Map<String, Value> = if spec.columns.is_empty() {
+            after.clone()
+        } else {
+            spec.columns
+                .iter()
+                .filter_map(|c| after.get(c).map(|v| (c.clone(), v.clone())))
+                .collect()
+        };
+        out.push(BulkOp::Index {
+            index: index.to_owned(),
+            id,
+            version: event.version,
+            routing: None,
+            doc: Value::Object(doc),
+        });
+        Ok(())
+    }
+}
+
+impl Pipeline {
+    /// The change topics it consumes: one per table of its tree.
+    pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
+        let spec = &self.cfg.spec;
+        spec.tables()
             .iter()
-            .filter(|p| !p.checked.is_empty())
-            .map(|p| (p.cfg.spec.name.clone(), p.checked.clone()))
+            .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
             .collect()
     }
+}
 
-    /// Prepares at once the pipelines whose table's columns are `known` (from the router
-    /// this one replaces): a changed override or setting of a quiet table is applied, or
-    /// marked as needing a rebuild, without waiting for the table's next change.
-    pub async fn check_known(&mut self, es: &EsClient, known: &HashMap<String, Vec<ColumnInfo>>) {
-        for idx in 0..self.pipelines.len() {
-            let Some(columns) = known.get(&self.pipelines[idx].cfg.spec.name) else {
-                continue;
-            };
-            if let Err(e) = self.prepare(es, idx, columns).await {
-                tracing::warn!(pipeline = %self.pipelines[idx].cfg.spec.name, error = %e, "cannot check the index now; its next change will");
-                self.pipelines[idx].targets = None;
-            }
-        }
+fn visit(node: &sluice_mysql::docs::Node, f: &mut dyn FnMut(&sluice_mysql::docs::Node)) {
+    f(node);
+    for c in &node.children {
+        visit(c, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(op: Op, before: Option<Value>, after: Option<Value>) -> ChangeEvent {
+        let image = |v: Option<Value>| v.map(|v| v.as_object().unwrap().clone());
+        serde_json::from_value::<ChangeEvent>(json!({
+            "v": 1,
+            "source": {"instance": "s", "server_id": 1, "file": "b.000001", "pos": 4, "row": 0, "ts_ms": 0},
+            "db": "d", "table": "t", "op": op, "key": {"id": 1},
+            "columns": [{"name": "id", "type": "int", "key": true}, {"name": "code", "type": "varchar"}],
+            "version": 77
+        }))
+        .map(|mut e| {
+            e.before = image(before);
+            e.after = image(after);
+            e
+        })
+        .unwrap()
     }
 
-    /// The bulk operation of `event` for pipeline `idx` on `index`, or why there is none.
-    pub fn op(&self, idx: usize, index: &str, event: &ChangeEvent) -> Result<BulkOp, String> {
-        let p = &self.pipelines[idx];
-        let id = event.document_id().ok_or_else(|| {
-            format!(
-                "{}.{} row has no primary key value: cannot derive a document id",
-                event.db, event.table
-            )
-        })?;
-        match event.op {
-            Op::Delete => Ok(BulkOp::Delete {
-                index: index.to_owned(),
-                id,
-                version: event.version,
-                routing: None,
-            }),
-            Op::Create | Op::Update | Op::Read => {
-                let after = event
-                    .after
-                    .as_ref()
-                    .ok_or("insert/update event without an `after` image")?;
-                let doc: Map<String, Value> = if p.cfg.spec.columns.is_empty() {
-                    after.clone()
-                } else {
-                    p.cfg
-                        .spec
-                        .columns
-                        .iter()
-                        .filter_map(|c| after.get(c).map(|v| (c.clone(), v.clone())))
-                        .collect()
-                };
-                Ok(BulkOp::Index {
-                    index: index.to_owned(),
-                    id,
-                    version: event.version,
-                    routing: None,
-                    doc: Value::Object(doc),
-                })
-            }
-        }
+    #[test]
+    fn a_flat_pipeline_with_id_columns_moves_the_document_when_they_change() {
+        let mut spec = PipelineSpec::table("t", "s", "d", "t");
+        spec.id = vec!["code".into()];
+        let router = Router::new(
+            &[Active {
+                spec,
+                building: None,
+                source: Err("not needed".into()),
+            }],
+            &TopicConfig::default(),
+        );
+        let update = event(
+            Op::Update,
+            Some(json!({"id": 1, "code": "a"})),
+            Some(json!({"id": 1, "code": "b"})),
+        );
+        let mut ops = Vec::new();
+        router.flat_ops(0, "i", &update, &mut ops).unwrap();
+        let ids: Vec<(&str, bool)> = ops
+            .iter()
+            .map(|o| (o.id(), matches!(o, BulkOp::Index { .. })))
+            .collect();
+        assert_eq!(ids, [("a", false), ("b", true)]);
+        let delete = event(Op::Delete, Some(json!({"id": 1, "code": null})), None);
+        let e = router
+            .flat_ops(0, "i", &delete, &mut Vec::new())
+            .unwrap_err();
+        assert!(e.contains("(code)"), "{e}");
     }
 }

@@ -182,6 +182,25 @@ impl SnapshotTable {
         Ok(Some(Self::from_parts(db, table, columns, &key_names)))
     }
 
+    /// A description from `information_schema` facts — each column's name, `DATA_TYPE`
+    /// and `COLUMN_TYPE` — and the primary key's column names, without a server (tests,
+    /// tools that know the tables).
+    pub fn from_columns(
+        db: &str,
+        table: &str,
+        columns: &[(&str, &str, &str)],
+        key: &[&str],
+    ) -> Self {
+        let columns = columns
+            .iter()
+            .map(|(name, data_type, column_type)| {
+                (name.to_string(), classify(data_type, column_type, None))
+            })
+            .collect();
+        let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
+        Self::from_parts(db, table, columns, &key)
+    }
+
     /// A description from each column's name with its decoder kind, precision and
     /// envelope type name, and the primary key's column names.
     pub(crate) fn from_parts(
@@ -393,12 +412,7 @@ pub async fn begin_snapshot(
     src: &SourceConfig,
     conn: &mut Conn,
 ) -> Result<BinlogPosition, MysqlError> {
-    conn.query_drop("SET SESSION time_zone = '+00:00'")
-        .await
-        .map_err(query_err(src, "set the session time zone"))?;
-    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-        .await
-        .map_err(query_err(src, "start a consistent snapshot"))?;
+    begin_read(src, conn).await?;
     let status: Result<Vec<(String, String)>, MysqlError> = conn
         .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
         .await
@@ -436,7 +450,17 @@ pub async fn begin_snapshot(
     }
 }
 
-/// Ends the transaction [`begin_snapshot`] started.
+/// Starts a read-only transaction with a consistent snapshot, times read in UTC.
+pub(crate) async fn begin_read(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
+    conn.query_drop("SET SESSION time_zone = '+00:00'")
+        .await
+        .map_err(query_err(src, "set the session time zone"))?;
+    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        .await
+        .map_err(query_err(src, "start a consistent snapshot"))
+}
+
+/// Ends the transaction [`begin_snapshot`] (or a read) started.
 pub async fn end_snapshot(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
     conn.query_drop("COMMIT")
         .await

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use sluice_core::{Secret, SourceSpec};
 
 /// One MySQL/MariaDB instance: one binlog task.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// The instance's name in Sluice; also the task name and part of topic names.

@@ -17,7 +17,7 @@ use serde_json::{Map, Value as Json};
 use sluice_core::pipeline::filter;
 use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind};
 
-pub use read::{Built, RangeRead};
+pub use read::{Built, RangeRead, Reader};
 
 use mysql_async::Conn;
 
@@ -120,9 +120,15 @@ impl DocPlan {
         out
     }
 
-    /// The document `_id` for id values (in id order).
+    /// The document `_id` for id values (in id order). Child documents (parent-child
+    /// mode) share the index with their parents, and usually count from 1 as they do:
+    /// their `_id` is `<name>#<id>`.
     pub fn document_id(&self, key: &[Json]) -> Option<String> {
-        sluice_core::event::id_of(key)
+        let id = sluice_core::event::id_of(key)?;
+        Some(match self.join.as_ref().and_then(|j| j.parent.as_ref()) {
+            Some(_) => format!("{}#{id}", self.name),
+            None => id,
+        })
     }
 
     /// The values of `node`'s columns `cols` in a row image (`None` if one is missing or
@@ -165,14 +171,50 @@ pub async fn describe(
     Ok(tables)
 }
 
-/// Describes the tables of `spec` and compiles it: the inner error lists what in the spec
-/// does not fit the tables, each naming its key.
+/// Connects, describes the tables of `spec` and compiles it: the inner error lists what
+/// in the spec does not fit the tables, each naming its key.
 pub async fn load(
     src: &SourceConfig,
-    conn: &mut Conn,
     spec: &PipelineSpec,
 ) -> Result<Result<Vec<DocPlan>, Vec<String>>, MysqlError> {
-    Ok(compile(spec, &describe(src, conn, spec).await?))
+    let mut conn = crate::preflight::connect(src).await?;
+    let tables = describe(src, &mut conn, spec).await;
+    let _ = conn.disconnect().await;
+    Ok(compile(spec, &tables?))
+}
+
+/// Connections to one source for reading documents, reused between reads.
+pub struct SourcePool {
+    src: SourceConfig,
+    pool: mysql_async::Pool,
+}
+
+impl SourcePool {
+    pub fn new(src: SourceConfig) -> Self {
+        let pool = mysql_async::Pool::new(src.opts());
+        Self { src, pool }
+    }
+
+    pub fn config(&self) -> &SourceConfig {
+        &self.src
+    }
+
+    /// A reader on a pooled connection.
+    pub async fn reader(&self) -> Result<Reader<'_>, MysqlError> {
+        let conn = self
+            .pool
+            .get_conn()
+            .await
+            .map_err(|error| MysqlError::Connect {
+                source_name: self.src.name.clone(),
+                error,
+            })?;
+        Ok(Reader::new(&self.src, conn))
+    }
+
+    pub async fn close(self) {
+        let _ = self.pool.disconnect().await;
+    }
 }
 
 /// Compiles `spec` against `tables`; every problem names its key.
@@ -705,7 +747,11 @@ pub(crate) mod tests {
             review.routing_of(image.as_object().unwrap()).as_deref(),
             Some("42")
         );
-        assert_eq!(review.document_id(&[Json::from(9)]).as_deref(), Some("9"));
+        assert_eq!(
+            review.document_id(&[Json::from(9)]).as_deref(),
+            Some("review#9")
+        );
+        assert_eq!(plans[0].document_id(&[Json::from(9)]).as_deref(), Some("9"));
     }
 
     #[test]

@@ -42,17 +42,75 @@ pub struct RangeRead {
     pub rows: usize,
 }
 
+/// A connection reading documents of one source, counting its queries.
+pub struct Reader<'a> {
+    pub src: &'a SourceConfig,
+    conn: Conn,
+    /// Statements run so far.
+    pub queries: u64,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(src: &'a SourceConfig, conn: Conn) -> Self {
+        Self {
+            src,
+            conn,
+            queries: 0,
+        }
+    }
+
+    /// A reader on a connection of its own.
+    pub async fn connect(src: &'a SourceConfig) -> Result<Reader<'a>, MysqlError> {
+        Ok(Self::new(src, crate::preflight::connect(src).await?))
+    }
+
+    /// Starts a read-only transaction in which every level of a read sees one state
+    /// (times in UTC). End it with [`Reader::end`].
+    pub async fn begin(&mut self) -> Result<(), MysqlError> {
+        crate::snapshot::begin_read(self.src, &mut self.conn).await
+    }
+
+    /// Starts a consistent snapshot and returns its binlog position (a build's chunk:
+    /// the documents read in it have that version). End it with [`Reader::end`].
+    pub async fn begin_snapshot(&mut self) -> Result<sluice_core::BinlogPosition, MysqlError> {
+        crate::snapshot::begin_snapshot(self.src, &mut self.conn).await
+    }
+
+    pub async fn end(&mut self) -> Result<(), MysqlError> {
+        crate::snapshot::end_snapshot(self.src, &mut self.conn).await
+    }
+
+    /// Closes the connection (a pooled one goes back to its pool).
+    pub async fn close(self) {
+        let _ = self.conn.disconnect().await;
+    }
+
+    async fn fetch(
+        &mut self,
+        what: &'static str,
+        text: String,
+        params: Params,
+    ) -> Result<Vec<Vec<Value>>, MysqlError> {
+        self.queries += 1;
+        let rows: Vec<Row> = self
+            .conn
+            .exec(text, params)
+            .await
+            .map_err(query_err(self.src, what))?;
+        Ok(rows.into_iter().map(Row::unwrap).collect())
+    }
+}
+
 type Rows = Vec<Vec<Json>>;
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl DocPlan {
     /// The documents of `keys` (id values, in id order): one entry per distinct key
-    /// without NULLs, in order. Run it inside a transaction ([`crate::begin_snapshot`]) so
-    /// every level sees one state.
+    /// without NULLs, in order. Run it inside a transaction ([`Reader::begin`], or a
+    /// build's [`crate::begin_snapshot`]) so every level sees one state.
     pub async fn read(
         &self,
-        src: &SourceConfig,
-        conn: &mut Conn,
+        r: &mut Reader<'_>,
         keys: &[Vec<Json>],
     ) -> Result<Vec<Built>, MysqlError> {
         let root = &self.root;
@@ -72,10 +130,10 @@ impl DocPlan {
                 false,
             );
             let params = params(root, &self.id, chunk);
-            let raw = fetch(src, conn, "read documents", text, params).await?;
-            rows.extend(decode(src, root, &root.select, raw)?);
+            let raw = r.fetch("read documents", text, params).await?;
+            rows.extend(decode(r.src, root, &root.select, raw)?);
         }
-        let docs = assemble(self, src, conn, root, &rows).await?;
+        let docs = assemble(self, r, root, &rows).await?;
         let slots: Vec<usize> = self.id.iter().map(|&c| root.slot(c)).collect();
         let mut found: HashMap<String, usize> = HashMap::new();
         for (i, row) in rows.iter().enumerate() {
@@ -105,8 +163,7 @@ impl DocPlan {
     /// consistent snapshot.
     pub async fn read_range(
         &self,
-        src: &SourceConfig,
-        conn: &mut Conn,
+        r: &mut Reader<'_>,
         after: Option<&Key>,
         upto: Option<&Key>,
         limit: usize,
@@ -122,7 +179,7 @@ impl DocPlan {
         } else {
             Params::Positional(values)
         };
-        let raw = fetch(src, conn, "read a build chunk", text, params).await?;
+        let raw = r.fetch("read a build chunk", text, params).await?;
         let key_slots: Vec<usize> = root.table.key.iter().map(|&c| root.slot(c)).collect();
         let last = raw.last().map(|r| {
             Key(key_slots
@@ -131,8 +188,8 @@ impl DocPlan {
                 .collect())
         });
         let count = raw.len();
-        let rows = decode(src, root, &root.select, raw)?;
-        let docs = assemble(self, src, conn, root, &rows).await?;
+        let rows = decode(r.src, root, &root.select, raw)?;
+        let docs = assemble(self, r, root, &rows).await?;
         let id_slots: Vec<usize> = self.id.iter().map(|&c| root.slot(c)).collect();
         let mut out = Vec::with_capacity(rows.len());
         for (row, doc) in rows.iter().zip(docs) {
@@ -161,8 +218,7 @@ impl DocPlan {
     /// may just have stopped being joined, and its document must be read again either way.
     pub async fn roots_of<T: Ord + Copy + Send>(
         &self,
-        src: &SourceConfig,
-        conn: &mut Conn,
+        r: &mut Reader<'_>,
         path: &[usize],
         cols: &[usize],
         values: Vec<(Vec<Json>, T)>,
@@ -174,9 +230,9 @@ impl DocPlan {
             let node = self.node(&path);
             let Some(link) = &node.link else {
                 // The root: its id columns, looked up unless these are they.
-                return lookup(src, conn, node, &self.id, &cols, values).await;
+                return lookup(r, node, &self.id, &cols, values).await;
             };
-            values = lookup(src, conn, node, &link.child, &cols, values).await?;
+            values = lookup(r, node, &link.child, &cols, values).await?;
             path.pop();
             cols = link.parent.clone();
             if values.is_empty() {
@@ -196,8 +252,7 @@ impl DocPlan {
 /// Values of `out` for the rows of `node` whose `by` columns hold `values`: no query
 /// when `by` are `out` (in any order).
 async fn lookup<T: Ord + Copy + Send>(
-    src: &SourceConfig,
-    conn: &mut Conn,
+    r: &mut Reader<'_>,
     node: &Node,
     out: &[usize],
     by: &[usize],
@@ -227,15 +282,14 @@ async fn lookup<T: Ord + Copy + Send>(
     let mut found = Vec::new();
     for chunk in keys.chunks(sql::MAX_IN) {
         let text = sql::rows_by(node, &select, by, sql::padded(chunk.len()), true);
-        let raw = fetch(
-            src,
-            conn,
-            "find the documents of a change",
-            text,
-            params(node, by, chunk),
-        )
-        .await?;
-        for row in decode(src, node, &select, raw)? {
+        let raw = r
+            .fetch(
+                "find the documents of a change",
+                text,
+                params(node, by, chunk),
+            )
+            .await?;
+        for row in decode(r.src, node, &select, raw)? {
             let (o, b) = row.split_at(out.len());
             if let (Some(t), true) = (
                 join_key(b).and_then(|k| tags.get(&k)),
@@ -267,10 +321,9 @@ fn merge<T: Ord + Copy>(values: Vec<(Vec<Json>, T)>) -> Vec<(Vec<Json>, T)> {
 
 /// The documents of `rows` of `node` (read with its `select`): their output columns and,
 /// per relation, what it joins.
-fn assemble<'a>(
+fn assemble<'a, 'r: 'a>(
     plan: &'a DocPlan,
-    src: &'a SourceConfig,
-    conn: &'a mut Conn,
+    r: &'a mut Reader<'r>,
     node: &'a Node,
     rows: &'a [Vec<Json>],
 ) -> BoxFuture<'a, Result<Vec<Map<String, Json>>, MysqlError>> {
@@ -293,7 +346,7 @@ fn assemble<'a>(
             return Ok(docs);
         }
         for child in &node.children {
-            let values = related(plan, src, conn, node, child, rows).await?;
+            let values = related(plan, r, node, child, rows).await?;
             for (doc, v) in docs.iter_mut().zip(values) {
                 doc.insert(child.name.clone(), v);
             }
@@ -322,8 +375,7 @@ fn assemble<'a>(
 /// one_to_one, an array for one_to_many.
 async fn related(
     plan: &DocPlan,
-    src: &SourceConfig,
-    conn: &mut Conn,
+    r: &mut Reader<'_>,
     parent: &Node,
     child: &Node,
     rows: &[Vec<Json>],
@@ -346,17 +398,12 @@ async fn related(
     let mut child_rows: Rows = Vec::new();
     for chunk in keys.chunks(sql::MAX_IN) {
         let text = sql::children(child, sql::padded(chunk.len()));
-        let raw = fetch(
-            src,
-            conn,
-            "read a relation",
-            text,
-            params(child, &link.child, chunk),
-        )
-        .await?;
-        child_rows.extend(decode(src, child, &child.select, raw)?);
+        let raw = r
+            .fetch("read a relation", text, params(child, &link.child, chunk))
+            .await?;
+        child_rows.extend(decode(r.src, child, &child.select, raw)?);
     }
-    let child_docs = assemble(plan, src, conn, child, &child_rows).await?;
+    let child_docs = assemble(plan, r, child, &child_rows).await?;
     let child_slots: Vec<usize> = link.child.iter().map(|&c| child.slot(c)).collect();
     let mut grouped: HashMap<String, Vec<Map<String, Json>>> = HashMap::new();
     for (row, doc) in child_rows.iter().zip(child_docs) {
@@ -424,20 +471,6 @@ fn param(kind: Kind, v: &Json) -> Value {
         ),
         Json::Object(_) => Value::Bytes(v.to_string().into_bytes()),
     }
-}
-
-async fn fetch(
-    src: &SourceConfig,
-    conn: &mut Conn,
-    what: &'static str,
-    text: String,
-    params: Params,
-) -> Result<Vec<Vec<Value>>, MysqlError> {
-    let rows: Vec<Row> = conn
-        .exec(text, params)
-        .await
-        .map_err(query_err(src, what))?;
-    Ok(rows.into_iter().map(Row::unwrap).collect())
 }
 
 /// Raw rows of `node`'s columns `cols` as JSON, decoded as the binlog decoder would.

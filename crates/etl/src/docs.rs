@@ -1,0 +1,466 @@
+//! Documents read back from MySQL (pipelines with relations or a filter).
+//!
+//! A change of any table in a pipeline's tree marks the documents that contain the row
+//! as dirty: the root row's own document (its key before and after the change), or for a
+//! related row the documents its join columns lead up to — from its before and after
+//! images, so a child moved from one parent to another dirties both, and through one
+//! query per level above the first. Per batch each dirty document keeps the version of
+//! the newest change that dirtied it; it is read back from the source (one query per
+//! relation for a chunk of documents) and written with that version, or deleted with it
+//! when its root row is gone or filtered out.
+//!
+//! Why this converges: the read happens after the change committed, so the document holds
+//! at least its effect; a later change carries a higher version and causes another read;
+//! a replay or a retry can only lose a version race (409) to a document read later.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde_json::Value as Json;
+use sluice_core::ChangeEvent;
+use sluice_elastic::BulkOp;
+use sluice_mysql::docs::{Built, DocPlan, Reader, SourcePool};
+use sluice_mysql::{MysqlError, SourceConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::METRICS;
+use crate::pipeline::Router;
+use crate::write::Writer;
+use crate::DeadLetter;
+
+/// Documents read (and written) per chunk: bounds the etl's memory however many
+/// documents one change reaches.
+const CHUNK: usize = 256;
+
+/// What dirtied a document: the version of the newest change, and its message.
+type Tag = (u64, usize);
+
+/// Where to walk up from: a plan, the path of a node in it, and which of its columns.
+type From = (usize, Vec<usize>, Vec<usize>);
+
+/// The documents a batch dirtied, by pipeline.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    pipelines: BTreeMap<usize, Work>,
+}
+
+#[derive(Default)]
+struct Work {
+    /// By plan: each document's key (as text) → what dirtied it.
+    docs: BTreeMap<usize, HashMap<String, Entry>>,
+    /// Rows whose documents are found by walking up: by plan, the path (from the root)
+    /// of the node to look in, and which of its columns the values are of (relations
+    /// of one parent join it on different columns).
+    lookups: BTreeMap<From, Vec<(Vec<Json>, Tag)>>,
+}
+
+struct Entry {
+    key: Vec<Json>,
+    tag: Tag,
+    /// Routings the document had in the changes' images (a child document that moved
+    /// parent must go from the old one's shard).
+    routings: BTreeSet<String>,
+}
+
+impl Dirty {
+    pub fn is_empty(&self) -> bool {
+        self.pipelines.is_empty()
+    }
+
+    /// Marks what `event` (message `msg`) changes in pipeline `pipeline`'s documents.
+    pub fn touch(&mut self, pipeline: usize, plans: &[DocPlan], event: &ChangeEvent, msg: usize) {
+        let tag = (event.version, msg);
+        let work = self.pipelines.entry(pipeline).or_default();
+        for (k, plan) in plans.iter().enumerate() {
+            for path in plan.paths_of(&event.db, &event.table) {
+                let node = plan.node(&path);
+                for image in [&event.before, &event.after].into_iter().flatten() {
+                    match &node.link {
+                        None => {
+                            let Some(key) = DocPlan::image_values(node, &plan.id, image) else {
+                                continue;
+                            };
+                            let entry = work.entry(k, key, tag);
+                            entry.routings.extend(plan.routing_of(image));
+                        }
+                        Some(link) => {
+                            let Some(values) = DocPlan::image_values(node, &link.child, image)
+                            else {
+                                continue;
+                            };
+                            let parent = path[..path.len() - 1].to_vec();
+                            work.lookups
+                                .entry((k, parent, link.parent.clone()))
+                                .or_default()
+                                .push((values, tag));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Work {
+    fn entry(&mut self, plan: usize, key: Vec<Json>, tag: Tag) -> &mut Entry {
+        let text = serde_json::to_string(&key).expect("JSON values serialize");
+        let e = self
+            .docs
+            .entry(plan)
+            .or_default()
+            .entry(text)
+            .or_insert_with(|| Entry {
+                key,
+                tag,
+                routings: BTreeSet::new(),
+            });
+        e.tag = e.tag.max(tag);
+        e
+    }
+}
+
+/// Connections to the sources documents are read from, by source name.
+#[derive(Default)]
+pub(crate) struct Sources {
+    pools: HashMap<String, SourcePool>,
+}
+
+impl Sources {
+    fn pool(&mut self, src: &SourceConfig) -> &SourcePool {
+        if self.pools.get(&src.name).is_some_and(|p| p.config() != src) {
+            // The source changed (host, password): new connections.
+            self.pools.remove(&src.name);
+        }
+        self.pools
+            .entry(src.name.clone())
+            .or_insert_with(|| SourcePool::new(src.clone()))
+    }
+
+    pub async fn close(self) {
+        for (_, pool) in self.pools {
+            pool.close().await;
+        }
+    }
+}
+
+/// Reads back and writes every document `dirty` holds. `false` when shutdown came
+/// while the source or Elasticsearch was unavailable (nothing may be committed).
+pub(crate) async fn rebuild(
+    router: &Router,
+    sources: &mut Sources,
+    writer: &mut Writer<'_>,
+    dirty: Dirty,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    for (p, mut work) in dirty.pipelines {
+        let pipeline = &router.pipelines[p];
+        let name = pipeline.cfg.spec.name.clone();
+        let (Some(plans), Ok(src)) = (pipeline.plans(), &pipeline.cfg.source) else {
+            // Touched only once loaded, with a source: cannot happen.
+            continue;
+        };
+        let pool = sources.pool(src);
+        let mut dead = Vec::new();
+        let lookups = std::mem::take(&mut work.lookups);
+        for ((k, path, cols), values) in lookups {
+            let msgs: BTreeSet<usize> = values.iter().map(|(_, t)| t.1).collect();
+            let plan = &plans[k];
+            let found = retrying(shutdown, async || {
+                let mut r = pool.reader().await?;
+                r.begin().await?;
+                let roots = plan.roots_of(&mut r, &path, &cols, values.clone()).await;
+                count_queries(&name, &r);
+                let _ = r.end().await;
+                roots
+            })
+            .await;
+            match found {
+                None => return Ok(false),
+                Some(Ok(roots)) => {
+                    for (key, tag) in roots {
+                        work.entry(k, key, tag);
+                    }
+                }
+                Some(Err(e)) => dead.extend(msgs.into_iter().map(|m| (m, e.to_string()))),
+            }
+        }
+        for (k, entries) in work.docs {
+            let plan = &plans[k];
+            let entries: Vec<Entry> = entries.into_values().collect();
+            for chunk in entries.chunks(CHUNK) {
+                let keys: Vec<Vec<Json>> = chunk.iter().map(|e| e.key.clone()).collect();
+                let read = retrying(shutdown, async || {
+                    let mut r = pool.reader().await?;
+                    r.begin().await?;
+                    let built = plan.read(&mut r, &keys).await;
+                    count_queries(&name, &r);
+                    let _ = r.end().await;
+                    built
+                })
+                .await;
+                let built = match read {
+                    None => return Ok(false),
+                    Some(Ok(b)) => b,
+                    Some(Err(e)) => {
+                        dead.extend(chunk.iter().map(|e2| (e2.tag.1, e.to_string())));
+                        continue;
+                    }
+                };
+                METRICS
+                    .documents_read
+                    .add(built.len() as u64, &crate::metrics::pipeline(&name));
+                let (ops, origins) = operations(router.targets(p), chunk, built);
+                if !writer.write(ops, origins).await? {
+                    return Ok(false);
+                }
+            }
+        }
+        for (msg, why) in dead {
+            writer.dead.push(DeadLetter {
+                msg,
+                reason: format!(
+                    "pipeline {name}: cannot read its documents from the source: {why}"
+                ),
+                pipeline: Some(name.clone()),
+            });
+        }
+    }
+    Ok(true)
+}
+
+/// Dead letters for every message that dirtied something in a pipeline that cannot be
+/// read back (`why`: its spec does not fit its tables, its source is unreachable).
+pub(crate) fn unreadable(
+    dead: &mut Vec<DeadLetter>,
+    pipeline: &str,
+    msgs: impl IntoIterator<Item = usize>,
+    why: &str,
+) {
+    for msg in msgs {
+        dead.push(DeadLetter {
+            msg,
+            reason: format!("pipeline {pipeline}: {why}"),
+            pipeline: Some(pipeline.to_owned()),
+        });
+    }
+}
+
+/// The writes for a chunk's documents as read: each indexed (or deleted) with the version
+/// of the newest change that dirtied it, on every target; a child document that had
+/// another routing is deleted there after it is indexed under the new one (in this
+/// order: if both routings lead to one shard, the delete then loses to the index).
+fn operations(targets: &[String], chunk: &[Entry], built: Vec<Built>) -> (Vec<BulkOp>, Vec<usize>) {
+    let by_key: HashMap<String, &Entry> = chunk
+        .iter()
+        .map(|e| (serde_json::to_string(&e.key).expect("serializes"), e))
+        .collect();
+    let (mut ops, mut origins) = (Vec::new(), Vec::new());
+    for b in built {
+        let Some(entry) = by_key.get(&serde_json::to_string(&b.key).expect("serializes")) else {
+            continue;
+        };
+        let (version, msg) = entry.tag;
+        for index in targets {
+            let mut push = |op| {
+                ops.push(op);
+                origins.push(msg);
+            };
+            match &b.doc {
+                Some(doc) => push(BulkOp::Index {
+                    index: index.clone(),
+                    id: b.id.clone(),
+                    version,
+                    routing: b.routing.clone(),
+                    doc: Json::Object(doc.clone()),
+                }),
+                None if entry.routings.is_empty() => push(BulkOp::Delete {
+                    index: index.clone(),
+                    id: b.id.clone(),
+                    version,
+                    routing: None,
+                }),
+                None => {}
+            }
+            for old in entry
+                .routings
+                .iter()
+                .filter(|r| Some(*r) != b.routing.as_ref())
+            {
+                push(BulkOp::Delete {
+                    index: index.clone(),
+                    id: b.id.clone(),
+                    version,
+                    routing: Some(old.clone()),
+                });
+            }
+        }
+    }
+    (ops, origins)
+}
+
+fn count_queries(pipeline: &str, r: &Reader<'_>) {
+    METRICS
+        .source_queries
+        .add(r.queries, &crate::metrics::pipeline(pipeline));
+}
+
+/// Runs `f` until it succeeds or fails for good, pausing between transient failures:
+/// `None` when shutdown came first.
+async fn retrying<T>(
+    shutdown: &CancellationToken,
+    mut f: impl AsyncFnMut() -> Result<T, MysqlError>,
+) -> Option<Result<T, MysqlError>> {
+    let mut backoff = std::time::Duration::from_millis(200);
+    loop {
+        match f().await {
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "the source is unavailable for reading documents; retrying");
+                if !sluice_core::shutdown::pause(backoff, shutdown).await {
+                    return None;
+                }
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
+            }
+            done => return Some(done),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use serde_json::Value;
+    use sluice_mysql::SnapshotTable;
+
+    fn shop() -> Vec<DocPlan> {
+        let spec: sluice_core::PipelineSpec = serde_json::from_value(json!({
+            "source": "s", "database": "d", "table": "products",
+            "relations": [
+                {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
+                {"name": "tags", "kind": "one_to_many", "table": "tags", "on": {"id": "product_id"}}
+            ]
+        }))
+        .unwrap();
+        let int = ("", "int", "int");
+        let table = |name: &str, cols: &[&str]| {
+            let cols: Vec<(&str, &str, &str)> = cols.iter().map(|c| (*c, int.1, int.2)).collect();
+            (
+                ("d".to_owned(), name.to_owned()),
+                SnapshotTable::from_columns("d", name, &cols, &["id"]),
+            )
+        };
+        let tables = [
+            table("products", &["id", "brand_id"]),
+            table("brands", &["id"]),
+            table("tags", &["id", "product_id"]),
+        ]
+        .into_iter()
+        .collect();
+        sluice_mysql::docs::compile(&spec, &tables).unwrap()
+    }
+
+    fn event(table: &str, row: Value, version: u64) -> ChangeEvent {
+        serde_json::from_value(json!({
+            "v": 1,
+            "source": {"instance": "s", "server_id": 1, "file": "b.000001", "pos": 4, "row": 0, "ts_ms": 0},
+            "db": "d", "table": table, "op": "c", "key": {"id": row["id"]},
+            "after": row, "columns": [], "version": version
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn relations_of_one_parent_walk_up_by_their_own_join_columns() {
+        let plans = shop();
+        let mut dirty = Dirty::default();
+        // A tag of product 5 first, then brand 2: the brand's id is a brand_id, not a
+        // product id, whatever came first in the batch.
+        dirty.touch(
+            0,
+            &plans,
+            &event("tags", json!({"id": 70, "product_id": 5}), 10),
+            0,
+        );
+        dirty.touch(0, &plans, &event("brands", json!({"id": 2}), 20), 1);
+        dirty.touch(
+            0,
+            &plans,
+            &event("products", json!({"id": 9, "brand_id": 2}), 30),
+            2,
+        );
+        let work = &dirty.pipelines[&0];
+        let names = |cols: &[usize]| plans[0].root.names(cols);
+        let lookups: Vec<(Vec<String>, Vec<Value>)> = work
+            .lookups
+            .iter()
+            .map(|((_, path, cols), values)| {
+                assert!(path.is_empty(), "both walk up to the root");
+                (
+                    names(cols),
+                    values.iter().map(|(v, _)| v[0].clone()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            lookups,
+            [
+                (vec!["id".to_owned()], vec![json!(5)]),
+                (vec!["brand_id".to_owned()], vec![json!(2)]),
+            ]
+        );
+        let roots: Vec<(&Vec<Value>, Tag)> =
+            work.docs[&0].values().map(|e| (&e.key, e.tag)).collect();
+        assert_eq!(
+            roots,
+            [(&vec![json!(9)], (30, 2))],
+            "a root row is its own document"
+        );
+    }
+
+    fn entry(key: i64, tag: Tag, routings: &[&str]) -> Entry {
+        Entry {
+            key: vec![json!(key)],
+            tag,
+            routings: routings.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    fn built(key: i64, routing: Option<&str>, doc: bool) -> Built {
+        Built {
+            key: vec![json!(key)],
+            id: format!("c#{key}"),
+            routing: routing.map(String::from),
+            doc: doc.then(|| json!({"id": key}).as_object().unwrap().clone()),
+        }
+    }
+
+    #[test]
+    fn a_moved_child_is_indexed_under_its_new_parent_then_deleted_under_the_old() {
+        let targets = ["i_v1".to_owned()];
+        let chunk = [entry(7, (90, 3), &["1", "2"]), entry(8, (80, 4), &["5"])];
+        let (ops, origins) = operations(
+            &targets,
+            &chunk,
+            vec![built(7, Some("2"), true), built(8, None, false)],
+        );
+        let shape: Vec<(String, Option<&str>, u64)> = ops
+            .iter()
+            .map(|o| {
+                let kind = if matches!(o, BulkOp::Index { .. }) {
+                    "index"
+                } else {
+                    "delete"
+                };
+                (format!("{kind} {}", o.id()), o.routing(), o.version())
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("index c#7".into(), Some("2"), 90),
+                ("delete c#7".into(), Some("1"), 90),
+                ("delete c#8".into(), Some("5"), 80),
+            ]
+        );
+        assert_eq!(origins, [3, 3, 4]);
+    }
+}

@@ -1,0 +1,111 @@
+//! Bulk writes: every operation written, found stale (409: a newer version is there), or
+//! rejected (dead-lettered with the server's reason); 429/5xx items and failed requests
+//! retried with backoff.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use opentelemetry::KeyValue;
+use sluice_elastic::{BulkOp, EsClient, ItemOutcome};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{self, METRICS};
+use crate::{DeadLetter, Stats};
+
+/// Writes a batch's operations, collecting what must be dead-lettered.
+pub(crate) struct Writer<'a> {
+    pub es: &'a EsClient,
+    pub retry_backoff: Duration,
+    pub shutdown: &'a CancellationToken,
+    pub stats: &'a mut Stats,
+    /// Messages to dead-letter once the batch is through, with why.
+    pub dead: Vec<DeadLetter>,
+}
+
+impl Writer<'_> {
+    /// Sends `ops` (each from message `origins[i]`), retrying 429/5xx items and failed
+    /// requests with backoff until every item is written, stale or rejected (rejections
+    /// join `dead`). `false` when shutdown interrupted the retries.
+    #[tracing::instrument(name = "etl.bulk", skip_all, fields(operations = ops.len()))]
+    pub async fn write(
+        &mut self,
+        mut ops: Vec<BulkOp>,
+        mut origins: Vec<usize>,
+    ) -> anyhow::Result<bool> {
+        let mut backoff = self.retry_backoff;
+        while !ops.is_empty() {
+            let started = Instant::now();
+            let answer = self.es.bulk(&ops).await;
+            METRICS
+                .bulk_duration
+                .record(started.elapsed().as_secs_f64(), &[]);
+            METRICS.bulk_documents.record(ops.len() as u64, &[]);
+            match answer {
+                Ok(outcomes) => {
+                    let (mut retry_ops, mut retry_origins) = (Vec::new(), Vec::new());
+                    for ((op, origin), outcome) in ops.into_iter().zip(origins).zip(outcomes) {
+                        if let Some(op) = self.settle(op, origin, outcome) {
+                            retry_ops.push(op);
+                            retry_origins.push(origin);
+                        }
+                    }
+                    (ops, origins) = (retry_ops, retry_origins);
+                }
+                Err(e) if e.is_transient() => {
+                    METRICS.bulk_errors.add(1, &metrics::class("request"));
+                    tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
+                }
+                Err(e) => {
+                    METRICS.bulk_errors.add(1, &metrics::class("request"));
+                    return Err(e)
+                        .context("bulk request refused (fix the cause; nothing was committed)");
+                }
+            }
+            if !ops.is_empty() {
+                self.stats.retried += ops.len() as u64;
+                if !sluice_core::shutdown::pause(backoff, self.shutdown).await {
+                    return Ok(false);
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Counts an item's outcome; the operation back when it is to be retried.
+    fn settle(&mut self, op: BulkOp, origin: usize, outcome: ItemOutcome) -> Option<BulkOp> {
+        match outcome {
+            ItemOutcome::Applied => {
+                self.stats.written += 1;
+                METRICS
+                    .documents
+                    .add(1, &[KeyValue::new("result", "written")]);
+                None
+            }
+            ItemOutcome::Stale => {
+                self.stats.stale += 1;
+                METRICS
+                    .documents
+                    .add(1, &[KeyValue::new("result", "stale")]);
+                None
+            }
+            ItemOutcome::Retry { status, reason } => {
+                METRICS.bulk_errors.add(1, &metrics::class("retry"));
+                tracing::debug!(status, %reason, "bulk item will be retried");
+                Some(op)
+            }
+            ItemOutcome::Rejected { status, reason } => {
+                METRICS.bulk_errors.add(1, &metrics::class("rejected"));
+                self.dead.push(DeadLetter {
+                    msg: origin,
+                    reason: format!(
+                        "Elasticsearch rejected the document (HTTP {status}): {reason}"
+                    ),
+                    pipeline: None,
+                });
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Documents built from several tables, kept exact when any of them changes (FAULTS.md
+//! 17): a shop of `products` (root, filter `deleted = 0`) → one-to-one `brands` →
+//! one-to-many `skus` (nested) → one-to-many `sku_prices`, and `product_tags` (an object
+//! array, the 5 newest by `created_at`). Every case ends with the independent checker on
+//! every document of the index.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use serde_json::{json, Value};
+use sluice_integration_tests::{check_documents, eventually, Running, TestCtx};
+
+const PRODUCTS: u64 = 2200;
+/// Products 1..=2000 are brand 1's; the rest brand 2's.
+const BRAND_ONE: u64 = 2000;
+
+async fn shop_schema(ctx: &TestCtx) {
+    for ddl in [
+        "CREATE TABLE brands (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, country CHAR(2))",
+        "CREATE TABLE products (id BIGINT PRIMARY KEY, title VARCHAR(128) NOT NULL, brand_id INT NULL,
+            price DECIMAL(10,2), deleted TINYINT NOT NULL DEFAULT 0, KEY (brand_id))",
+        "CREATE TABLE skus (id BIGINT PRIMARY KEY, product_id BIGINT NULL, code VARCHAR(32) NOT NULL,
+            stock INT NOT NULL DEFAULT 0, KEY (product_id))",
+        "CREATE TABLE sku_prices (id BIGINT PRIMARY KEY AUTO_INCREMENT, sku_id BIGINT NOT NULL,
+            currency CHAR(3) NOT NULL, amount DECIMAL(10,2) NOT NULL, KEY (sku_id))",
+        "CREATE TABLE product_tags (id BIGINT PRIMARY KEY AUTO_INCREMENT, product_id BIGINT NOT NULL,
+            tag VARCHAR(32) NOT NULL, created_at DATETIME(6) NOT NULL, KEY (product_id))",
+    ] {
+        ctx.exec(ddl).await;
+    }
+}
+
+fn shop_spec(ctx: &TestCtx) -> Value {
+    ctx.spec(json!({
+        "table": "products",
+        "filter": "deleted = 0",
+        "relations": [
+            {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
+            {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},
+             "relations": [
+                {"name": "prices", "kind": "one_to_many", "table": "sku_prices", "on": {"id": "sku_id"},
+                 "columns": ["currency", "amount"]}
+             ]},
+            {"name": "tags", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
+             "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]}
+        ]
+    }))
+}
+
+/// Rows in batches of multi-row INSERTs.
+async fn insert(ctx: &TestCtx, table: &str, rows: impl Iterator<Item = String>) {
+    let rows: Vec<String> = rows.collect();
+    for chunk in rows.chunks(500) {
+        ctx.exec(&format!("INSERT INTO {table} VALUES {}", chunk.join(", ")))
+            .await;
+    }
+}
+
+/// Brands, products, two SKUs per product with two prices each, and seven tags per
+/// product (so the 5-newest limit cuts).
+async fn shop_data(ctx: &TestCtx) {
+    insert(
+        ctx,
+        "brands",
+        [1, 2, 3]
+            .into_iter()
+            .map(|b| format!("({b}, 'brand {b}', 'DE')")),
+    )
+    .await;
+    insert(
+        ctx,
+        "products",
+        (1..=PRODUCTS).map(|p| {
+            let brand = if p <= BRAND_ONE { 1 } else { 2 };
+            format!(
+                "({p}, 'product {p}', {brand}, {}.{:02}, 0)",
+                p % 500,
+                p % 100
+            )
+        }),
+    )
+    .await;
+    insert(
+        ctx,
+        "skus",
+        (1..=PRODUCTS).flat_map(|p| {
+            (0..2).map(move |k| format!("({}, {p}, 'sku-{p}-{k}', {})", p * 10 + k, k * 7))
+        }),
+    )
+    .await;
+    insert(
+        ctx,
+        "sku_prices",
+        (1..=PRODUCTS).flat_map(|p| {
+            (0..2).flat_map(move |k| {
+                ["'EUR'", "'USD'"].map(|c| format!("(NULL, {}, {c}, {}.99)", p * 10 + k, p % 90))
+            })
+        }),
+    )
+    .await;
+    insert(
+        ctx,
+        "product_tags",
+        (1..=PRODUCTS).flat_map(|p| {
+            (0..7).map(move |t| {
+                format!(
+                    "(NULL, {p}, 'tag-{t}', TIMESTAMP('2024-01-01') + INTERVAL {} SECOND)",
+                    (p * 7 + t) % 1000
+                )
+            })
+        }),
+    )
+    .await;
+}
+
+/// Waits until every document of the pipeline equals what MySQL yields.
+async fn converged(ctx: &TestCtx, run: &Running, spec: &Value, what: &str) {
+    eventually(what, Duration::from_secs(120), || async {
+        check_documents(ctx, spec)
+            .await
+            .map_err(|e| format!("{e}\n{}", run.logs()))
+    })
+    .await;
+}
+
+async fn document(ctx: &TestCtx, alias: &str, id: u64) -> Option<Value> {
+    ctx.stack
+        .es
+        .mget(alias, &[id.to_string()])
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shop_tree_stays_exact_through_every_kind_of_change() {
+    let ctx = TestCtx::new("relations").await;
+    shop_schema(&ctx).await;
+    let spec = shop_spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    shop_data(&ctx).await;
+    converged(&ctx, &run, &spec, "the shop, streamed").await;
+
+    // A grandchild inserted before its parent: the price row joins nothing until its SKU
+    // arrives, then the SKU's insert brings both.
+    ctx.exec("INSERT INTO sku_prices VALUES (NULL, 900001, 'EUR', 5.00)")
+        .await;
+    ctx.exec("INSERT INTO skus VALUES (900001, 7, 'late-sku', 3)")
+        .await;
+    converged(&ctx, &run, &spec, "a grandchild inserted before its parent").await;
+    let seven = document(&ctx, &alias, 7).await.expect("product 7");
+    let late = seven["skus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["code"] == "late-sku")
+        .cloned();
+    assert_eq!(
+        late.map(|s| s["prices"].clone()),
+        Some(json!([{"currency": "EUR", "amount": "5.00"}])),
+        "{seven}"
+    );
+
+    // A child moved to another parent: both documents change.
+    ctx.exec("UPDATE skus SET product_id = 8 WHERE id = 70")
+        .await;
+    converged(&ctx, &run, &spec, "a SKU moved from product 7 to 8").await;
+    let codes = |doc: &Value| -> Vec<String> {
+        doc["skus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["code"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!codes(&document(&ctx, &alias, 7).await.unwrap()).contains(&"sku-7-0".to_owned()));
+    assert!(codes(&document(&ctx, &alias, 8).await.unwrap()).contains(&"sku-7-0".to_owned()));
+
+    // A grandchild changed.
+    ctx.exec("UPDATE sku_prices SET amount = 123.45 WHERE sku_id = 90 AND currency = 'USD'")
+        .await;
+    converged(&ctx, &run, &spec, "a price of a SKU of product 9 changed").await;
+
+    // A brand renamed under 2000 products: every one of them, one change.
+    let renamed = Instant::now();
+    ctx.exec("UPDATE brands SET name = 'renamed' WHERE id = 1")
+        .await;
+    eventually("brand 1's new name in all its documents", Duration::from_secs(120), || async {
+        ctx.stack.es.refresh(&alias).await.map_err(|e| e.to_string())?;
+        let found = ctx
+            .stack
+            .es
+            .search(&alias, &json!({"query": {"match": {"brand.name": "renamed"}}, "size": 0, "track_total_hits": true}))
+            .await
+            .map_err(|e| e.to_string())?;
+        let n = found["hits"]["total"]["value"].as_u64().unwrap_or(0);
+        if n == BRAND_ONE {
+            Ok(())
+        } else {
+            Err(format!("{n} of {BRAND_ONE} documents show the new name"))
+        }
+    })
+    .await;
+    println!(
+        "brand rename reached its {BRAND_ONE} documents in {:?}",
+        renamed.elapsed()
+    );
+    converged(&ctx, &run, &spec, "a brand renamed").await;
+
+    // A root deleted and inserted again with the same id.
+    ctx.exec("DELETE FROM products WHERE id = 10").await;
+    ctx.exec("INSERT INTO products VALUES (10, 'product 10 again', 3, 1.00, 0)")
+        .await;
+    converged(&ctx, &run, &spec, "product 10 deleted and inserted again").await;
+    assert_eq!(
+        document(&ctx, &alias, 10).await.unwrap()["brand"]["name"],
+        "brand 3"
+    );
+
+    // A row leaving the root's filter, then coming back.
+    ctx.exec("UPDATE products SET deleted = 1 WHERE id = 11")
+        .await;
+    converged(&ctx, &run, &spec, "product 11 filtered out").await;
+    assert_eq!(
+        document(&ctx, &alias, 11).await,
+        None,
+        "a filtered-out row has no document"
+    );
+    ctx.exec("UPDATE products SET deleted = 0, title = 'back' WHERE id = 11")
+        .await;
+    converged(&ctx, &run, &spec, "product 11 back").await;
+
+    // Newer tags push older ones out of the 5 kept.
+    ctx.exec(
+        "INSERT INTO product_tags VALUES (NULL, 12, 'newest', '2030-01-01'), (NULL, 12, 'newer', '2029-01-01')",
+    )
+    .await;
+    converged(&ctx, &run, &spec, "two new tags of product 12").await;
+    let tags: Vec<Value> = document(&ctx, &alias, 12).await.unwrap()["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tag"].clone())
+        .collect();
+    assert_eq!(tags.len(), 5);
+    assert_eq!(&tags[..2], &[json!("newest"), json!("newer")]);
+
+    // The oracle is not blind: a nested value changed and a stray document, written
+    // behind Sluice's back, are both reported.
+    let mut wrong = document(&ctx, &alias, 13).await.unwrap();
+    wrong["skus"][0]["prices"][0]["amount"] = json!("0.01");
+    let index = format!("{alias}_v1");
+    let bulk = vec![
+        sluice_elastic::BulkOp::Index {
+            index: index.clone(),
+            id: "13".into(),
+            version: i64::MAX as u64 - 1,
+            routing: None,
+            doc: wrong,
+        },
+        sluice_elastic::BulkOp::Index {
+            index,
+            id: "999999".into(),
+            version: 1,
+            routing: None,
+            doc: json!({"id": 999999}),
+        },
+    ];
+    ctx.stack.es.bulk(&bulk).await.unwrap();
+    let report = check_documents(&ctx, &spec).await.unwrap_err();
+    assert!(
+        report.contains("document 13: `skus[0].prices[0].amount`")
+            || report.contains("document 13: `skus"),
+        "{report}"
+    );
+    assert!(report.contains("extra document 999999"), "{report}");
+
+    drop(run);
+    ctx.cleanup().await;
+}
+
+/// Every document of `alias` with its `_version`.
+async fn versions(ctx: &TestCtx, alias: &str) -> std::collections::BTreeMap<String, (u64, Value)> {
+    ctx.stack.es.refresh(alias).await.unwrap();
+    let found = ctx
+        .stack
+        .es
+        .search(
+            alias,
+            &json!({"query": {"match_all": {}}, "size": 10000, "version": true}),
+        )
+        .await
+        .unwrap();
+    found["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["_id"].as_str().unwrap().to_owned(),
+                (h["_version"].as_u64().unwrap(), h["_source"].clone()),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etl_killed_mid_batch_and_a_full_replay_change_nothing() {
+    let ctx = TestCtx::new("relreplay").await;
+    shop_schema(&ctx).await;
+    let spec = shop_spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let mut run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    shop_data(&ctx).await;
+
+    // Changes to all five tables while the etl is killed (kill -9, mid-batch: it is
+    // busy with the initial load) and started again.
+    for round in 0..6u64 {
+        let p = 1 + round * 97;
+        ctx.exec(&format!(
+            "UPDATE brands SET name = 'brand {round}' WHERE id = 2"
+        ))
+        .await;
+        ctx.exec(&format!(
+            "UPDATE products SET title = 'retitled {round}' WHERE id IN ({p}, {})",
+            p + 1
+        ))
+        .await;
+        ctx.exec(&format!(
+            "UPDATE skus SET product_id = {} WHERE id = {}",
+            p + 2,
+            p * 10
+        ))
+        .await;
+        ctx.exec(&format!(
+            "UPDATE sku_prices SET amount = amount + 1 WHERE sku_id = {}",
+            (p + 3) * 10
+        ))
+        .await;
+        ctx.exec(&format!(
+            "DELETE FROM product_tags WHERE product_id = {} LIMIT 2",
+            p + 4
+        ))
+        .await;
+        if round == 2 {
+            run.etl.kill9();
+            run.etl.start();
+        }
+    }
+    run.etl.kill9();
+    run.etl.start();
+    converged(&ctx, &run, &spec, "the shop after an etl killed twice").await;
+
+    // Rewind the group to the start of every topic: every change is applied again.
+    ctx.wait_streamed(&run.worker).await;
+    let tables = ["brands", "products", "skus", "sku_prices", "product_tags"];
+    let mut ends = Vec::new();
+    for t in tables {
+        let topic = ctx.topic(t);
+        let end = sluice_integration_tests::kafka::ends(
+            &ctx.read_topic(&topic, 1, Duration::from_secs(60)).await,
+        );
+        ends.push((topic, end));
+    }
+    eventually(
+        "the etl committed everything",
+        Duration::from_secs(60),
+        || async {
+            for (topic, end) in &ends {
+                ctx.etl_committed_up_to(topic, end).await?;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let before = versions(&ctx, &alias).await;
+    assert_eq!(before.len() as u64, PRODUCTS);
+    run.etl.terminate(Duration::from_secs(30));
+    for (topic, _) in &ends {
+        ctx.rewind_etl(topic).await;
+    }
+    run.etl.start();
+    eventually("the replay consumed", Duration::from_secs(120), || async {
+        for (topic, end) in &ends {
+            ctx.etl_committed_up_to(topic, end).await?;
+        }
+        Ok(())
+    })
+    .await;
+    let after = versions(&ctx, &alias).await;
+    let moved: Vec<&String> = before
+        .keys()
+        .filter(|id| before.get(*id) != after.get(*id))
+        .collect();
+    if let Some(id) = moved.first() {
+        panic!(
+            "a replay moved {} document(s) (content or _version), e.g. {:?}; {id} before: {:?}\nafter: {:?}",
+            moved.len(),
+            &moved[..moved.len().min(5)],
+            before.get(*id),
+            after.get(*id)
+        );
+    }
+    assert_eq!(check_documents(&ctx, &spec).await, Ok(PRODUCTS as usize));
+
+    drop(run);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_children_in_one_transaction_rebuild_their_root_once_per_batch() {
+    let ctx = TestCtx::new("relwide").await;
+    shop_schema(&ctx).await;
+    let spec = shop_spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    ctx.exec("INSERT INTO brands VALUES (1, 'brand 1', 'DE')")
+        .await;
+    ctx.exec("INSERT INTO products VALUES (1, 'wide', 1, 1.00, 0), (2, 'narrow', 1, 2.00, 0)")
+        .await;
+    converged(&ctx, &run, &spec, "two products").await;
+    let pipeline = [("pipeline", alias.as_str())];
+    let read_before = run
+        .etl
+        .metric_sum("sluice_etl_documents_read_total", &pipeline)
+        .await
+        .unwrap();
+
+    // One transaction: 10000 SKUs of product 1.
+    let mut conn = ctx.stack.conn().await;
+    conn.query_drop(format!("USE `{}`", ctx.db)).await.unwrap();
+    conn.query_drop("START TRANSACTION").await.unwrap();
+    for chunk in (1..=10_000u64).collect::<Vec<_>>().chunks(2000) {
+        let rows: Vec<String> = chunk
+            .iter()
+            .map(|i| format!("({}, 1, 'wide-{i}', {i})", 1000 + i))
+            .collect();
+        conn.query_drop(format!("INSERT INTO skus VALUES {}", rows.join(", ")))
+            .await
+            .unwrap();
+    }
+    conn.query_drop("COMMIT").await.unwrap();
+    drop(conn);
+    eventually(
+        "product 1 holds its 10000 SKUs",
+        Duration::from_secs(180),
+        || async {
+            let doc = document(&ctx, &alias, 1).await.ok_or("no document 1")?;
+            let n = doc["skus"].as_array().map_or(0, Vec::len);
+            if n == 10_000 {
+                Ok(())
+            } else {
+                Err(format!("{n} SKUs\n{}", run.logs()))
+            }
+        },
+    )
+    .await;
+    converged(&ctx, &run, &spec, "after the wide transaction").await;
+    let reads = run
+        .etl
+        .metric_sum("sluice_etl_documents_read_total", &pipeline)
+        .await
+        .unwrap()
+        - read_before;
+    // 10000 events reach the etl in batches of at most 2000: the product is read back
+    // once per batch, never once per SKU.
+    assert!(
+        (1.0..=40.0).contains(&reads),
+        "product 1 read back {reads} times for 10000 SKU inserts"
+    );
+    let peak = run.etl.peak_rss().expect("the etl's memory");
+    assert!(peak < 256 << 20, "the etl peaked at {} MiB", peak >> 20);
+    println!(
+        "10000 children: the root read back {reads} times; etl peak RSS {} MiB",
+        peak >> 20
+    );
+
+    drop(run);
+    ctx.cleanup().await;
+}
