@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on a local stack with sample data:
-#   a `shop.products` table, sluice-worker streaming its binlog into Kafka, sluice-etl
-#   indexing it into Elasticsearch behind the alias `products`; 1000 sample rows shown
-#   arriving, then a live UPDATE timed from COMMIT until it is visible in Elasticsearch.
+#   a shop (`products`, their `brands` and `skus`), sluice-worker streaming its binlog into
+#   Kafka, sluice-etl building one document per product — its brand as an object, its
+#   SKUs nested — behind the alias `products`; 1000 sample products shown arriving, then a
+#   live change to one SKU's price timed from COMMIT until it is visible inside its
+#   product's document.
 # Endpoints: MYSQL_URL (admin), ZOOKEEPER, KAFKA_BROKERS, ES_URL, as for the tests.
 # `deploy/demo.sh stop` stops the demo's worker and etl (the stack keeps running).
 set -euo pipefail
@@ -12,10 +14,13 @@ source "$(dirname "$0")/common.sh"
 if [ "${1:-}" = stop ]; then stop_started; exit 0; fi
 
 stop_started
-say "sample schema: shop.products"
+say "sample schema: shop.products, shop.brands, shop.skus"
 sql -e "DROP DATABASE IF EXISTS shop; CREATE DATABASE shop;
-        CREATE TABLE shop.products (id INT PRIMARY KEY, name VARCHAR(100), price DECIMAL(10,2),
-          tags SET('new','sale','eco'), stock INT UNSIGNED, updated_at DATETIME(3));"
+        CREATE TABLE shop.brands (id INT PRIMARY KEY, name VARCHAR(100));
+        CREATE TABLE shop.products (id INT PRIMARY KEY, name VARCHAR(100), brand_id INT,
+          tags SET('new','sale','eco'), updated_at DATETIME(3), KEY (brand_id));
+        CREATE TABLE shop.skus (id INT PRIMARY KEY, product_id INT, code VARCHAR(32),
+          price DECIMAL(10,2), stock INT UNSIGNED, KEY (product_id));"
 curl -fsS -X DELETE "$ES_URL/products_v1" >/dev/null 2>&1 || true
 
 run_id="demo-$(date +%s)"
@@ -60,6 +65,26 @@ source = "demo"
 database = "shop"
 table = "products"
 replicas = 0
+[[pipelines.relations]]
+name = "brand"
+kind = "one_to_one"
+table = "brands"
+on = { brand_id = "id" }
+[[pipelines.relations]]
+name = "skus"
+kind = "one_to_many"
+table = "skus"
+on = { id = "product_id" }
+columns = ["code", "price", "stock"]
+order_by = ["price"]
+# The etl reads each product's document back from the source.
+[[sources]]
+name = "demo"
+host = "$db_host"
+port = $db_port
+user = "$SOURCE_USER"
+password = "$SOURCE_PASSWORD"
+server_id = 4242
 TOML
 
 say "starting sluice-worker and sluice-etl (logs in .work/demo/)"
@@ -68,28 +93,37 @@ wait_for "the worker to start streaming" 60 grep -q "streaming" "$work/worker.lo
 launch etl "$bin/sluice-etl" --config "$work/etl.toml"
 wait_for "the etl to consume" 60 grep -q "etl consuming" "$work/etl.log"
 
-say "writing 1000 sample rows"
+say "writing 10 brands, 1000 products, 3000 SKUs"
 {
+  echo "INSERT INTO shop.brands VALUES"
+  for b in $(seq 1 10); do sep=","; [ "$b" = 10 ] && sep=";"; echo "($b, 'brand $b')$sep"; done
   echo "INSERT INTO shop.products VALUES"
   for i in $(seq 1 1000); do
     sep=","; [ "$i" = 1000 ] && sep=";"
-    echo "($i, 'product $i', $((i % 97)).$((i % 100 / 10))9, '$([ $((i % 3)) = 0 ] && echo sale || echo new)', $((i * 7 % 500)), NOW(3))$sep"
+    echo "($i, 'product $i', $((i % 10 + 1)), '$([ $((i % 3)) = 0 ] && echo sale || echo new)', NOW(3))$sep"
+  done
+  echo "INSERT INTO shop.skus VALUES"
+  for i in $(seq 1 1000); do
+    for k in 1 2 3; do
+      sep=","; [ "$i$k" = 10003 ] && sep=";"
+      echo "($((i * 10 + k)), $i, 'sku-$i-$k', $((i % 97 + k)).$((k * 3))9, $((i * k % 50)))$sep"
+    done
   done
 } | sql
 wait_for "1000 documents" 120 has_docs products 1000
 echo "documents in alias products: $(doc_count products)"
-curl -fsS "$ES_URL/products/_search?size=3&q=tags:sale" | python3 -c '
-import json, sys
-for hit in json.load(sys.stdin)["hits"]["hits"]:
-    print(" ", hit["_id"], json.dumps(hit["_source"], ensure_ascii=False))'
+show() { curl -fsS "$ES_URL/products/_doc/$1" | python3 -c 'import json,sys; print(" ", json.dumps(json.load(sys.stdin)["_source"], ensure_ascii=False))'; }
+echo "product 42, with its brand and nested SKUs:"
+show 42
 
-say "live change: UPDATE product 42, timed from COMMIT to visible in Elasticsearch"
+say "live change: the price of SKU 421, timed from COMMIT to visible inside product 42's document"
 start=$(date +%s%N)
-sql -e "UPDATE shop.products SET name = 'live change $start', price = 4242.42 WHERE id = 42"
+price="$((start % 9000 + 1000)).42"
+sql -e "UPDATE shop.skus SET price = $price WHERE id = 421"
 committed=$(date +%s%N)
-wait_for "the live change" 30 bash -c "curl -fsS '$ES_URL/products/_doc/42' | grep -q 'live change $start'"
+wait_for "the live change" 30 bash -c "curl -fsS '$ES_URL/products/_doc/42' | grep -q '\"$price\"'"
 visible=$(date +%s%N)
-curl -fsS "$ES_URL/products/_doc/42" | python3 -c 'import json,sys; print(" ", json.dumps(json.load(sys.stdin)["_source"], ensure_ascii=False))'
+show 42
 echo "visible $(( (visible - committed) / 1000000 )) ms after COMMIT"
 
 say "deleting product 7"

@@ -323,6 +323,11 @@ replicas = 0
         tree
     }
 
+    /// Removes `topic` with the test's other leftovers.
+    pub fn clean_up_topic(&self, topic: String) {
+        self.extra.lock().expect("extra").0.push(topic);
+    }
+
     /// A standalone etl applying pipeline `specs` (see [`TestCtx::spec`]), reading
     /// documents back from the test's source (not yet started).
     pub fn etl_with(&self, specs: &[serde_json::Value]) -> Service {
@@ -449,6 +454,10 @@ impl TestCtx {
         let tables = self.tables.lock().expect("tables").clone();
         let topics = sluice_kafka::TopicConfig::default();
         let mut all_topics: Vec<String> = tables.iter().map(|t| self.topic(t)).collect();
+        // Builds' topics (pipelines are named like their alias in the tests).
+        for alias in tables.iter().map(|t| self.pipeline_alias(t)) {
+            all_topics.extend((2..=4).map(|v| topics.build_topic(&alias, v)));
+        }
         all_topics.extend([
             self.dlq_topic.clone(),
             topics.schema_topic(&self.instance),

@@ -296,7 +296,7 @@ async fn progress(
     s.rows_estimated = plan.estimated_rows;
     for n in 0..plan.chunks {
         let cursor = coord
-            .read_checkpoint(&layout::chunk_task(&p.spec.name, n))
+            .read_checkpoint(&layout::chunk_task(&p.spec.name, v, n))
             .await?
             .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
             .unwrap_or_default();

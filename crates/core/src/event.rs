@@ -145,6 +145,28 @@ pub fn id_of<'a>(values: impl IntoIterator<Item = &'a Value>) -> Option<String> 
     Some(id)
 }
 
+/// A document a build read — a pipeline's tables in one consistent snapshot — on the
+/// build's own topic; the etl writes it into the version being built, and nowhere else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildDocument {
+    pub v: u8,
+    pub pipeline: String,
+    /// The index version being built.
+    pub build: u32,
+    /// The document's `_id`.
+    pub id: String,
+    /// Parent-child mode: a child document's routing (its parent's `_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<String>,
+    /// The external version: the snapshot's binlog position.
+    pub version: u64,
+    pub doc: Map<String, Value>,
+    /// A pipeline whose documents are its rows: the table's columns, from which the etl
+    /// makes the index's mapping (as it does from change events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Arc<[ColumnInfo]>>,
+}
+
 /// A DDL statement, published to the instance's schema topic (schema history).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DdlEvent {

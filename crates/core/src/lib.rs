@@ -15,7 +15,9 @@ pub mod telemetry;
 pub mod version;
 
 pub use config::{load_config, load_config_from, ConfigError, Secret};
-pub use event::{ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION};
+pub use event::{
+    BuildDocument, ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION,
+};
 pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};

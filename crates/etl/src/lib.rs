@@ -25,7 +25,7 @@ use rdkafka::message::Message as _;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
-use sluice_core::{ChangeEvent, ConfigError};
+use sluice_core::{BuildDocument, ChangeEvent, ConfigError};
 use sluice_elastic::{BulkOp, EsClient};
 use sluice_kafka::{Consumer, Producer};
 use tokio::sync::watch;
@@ -408,6 +408,26 @@ async fn plan(
         if msg.marker.is_some() {
             continue;
         }
+        if let Some(p) = router.build_of(&msg.topic) {
+            let doc: BuildDocument = match serde_json::from_slice(&msg.payload) {
+                Ok(d) => d,
+                Err(e) => {
+                    dead.push(DeadLetter {
+                        msg: i,
+                        reason: format!("not a Sluice build document: {e}"),
+                        pipeline: Some(router.pipelines[p].cfg.spec.name.clone()),
+                    });
+                    continue;
+                }
+            };
+            if !ready(router, es, cfg, p, Input::Build(&doc), shutdown).await? {
+                return Ok(None);
+            }
+            if let Some(op) = router.build_op(p, doc) {
+                newest(&mut latest, op, i);
+            }
+            continue;
+        }
         let event: ChangeEvent = match serde_json::from_slice(&msg.payload) {
             Ok(e) => e,
             Err(e) => {
@@ -420,7 +440,7 @@ async fn plan(
             }
         };
         for p in router.pipelines_for(&msg.topic, &event).iter().copied() {
-            if !ready(router, es, cfg, p, &event, shutdown).await? {
+            if !ready(router, es, cfg, p, Input::Change(&event), shutdown).await? {
                 return Ok(None);
             }
             let pipeline = &router.pipelines[p];
@@ -436,7 +456,7 @@ async fn plan(
                 }
                 continue;
             }
-            for index in router.targets_of(p, &event) {
+            for index in router.targets(p) {
                 if let Err(reason) = router.flat_ops(p, index, &event, &mut ops) {
                     dead.push(DeadLetter {
                         msg: i,
@@ -445,13 +465,7 @@ async fn plan(
                     });
                 }
                 for op in ops.drain(..) {
-                    let key = (index.clone(), op.id().to_owned());
-                    let newer = latest
-                        .get(&key)
-                        .is_none_or(|(old, _)| old.version() < op.version());
-                    if newer {
-                        latest.insert(key, (op, i));
-                    }
+                    newest(&mut latest, op, i);
                 }
             }
         }
@@ -465,24 +479,54 @@ async fn plan(
     }))
 }
 
-/// Makes pipeline `p` ready for `event`, retrying while Elasticsearch or its source is
+/// Keeps `op` (from message `msg`) unless the batch has a newer write of its document.
+fn newest(latest: &mut HashMap<(String, String), (BulkOp, usize)>, op: BulkOp, msg: usize) {
+    let key = (op.index().to_owned(), op.id().to_owned());
+    if latest
+        .get(&key)
+        .is_none_or(|(old, _)| old.version() < op.version())
+    {
+        latest.insert(key, (op, msg));
+    }
+}
+
+/// What a pipeline is made ready for.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Change(&'a ChangeEvent),
+    Build(&'a BuildDocument),
+}
+
+/// Makes pipeline `p` ready for `input`, retrying while Elasticsearch or its source is
 /// unavailable; `false` when shutdown came first.
 async fn ready(
     router: &mut Router,
     es: &EsClient,
     cfg: &EtlConfig,
     p: usize,
-    event: &ChangeEvent,
+    input: Input<'_>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
     loop {
-        let prepared = if router.pipelines[p].is_tree() {
-            router.ready_tree(es, p, Some(event)).await
-        } else {
-            router
+        let prepared = match input {
+            _ if router.pipelines[p].is_tree() => {
+                let event = match input {
+                    Input::Change(e) => Some(e),
+                    Input::Build(_) => None,
+                };
+                router.ready_tree(es, p, event).await
+            }
+            Input::Change(event) => router
                 .prepare(es, p, &event.columns)
                 .await
-                .map_err(pipeline::NotReady::Index)
+                .map_err(pipeline::NotReady::Index),
+            Input::Build(doc) => match &doc.columns {
+                Some(columns) => router
+                    .prepare(es, p, columns)
+                    .await
+                    .map_err(pipeline::NotReady::Index),
+                None => Ok(()),
+            },
         };
         match prepared {
             Ok(()) => return Ok(true),

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use sluice_core::{ChangeEvent, ColumnInfo, Op, PipelineSpec};
+use sluice_core::{BuildDocument, ChangeEvent, ColumnInfo, Op, PipelineSpec};
 use sluice_elastic::{versioned_index, BulkOp, EsClient, EsError};
 use sluice_kafka::TopicConfig;
 use sluice_mysql::docs::DocPlan;
@@ -41,6 +41,8 @@ pub(crate) struct Pipeline {
     pub(crate) unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
     pub(crate) building_index: Option<String>,
+    /// The topic of the build of that version.
+    build_topic: Option<String>,
     /// Pipelines read back from MySQL: their compiled documents.
     tree: Option<Tree>,
 }
@@ -97,10 +99,11 @@ impl NotReady {
 }
 
 impl Pipeline {
-    fn new(cfg: &Active) -> Self {
+    fn new(cfg: &Active, topics: &TopicConfig) -> Self {
         Pipeline {
             tables: cfg.spec.tables().into_iter().collect(),
             building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
+            build_topic: cfg.building.map(|v| topics.build_topic(&cfg.spec.name, v)),
             tree: (!cfg.spec.is_flat()).then_some(Tree::Unloaded),
             cfg: cfg.clone(),
             targets: None,
@@ -155,7 +158,7 @@ impl Pipeline {
 
 impl Router {
     pub fn new(configs: &[Active], topics: &TopicConfig) -> Self {
-        let pipelines: Vec<Pipeline> = configs.iter().map(Pipeline::new).collect();
+        let pipelines: Vec<Pipeline> = configs.iter().map(|c| Pipeline::new(c, topics)).collect();
         let mut by_topic: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, p) in pipelines.iter().enumerate() {
             for topic in p.topics(topics) {
@@ -198,17 +201,11 @@ impl Router {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()
     }
 
-    /// The indexes `event` goes to: every target, except that a snapshot row of a build
-    /// goes only to the version being built (the live versions have the live state).
-    pub fn targets_of(&self, idx: usize, event: &ChangeEvent) -> &[String] {
-        let all = self.targets(idx);
-        match (event.op, &self.pipelines[idx].building_index) {
-            (Op::Read, Some(building)) => match all.iter().position(|t| t == building) {
-                Some(i) => &all[i..=i],
-                None => all,
-            },
-            _ => all,
-        }
+    /// The pipeline a build topic belongs to, if `topic` is one.
+    pub fn build_of(&self, topic: &str) -> Option<usize> {
+        self.pipelines
+            .iter()
+            .position(|p| p.build_topic.as_deref() == Some(topic))
     }
 
     /// Makes pipeline `idx` (read back from MySQL) ready for `event`: compiled against its
@@ -276,6 +273,22 @@ impl Router {
         });
         tracing::info!(pipeline = %name, "documents compiled against the tables");
         Ok(())
+    }
+
+    /// The write of a build's document: into the version being built only. `None` when
+    /// the document is of another build (a leftover of an earlier one).
+    pub fn build_op(&self, idx: usize, doc: BuildDocument) -> Option<BulkOp> {
+        let p = &self.pipelines[idx];
+        if p.cfg.building != Some(doc.build) {
+            return None;
+        }
+        Some(BulkOp::Index {
+            index: p.building_index.clone()?,
+            id: doc.id,
+            version: doc.version,
+            routing: doc.routing,
+            doc: Value::Object(doc.doc),
+        })
     }
 
     /// Appends the bulk operations of `event` for flat pipeline `idx` on `index` (its row
@@ -352,12 +365,14 @@ impl Router {
 }
 
 impl Pipeline {
-    /// The change topics it consumes: one per table of its tree.
+    /// The topics it consumes: the change topic of each table of its tree, and while a
+    /// version is being built, the build's.
     pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
         let spec = &self.cfg.spec;
         spec.tables()
             .iter()
             .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
+            .chain(self.build_topic.clone())
             .collect()
     }
 }

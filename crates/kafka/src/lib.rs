@@ -237,8 +237,9 @@ mod tests {
     }
 }
 
-/// Topic names, as templates over `{instance}`, `{db}` and `{table}`. Shared by the worker
-/// (which publishes) and the etl (which subscribes), so both agree by construction.
+/// Topic names, as templates over `{instance}`, `{db}` and `{table}` (a build's over
+/// `{pipeline}` and `{version}`). Shared by the worker (which publishes) and the etl
+/// (which subscribes), so both agree by construction.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
@@ -251,6 +252,10 @@ pub struct TopicConfig {
     /// Binlog events the worker could not decode. Default `sluice.{instance}.dlq`.
     #[serde(default = "default_source_dlq_topic")]
     pub source_dead_letter: String,
+    /// The documents a build of a pipeline's index version read, and its catch-up
+    /// markers. Default `sluice.build.{pipeline}.v{version}`.
+    #[serde(default = "default_build_topic")]
+    pub build: String,
 }
 
 fn default_rows_topic() -> String {
@@ -265,12 +270,17 @@ fn default_source_dlq_topic() -> String {
     "sluice.{instance}.dlq".into()
 }
 
+fn default_build_topic() -> String {
+    "sluice.build.{pipeline}.v{version}".into()
+}
+
 impl Default for TopicConfig {
     fn default() -> Self {
         Self {
             rows: default_rows_topic(),
             schema: default_schema_topic(),
             source_dead_letter: default_source_dlq_topic(),
+            build: default_build_topic(),
         }
     }
 }
@@ -288,6 +298,15 @@ impl TopicConfig {
         render_topic(&self.source_dead_letter, instance, "", "")
     }
 
+    /// The topic of the build of `pipeline`'s index version `version`.
+    pub fn build_topic(&self, pipeline: &str, version: u32) -> String {
+        let template = self
+            .build
+            .replace("{pipeline}", pipeline)
+            .replace("{version}", &version.to_string());
+        render_topic(&template, "", "", "")
+    }
+
     /// Problems with the templates, each naming its key under `prefix`.
     pub fn problems(&self, prefix: &str) -> Vec<String> {
         let mut out = Vec::new();
@@ -297,10 +316,17 @@ impl TopicConfig {
                 self.rows
             ));
         }
+        if !self.build.contains("{pipeline}") || !self.build.contains("{version}") {
+            out.push(format!(
+                "{prefix}.build: `{}` must contain {{pipeline}} and {{version}} so each build gets its own topic",
+                self.build
+            ));
+        }
         for (key, t) in [
             ("rows", &self.rows),
             ("schema", &self.schema),
             ("source_dead_letter", &self.source_dead_letter),
+            ("build", &self.build),
         ] {
             if t.trim().is_empty() {
                 out.push(format!("{prefix}.{key}: must not be empty"));

@@ -1,16 +1,18 @@
-//! Build jobs (issue 4's zero-downtime rebuilds): the leader gives workers jobs under
+//! Build jobs (zero-downtime rebuilds): the leader gives workers jobs under
 //! `snapshots/<worker>/<pipeline>~<job>`:
 //!
-//! * `plan` — cut the table into primary-key chunks (`builds/<p>/chunks/<n>`, then
+//! * `plan` — cut the table of each kind of document (the root's; in parent-child mode
+//!   each child relation's too) into primary-key chunks (`builds/<p>/chunks/<n>`, then
 //!   `builds/<p>/plan` last, which marks the plan complete);
-//! * `<n>` — read chunk `n` in batches, each in a consistent snapshot, and publish its rows
-//!   as `r` events whose version comes from the snapshot's binlog position. The chunk's
-//!   cursor is its task checkpoint, confirmed (compare-and-set, under the chunk's lock)
-//!   only after Kafka acknowledged the batch, so a crash resumes after the last confirmed
-//!   row and a zombie cannot move it;
-//! * `mark` — write a catch-up marker to every partition of the table's change topic
+//! * `<n>` — read chunk `n` in batches of documents: a batch's root rows and every one of
+//!   their relation queries run inside one consistent snapshot, whose binlog position is
+//!   the documents' version. They go to the build's topic. The chunk's cursor is its task
+//!   checkpoint, confirmed (compare-and-set, under the chunk's lock) only after Kafka
+//!   acknowledged the batch, so a crash resumes after the last confirmed row and a zombie
+//!   cannot move it;
+//! * `mark` — write a catch-up marker to every partition of the build's topic
 //!   (`builds/<p>/partitions` records how many), so the etl can tell when it applied every
-//!   snapshot row.
+//!   document of the build.
 //!
 //! Every job is idempotent: a job found already done is not done again.
 
@@ -22,9 +24,10 @@ use tracing::Instrument as _;
 use anyhow::{anyhow, bail, Context as _};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
-use sluice_core::{ChangeEvent, Checkpoint, ExternalVersion, Op, SourceInfo, ENVELOPE_VERSION};
+use sluice_core::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
 use sluice_kafka::Producer;
-use sluice_mysql::{Key, SnapshotTable};
+use sluice_mysql::docs::{DocPlan, Reader};
+use sluice_mysql::Key;
 use sluice_zk::layout::{
     self, BuildRecord, ChunkCursor, ChunkRecord, JobRecord, Marker, PlanRecord, SourceRecord,
 };
@@ -174,6 +177,22 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
     }
 }
 
+/// The pipeline's documents compiled against its tables as they are now.
+async fn compile(
+    b: &BuildRecord,
+    src: &sluice_mysql::SourceConfig,
+) -> anyhow::Result<Vec<DocPlan>> {
+    sluice_mysql::docs::load(src, &b.spec)
+        .await?
+        .map_err(|problems| {
+            anyhow!(
+                "pipeline {} does not fit its tables: {}",
+                b.spec.name,
+                problems.join("; ")
+            )
+        })
+}
+
 async fn plan(
     jobs: &Jobs,
     b: &BuildRecord,
@@ -187,31 +206,44 @@ async fn plan(
     {
         return Ok(());
     }
+    let plans = compile(b, src).await?;
     let mut conn = connect(src).await?;
-    let table = SnapshotTable::describe(src, &mut conn, &b.spec.database, &b.spec.table).await?;
-    let estimated_rows = table.estimated_rows(src, &mut conn).await?;
-    let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
-    let _ = conn.disconnect().await;
-    let chunks = bounds.len() as u32 + 1;
-    let mut lower = serde_json::Value::Null;
-    for n in 0..chunks {
-        let upper = match bounds.get(n as usize) {
-            Some(k) => serde_json::to_value(k)?,
-            None => serde_json::Value::Null,
-        };
-        let rec = ChunkRecord {
-            lower: lower.clone(),
-            upper: upper.clone(),
-        };
-        jobs.coord
-            .put(
-                &layout::build_chunk(&b.spec.name, n),
-                &serde_json::to_vec(&rec)?,
-                Expect::Any,
-            )
-            .await?;
-        lower = upper;
+    let mut chunks = 0u32;
+    let mut estimated_rows = 0;
+    for (kind, doc) in plans.iter().enumerate() {
+        let table = &doc.root.table;
+        if table.key_names().is_empty() {
+            bail!(
+                "table {}.{} has no primary key: a build reads it in chunks of its primary key (add one)",
+                table.db,
+                table.table
+            );
+        }
+        estimated_rows += table.estimated_rows(src, &mut conn).await?;
+        let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
+        let mut lower = serde_json::Value::Null;
+        for n in 0..=bounds.len() {
+            let upper = match bounds.get(n) {
+                Some(k) => serde_json::to_value(k)?,
+                None => serde_json::Value::Null,
+            };
+            let rec = ChunkRecord {
+                kind,
+                lower: lower.clone(),
+                upper: upper.clone(),
+            };
+            jobs.coord
+                .put(
+                    &layout::build_chunk(&b.spec.name, chunks),
+                    &serde_json::to_vec(&rec)?,
+                    Expect::Any,
+                )
+                .await?;
+            chunks += 1;
+            lower = upper;
+        }
     }
+    let _ = conn.disconnect().await;
     let plan = PlanRecord {
         chunks,
         estimated_rows,
@@ -241,7 +273,7 @@ async fn chunk(
         .ok_or_else(|| anyhow!("chunk {n} of {} is not planned", b.spec.name))?;
     let lower: Option<Key> = serde_json::from_value(range.lower)?;
     let upper: Option<Key> = serde_json::from_value(range.upper)?;
-    let task = layout::chunk_task(&b.spec.name, n);
+    let task = layout::chunk_task(&b.spec.name, b.version, n);
     let owner = serde_json::json!({ "worker": jobs.cfg.worker.id }).to_string();
     let mut lock = jobs
         .coord
@@ -255,6 +287,10 @@ async fn chunk(
         if cursor.done {
             return Ok(());
         }
+        let plans = compile(b, src).await?;
+        let plan = plans
+            .get(range.kind)
+            .ok_or_else(|| anyhow!("chunk {n} is of document kind {}, which the pipeline no longer has", range.kind))?;
         // The source's position epoch, so snapshot versions compare with the stream's.
         let epoch = jobs
             .coord
@@ -262,10 +298,11 @@ async fn chunk(
             .await?
             .and_then(|c| Checkpoint::from_json(&c).ok())
             .map_or(0, |c| c.epoch);
-        let topic = jobs.cfg.topics.rows_topic(&b.spec.source, &b.spec.database, &b.spec.table);
+        let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
-        let mut conn = connect(src).await?;
-        let table = SnapshotTable::describe(src, &mut conn, &b.spec.database, &b.spec.table).await?;
+        // A pipeline whose documents are its rows: the etl maps the index from them.
+        let columns = b.spec.is_flat().then(|| plan.root.table.infos.clone());
+        let mut reader = Reader::connect(src).await?;
         let started = Instant::now();
         let rows_at_start = cursor.rows;
         loop {
@@ -276,60 +313,54 @@ async fn chunk(
                 serde_json::Value::Null => lower.clone(),
                 v => Some(serde_json::from_value(v.clone())?),
             };
-            let batch = table
-                .read_batch(src, &mut conn, after.as_ref(), upper.as_ref(), BATCH_ROWS)
-                .instrument(
-                    tracing::info_span!("worker.snapshot_batch", pipeline = %b.spec.name, chunk = n),
-                )
-                .await?;
-            let seq = sluice_core::position::file_seq(&batch.position.file)?;
-            let version = ExternalVersion::new(epoch as u64, seq, batch.position.pos)?.get();
-            let mut deliveries = Vec::with_capacity(batch.rows.len());
-            for row in &batch.rows {
+            let (read, position) = async {
+                let position = reader.begin_snapshot().await?;
+                let read = plan
+                    .read_range(&mut reader, after.as_ref(), upper.as_ref(), BATCH_ROWS)
+                    .await;
+                reader.end().await?;
+                Ok::<_, sluice_mysql::MysqlError>((read?, position))
+            }
+            .instrument(tracing::info_span!("worker.snapshot_batch", pipeline = %b.spec.name, chunk = n))
+            .await?;
+            let seq = sluice_core::position::file_seq(&position.file)?;
+            let version = ExternalVersion::new(epoch as u64, seq, position.pos)?.get();
+            let mut deliveries = Vec::with_capacity(read.docs.len());
+            for built in read.docs {
                 if !lock.may_publish() {
                     bail!("the chunk's lock is in doubt: stopping before publishing more");
                 }
-                let key = table.key_of(row);
-                let event = ChangeEvent {
+                let doc = BuildDocument {
                     v: ENVELOPE_VERSION,
-                    source: SourceInfo {
-                        instance: b.spec.source.clone(),
-                        server_id: 0,
-                        file: batch.position.file.clone(),
-                        pos: batch.position.pos,
-                        row: 0,
-                        gtid: None,
-                        ts_ms: sluice_core::now_ms().max(0) as u64,
-                    },
-                    db: b.spec.database.clone(),
-                    table: b.spec.table.clone(),
-                    op: Op::Read,
-                    key: key.clone(),
-                    before: None,
-                    after: Some(row.clone()),
-                    columns: table.infos.clone(),
+                    pipeline: b.spec.name.clone(),
+                    build: b.version,
                     version,
+                    routing: built.routing,
+                    doc: built.doc.unwrap_or_default(),
+                    columns: columns.clone(),
+                    id: built.id,
                 };
                 let record = Record {
                     topic: topic.clone(),
-                    key: serde_json::to_vec(&key)?,
-                    payload: serde_json::to_vec(&event)?,
+                    key: doc.id.clone().into_bytes(),
+                    payload: serde_json::to_vec(&doc)?,
                 };
                 deliveries.push(crate::task::send(&jobs.producer, &record).await?);
             }
-            acknowledged(deliveries, &format!("a snapshot row for {topic}")).await?;
-            cursor.rows += batch.rows.len() as u64;
+            acknowledged(deliveries, &format!("a document for {topic}")).await?;
+            cursor.rows += read.rows as u64;
             crate::metrics::METRICS.snapshot_rows.add(
-                batch.rows.len() as u64,
+                read.rows as u64,
                 &[opentelemetry::KeyValue::new("pipeline", b.spec.name.clone())],
             );
-            cursor.done = batch.rows.len() < BATCH_ROWS;
-            if let Some(k) = batch.last_key {
+            cursor.done = read.rows < BATCH_ROWS;
+            if let Some(k) = read.last {
                 cursor.after = serde_json::to_value(k)?;
             }
             lock.confirm(&serde_json::to_vec(&cursor)?).await?;
             if cursor.done {
                 tracing::info!(pipeline = %b.spec.name, chunk = n, rows = cursor.rows, "chunk done");
+                reader.close().await;
                 return Ok(());
             }
             if b.throttle_rows_per_sec > 0 {
@@ -356,10 +387,8 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     {
         return Ok(());
     }
-    let topic = jobs
-        .cfg
-        .topics
-        .rows_topic(&b.spec.source, &b.spec.database, &b.spec.table);
+    let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
+    sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
     let producer = jobs.producer.clone();
     let t = topic.clone();
     let partitions = tokio::task::spawn_blocking(move || {

@@ -78,9 +78,12 @@ pub struct PlanRecord {
 }
 
 /// `builds/<pipeline>/chunks/<n>`: the key range of chunk `n` (JSON keys as the snapshot
-/// reader returns them; `null` for an open end).
+/// reader returns them; `null` for an open end) of the table of one kind of document
+/// (`kind`: 0 the root's, then each child relation's in parent-child mode).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChunkRecord {
+    #[serde(default)]
+    pub kind: usize,
     pub lower: serde_json::Value,
     pub upper: serde_json::Value,
 }
@@ -129,8 +132,8 @@ pub fn needs_rebuild(pipeline: &str) -> String {
 /// The Kafka header that marks a build's catch-up marker (its payload: [`Marker`]).
 pub const MARKER_HEADER: &str = "sluice-marker";
 
-/// A catch-up marker, written to every partition of a pipeline's change topic once its
-/// snapshot is complete: an etl that applied it applied every snapshot row before it.
+/// A catch-up marker, written to every partition of a build's topic once every chunk is
+/// read: an etl that applied it applied every document of the build before it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Marker {
     pub pipeline: String,
@@ -171,9 +174,11 @@ pub fn job(worker: &str, job: &str) -> String {
     format!("snapshots/{worker}/{job}")
 }
 
-/// The task id (lock and cursor) of chunk `n` of `pipeline`'s build.
-pub fn chunk_task(pipeline: &str, n: u32) -> String {
-    format!("snap~{pipeline}~{n:05}")
+/// The task id (lock and cursor) of chunk `n` of the build of `pipeline`'s version
+/// `version`: a build after a reset starts every chunk afresh, never from the cursor an
+/// abandoned build left.
+pub fn chunk_task(pipeline: &str, version: u32, n: u32) -> String {
+    format!("snap~{pipeline}~v{version}~{n:05}")
 }
 
 pub fn etl(member: &str) -> String {

@@ -1,0 +1,349 @@
+//! Documents from several tables in a cluster, driven with `sluicectl` as an operator
+//! would: a pipeline spec put from a file (its mistakes refused with the key named), a
+//! source registered with the root table only (the center widens what the worker
+//! captures to every table of the tree), and a zero-downtime build of the whole tree
+//! while a write load changes all five tables. Ends with the independent checker.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use serde_json::{json, Value};
+use sluice_integration_tests::{check_documents, eventually, Cluster, TestCtx};
+
+const PRODUCTS: u64 = 600;
+
+async fn shop(ctx: &TestCtx) {
+    for ddl in [
+        "CREATE TABLE brands (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL)",
+        "CREATE TABLE products (id BIGINT PRIMARY KEY, title VARCHAR(128) NOT NULL, brand_id INT NULL,
+            deleted TINYINT NOT NULL DEFAULT 0, KEY (brand_id))",
+        "CREATE TABLE skus (id BIGINT PRIMARY KEY, product_id BIGINT NULL, code VARCHAR(32) NOT NULL, KEY (product_id))",
+        "CREATE TABLE sku_prices (id BIGINT PRIMARY KEY AUTO_INCREMENT, sku_id BIGINT NOT NULL,
+            amount DECIMAL(10,2) NOT NULL, KEY (sku_id))",
+        "CREATE TABLE product_tags (id BIGINT PRIMARY KEY AUTO_INCREMENT, product_id BIGINT NOT NULL,
+            tag VARCHAR(32) NOT NULL, created_at DATETIME(6) NOT NULL, KEY (product_id))",
+    ] {
+        ctx.exec(ddl).await;
+    }
+    ctx.exec("INSERT INTO brands VALUES (1, 'one'), (2, 'two'), (3, 'three')")
+        .await;
+    let rows = |f: &dyn Fn(u64) -> String| (1..=PRODUCTS).map(f).collect::<Vec<_>>().join(", ");
+    ctx.exec(&format!(
+        "INSERT INTO products VALUES {}",
+        rows(&|p| format!(
+            "({p}, 'product {p}', {}, {})",
+            1 + p % 3,
+            u64::from(p % 10 == 0)
+        ))
+    ))
+    .await;
+    ctx.exec(&format!(
+        "INSERT INTO skus VALUES {}",
+        rows(&|p| format!("({p}, {p}, 'sku-{p}')"))
+    ))
+    .await;
+    ctx.exec(&format!(
+        "INSERT INTO sku_prices (sku_id, amount) VALUES {}",
+        rows(&|p| format!("({p}, {}.50)", p % 70))
+    ))
+    .await;
+    for t in 0..6 {
+        ctx.exec(&format!(
+            "INSERT INTO product_tags (product_id, tag, created_at) VALUES {}",
+            rows(&|p| format!(
+                "({p}, 'tag-{t}', TIMESTAMP('2024-01-01') + INTERVAL {} MINUTE)",
+                (p + t * 7) % 50
+            ))
+        ))
+        .await;
+    }
+}
+
+fn spec(ctx: &TestCtx) -> Value {
+    ctx.spec(json!({
+        "table": "products",
+        "filter": "deleted = 0",
+        "relations": [
+            {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
+            {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},
+             "relations": [{"name": "prices", "kind": "one_to_many", "table": "sku_prices", "on": {"id": "sku_id"}}]},
+            {"name": "tags", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
+             "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]}
+        ]
+    }))
+}
+
+/// Puts `spec` through `sluicectl pipelines put NAME --spec FILE`.
+fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> {
+    let name = spec["name"].as_str().unwrap();
+    let path = ctx.dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(spec).unwrap()).unwrap();
+    cluster.ctl(&["pipelines", "put", name, "--spec", path.to_str().unwrap()])
+}
+
+/// One round of changes to all five tables (round `n`).
+async fn change_everything(conn: &mut mysql_async::Conn, n: u64) -> Result<(), mysql_async::Error> {
+    let p = 1 + (n * 37) % PRODUCTS;
+    let new = 100_000 + n;
+    conn.query_drop(format!(
+        "UPDATE brands SET name = 'name {n}' WHERE id = {}",
+        1 + n % 3
+    ))
+    .await?;
+    conn.query_drop(format!(
+        "UPDATE products SET title = 'title {n}', deleted = {} WHERE id = {p}",
+        n % 4 / 3
+    ))
+    .await?;
+    conn.query_drop(format!(
+        "INSERT INTO products VALUES ({new}, 'new {n}', {}, 0)",
+        1 + n % 3
+    ))
+    .await?;
+    conn.query_drop(format!("INSERT INTO skus VALUES ({new}, {new}, 'new-{n}')"))
+        .await?;
+    conn.query_drop(format!(
+        "UPDATE skus SET product_id = {} WHERE id = {p}",
+        1 + (p * 7) % PRODUCTS
+    ))
+    .await?;
+    conn.query_drop(format!(
+        "UPDATE sku_prices SET amount = amount + 1 WHERE sku_id = {}",
+        1 + (n * 11) % PRODUCTS
+    ))
+    .await?;
+    conn.query_drop(format!(
+        "INSERT INTO sku_prices (sku_id, amount) VALUES ({new}, {n})"
+    ))
+    .await?;
+    conn.query_drop(format!(
+        "INSERT INTO product_tags (product_id, tag, created_at) VALUES ({p}, 'load-{n}', TIMESTAMP('2025-01-01') + INTERVAL {n} SECOND)"
+    ))
+    .await?;
+    if n % 5 == 0 {
+        conn.query_drop(format!(
+            "DELETE FROM products WHERE id = {}",
+            100_000 + n / 2
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
+    let ctx = TestCtx::new("reltree").await;
+    shop(&ctx).await;
+    let cluster = ctx.start_cluster(2, 2).await;
+    // The source captures the root table only, as registered; the pipeline's other
+    // tables are added to what the worker captures by the center.
+    let source = ctx.add_source(&cluster, "products", 1).await;
+    // Its pipeline (named like the alias) becomes the tree.
+    let mut spec = spec(&ctx);
+    spec["source"] = json!(source.name);
+    for t in ["brands", "skus", "sku_prices", "product_tags"] {
+        ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
+            &source.name,
+            &ctx.db,
+            t,
+        ));
+    }
+
+    // Mistakes are refused with the key named.
+    let mut wrong = spec.clone();
+    wrong["relations"][1]["relations"][0]["on"] = json!({"id": "sku"});
+    let e = put(&ctx, &cluster, &wrong).unwrap_err();
+    assert!(
+        e.contains("relations.skus.relations.prices.on: `sku` is not a column of"),
+        "{e}"
+    );
+    let mut wrong = spec.clone();
+    wrong["relations"][0]["filter"] = json!("name <> '' OR (SELECT 1)");
+    let e = put(&ctx, &cluster, &wrong).unwrap_err();
+    assert!(e.contains("relations.brand.filter:"), "{e}");
+    let mut wrong = spec.clone();
+    wrong["relations"][2]["table"] = json!("product_tag");
+    let e = put(&ctx, &cluster, &wrong).unwrap_err();
+    assert!(
+        e.contains("relations.tags.table: `") && e.contains("product_tag` does not exist"),
+        "{e}"
+    );
+
+    let put_back = put(&ctx, &cluster, &spec).unwrap();
+    assert_eq!(
+        put_back["relations"][1]["relations"][0]["name"], "prices",
+        "{put_back}"
+    );
+    let name = spec["name"].as_str().unwrap().to_owned();
+    let got = cluster.ctl(&["pipelines", "get", &name]).unwrap();
+    assert_eq!(got["relations"].as_array().map(Vec::len), Some(3), "{got}");
+    cluster
+        .wait_running(&[&source], Duration::from_secs(60))
+        .await;
+
+    // The load, on all five tables, through the whole build.
+    let loading = Arc::new(AtomicBool::new(true));
+    let load = {
+        let (pool, db, loading) = (ctx.stack.mysql.clone(), ctx.db.clone(), loading.clone());
+        tokio::spawn(async move {
+            let mut conn = pool.get_conn().await.unwrap();
+            conn.query_drop(format!("USE `{db}`")).await.unwrap();
+            let mut n = 0;
+            while loading.load(Ordering::Relaxed) {
+                n += 1;
+                change_everything(&mut conn, n).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(30)).await; // pacing a load
+            }
+            n
+        })
+    };
+    let started = cluster
+        .ctl(&["pipelines", "build", &name, "--chunk-rows", "150"])
+        .unwrap();
+    assert_eq!(started["version"], 2, "{started}");
+    eventually("the build finishes", Duration::from_secs(240), || async {
+        let s = cluster.ctl(&["pipelines", "status", &name])?;
+        if s["phase"] == "done" {
+            Ok(())
+        } else {
+            Err(format!("{s}\n{}", cluster.logs()))
+        }
+    })
+    .await;
+    loading.store(false, Ordering::Relaxed);
+    let rounds = load.await.unwrap();
+    assert!(
+        rounds > 20,
+        "the load ran during the build ({rounds} rounds)"
+    );
+    let alias = spec["alias"].as_str().unwrap();
+    assert_eq!(
+        ctx.stack.es.alias_targets(alias).await.unwrap(),
+        [format!("{alias}_v2")]
+    );
+    let documents = eventually(
+        "the tree equals MySQL",
+        Duration::from_secs(120),
+        || async {
+            check_documents(&ctx, &spec)
+                .await
+                .map_err(|e| format!("{e}\n{}", cluster.logs()))
+        },
+    )
+    .await;
+    assert!(
+        documents as u64 > PRODUCTS / 2,
+        "only {documents} documents compared"
+    );
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_child_documents_are_built_routed_and_moved_with_their_parent() {
+    let ctx = TestCtx::new("reljoin").await;
+    for ddl in [
+        "CREATE TABLE questions (id INT PRIMARY KEY, title VARCHAR(100) NOT NULL, closed TINYINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE answers (id INT PRIMARY KEY, question_id INT NOT NULL, author_id INT NULL, body TEXT NOT NULL, KEY (question_id))",
+        "CREATE TABLE authors (id INT PRIMARY KEY, nick VARCHAR(40) NOT NULL)",
+    ] {
+        ctx.exec(ddl).await;
+    }
+    ctx.exec("INSERT INTO authors VALUES (1, 'ann'), (2, 'bob')")
+        .await;
+    let values = |f: &dyn Fn(u32) -> String| (1..=120).map(f).collect::<Vec<_>>().join(", ");
+    ctx.exec(&format!(
+        "INSERT INTO questions VALUES {}",
+        values(&|q| format!("({q}, 'question {q}', {})", u32::from(q % 9 == 0)))
+    ))
+    .await;
+    ctx.exec(&format!(
+        "INSERT INTO answers VALUES {}",
+        values(&|a| format!("({a}, {}, {}, 'answer {a}')", 1 + a % 40, 1 + a % 2))
+    ))
+    .await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let source = ctx.add_source(&cluster, "questions", 1).await;
+    for t in ["answers", "authors"] {
+        ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
+            &source.name,
+            &ctx.db,
+            t,
+        ));
+    }
+    let mut spec = ctx.spec(json!({
+        "table": "questions",
+        "filter": "closed = 0",
+        "join": {"field": "qa", "parent": "question"},
+        "relations": [
+            {"name": "answer", "kind": "child", "table": "answers", "on": {"id": "question_id"},
+             "relations": [{"name": "author", "kind": "one_to_one", "table": "authors", "on": {"author_id": "id"}}]}
+        ]
+    }));
+    spec["source"] = json!(source.name);
+    spec["shards"] = json!(2);
+    put(&ctx, &cluster, &spec).unwrap();
+    cluster
+        .wait_running(&[&source], Duration::from_secs(60))
+        .await;
+    let name = spec["name"].as_str().unwrap().to_owned();
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    // Chunks of both kinds of document: questions and answers.
+    cluster
+        .ctl(&["pipelines", "build", &name, "--chunk-rows", "50"])
+        .unwrap();
+    eventually("the build finishes", Duration::from_secs(120), || async {
+        let s = cluster.ctl(&["pipelines", "status", &name])?;
+        if s["phase"] == "done" {
+            Ok(())
+        } else {
+            Err(format!("{s}\n{}", cluster.logs()))
+        }
+    })
+    .await;
+    let checked = |what: &'static str| {
+        let (ctx, spec, cluster) = (&ctx, &spec, &cluster);
+        async move {
+            eventually(what, Duration::from_secs(90), || async {
+                check_documents(ctx, spec)
+                    .await
+                    .map_err(|e| format!("{e}\n{}", cluster.logs()))
+            })
+            .await
+        }
+    };
+    let documents = checked("the built questions and answers").await;
+    assert_eq!(
+        documents,
+        (120 - 120 / 9) + 120,
+        "open questions, and every answer"
+    );
+
+    // An answer moves to another question: it is routed to its new parent's shard and
+    // gone from its old one's.
+    ctx.exec("UPDATE answers SET question_id = 77 WHERE id = 5")
+        .await;
+    ctx.exec("DELETE FROM answers WHERE id = 6").await;
+    ctx.exec("UPDATE authors SET nick = 'bobby' WHERE id = 2")
+        .await;
+    ctx.exec("INSERT INTO answers VALUES (500, 3, 1, 'late answer')")
+        .await;
+    checked("an answer moved, one deleted, an author renamed").await;
+    let moved = ctx
+        .stack
+        .es
+        .search(&alias, &json!({"query": {"ids": {"values": ["answer#5"]}}}))
+        .await
+        .unwrap();
+    let hits = moved["hits"]["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "one copy of the moved answer: {moved}");
+    assert_eq!(hits[0]["_routing"], "77", "{moved}");
+    assert_eq!(
+        hits[0]["_source"]["qa"],
+        json!({"name": "answer", "parent": "77"})
+    );
+    drop(cluster);
+    ctx.cleanup().await;
+}
