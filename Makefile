@@ -24,11 +24,13 @@ stack-status:
 .PHONY: bench
 
 # Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):
-# BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_CHUNK_ROWS.
+# BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_CHUNK_ROWS; then documents built from
+# several tables (integration-tests/src/bin/tree_bench.rs): BENCH_TREE_PRODUCTS, BENCH_TREE_BRAND.
 bench: stack-up
 	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-center -p sluicectl -p sluice-integration-tests
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/bench
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/snapshot_bench
+	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/tree_bench
 
 # ----- build, test, demo -------------------------------------------------------------
 .PHONY: build test lint demo demo-stop cluster cluster-stop

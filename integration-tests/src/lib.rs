@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod documents;
 pub mod kafka;
 pub mod services;
+pub mod shop;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,117 +1,18 @@
-//! Documents built from several tables, kept exact when any of them changes (FAULTS.md
-//! 17): a shop of `products` (root, filter `deleted = 0`) → one-to-one `brands` →
-//! one-to-many `skus` (nested) → one-to-many `sku_prices`, and `product_tags` (an object
-//! array, the 5 newest by `created_at`). Every case ends with the independent checker on
-//! every document of the index.
+//! Documents built from several tables, kept exact when any of them changes: the sample
+//! shop (`sluice_integration_tests::shop`) of `products` (root, filter `deleted = 0`) →
+//! one-to-one `brands` → one-to-many `skus` (nested) → one-to-many `sku_prices`, and
+//! `product_tags` (an object array, the 5 newest by `created_at`). Every case ends with
+//! the independent checker on every document of the index.
 
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
-use sluice_integration_tests::{check_documents, eventually, Running, TestCtx};
+use sluice_integration_tests::{check_documents, eventually, shop, Running, TestCtx};
 
 const PRODUCTS: u64 = 2200;
 /// Products 1..=2000 are brand 1's; the rest brand 2's.
 const BRAND_ONE: u64 = 2000;
-
-async fn shop_schema(ctx: &TestCtx) {
-    for ddl in [
-        "CREATE TABLE brands (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, country CHAR(2))",
-        "CREATE TABLE products (id BIGINT PRIMARY KEY, title VARCHAR(128) NOT NULL, brand_id INT NULL,
-            price DECIMAL(10,2), deleted TINYINT NOT NULL DEFAULT 0, KEY (brand_id))",
-        "CREATE TABLE skus (id BIGINT PRIMARY KEY, product_id BIGINT NULL, code VARCHAR(32) NOT NULL,
-            stock INT NOT NULL DEFAULT 0, KEY (product_id))",
-        "CREATE TABLE sku_prices (id BIGINT PRIMARY KEY AUTO_INCREMENT, sku_id BIGINT NOT NULL,
-            currency CHAR(3) NOT NULL, amount DECIMAL(10,2) NOT NULL, KEY (sku_id))",
-        "CREATE TABLE product_tags (id BIGINT PRIMARY KEY AUTO_INCREMENT, product_id BIGINT NOT NULL,
-            tag VARCHAR(32) NOT NULL, created_at DATETIME(6) NOT NULL, KEY (product_id))",
-    ] {
-        ctx.exec(ddl).await;
-    }
-}
-
-fn shop_spec(ctx: &TestCtx) -> Value {
-    ctx.spec(json!({
-        "table": "products",
-        "filter": "deleted = 0",
-        "relations": [
-            {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
-            {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},
-             "relations": [
-                {"name": "prices", "kind": "one_to_many", "table": "sku_prices", "on": {"id": "sku_id"},
-                 "columns": ["currency", "amount"]}
-             ]},
-            {"name": "tags", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
-             "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]}
-        ]
-    }))
-}
-
-/// Rows in batches of multi-row INSERTs.
-async fn insert(ctx: &TestCtx, table: &str, rows: impl Iterator<Item = String>) {
-    let rows: Vec<String> = rows.collect();
-    for chunk in rows.chunks(500) {
-        ctx.exec(&format!("INSERT INTO {table} VALUES {}", chunk.join(", ")))
-            .await;
-    }
-}
-
-/// Brands, products, two SKUs per product with two prices each, and seven tags per
-/// product (so the 5-newest limit cuts).
-async fn shop_data(ctx: &TestCtx) {
-    insert(
-        ctx,
-        "brands",
-        [1, 2, 3]
-            .into_iter()
-            .map(|b| format!("({b}, 'brand {b}', 'DE')")),
-    )
-    .await;
-    insert(
-        ctx,
-        "products",
-        (1..=PRODUCTS).map(|p| {
-            let brand = if p <= BRAND_ONE { 1 } else { 2 };
-            format!(
-                "({p}, 'product {p}', {brand}, {}.{:02}, 0)",
-                p % 500,
-                p % 100
-            )
-        }),
-    )
-    .await;
-    insert(
-        ctx,
-        "skus",
-        (1..=PRODUCTS).flat_map(|p| {
-            (0..2).map(move |k| format!("({}, {p}, 'sku-{p}-{k}', {})", p * 10 + k, k * 7))
-        }),
-    )
-    .await;
-    insert(
-        ctx,
-        "sku_prices",
-        (1..=PRODUCTS).flat_map(|p| {
-            (0..2).flat_map(move |k| {
-                ["'EUR'", "'USD'"].map(|c| format!("(NULL, {}, {c}, {}.99)", p * 10 + k, p % 90))
-            })
-        }),
-    )
-    .await;
-    insert(
-        ctx,
-        "product_tags",
-        (1..=PRODUCTS).flat_map(|p| {
-            (0..7).map(move |t| {
-                format!(
-                    "(NULL, {p}, 'tag-{t}', TIMESTAMP('2024-01-01') + INTERVAL {} SECOND)",
-                    (p * 7 + t) % 1000
-                )
-            })
-        }),
-    )
-    .await;
-}
 
 /// Waits until every document of the pipeline equals what MySQL yields.
 async fn converged(ctx: &TestCtx, run: &Running, spec: &Value, what: &str) {
@@ -135,11 +36,11 @@ async fn document(ctx: &TestCtx, alias: &str, id: u64) -> Option<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shop_tree_stays_exact_through_every_kind_of_change() {
     let ctx = TestCtx::new("relations").await;
-    shop_schema(&ctx).await;
-    let spec = shop_spec(&ctx);
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
     let alias = spec["alias"].as_str().unwrap().to_owned();
     let run = ctx.start_with(std::slice::from_ref(&spec)).await;
-    shop_data(&ctx).await;
+    shop::data(&ctx, PRODUCTS, BRAND_ONE).await;
     converged(&ctx, &run, &spec, "the shop, streamed").await;
 
     // A grandchild inserted before its parent: the price row joins nothing until its SKU
@@ -308,11 +209,11 @@ async fn versions(ctx: &TestCtx, alias: &str) -> std::collections::BTreeMap<Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etl_killed_mid_batch_and_a_full_replay_change_nothing() {
     let ctx = TestCtx::new("relreplay").await;
-    shop_schema(&ctx).await;
-    let spec = shop_spec(&ctx);
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
     let alias = spec["alias"].as_str().unwrap().to_owned();
     let mut run = ctx.start_with(std::slice::from_ref(&spec)).await;
-    shop_data(&ctx).await;
+    shop::data(&ctx, PRODUCTS, BRAND_ONE).await;
 
     // Changes to all five tables while the etl is killed (kill -9, mid-batch: it is
     // busy with the initial load) and started again.
@@ -411,8 +312,8 @@ async fn an_etl_killed_mid_batch_and_a_full_replay_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_children_in_one_transaction_rebuild_their_root_once_per_batch() {
     let ctx = TestCtx::new("relwide").await;
-    shop_schema(&ctx).await;
-    let spec = shop_spec(&ctx);
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
     let alias = spec["alias"].as_str().unwrap().to_owned();
     let run = ctx.start_with(std::slice::from_ref(&spec)).await;
     ctx.exec("INSERT INTO brands VALUES (1, 'brand 1', 'DE')")

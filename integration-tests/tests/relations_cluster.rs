@@ -10,70 +10,9 @@ use std::time::Duration;
 
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
-use sluice_integration_tests::{check_documents, eventually, Cluster, TestCtx};
+use sluice_integration_tests::{check_documents, eventually, shop, Cluster, TestCtx};
 
 const PRODUCTS: u64 = 600;
-
-async fn shop(ctx: &TestCtx) {
-    for ddl in [
-        "CREATE TABLE brands (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL)",
-        "CREATE TABLE products (id BIGINT PRIMARY KEY, title VARCHAR(128) NOT NULL, brand_id INT NULL,
-            deleted TINYINT NOT NULL DEFAULT 0, KEY (brand_id))",
-        "CREATE TABLE skus (id BIGINT PRIMARY KEY, product_id BIGINT NULL, code VARCHAR(32) NOT NULL, KEY (product_id))",
-        "CREATE TABLE sku_prices (id BIGINT PRIMARY KEY AUTO_INCREMENT, sku_id BIGINT NOT NULL,
-            amount DECIMAL(10,2) NOT NULL, KEY (sku_id))",
-        "CREATE TABLE product_tags (id BIGINT PRIMARY KEY AUTO_INCREMENT, product_id BIGINT NOT NULL,
-            tag VARCHAR(32) NOT NULL, created_at DATETIME(6) NOT NULL, KEY (product_id))",
-    ] {
-        ctx.exec(ddl).await;
-    }
-    ctx.exec("INSERT INTO brands VALUES (1, 'one'), (2, 'two'), (3, 'three')")
-        .await;
-    let rows = |f: &dyn Fn(u64) -> String| (1..=PRODUCTS).map(f).collect::<Vec<_>>().join(", ");
-    ctx.exec(&format!(
-        "INSERT INTO products VALUES {}",
-        rows(&|p| format!(
-            "({p}, 'product {p}', {}, {})",
-            1 + p % 3,
-            u64::from(p % 10 == 0)
-        ))
-    ))
-    .await;
-    ctx.exec(&format!(
-        "INSERT INTO skus VALUES {}",
-        rows(&|p| format!("({p}, {p}, 'sku-{p}')"))
-    ))
-    .await;
-    ctx.exec(&format!(
-        "INSERT INTO sku_prices (sku_id, amount) VALUES {}",
-        rows(&|p| format!("({p}, {}.50)", p % 70))
-    ))
-    .await;
-    for t in 0..6 {
-        ctx.exec(&format!(
-            "INSERT INTO product_tags (product_id, tag, created_at) VALUES {}",
-            rows(&|p| format!(
-                "({p}, 'tag-{t}', TIMESTAMP('2024-01-01') + INTERVAL {} MINUTE)",
-                (p + t * 7) % 50
-            ))
-        ))
-        .await;
-    }
-}
-
-fn spec(ctx: &TestCtx) -> Value {
-    ctx.spec(json!({
-        "table": "products",
-        "filter": "deleted = 0",
-        "relations": [
-            {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
-            {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},
-             "relations": [{"name": "prices", "kind": "one_to_many", "table": "sku_prices", "on": {"id": "sku_id"}}]},
-            {"name": "tags", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
-             "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]}
-        ]
-    }))
-}
 
 /// Puts `spec` through `sluicectl pipelines put NAME --spec FILE`.
 fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> {
@@ -83,45 +22,22 @@ fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> 
     cluster.ctl(&["pipelines", "put", name, "--spec", path.to_str().unwrap()])
 }
 
-/// One round of changes to all five tables (round `n`).
+/// One round of changes to all five tables of the shop (round `n`).
 async fn change_everything(conn: &mut mysql_async::Conn, n: u64) -> Result<(), mysql_async::Error> {
     let p = 1 + (n * 37) % PRODUCTS;
     let new = 100_000 + n;
-    conn.query_drop(format!(
-        "UPDATE brands SET name = 'name {n}' WHERE id = {}",
-        1 + n % 3
-    ))
-    .await?;
-    conn.query_drop(format!(
-        "UPDATE products SET title = 'title {n}', deleted = {} WHERE id = {p}",
-        n % 4 / 3
-    ))
-    .await?;
-    conn.query_drop(format!(
-        "INSERT INTO products VALUES ({new}, 'new {n}', {}, 0)",
-        1 + n % 3
-    ))
-    .await?;
-    conn.query_drop(format!("INSERT INTO skus VALUES ({new}, {new}, 'new-{n}')"))
-        .await?;
-    conn.query_drop(format!(
-        "UPDATE skus SET product_id = {} WHERE id = {p}",
-        1 + (p * 7) % PRODUCTS
-    ))
-    .await?;
-    conn.query_drop(format!(
-        "UPDATE sku_prices SET amount = amount + 1 WHERE sku_id = {}",
-        1 + (n * 11) % PRODUCTS
-    ))
-    .await?;
-    conn.query_drop(format!(
-        "INSERT INTO sku_prices (sku_id, amount) VALUES ({new}, {n})"
-    ))
-    .await?;
-    conn.query_drop(format!(
-        "INSERT INTO product_tags (product_id, tag, created_at) VALUES ({p}, 'load-{n}', TIMESTAMP('2025-01-01') + INTERVAL {n} SECOND)"
-    ))
-    .await?;
+    for statement in [
+        format!("UPDATE brands SET name = 'name {n}' WHERE id = {}", 1 + n % 3),
+        format!("UPDATE products SET title = 'title {n}', deleted = {} WHERE id = {p}", n % 4 / 3),
+        format!("INSERT INTO products VALUES ({new}, 'new {n}', {}, 1.00, 0)", 1 + n % 3),
+        format!("INSERT INTO skus VALUES ({new}, {new}, 'new-{n}', 1)"),
+        format!("UPDATE skus SET product_id = {} WHERE id = {}", 1 + (p * 7) % PRODUCTS, p * 10),
+        format!("UPDATE sku_prices SET amount = amount + 1 WHERE sku_id = {}", (1 + (n * 11) % PRODUCTS) * 10 + 1),
+        format!("INSERT INTO sku_prices VALUES (NULL, {new}, 'EUR', {n})"),
+        format!("INSERT INTO product_tags VALUES (NULL, {p}, 'load-{n}', TIMESTAMP('2025-01-01') + INTERVAL {n} SECOND)"),
+    ] {
+        conn.query_drop(statement).await?;
+    }
     if n % 5 == 0 {
         conn.query_drop(format!(
             "DELETE FROM products WHERE id = {}",
@@ -135,13 +51,14 @@ async fn change_everything(conn: &mut mysql_async::Conn, n: u64) -> Result<(), m
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
     let ctx = TestCtx::new("reltree").await;
-    shop(&ctx).await;
+    shop::schema(&ctx).await;
+    shop::data(&ctx, PRODUCTS, PRODUCTS / 2).await;
     let cluster = ctx.start_cluster(2, 2).await;
     // The source captures the root table only, as registered; the pipeline's other
     // tables are added to what the worker captures by the center.
     let source = ctx.add_source(&cluster, "products", 1).await;
     // Its pipeline (named like the alias) becomes the tree.
-    let mut spec = spec(&ctx);
+    let mut spec = shop::spec(&ctx);
     spec["source"] = json!(source.name);
     for t in ["brands", "skus", "sku_prices", "product_tags"] {
         ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(

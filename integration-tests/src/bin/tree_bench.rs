@@ -1,0 +1,181 @@
+//! `make bench` (third part): documents built from several tables — the sample shop
+//! (`sluice_integration_tests::shop`: products → brand, SKUs → prices, 5 newest tags).
+//!
+//! 1. Streaming rebuilds: the shop's rows (`BENCH_TREE_PRODUCTS` products, default 5000,
+//!    about 14 rows each) are streamed into Kafka with the etl stopped; an etl is then
+//!    timed until its group committed every topic. Printed: the documents it read back per
+//!    second, the MySQL queries per rebuilt document, and rows per second.
+//! 2. The ceiling: the index's final documents `_bulk`-indexed straight into a scratch
+//!    index of the same server, 2000 per request; the rebuild rate as a share of it.
+//! 3. A brand renamed under `BENCH_TREE_BRAND` documents (default 2000): seconds from
+//!    COMMIT until every one of them shows the new name.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde_json::json;
+use sluice_elastic::BulkOp;
+use sluice_integration_tests::ceiling::bulk_ceiling;
+use sluice_integration_tests::{kafka, shop, TestCtx};
+
+fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("{name}={v} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let ctx = TestCtx::new("treebench").await;
+    let outcome = run(&ctx).await;
+    println!("cleanup: {}", ctx.cleanup().await);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tree bench failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
+    let products = env_u64("BENCH_TREE_PRODUCTS", 5000)?;
+    let brand = env_u64("BENCH_TREE_BRAND", 2000)?.min(products);
+    if products > 9000 {
+        bail!("BENCH_TREE_PRODUCTS: at most 9000 (the ceiling reads the index in one search)");
+    }
+    shop::schema(ctx).await;
+    let spec = shop::spec(ctx);
+    let alias = spec["alias"].as_str().context("alias")?.to_owned();
+    let mut worker = ctx.worker();
+    worker.start();
+    ctx.wait_worker_ready(&worker).await;
+    shop::data(ctx, products, brand).await;
+    ctx.wait_streamed(&worker).await;
+    // Every topic's end, from what each table received.
+    let mut ends = Vec::new();
+    let mut events = 0;
+    for (table, rows) in [
+        ("brands", 3),
+        ("products", products),
+        ("skus", 2 * products),
+        ("sku_prices", 4 * products),
+        ("product_tags", 7 * products),
+    ] {
+        let topic = ctx.topic(table);
+        let records = ctx
+            .read_topic(&topic, rows as usize, Duration::from_secs(300))
+            .await;
+        events += records.len();
+        ends.push((topic, kafka::ends(&records)));
+    }
+
+    let mut etl = ctx.etl_with(std::slice::from_ref(&spec));
+    let started = Instant::now();
+    etl.start();
+    let deadline = started + Duration::from_secs(1800);
+    'wait: loop {
+        if Instant::now() > deadline {
+            bail!(
+                "the etl did not commit every topic within 30 min\n{}",
+                etl.log_tail()
+            );
+        }
+        for (topic, end) in &ends {
+            if ctx.etl_committed_up_to(topic, end).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(100)).await; // a poll pace
+                continue 'wait;
+            }
+        }
+        break;
+    }
+    let took = started.elapsed();
+    let pipeline = [("pipeline", alias.as_str())];
+    let read = etl
+        .metric_sum("sluice_etl_documents_read_total", &pipeline)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let queries = etl
+        .metric_sum("sluice_etl_source_queries_total", &pipeline)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let rate = read / took.as_secs_f64();
+    println!(
+        "[tree 1/3] {products} products from {events} row events: the etl read back {read:.0} documents in {:.1} s = {rate:.0} docs/s ({:.0} events/s, {:.0} products/s; each read back {:.1} times while its tables' rows arrived), {:.3} MySQL queries per document",
+        took.as_secs_f64(),
+        events as f64 / took.as_secs_f64(),
+        products as f64 / took.as_secs_f64(),
+        read / products as f64,
+        queries / read.max(1.0)
+    );
+
+    // The ceiling: the same documents, straight into a scratch index.
+    let es = &ctx.stack.es;
+    es.refresh(&alias).await?;
+    let found = es
+        .search(&alias, &json!({"query": {"match_all": {}}, "size": 10000}))
+        .await?;
+    let hits = found["hits"]["hits"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let index = format!("{alias}_ceiling");
+    let mapping = es.get_mapping(&format!("{alias}_v1")).await?;
+    es.create_index(
+        &index,
+        &json!({"settings": {"number_of_replicas": 0}, "mappings": mapping[format!("{alias}_v1")]["mappings"]}),
+    )
+    .await?;
+    let ops: Vec<BulkOp> = hits
+        .iter()
+        .map(|h| BulkOp::Index {
+            index: index.clone(),
+            id: h["_id"].as_str().unwrap_or_default().to_owned(),
+            version: 1,
+            routing: None,
+            doc: h["_source"].clone(),
+        })
+        .collect();
+    let raw = bulk_ceiling(es, &index, &ops).await?;
+    let raw_rate = ops.len() as f64 / raw.as_secs_f64();
+    println!(
+        "[tree 2/3] raw _bulk ceiling of the same Elasticsearch: {} documents in {:.1} s = {raw_rate:.0} docs/s; the rebuilds ran at {:.0} % of it",
+        ops.len(),
+        raw.as_secs_f64(),
+        100.0 * rate / raw_rate
+    );
+
+    // A brand renamed under `brand` documents.
+    let committed = Instant::now();
+    ctx.exec("UPDATE brands SET name = 'renamed brand' WHERE id = 1")
+        .await;
+    let seen = loop {
+        es.refresh(&alias).await?;
+        let n = es
+            .search(
+                &alias,
+                &json!({"query": {"match_phrase": {"brand.name": "renamed brand"}}, "size": 0, "track_total_hits": true}),
+            )
+            .await?["hits"]["total"]["value"]
+            .as_u64()
+            .unwrap_or(0);
+        if n >= brand {
+            break committed.elapsed();
+        }
+        if committed.elapsed() > Duration::from_secs(600) {
+            bail!("the rename reached {n} of {brand} documents in 10 min");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    };
+    println!(
+        "[tree 3/3] a brand renamed under {brand} documents: all of them show it {:.2} s after COMMIT",
+        seen.as_secs_f64()
+    );
+    drop(etl);
+    drop(worker);
+    Ok(())
+}
