@@ -297,13 +297,15 @@ async fn read_node(
 /// The node's rows with their ranks within their parents, from one query over the whole
 /// table.
 async fn ranked(conn: &mut mysql_async::Conn, node: &Node) -> Result<Vec<Row>, String> {
-    let types: HashMap<String, String> = conn
-        .exec::<(String, String), _, _>(
-            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+    let described: Vec<(String, String)> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (&node.db, &node.table),
         )
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let table_order: Vec<String> = described.iter().map(|(c, _)| c.clone()).collect();
+    let types: HashMap<String, String> = described
         .into_iter()
         .map(|(c, t)| (c, t.to_ascii_lowercase()))
         .collect();
@@ -330,12 +332,17 @@ async fn ranked(conn: &mut mysql_async::Conn, node: &Node) -> Result<Vec<Row>, S
         })
         .collect();
     let sql = if node.distinct {
-        let mut cols: Vec<String> = node.on.values().cloned().collect();
-        for c in &node.columns {
-            if !cols.contains(c) {
-                cols.push(c.clone());
-            }
-        }
+        // The selected columns — the join's and the listed ones — in table order, the
+        // documented tie-break.
+        let cols: Vec<String> = table_order
+            .iter()
+            .filter(|c| {
+                node.columns.is_empty()
+                    || node.columns.contains(c)
+                    || node.on.values().any(|o| o == *c)
+            })
+            .cloned()
+            .collect();
         let cols: Vec<String> = cols.iter().map(|c| q(c)).collect();
         order.extend(cols.iter().cloned());
         format!(
@@ -518,7 +525,9 @@ fn diff_object(
         } else {
             format!("{path}.{k}")
         };
-        let g = got.get(k).unwrap_or(&Value::Null);
+        let Some(g) = got.get(k) else {
+            return Some(format!("field `{p}` is missing (MySQL yields {w})"));
+        };
         if let Some(d) = diff_value(&p, w, g, ordered) {
             return Some(d);
         }
@@ -543,7 +552,21 @@ fn diff_value(path: &str, want: &Value, got: &Value, ordered: &[String]) -> Opti
                 ));
             }
             let (mut w, mut g) = (w.clone(), g.clone());
-            if !ordered.iter().any(|o| o == path) {
+            // `skus[3].prices` is ordered when `skus.prices` is.
+            let bare: String = {
+                let mut out = String::new();
+                let mut depth = 0;
+                for c in path.chars() {
+                    match c {
+                        '[' => depth += 1,
+                        ']' => depth -= 1,
+                        c if depth == 0 => out.push(c),
+                        _ => {}
+                    }
+                }
+                out
+            };
+            if !ordered.contains(&bare) {
                 let key = |v: &Value| canonical(v);
                 w.sort_by_key(key);
                 g.sort_by_key(key);

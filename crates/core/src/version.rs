@@ -53,6 +53,11 @@ impl ExternalVersion {
         self.0
     }
 
+    /// A version as a document carries it.
+    pub fn from_raw(v: u64) -> Self {
+        Self(v)
+    }
+
     pub fn epoch(self) -> u64 {
         self.0 >> 53
     }

@@ -6,14 +6,16 @@
 //! images, so a child moved from one parent to another dirties both, and through one
 //! query per level above the first. Per batch each dirty document keeps the version of
 //! the newest change that dirtied it; it is read back from the source (one query per
-//! relation for a chunk of documents) and written with that version, or deleted with it
-//! when its root row is gone or filtered out.
+//! relation for a chunk of documents), in a snapshot that includes that change, and
+//! written with that version, or deleted with it when its root row is gone or filtered
+//! out.
 //!
-//! Why this converges: the read happens after the change committed, so the document holds
-//! at least its effect; a later change carries a higher version and causes another read;
-//! a replay or a retry can only lose a version race (409) to a document read later.
+//! Why this converges: the read sees at least the change's effect; a later change
+//! carries a higher version and causes another read; a replay or a retry can only lose a
+//! version race (409) to a document read later.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use serde_json::Value as Json;
 use sluice_core::ChangeEvent;
@@ -24,38 +26,59 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::METRICS;
 use crate::pipeline::Router;
-use crate::write::Writer;
+use crate::write::{Origin, Writer};
 use crate::DeadLetter;
 
 /// Documents read (and written) per chunk: bounds the etl's memory however many
 /// documents one change reaches.
 const CHUNK: usize = 256;
 
-/// What dirtied a document: the version of the newest change, and its message.
-type Tag = (u64, usize);
+/// What dirtied a document: the version of the newest change, and every message that
+/// dirtied it (each is dead-lettered if the document cannot be made).
+#[derive(Debug, Clone, PartialEq)]
+struct Prov {
+    version: u64,
+    msgs: BTreeSet<usize>,
+}
+
+impl Prov {
+    fn of(version: u64, msg: usize) -> Self {
+        Prov {
+            version,
+            msgs: BTreeSet::from([msg]),
+        }
+    }
+
+    fn merge(&mut self, other: &Prov) {
+        self.version = self.version.max(other.version);
+        self.msgs.extend(&other.msgs);
+    }
+}
 
 /// Where to walk up from: a plan, the path of a node in it, and which of its columns.
 type From = (usize, Vec<usize>, Vec<usize>);
 
-/// The documents a batch dirtied, by pipeline.
+/// The documents a batch dirtied, by pipeline: one piece of work per compilation of the
+/// pipeline the batch saw (its tables' columns changed in the middle of it: what was
+/// marked before is read with the plans it was marked with).
 #[derive(Default)]
 pub(crate) struct Dirty {
-    pipelines: BTreeMap<usize, Work>,
+    pipelines: BTreeMap<usize, Vec<Work>>,
 }
 
-#[derive(Default)]
 struct Work {
+    plans: Arc<Vec<DocPlan>>,
     /// By plan: each document's key (as text) → what dirtied it.
     docs: BTreeMap<usize, HashMap<String, Entry>>,
     /// Rows whose documents are found by walking up: by plan, the path (from the root)
     /// of the node to look in, and which of its columns the values are of (relations
     /// of one parent join it on different columns).
-    lookups: BTreeMap<From, Vec<(Vec<Json>, Tag)>>,
+    lookups: BTreeMap<From, Vec<(Vec<Json>, Prov)>>,
 }
 
 struct Entry {
     key: Vec<Json>,
-    tag: Tag,
+    prov: Prov,
     /// Routings the document had in the changes' images (a child document that moved
     /// parent must go from the old one's shard).
     routings: BTreeSet<String>,
@@ -66,10 +89,24 @@ impl Dirty {
         self.pipelines.is_empty()
     }
 
-    /// Marks what `event` (message `msg`) changes in pipeline `pipeline`'s documents.
-    pub fn touch(&mut self, pipeline: usize, plans: &[DocPlan], event: &ChangeEvent, msg: usize) {
-        let tag = (event.version, msg);
-        let work = self.pipelines.entry(pipeline).or_default();
+    /// Marks what `event` (message `msg`) changes in the documents of pipeline
+    /// `pipeline`, compiled as `plans`.
+    pub fn touch(
+        &mut self,
+        pipeline: usize,
+        plans: &Arc<Vec<DocPlan>>,
+        event: &ChangeEvent,
+        msg: usize,
+    ) {
+        let works = self.pipelines.entry(pipeline).or_default();
+        if works.last().is_none_or(|w| !Arc::ptr_eq(&w.plans, plans)) {
+            works.push(Work {
+                plans: plans.clone(),
+                docs: BTreeMap::new(),
+                lookups: BTreeMap::new(),
+            });
+        }
+        let work = works.last_mut().expect("just made sure");
         for (k, plan) in plans.iter().enumerate() {
             for path in plan.paths_of(&event.db, &event.table) {
                 let node = plan.node(&path);
@@ -79,7 +116,7 @@ impl Dirty {
                             let Some(key) = DocPlan::image_values(node, &plan.id, image) else {
                                 continue;
                             };
-                            let entry = work.entry(k, key, tag);
+                            let entry = work.entry(k, key, &Prov::of(event.version, msg));
                             entry.routings.extend(plan.routing_of(image));
                         }
                         Some(link) => {
@@ -91,7 +128,7 @@ impl Dirty {
                             work.lookups
                                 .entry((k, parent, link.parent.clone()))
                                 .or_default()
-                                .push((values, tag));
+                                .push((values, Prov::of(event.version, msg)));
                         }
                     }
                 }
@@ -101,7 +138,7 @@ impl Dirty {
 }
 
 impl Work {
-    fn entry(&mut self, plan: usize, key: Vec<Json>, tag: Tag) -> &mut Entry {
+    fn entry(&mut self, plan: usize, key: Vec<Json>, prov: &Prov) -> &mut Entry {
         let text = serde_json::to_string(&key).expect("JSON values serialize");
         let e = self
             .docs
@@ -110,10 +147,13 @@ impl Work {
             .entry(text)
             .or_insert_with(|| Entry {
                 key,
-                tag,
+                prov: Prov {
+                    version: 0,
+                    msgs: BTreeSet::new(),
+                },
                 routings: BTreeSet::new(),
             });
-        e.tag = e.tag.max(tag);
+        e.prov.merge(prov);
         e
     }
 }
@@ -151,84 +191,173 @@ pub(crate) async fn rebuild(
     dirty: Dirty,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
-    for (p, mut work) in dirty.pipelines {
+    for (p, works) in dirty.pipelines {
         let pipeline = &router.pipelines[p];
         let name = pipeline.cfg.spec.name.clone();
-        let (Some(plans), Ok(src)) = (pipeline.plans(), &pipeline.cfg.source) else {
-            // Touched only once loaded, with a source: cannot happen.
-            continue;
+        let src = match &pipeline.cfg.source {
+            Ok(src) => src,
+            Err(why) => {
+                // Marked only once compiled, which needs the source: cannot happen.
+                for work in &works {
+                    let msgs = work.messages();
+                    unreadable(&mut writer.dead, &name, msgs, why);
+                }
+                continue;
+            }
         };
         let pool = sources.pool(src);
-        let mut dead = Vec::new();
-        let lookups = std::mem::take(&mut work.lookups);
-        for ((k, path, cols), values) in lookups {
-            let msgs: BTreeSet<usize> = values.iter().map(|(_, t)| t.1).collect();
-            let plan = &plans[k];
-            let found = retrying(shutdown, async || {
-                let mut r = pool.reader().await?;
-                r.begin().await?;
-                let roots = plan.roots_of(&mut r, &path, &cols, values.clone()).await;
-                count_queries(&name, &r);
-                let _ = r.end().await;
-                roots
-            })
-            .await;
-            match found {
-                None => return Ok(false),
-                Some(Ok(roots)) => {
-                    for (key, tag) in roots {
-                        work.entry(k, key, tag);
+        let mut dead: Vec<(BTreeSet<usize>, String)> = Vec::new();
+        for work in works {
+            let ctx = Rebuild {
+                pool,
+                name: &name,
+                shutdown,
+            };
+            let Some(docs) = ctx.walk_up(work, &mut dead).await else {
+                return Ok(false);
+            };
+            for (plan, k, entries) in docs {
+                let entries: Vec<Entry> = entries.into_values().collect();
+                for chunk in entries.chunks(CHUNK) {
+                    let Some(built) = ctx.read(&plan[k], chunk, &mut dead).await else {
+                        return Ok(false);
+                    };
+                    METRICS
+                        .documents_read
+                        .add(built.len() as u64, &crate::metrics::pipeline(&name));
+                    let (ops, origins) = operations(router.targets(p), chunk, built);
+                    if !writer.write(ops, origins).await? {
+                        return Ok(false);
                     }
-                }
-                Some(Err(e)) => dead.extend(msgs.into_iter().map(|m| (m, e.to_string()))),
-            }
-        }
-        for (k, entries) in work.docs {
-            let plan = &plans[k];
-            let entries: Vec<Entry> = entries.into_values().collect();
-            for chunk in entries.chunks(CHUNK) {
-                let keys: Vec<Vec<Json>> = chunk.iter().map(|e| e.key.clone()).collect();
-                let read = retrying(shutdown, async || {
-                    let mut r = pool.reader().await?;
-                    r.begin().await?;
-                    let built = plan.read(&mut r, &keys).await;
-                    count_queries(&name, &r);
-                    let _ = r.end().await;
-                    built
-                })
-                .await;
-                let built = match read {
-                    None => return Ok(false),
-                    Some(Ok(b)) => b,
-                    Some(Err(e)) => {
-                        dead.extend(chunk.iter().map(|e2| (e2.tag.1, e.to_string())));
-                        continue;
-                    }
-                };
-                METRICS
-                    .documents_read
-                    .add(built.len() as u64, &crate::metrics::pipeline(&name));
-                let (ops, origins) = operations(router.targets(p), chunk, built);
-                if !writer.write(ops, origins).await? {
-                    return Ok(false);
                 }
             }
         }
-        for (msg, why) in dead {
-            writer.dead.push(DeadLetter {
-                msg,
-                reason: format!(
-                    "pipeline {name}: cannot read its documents from the source: {why}"
-                ),
-                pipeline: Some(name.clone()),
-            });
+        for (msgs, why) in dead {
+            let why = format!("cannot read its documents from the source: {why}");
+            unreadable(&mut writer.dead, &name, msgs, &why);
         }
     }
     Ok(true)
 }
 
-/// Dead letters for every message that dirtied something in a pipeline that cannot be
-/// read back (`why`: its spec does not fit its tables, its source is unreachable).
+/// Reading one pipeline's documents back.
+struct Rebuild<'a> {
+    pool: &'a SourcePool,
+    name: &'a str,
+    shutdown: &'a CancellationToken,
+}
+
+/// A plan's dirty documents, with the plans they are read with.
+type Docs = Vec<(Arc<Vec<DocPlan>>, usize, HashMap<String, Entry>)>;
+
+impl Rebuild<'_> {
+    /// Resolves the work's walk-ups into dirty documents. `None` on shutdown; what
+    /// cannot be looked up joins `dead` with its messages.
+    async fn walk_up(
+        &self,
+        mut work: Work,
+        dead: &mut Vec<(BTreeSet<usize>, String)>,
+    ) -> Option<Docs> {
+        let plans = work.plans.clone();
+        for ((k, path, cols), values) in std::mem::take(&mut work.lookups) {
+            let mut all = Prov {
+                version: 0,
+                msgs: BTreeSet::new(),
+            };
+            for (_, prov) in &values {
+                all.merge(prov);
+            }
+            let plan = &plans[k];
+            let found = retrying(self.shutdown, async || {
+                let mut r = self.pool.reader().await?;
+                r.begin_after(all.version).await?;
+                let roots = plan
+                    .roots_of(&mut r, &path, &cols, values.clone(), &Prov::merge)
+                    .await;
+                count_queries(self.name, &r);
+                let _ = r.end().await;
+                roots
+            })
+            .await?;
+            match found {
+                Ok(roots) => {
+                    for (key, prov) in roots {
+                        work.entry(k, key, &prov);
+                    }
+                }
+                Err(e) => dead.push((all.msgs, e.to_string())),
+            }
+        }
+        Some(
+            work.docs
+                .into_iter()
+                .map(|(k, entries)| (plans.clone(), k, entries))
+                .collect(),
+        )
+    }
+
+    /// Reads the documents of `chunk`, in a snapshot that includes their newest
+    /// changes. A value that cannot be read is narrowed down by halves to its documents,
+    /// which join `dead` with their messages; any other definite failure takes the chunk
+    /// there. `None` on shutdown.
+    async fn read(
+        &self,
+        plan: &DocPlan,
+        chunk: &[Entry],
+        dead: &mut Vec<(BTreeSet<usize>, String)>,
+    ) -> Option<Vec<Built>> {
+        let mut built = Vec::new();
+        let mut pending: Vec<std::ops::Range<usize>> = Vec::new();
+        pending.push(0..chunk.len());
+        while let Some(range) = pending.pop() {
+            let part = &chunk[range.clone()];
+            let keys: Vec<Vec<Json>> = part.iter().map(|e| e.key.clone()).collect();
+            let floor = part.iter().map(|e| e.prov.version).max().unwrap_or(0);
+            let read = retrying(self.shutdown, async || {
+                let mut r = self.pool.reader().await?;
+                r.begin_after(floor).await?;
+                let built = plan.read(&mut r, &keys).await;
+                count_queries(self.name, &r);
+                let _ = r.end().await;
+                built
+            })
+            .await?;
+            match read {
+                Ok(b) => built.extend(b),
+                Err(e @ MysqlError::Value { .. }) if range.len() > 1 => {
+                    tracing::debug!(error = %e, "a document cannot be read; narrowing it down");
+                    let mid = range.start + range.len() / 2;
+                    pending.push(range.start..mid);
+                    pending.push(mid..range.end);
+                }
+                Err(e) => {
+                    let msgs = part.iter().flat_map(|e| e.prov.msgs.iter().copied());
+                    dead.push((msgs.collect(), e.to_string()));
+                }
+            }
+        }
+        Some(built)
+    }
+}
+
+impl Work {
+    /// Every message that dirtied something here.
+    fn messages(&self) -> BTreeSet<usize> {
+        let docs = self
+            .docs
+            .values()
+            .flat_map(|d| d.values().flat_map(|e| e.prov.msgs.iter().copied()));
+        let lookups = self
+            .lookups
+            .values()
+            .flat_map(|l| l.iter().flat_map(|(_, p)| p.msgs.iter().copied()));
+        docs.chain(lookups).collect()
+    }
+}
+
+/// Dead letters for every message that dirtied something in a pipeline whose documents
+/// cannot be made (`why`: its spec does not fit its tables, its source is unreachable,
+/// a read failed for good).
 pub(crate) fn unreadable(
     dead: &mut Vec<DeadLetter>,
     pipeline: &str,
@@ -247,8 +376,13 @@ pub(crate) fn unreadable(
 /// The writes for a chunk's documents as read: each indexed (or deleted) with the version
 /// of the newest change that dirtied it, on every target; a child document that had
 /// another routing is deleted there after it is indexed under the new one (in this
-/// order: if both routings lead to one shard, the delete then loses to the index).
-fn operations(targets: &[String], chunk: &[Entry], built: Vec<Built>) -> (Vec<BulkOp>, Vec<usize>) {
+/// order: if both routings lead to one shard, the delete then loses to the index). Each
+/// write comes from every message that dirtied its document.
+fn operations(
+    targets: &[String],
+    chunk: &[Entry],
+    built: Vec<Built>,
+) -> (Vec<BulkOp>, Vec<Origin>) {
     let by_key: HashMap<String, &Entry> = chunk
         .iter()
         .map(|e| (serde_json::to_string(&e.key).expect("serializes"), e))
@@ -258,11 +392,12 @@ fn operations(targets: &[String], chunk: &[Entry], built: Vec<Built>) -> (Vec<Bu
         let Some(entry) = by_key.get(&serde_json::to_string(&b.key).expect("serializes")) else {
             continue;
         };
-        let (version, msg) = entry.tag;
+        let version = entry.prov.version;
+        let origin = Origin::many(&entry.prov.msgs);
         for index in targets {
             let mut push = |op| {
                 ops.push(op);
-                origins.push(msg);
+                origins.push(origin.clone());
             };
             match &b.doc {
                 Some(doc) => push(BulkOp::Index {
@@ -370,7 +505,7 @@ mod tests {
 
     #[test]
     fn relations_of_one_parent_walk_up_by_their_own_join_columns() {
-        let plans = shop();
+        let plans = Arc::new(shop());
         let mut dirty = Dirty::default();
         // A tag of product 5 first, then brand 2: the brand's id is a brand_id, not a
         // product id, whatever came first in the batch.
@@ -387,7 +522,7 @@ mod tests {
             &event("products", json!({"id": 9, "brand_id": 2}), 30),
             2,
         );
-        let work = &dirty.pipelines[&0];
+        let work = &dirty.pipelines[&0][0];
         let names = |cols: &[usize]| plans[0].root.names(cols);
         let lookups: Vec<(Vec<String>, Vec<Value>)> = work
             .lookups
@@ -407,19 +542,37 @@ mod tests {
                 (vec!["brand_id".to_owned()], vec![json!(2)]),
             ]
         );
-        let roots: Vec<(&Vec<Value>, Tag)> =
-            work.docs[&0].values().map(|e| (&e.key, e.tag)).collect();
+        let roots: Vec<(&Vec<Value>, &Prov)> =
+            work.docs[&0].values().map(|e| (&e.key, &e.prov)).collect();
         assert_eq!(
             roots,
-            [(&vec![json!(9)], (30, 2))],
+            [(&vec![json!(9)], &Prov::of(30, 2))],
             "a root row is its own document"
         );
     }
 
-    fn entry(key: i64, tag: Tag, routings: &[&str]) -> Entry {
+    #[test]
+    fn marks_made_under_another_compilation_keep_their_own_plans() {
+        // The tables changed in the middle of a batch: the plans were compiled again.
+        let (before, after) = (Arc::new(shop()), Arc::new(shop()));
+        let mut dirty = Dirty::default();
+        dirty.touch(0, &before, &event("brands", json!({"id": 2}), 20), 0);
+        dirty.touch(0, &after, &event("brands", json!({"id": 3}), 30), 1);
+        dirty.touch(0, &after, &event("brands", json!({"id": 4}), 40), 2);
+        let works = &dirty.pipelines[&0];
+        assert_eq!(works.len(), 2);
+        assert!(Arc::ptr_eq(&works[0].plans, &before) && Arc::ptr_eq(&works[1].plans, &after));
+        assert_eq!(works[0].messages(), BTreeSet::from([0]));
+        assert_eq!(works[1].messages(), BTreeSet::from([1, 2]));
+    }
+
+    fn entry(key: i64, version: u64, msgs: &[usize], routings: &[&str]) -> Entry {
         Entry {
             key: vec![json!(key)],
-            tag,
+            prov: Prov {
+                version,
+                msgs: msgs.iter().copied().collect(),
+            },
             routings: routings.iter().map(|r| r.to_string()).collect(),
         }
     }
@@ -436,7 +589,10 @@ mod tests {
     #[test]
     fn a_moved_child_is_indexed_under_its_new_parent_then_deleted_under_the_old() {
         let targets = ["i_v1".to_owned()];
-        let chunk = [entry(7, (90, 3), &["1", "2"]), entry(8, (80, 4), &["5"])];
+        let chunk = [
+            entry(7, 90, &[1, 3], &["1", "2"]),
+            entry(8, 80, &[4], &["5"]),
+        ];
         let (ops, origins) = operations(
             &targets,
             &chunk,
@@ -461,6 +617,7 @@ mod tests {
                 ("delete c#8".into(), Some("5"), 80),
             ]
         );
-        assert_eq!(origins, [3, 3, 4]);
+        let both = Origin::many(&[1, 3]);
+        assert_eq!(origins, [both.clone(), both, Origin::many(&[4])]);
     }
 }

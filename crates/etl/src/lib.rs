@@ -387,7 +387,7 @@ async fn apply(
 /// and the messages that cannot become anything.
 struct Plan {
     ops: Vec<BulkOp>,
-    origins: Vec<usize>,
+    origins: Vec<write::Origin>,
     dirty: docs::Dirty,
     dead: Vec<DeadLetter>,
 }
@@ -470,7 +470,10 @@ async fn plan(
             }
         }
     }
-    let (ops, origins) = latest.into_values().unzip();
+    let (ops, origins) = latest
+        .into_values()
+        .map(|(op, msg)| (op, write::Origin::One(msg)))
+        .unzip();
     Ok(Some(Plan {
         ops,
         origins,

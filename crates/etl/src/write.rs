@@ -2,6 +2,7 @@
 //! rejected (dead-lettered with the server's reason); 429/5xx items and failed requests
 //! retried with backoff.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -12,6 +13,27 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{self, METRICS};
 use crate::{DeadLetter, Stats};
+
+/// The messages an operation comes from: dead-lettered if the server rejects it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Origin {
+    One(usize),
+    /// A document read back for several changes.
+    Many(Arc<[usize]>),
+}
+
+impl Origin {
+    pub fn many<'a>(msgs: impl IntoIterator<Item = &'a usize>) -> Origin {
+        Origin::Many(msgs.into_iter().copied().collect())
+    }
+
+    fn messages(&self) -> &[usize] {
+        match self {
+            Origin::One(m) => std::slice::from_ref(m),
+            Origin::Many(ms) => ms,
+        }
+    }
+}
 
 /// Writes a batch's operations, collecting what must be dead-lettered.
 pub(crate) struct Writer<'a> {
@@ -24,14 +46,14 @@ pub(crate) struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Sends `ops` (each from message `origins[i]`), retrying 429/5xx items and failed
-    /// requests with backoff until every item is written, stale or rejected (rejections
-    /// join `dead`). `false` when shutdown interrupted the retries.
+    /// Sends `ops` (each from the messages `origins[i]`), retrying 429/5xx items and
+    /// failed requests with backoff until every item is written, stale or rejected
+    /// (rejections join `dead`). `false` when shutdown interrupted the retries.
     #[tracing::instrument(name = "etl.bulk", skip_all, fields(operations = ops.len()))]
     pub async fn write(
         &mut self,
         mut ops: Vec<BulkOp>,
-        mut origins: Vec<usize>,
+        mut origins: Vec<Origin>,
     ) -> anyhow::Result<bool> {
         let mut backoff = self.retry_backoff;
         while !ops.is_empty() {
@@ -45,7 +67,7 @@ impl Writer<'_> {
                 Ok(outcomes) => {
                     let (mut retry_ops, mut retry_origins) = (Vec::new(), Vec::new());
                     for ((op, origin), outcome) in ops.into_iter().zip(origins).zip(outcomes) {
-                        if let Some(op) = self.settle(op, origin, outcome) {
+                        if let Some(op) = self.settle(op, &origin, outcome) {
                             retry_ops.push(op);
                             retry_origins.push(origin);
                         }
@@ -74,7 +96,7 @@ impl Writer<'_> {
     }
 
     /// Counts an item's outcome; the operation back when it is to be retried.
-    fn settle(&mut self, op: BulkOp, origin: usize, outcome: ItemOutcome) -> Option<BulkOp> {
+    fn settle(&mut self, op: BulkOp, origin: &Origin, outcome: ItemOutcome) -> Option<BulkOp> {
         match outcome {
             ItemOutcome::Applied => {
                 self.stats.written += 1;
@@ -97,13 +119,15 @@ impl Writer<'_> {
             }
             ItemOutcome::Rejected { status, reason } => {
                 METRICS.bulk_errors.add(1, &metrics::class("rejected"));
-                self.dead.push(DeadLetter {
-                    msg: origin,
-                    reason: format!(
-                        "Elasticsearch rejected the document (HTTP {status}): {reason}"
-                    ),
-                    pipeline: None,
-                });
+                for &msg in origin.messages() {
+                    self.dead.push(DeadLetter {
+                        msg,
+                        reason: format!(
+                            "Elasticsearch rejected the document (HTTP {status}): {reason}"
+                        ),
+                        pipeline: None,
+                    });
+                }
                 None
             }
         }

@@ -62,15 +62,22 @@ pub enum MysqlError {
     },
 }
 
+/// Server errors that say "not now" rather than "never": too many connections (1040),
+/// shutting down (1053), a lock wait timed out (1205), a deadlock (1213), the query or
+/// connection was killed (1317; MariaDB 1927), a table's definition changed under a
+/// consistent snapshot (1412), a statement timed out (MySQL 3024; MariaDB 1969).
+const TRANSIENT_SERVER_ERRORS: [u16; 9] = [1040, 1053, 1205, 1213, 1317, 1412, 1927, 1969, 3024];
+
 impl MysqlError {
     /// Transient failures are retried with backoff; definite ones need an operator.
     pub fn is_transient(&self) -> bool {
         match self {
             MysqlError::Connect { .. } | MysqlError::Stream { .. } => true,
-            MysqlError::Query { error, .. } => matches!(
-                error,
-                mysql_async::Error::Io(_) | mysql_async::Error::Driver(_)
-            ),
+            MysqlError::Query { error, .. } => match error {
+                mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
+                mysql_async::Error::Server(e) => TRANSIENT_SERVER_ERRORS.contains(&e.code),
+                _ => false,
+            },
             MysqlError::Decode { .. } | MysqlError::Preflight { .. } | MysqlError::Value { .. } => {
                 false
             }

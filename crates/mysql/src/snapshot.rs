@@ -455,6 +455,11 @@ pub(crate) async fn begin_read(src: &SourceConfig, conn: &mut Conn) -> Result<()
     conn.query_drop("SET SESSION time_zone = '+00:00'")
         .await
         .map_err(query_err(src, "set the session time zone"))?;
+    // A consistent snapshot needs REPEATABLE READ (a server defaulting to READ COMMITTED
+    // would ignore it).
+    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .map_err(query_err(src, "set the isolation level"))?;
     conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         .await
         .map_err(query_err(src, "start a consistent snapshot"))

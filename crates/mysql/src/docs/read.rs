@@ -70,6 +70,38 @@ impl<'a> Reader<'a> {
         crate::snapshot::begin_read(self.src, &mut self.conn).await
     }
 
+    /// Starts a read that sees every change up to version `floor` (a document's newest
+    /// change). A change reaches the binlog, and Sluice, a moment before its transaction
+    /// is visible to readers; a read in that moment would stamp the old state with the new
+    /// version for good. So on MariaDB the read waits for a consistent snapshot whose
+    /// binlog position is past the change (a few milliseconds at most; after 5 s it goes
+    /// ahead and says so). A server that does not report a snapshot's position (MySQL)
+    /// gets a plain consistent read. End it with [`Reader::end`].
+    pub async fn begin_after(&mut self, floor: u64) -> Result<(), MysqlError> {
+        let floor = sluice_core::ExternalVersion::from_raw(floor);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let position = match crate::snapshot::begin_snapshot(self.src, &mut self.conn).await {
+                Ok(p) => p,
+                Err(MysqlError::Preflight { .. }) => return self.begin().await,
+                Err(e) => return Err(e),
+            };
+            let at = (
+                sluice_core::position::file_seq(&position.file).unwrap_or(0),
+                position.pos,
+            );
+            if at > (floor.file_seq(), floor.offset()) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(source = %self.src.name, snapshot = %position, "no snapshot past the change within 5 s (another server's coordinates?): reading anyway");
+                return Ok(());
+            }
+            self.end().await?;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
     /// Starts a consistent snapshot and returns its binlog position (a build's chunk:
     /// the documents read in it have that version). End it with [`Reader::end`].
     pub async fn begin_snapshot(&mut self) -> Result<sluice_core::BinlogPosition, MysqlError> {
@@ -213,26 +245,28 @@ impl DocPlan {
     }
 
     /// The root id values of the documents that contain rows of the node at `path` whose
-    /// columns `cols` hold `values`, each with the greatest tag of the values that led to
-    /// it. Filters are ignored on the way up: a row a filter hides may be joined now, or
-    /// may just have stopped being joined, and its document must be read again either way.
-    pub async fn roots_of<T: Ord + Copy + Send>(
+    /// columns `cols` hold `values`, each with the tags of the values that led to it,
+    /// combined by `merge`. Filters are ignored on the way up: a row a filter hides may
+    /// be joined now, or may just have stopped being joined, and its document must be
+    /// read again either way.
+    pub async fn roots_of<T: Clone + Send + Sync>(
         &self,
         r: &mut Reader<'_>,
         path: &[usize],
         cols: &[usize],
         values: Vec<(Vec<Json>, T)>,
+        merge: &(dyn Fn(&mut T, &T) + Sync),
     ) -> Result<Vec<(Vec<Json>, T)>, MysqlError> {
         let mut path = path.to_vec();
         let mut cols = cols.to_vec();
-        let mut values = merge(values);
+        let mut values = combine(values, merge);
         loop {
             let node = self.node(&path);
             let Some(link) = &node.link else {
                 // The root: its id columns, looked up unless these are they.
-                return lookup(r, node, &self.id, &cols, values).await;
+                return lookup(r, node, &self.id, &cols, values, merge).await;
             };
-            values = lookup(r, node, &link.child, &cols, values).await?;
+            values = lookup(r, node, &link.child, &cols, values, merge).await?;
             path.pop();
             cols = link.parent.clone();
             if values.is_empty() {
@@ -251,12 +285,13 @@ impl DocPlan {
 
 /// Values of `out` for the rows of `node` whose `by` columns hold `values`: no query
 /// when `by` are `out` (in any order).
-async fn lookup<T: Ord + Copy + Send>(
+async fn lookup<T: Clone + Send + Sync>(
     r: &mut Reader<'_>,
     node: &Node,
     out: &[usize],
     by: &[usize],
     values: Vec<(Vec<Json>, T)>,
+    merge: &(dyn Fn(&mut T, &T) + Sync),
 ) -> Result<Vec<(Vec<Json>, T)>, MysqlError> {
     let mut same = by.to_vec();
     same.sort_unstable();
@@ -274,7 +309,7 @@ async fn lookup<T: Ord + Copy + Send>(
     }
     let tags: HashMap<String, T> = values
         .iter()
-        .filter_map(|(v, t)| Some((join_key(v)?, *t)))
+        .filter_map(|(v, t)| Some((join_key(v)?, t.clone())))
         .collect();
     let mut select = out.to_vec();
     select.extend(by);
@@ -295,21 +330,25 @@ async fn lookup<T: Ord + Copy + Send>(
                 join_key(b).and_then(|k| tags.get(&k)),
                 o.iter().all(|v| !v.is_null()),
             ) {
-                found.push((o.to_vec(), *t));
+                found.push((o.to_vec(), t.clone()));
             }
         }
     }
-    Ok(merge(found))
+    Ok(combine(found, merge))
 }
 
-/// Each distinct key once, with the greatest of its tags.
-fn merge<T: Ord + Copy>(values: Vec<(Vec<Json>, T)>) -> Vec<(Vec<Json>, T)> {
+/// Each distinct key once, its tags combined by `merge`; keys holding NULL (which joins
+/// nothing) left out.
+fn combine<T: Clone>(
+    values: Vec<(Vec<Json>, T)>,
+    merge: &(dyn Fn(&mut T, &T) + Sync),
+) -> Vec<(Vec<Json>, T)> {
     let mut at: HashMap<String, usize> = HashMap::new();
     let mut out: Vec<(Vec<Json>, T)> = Vec::new();
     for (v, t) in values {
         let Some(k) = join_key(&v) else { continue };
         match at.get(&k) {
-            Some(&i) => out[i].1 = out[i].1.max(t),
+            Some(&i) => merge(&mut out[i].1, &t),
             None => {
                 at.insert(k, out.len());
                 out.push((v, t));
@@ -503,14 +542,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn merge_keeps_the_greatest_tag_per_key_and_drops_nulls() {
-        let merged = merge(vec![
-            (vec![Json::from(1)], 5u64),
-            (vec![Json::from("1")], 9),
-            (vec![Json::from(2)], 3),
-            (vec![Json::Null], 10),
-        ]);
-        assert_eq!(merged, [(vec![Json::from(1)], 9), (vec![Json::from(2)], 3)]);
+    fn combine_merges_the_tags_of_a_key_and_drops_nulls() {
+        let merged = combine(
+            vec![
+                (vec![Json::from(1)], vec![5u64]),
+                (vec![Json::from("1")], vec![9]),
+                (vec![Json::from(2)], vec![3]),
+                (vec![Json::Null], vec![10]),
+            ],
+            &|a: &mut Vec<u64>, b: &Vec<u64>| a.extend(b),
+        );
+        assert_eq!(
+            merged,
+            [
+                (vec![Json::from(1)], vec![5, 9]),
+                (vec![Json::from(2)], vec![3])
+            ]
+        );
     }
 
     #[test]
