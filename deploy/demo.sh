@@ -24,6 +24,15 @@ sql -e "DROP DATABASE IF EXISTS shop; CREATE DATABASE shop;
 curl -fsS -X DELETE "$ES_URL/products_v1" >/dev/null 2>&1 || true
 
 run_id="demo-$(date +%s)"
+# The source: the worker streams it, the etl reads documents back from it.
+source_toml="[[sources]]
+name = \"demo\"
+host = \"$db_host\"
+port = $db_port
+user = \"$SOURCE_USER\"
+password = \"$SOURCE_PASSWORD\"
+server_id = 4242
+tables = [\"shop.*\"]"
 cat > "$work/worker.toml" <<TOML
 [telemetry]
 listen = "127.0.0.1:9464"
@@ -37,14 +46,7 @@ root = "/sluice-demo/$run_id"
 brokers = "$KAFKA_BROKERS"
 [topics]
 rows = "sluice.$run_id.{db}.{table}"
-[[sources]]
-name = "demo"
-host = "$db_host"
-port = $db_port
-user = "$SOURCE_USER"
-password = "$SOURCE_PASSWORD"
-server_id = 4242
-tables = ["shop.*"]
+$source_toml
 TOML
 cat > "$work/etl.toml" <<TOML
 [telemetry]
@@ -78,13 +80,7 @@ on = { id = "product_id" }
 columns = ["code", "price", "stock"]
 order_by = ["price"]
 # The etl reads each product's document back from the source.
-[[sources]]
-name = "demo"
-host = "$db_host"
-port = $db_port
-user = "$SOURCE_USER"
-password = "$SOURCE_PASSWORD"
-server_id = 4242
+$source_toml
 TOML
 
 say "starting sluice-worker and sluice-etl (logs in .work/demo/)"

@@ -342,6 +342,23 @@ impl Cluster {
         .await;
     }
 
+    /// Waits until `pipeline`'s build is done (the alias moved); its last status.
+    pub async fn wait_built(&self, pipeline: &str, within: Duration) -> Value {
+        eventually(
+            &format!("the build of {pipeline} finishes"),
+            within,
+            || async {
+                let s = self.ctl(&["pipelines", "status", pipeline])?;
+                if s["phase"] == "done" {
+                    Ok(s)
+                } else {
+                    Err(format!("{s}\n{}", self.logs()))
+                }
+            },
+        )
+        .await
+    }
+
     pub fn worker_index(id: &str) -> usize {
         id.strip_prefix('w')
             .and_then(|n| n.parse().ok())

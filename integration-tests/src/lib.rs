@@ -43,6 +43,19 @@ where
     }
 }
 
+/// A number from the environment variable `name` (`_` allowed between digits), or
+/// `default` when it is unset or empty (the benches' settings).
+pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v} is not a number")),
+        _ => Ok(default),
+    }
+}
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A name unique to this process and call, safe for databases, topics and indexes.

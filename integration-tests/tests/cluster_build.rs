@@ -143,15 +143,9 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
         "the version being built is filled without refreshes"
     );
 
-    let done = eventually("the build finishes", Duration::from_secs(180), || async {
-        let s = cluster.ctl(&["pipelines", "status", &items.pipeline.alias])?;
-        if s["phase"] == "done" {
-            Ok(s)
-        } else {
-            Err(format!("{s}\n{}", cluster.logs()))
-        }
-    })
-    .await;
+    let done = cluster
+        .wait_built(&items.pipeline.alias, Duration::from_secs(180))
+        .await;
     assert_eq!(done["version"], 2);
     let live = es.get_settings(&v2).await.unwrap();
     assert_ne!(
@@ -246,19 +240,7 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
         started["version"], 3,
         "versions are never reused: {started}"
     );
-    eventually(
-        "the new build finishes",
-        Duration::from_secs(120),
-        || async {
-            let s = cluster.ctl(&["pipelines", "status", &alias])?;
-            if s["phase"] == "done" {
-                Ok(())
-            } else {
-                Err(s.to_string())
-            }
-        },
-    )
-    .await;
+    cluster.wait_built(&alias, Duration::from_secs(120)).await;
     assert_eq!(
         es.alias_targets(&alias).await.unwrap(),
         [format!("{alias}_v3")]

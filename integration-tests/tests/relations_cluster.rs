@@ -120,15 +120,7 @@ async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
         .ctl(&["pipelines", "build", &name, "--chunk-rows", "150"])
         .unwrap();
     assert_eq!(started["version"], 2, "{started}");
-    eventually("the build finishes", Duration::from_secs(240), || async {
-        let s = cluster.ctl(&["pipelines", "status", &name])?;
-        if s["phase"] == "done" {
-            Ok(())
-        } else {
-            Err(format!("{s}\n{}", cluster.logs()))
-        }
-    })
-    .await;
+    cluster.wait_built(&name, Duration::from_secs(240)).await;
     loading.store(false, Ordering::Relaxed);
     let rounds = load.await.unwrap();
     assert!(
@@ -211,15 +203,7 @@ async fn parent_child_documents_are_built_routed_and_moved_with_their_parent() {
     cluster
         .ctl(&["pipelines", "build", &name, "--chunk-rows", "50"])
         .unwrap();
-    eventually("the build finishes", Duration::from_secs(120), || async {
-        let s = cluster.ctl(&["pipelines", "status", &name])?;
-        if s["phase"] == "done" {
-            Ok(())
-        } else {
-            Err(format!("{s}\n{}", cluster.logs()))
-        }
-    })
-    .await;
+    cluster.wait_built(&name, Duration::from_secs(120)).await;
     let checked = |what: &'static str| {
         let (ctx, spec, cluster) = (&ctx, &spec, &cluster);
         async move {

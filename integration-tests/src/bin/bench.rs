@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -30,7 +29,7 @@ use serde_json::{Map, Value};
 use sluice_core::{BinlogPosition, Checkpoint};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::services::Pipeline;
-use sluice_integration_tests::{kafka, Service, TestCtx};
+use sluice_integration_tests::{env_num, kafka, Service, TestCtx};
 use tokio::sync::mpsc;
 
 const TABLE: &str = "bench";
@@ -42,17 +41,6 @@ struct Settings {
     rows: u64,
     latency_samples: usize,
     latency_rate: f64,
-}
-
-fn env_num<T: FromStr>(name: &str, default: T) -> anyhow::Result<T> {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .replace('_', "")
-            .parse()
-            .map_err(|_| anyhow!("{name}={v} is not a number")),
-        _ => Ok(default),
-    }
 }
 
 impl Settings {

@@ -16,20 +16,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use serde_json::{Map, Value};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::ceiling::bulk_ceiling;
-use sluice_integration_tests::{Cluster, TestCtx};
-
-fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("{name}={v} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
+use sluice_integration_tests::{env_num, Cluster, TestCtx};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
@@ -87,9 +78,9 @@ async fn wait_phase(
 }
 
 async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
-    let rows = env_u64("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
-    let e2e_rows = env_u64("BENCH_SNAPSHOT_E2E_ROWS", 100_000)?;
-    let chunk = env_u64("BENCH_CHUNK_ROWS", 20_000)?;
+    let rows = env_num::<u64>("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
+    let e2e_rows = env_num::<u64>("BENCH_SNAPSHOT_E2E_ROWS", 100_000)?;
+    let chunk = env_num::<u64>("BENCH_CHUNK_ROWS", 20_000)?;
     let chunk_arg = chunk.to_string();
 
     let filled = fill(ctx, "big", rows).await?;

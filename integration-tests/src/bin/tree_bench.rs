@@ -17,16 +17,7 @@ use anyhow::{bail, Context as _};
 use serde_json::json;
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::ceiling::bulk_ceiling;
-use sluice_integration_tests::{kafka, shop, TestCtx};
-
-fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("{name}={v} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
+use sluice_integration_tests::{env_num, kafka, shop, TestCtx};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
@@ -43,8 +34,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
-    let products = env_u64("BENCH_TREE_PRODUCTS", 5000)?;
-    let brand = env_u64("BENCH_TREE_BRAND", 2000)?.min(products);
+    let products = env_num::<u64>("BENCH_TREE_PRODUCTS", 5000)?;
+    let brand = env_num::<u64>("BENCH_TREE_BRAND", 2000)?.min(products);
     if products > 9000 {
         bail!("BENCH_TREE_PRODUCTS: at most 9000 (the ceiling reads the index in one search)");
     }
