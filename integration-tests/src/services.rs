@@ -309,6 +309,8 @@ replicas = 0
         }
         let mut all = Vec::new();
         tables(&tree, &mut all);
+        let mut seen = std::collections::HashSet::new();
+        all.retain(|t| seen.insert(t.clone()));
         let alias = self.pipeline_alias(&all[0]);
         self.tables.lock().expect("tables").extend(all);
         for (k, v) in [

@@ -1,7 +1,9 @@
 //! The sample shop of the relations tests and the tree bench: `products` (the root,
-//! filter `deleted = 0`) → one-to-one `brands` → one-to-many `skus` (nested) →
-//! one-to-many `sku_prices`, and `product_tags` (an object array, the 5 newest by
-//! `created_at`).
+//! filter `deleted = 0`) → one-to-one `brands` → one-to-many `skus` (nested, `code` a
+//! keyword) → one-to-many `sku_prices` (not in currency `XXX`); `product_tags` twice: an
+//! object array of the 5 newest by `created_at`, and the distinct tag names; and
+//! `promotions`, joined on the product and its brand (a composite key: a promotion of
+//! another brand's product does not apply).
 
 use serde_json::{json, Value};
 
@@ -19,6 +21,8 @@ pub async fn schema(ctx: &TestCtx) {
             currency CHAR(3) NOT NULL, amount DECIMAL(10,2) NOT NULL, KEY (sku_id))",
         "CREATE TABLE product_tags (id BIGINT PRIMARY KEY AUTO_INCREMENT, product_id BIGINT NOT NULL,
             tag VARCHAR(32) NOT NULL, created_at DATETIME(6) NOT NULL, KEY (product_id))",
+        "CREATE TABLE promotions (id BIGINT PRIMARY KEY AUTO_INCREMENT, product_id BIGINT NOT NULL,
+            brand_id INT NOT NULL, pct INT NOT NULL, KEY (product_id, brand_id))",
     ] {
         ctx.exec(ddl).await;
     }
@@ -32,12 +36,17 @@ pub fn spec(ctx: &TestCtx) -> Value {
         "relations": [
             {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
             {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},
+             "fields": {"code": {"type": "keyword"}},
              "relations": [
                 {"name": "prices", "kind": "one_to_many", "table": "sku_prices", "on": {"id": "sku_id"},
-                 "columns": ["currency", "amount"]}
+                 "columns": ["currency", "amount"], "filter": "currency <> 'XXX'"}
              ]},
             {"name": "tags", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
-             "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]}
+             "nested": false, "order_by": ["created_at desc"], "limit": 5, "columns": ["tag", "created_at"]},
+            {"name": "tag_names", "kind": "one_to_many", "table": "product_tags", "on": {"id": "product_id"},
+             "nested": false, "distinct": true, "columns": ["tag"]},
+            {"name": "promotions", "kind": "one_to_many", "table": "promotions",
+             "on": {"id": "product_id", "brand_id": "brand_id"}, "columns": ["pct"]}
         ]
     }))
 }
@@ -52,8 +61,9 @@ pub async fn insert(ctx: &TestCtx, table: &str, rows: impl Iterator<Item = Strin
 }
 
 /// Three brands; `products` products, the first `brand_one` of brand 1 and the rest of
-/// brand 2; two SKUs per product with a EUR and a USD price each; and seven tags per
-/// product (so the 5-newest limit cuts). Rows: about 14 per product.
+/// brand 2; two SKUs per product with a EUR and a USD price each; seven tags per product
+/// (so the 5-newest limit cuts); and for every tenth product a promotion of its brand and
+/// one of brand 3 (which must not join). Rows: about 14 per product.
 pub async fn data(ctx: &TestCtx, products: u64, brand_one: u64) {
     insert(
         ctx,
@@ -107,4 +117,29 @@ pub async fn data(ctx: &TestCtx, products: u64, brand_one: u64) {
         }),
     )
     .await;
+    insert(
+        ctx,
+        "promotions",
+        (10..=products).step_by(10).flat_map(|p| {
+            let brand = if p <= brand_one { 1 } else { 2 };
+            [
+                format!("(NULL, {p}, {brand}, {})", p % 30),
+                format!("(NULL, {p}, 3, 99)"),
+            ]
+        }),
+    )
+    .await;
+}
+
+/// Rows per table for `products` products (as [`data`] writes them), for reading the
+/// change topics back.
+pub fn rows(products: u64) -> [(&'static str, u64); 6] {
+    [
+        ("brands", 3),
+        ("products", products),
+        ("skus", 2 * products),
+        ("sku_prices", 4 * products),
+        ("product_tags", 7 * products),
+        ("promotions", 2 * (products / 10)),
+    ]
 }

@@ -147,6 +147,54 @@ async fn a_shop_tree_stays_exact_through_every_kind_of_change() {
     assert_eq!(tags.len(), 5);
     assert_eq!(&tags[..2], &[json!("newest"), json!("newer")]);
 
+    // The distinct tag names hold a repeated tag once; a price in XXX is filtered out;
+    // a product moved to another brand loses the promotions of the old one (joined on
+    // the product and its brand).
+    ctx.exec("INSERT INTO product_tags VALUES (NULL, 12, 'tag-1', '2020-01-01')")
+        .await;
+    ctx.exec("INSERT INTO sku_prices VALUES (NULL, 130, 'XXX', 1.00)")
+        .await;
+    ctx.exec("UPDATE products SET brand_id = 3 WHERE id = 20")
+        .await;
+    converged(
+        &ctx,
+        &run,
+        &spec,
+        "a repeated tag, a filtered price, a brand change",
+    )
+    .await;
+    let twelve = document(&ctx, &alias, 12).await.unwrap();
+    let names = twelve["tag_names"].as_array().unwrap();
+    assert_eq!(
+        names.iter().filter(|t| t["tag"] == "tag-1").count(),
+        1,
+        "{twelve}"
+    );
+    let thirteen = document(&ctx, &alias, 13).await.unwrap();
+    assert!(!thirteen.to_string().contains("XXX"), "{thirteen}");
+    assert_eq!(
+        document(&ctx, &alias, 20).await.unwrap()["promotions"],
+        json!([{"pct": 99}]),
+        "product 20 is brand 3's now: brand 3's promotion applies, brand 1's does not"
+    );
+    let mapping = ctx
+        .stack
+        .es
+        .get_mapping(&format!("{alias}_v1"))
+        .await
+        .unwrap();
+    let props = &mapping[format!("{alias}_v1")]["mappings"]["properties"];
+    assert_eq!(props["skus"]["type"], "nested");
+    assert_eq!(
+        props["skus"]["properties"]["code"]["type"], "keyword",
+        "{props}"
+    );
+    // A plain object: the server shows no type at all for one.
+    assert!(
+        props["tags"]["type"].is_null() && props["tags"]["properties"].is_object(),
+        "{props}"
+    );
+
     // The oracle is not blind: a nested value changed and a stray document, written
     // behind Sluice's back, are both reported.
     let mut wrong = document(&ctx, &alias, 13).await.unwrap();
@@ -266,7 +314,7 @@ async fn an_etl_killed_mid_batch_and_a_full_replay_change_nothing() {
     }
     eventually(
         "the etl committed everything",
-        Duration::from_secs(60),
+        Duration::from_secs(300),
         || async {
             for (topic, end) in &ends {
                 ctx.etl_committed_up_to(topic, end).await?;

@@ -60,7 +60,7 @@ async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
     // Its pipeline (named like the alias) becomes the tree.
     let mut spec = shop::spec(&ctx);
     spec["source"] = json!(source.name);
-    for t in ["brands", "skus", "sku_prices", "product_tags"] {
+    for t in ["brands", "skus", "sku_prices", "product_tags", "promotions"] {
         ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
             &source.name,
             &ctx.db,
@@ -95,7 +95,7 @@ async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
     );
     let name = spec["name"].as_str().unwrap().to_owned();
     let got = cluster.ctl(&["pipelines", "get", &name]).unwrap();
-    assert_eq!(got["relations"].as_array().map(Vec::len), Some(3), "{got}");
+    assert_eq!(got["relations"].as_array().map(Vec::len), Some(5), "{got}");
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
         .await;
