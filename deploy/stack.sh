@@ -258,7 +258,7 @@ tansu_start() {
   [[ -x $bin ]] || die "tansu: $bin not found (run deploy/install.sh)"
   # Every flag is explicit: tansu also reads CLUSTER_ID, LISTENER_URL, STORAGE_ENGINE...
   # from the environment, which must not leak in from the caller. memory:// storage: every
-  # broker restart starts empty (see ENVIRONMENT.md).
+  # broker restart starts empty (tansu's memory engine).
   launch tansu "$bin" broker \
     --cluster-id sluice \
     --listener-url "tcp://127.0.0.1:$TANSU_PORT" \

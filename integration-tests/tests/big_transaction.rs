@@ -1,4 +1,4 @@
-//! One transaction of 100 000 rows streams through whole (FAULTS.md 7).
+//! One transaction of 100 000 rows streams through whole ().
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Failover with 3 centers and 3 workers, each a separate process (DESIGN.md invariants 1
-//! and 4, FAULTS.md 9 and 10): the leader or a worker killed or stopped, writes going on
+//! Failover with 3 centers and 3 workers, each a separate process (README invariants 1
+//! and 4): the leader or a worker killed or stopped, writes going on
 //! throughout, and Elasticsearch equal to MySQL afterwards. Each test prints the failover
 //! time it measured.
 

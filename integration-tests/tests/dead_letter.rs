@@ -1,6 +1,6 @@
 //! An event Elasticsearch cannot take goes to the dead-letter topic with the event and the
 //! reason; the pipeline keeps going, and the offsets move past it only once it is there
-//! (DESIGN.md invariant 5).
+//! (README invariant 5).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Replays and reordering are harmless (DESIGN.md invariant 3, FAULTS.md 12): rewinding
+//! Replays and reordering are harmless (README invariant 3): rewinding
 //! the etl's consumer group changes no document, and an insert delivered again long after
 //! its row was deleted does not bring the document back.
 

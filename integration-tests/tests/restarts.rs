@@ -1,5 +1,5 @@
 //! `kill -9` of the worker and of the etl mid-stream, restart, and convergence with
-//! nothing lost (FAULTS.md 1, 13).
+//! nothing lost ().
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Versions stay monotonic across binlog rotation: changes to the same rows on both sides
 //! of `FLUSH BINARY LOGS`, and a worker that resumes in the new file, all land
-//! (DESIGN.md invariant 3, FAULTS.md 3).
+//! (README invariant 3).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The external version every document write carries (DESIGN.md invariant 3).
+//! The external version every document write carries (README invariant 3).
 //!
 //! A version must grow with the binlog order of the changes to a row, and stay monotonic
 //! across binlog rotation, a primary failover and a position reset. GTID sets have no total

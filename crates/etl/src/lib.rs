@@ -1,5 +1,5 @@
 //! `sluice-etl`: consumes change events from Kafka and applies them to Elasticsearch as
-//! versioned bulk writes (DESIGN.md invariants 2, 3, 5 and 6).
+//! versioned bulk writes (README invariants 2, 3, 5 and 6).
 //!
 //! A batch (bounded by documents, bytes and linger time) is applied in full before its
 //! offsets are committed: every item is either written, found stale (409: a newer version

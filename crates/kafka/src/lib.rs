@@ -137,7 +137,7 @@ pub type Consumer = StreamConsumer<TracingContext>;
 
 /// An idempotent producer with `acks=all` that retries forever: while Kafka is down,
 /// deliveries stay pending and the caller's in-flight bound turns that into backpressure
-/// on the binlog reader (DESIGN.md invariant 6) instead of failing events.
+/// on the binlog reader (README invariant 6) instead of failing events.
 pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
     let mut c = cfg.client_config();
     c.set("enable.idempotence", "true")

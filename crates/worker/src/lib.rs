@@ -1,6 +1,6 @@
 //! `sluice-worker`: reads each assigned MySQL instance's binlog and publishes every row
 //! change to Kafka, confirming a position in ZooKeeper only after Kafka acknowledged every
-//! event before it (DESIGN.md invariants 1, 2 and 6).
+//! event before it (README invariants 1, 2 and 6).
 //!
 //! One task per source. A task runs only while it holds the source's ephemeral lock;
 //! publishing pauses while the ZooKeeper connection is lost and stops when the session

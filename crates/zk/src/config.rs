@@ -27,7 +27,7 @@ fn default_session_timeout() -> Duration {
 pub struct ZkConfig {
     /// `host:port[,host:port...]`, optionally followed by a chroot (`/chroot`).
     pub connect: String,
-    /// Root of Sluice's tree (see the layout in DESIGN.md). Default `/sluice`.
+    /// Root of Sluice's tree (see the layout in the README's Architecture section). Default `/sluice`.
     #[serde(default = "default_root")]
     pub root: String,
     /// Session timeout to ask the server for (e.g. `"6s"`). The server clamps it into its

@@ -18,7 +18,7 @@ use crate::handshake::negotiate_session_timeout;
 use crate::lock::{watch_lock, LockCheck, TaskLock};
 use crate::session::{SessionState, Shared, Supervisor, Timings};
 
-/// Persistent children of the root (the layout in DESIGN.md), created by `connect`.
+/// Persistent children of the root (the layout in the README's Architecture section), created by `connect`.
 /// `sessions` holds one ephemeral marker per live coordinator; see [`Coordinator`].
 pub const LAYOUT: [&str; 8] = [
     "election",

@@ -1,4 +1,4 @@
-//! What lives at each path of the layout (DESIGN.md), as JSON. The center writes
+//! What lives at each path of the layout (README, Architecture), as JSON. The center writes
 //! `mappings`, `pipelines` and `assignments`; workers write `workers`; the election writes
 //! `election` and `leader`. Every record the leader writes carries its epoch: readers
 //! ignore a record older than the current epoch in `leader` (a deposed leader's late write).

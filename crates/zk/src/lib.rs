@@ -31,7 +31,7 @@
 //!   version (an unchanged rewrite), and every confirm is a `setData` on the version we
 //!   hold. A zombie's confirm — even one delayed in the network — fails and stops it.
 //!
-//! Layout (DESIGN.md) below the configured root: `locks/<task>` (ephemeral, the lock),
+//! Layout (README, Architecture) below the configured root: `locks/<task>` (ephemeral, the lock),
 //! `tasks/<task>/checkpoint` (persistent, the fenced position), and `sessions/s-<seq>`
 //! (ephemeral marker of each live coordinator session, read by its heartbeat).
 
