@@ -428,3 +428,56 @@ async fn ten_thousand_children_in_one_transaction_rebuild_their_root_once_per_ba
     drop(run);
     ctx.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_that_stops_fitting_its_tables_dead_letters_with_the_key_named_and_recovers() {
+    let ctx = TestCtx::new("relunfit").await;
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    shop::data(&ctx, 20, 10).await;
+    converged(&ctx, &run, &spec, "a small shop").await;
+
+    // The join column of the brand relation goes: the spec no longer fits, and the change
+    // that shows it is dead-lettered with the key named; nothing else moves.
+    ctx.exec("ALTER TABLE products DROP COLUMN brand_id").await;
+    ctx.exec("UPDATE products SET title = 'after the drop' WHERE id = 3")
+        .await;
+    let dead = ctx
+        .read_topic(&ctx.dlq_topic, 1, Duration::from_secs(60))
+        .await;
+    let letter: Value = serde_json::from_slice(&dead[0].payload).unwrap();
+    let reason = letter["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("relations.brand.on: `brand_id` is not a column of"),
+        "{reason}"
+    );
+    assert_eq!(letter["event"]["key"]["id"], 3, "{letter}");
+    assert_eq!(
+        document(&ctx, &alias, 3).await.unwrap()["title"],
+        "product 3",
+        "an unfit pipeline writes nothing"
+    );
+
+    // The column comes back: the next change compiles the tree again and flows.
+    ctx.exec("ALTER TABLE products ADD COLUMN brand_id INT NULL")
+        .await;
+    ctx.exec("UPDATE products SET brand_id = 2, title = 'fits again' WHERE id = 3")
+        .await;
+    eventually(
+        "product 3 written again",
+        Duration::from_secs(60),
+        || async {
+            let doc = document(&ctx, &alias, 3).await.ok_or("no document 3")?;
+            if doc["title"] == "fits again" && doc["brand"]["name"] == "brand 2" {
+                Ok(())
+            } else {
+                Err(format!("{doc}\n{}", run.logs()))
+            }
+        },
+    )
+    .await;
+    drop(run);
+    ctx.cleanup().await;
+}
