@@ -948,3 +948,52 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, text: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("sluicectl-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_spec_reads_alike_from_toml_and_json_and_names_an_unknown_key() {
+        let toml = file(
+            "shop.toml",
+            r#"
+source = "shop"
+database = "shop"
+table = "products"
+filter = "deleted = 0"
+
+[[relations]]
+name = "skus"
+kind = "one_to_many"
+table = "skus"
+on = { id = "product_id" }
+limit = 5
+"#,
+        );
+        let json = file(
+            "shop.json",
+            r#"{"source": "shop", "database": "shop", "table": "products", "filter": "deleted = 0",
+                "relations": [{"name": "skus", "kind": "one_to_many", "table": "skus",
+                               "on": {"id": "product_id"}, "limit": 5}]}"#,
+        );
+        let from_toml = read_spec(&toml).unwrap();
+        assert_eq!(from_toml, read_spec(&json).unwrap());
+        assert_eq!(from_toml.relations[0].limit, Some(5));
+        let typo = file(
+            "typo.toml",
+            "source = \"s\"\ndatabase = \"d\"\ntable = \"t\"\n[[relations]]\nname = \"r\"\nkind = \"one_to_one\"\ntable = \"x\"\non = { a = \"b\" }\nordr_by = [\"a\"]\n",
+        );
+        let e = read_spec(&typo).unwrap_err().to_string();
+        assert!(e.contains("`relations[0].ordr_by`"), "{e}");
+        for p in [toml, json, typo] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
