@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use sluice_mysql::docs::Reader;
+
 use sluice_integration_tests::TestCtx;
 
 /// A column of every common type.
@@ -108,30 +110,33 @@ async fn a_snapshot_reads_every_type_as_the_binlog_decodes_it() {
         streamed.insert(e.document_id().unwrap(), e.after.unwrap());
     }
 
+    // Read as a build reads it: the table's document plan, in a consistent snapshot.
     let src = source(&ctx);
-    let mut conn = mysql_async::Conn::new(src.opts()).await.unwrap();
-    let table = sluice_mysql::SnapshotTable::describe(&src, &mut conn, &ctx.db, "t")
+    let spec = sluice_core::PipelineSpec::table("t", &src.name, &ctx.db, "t");
+    let plan = &sluice_mysql::docs::load(&src, &spec)
         .await
-        .unwrap();
+        .unwrap()
+        .unwrap()[0];
     assert_eq!(
-        table.infos,
+        plan.root.table.infos,
         columns.unwrap(),
         "snapshot and stream name the columns' types alike"
     );
-    let batch = table
-        .read_batch(&src, &mut conn, None, None, 100)
-        .await
-        .unwrap();
-    assert!(!batch.position.file.is_empty() && batch.position.pos > 0);
-    assert_eq!(batch.rows.len(), 3);
-    for row in &batch.rows {
-        let id = table.key_of(row)["id"].to_string();
-        let from_stream = &streamed[&id];
+    let mut reader = Reader::connect(&src).await.unwrap();
+    let position = reader.begin_snapshot().await.unwrap();
+    let read = plan.read_range(&mut reader, None, None, 100).await.unwrap();
+    reader.end().await.unwrap();
+    assert!(!position.file.is_empty() && position.pos > 0);
+    assert_eq!(read.docs.len(), 3);
+    for built in &read.docs {
+        let row = built.doc.as_ref().unwrap();
+        let from_stream = &streamed[&built.id];
         for (column, value) in from_stream {
             assert_eq!(
                 row.get(column),
                 Some(value),
-                "row {id} column {column}: snapshot {:?} vs stream {value}",
+                "row {} column {column}: snapshot {:?} vs stream {value}",
+                built.id,
                 row.get(column)
             );
         }
@@ -165,37 +170,43 @@ async fn composite_text_keys_chunk_and_resume_exactly() {
         .await;
 
     let src = source(&ctx);
-    let mut conn = mysql_async::Conn::new(src.opts()).await.unwrap();
-    let table = sluice_mysql::SnapshotTable::describe(&src, &mut conn, &ctx.db, "k")
+    let spec = sluice_core::PipelineSpec::table("k", &src.name, &ctx.db, "k");
+    let plan = &sluice_mysql::docs::load(&src, &spec)
         .await
-        .unwrap();
+        .unwrap()
+        .unwrap()[0];
+    let table = &plan.root.table;
+    let mut conn = mysql_async::Conn::new(src.opts()).await.unwrap();
     let bounds = table.chunk_bounds(&src, &mut conn, 4).await.unwrap();
     assert_eq!(
         bounds.len(),
         3,
         "15 rows in chunks of 4: bounds after rows 4, 8, 12"
     );
-    // Read every chunk in batches of 3 (resuming from the last key each time).
+    // Read every chunk in batches of 3 (resuming from the last key each time), as a
+    // build does.
+    let mut reader = Reader::connect(&src).await.unwrap();
     let mut seen = Vec::new();
     let mut lower: Option<sluice_mysql::Key> = None;
     for upper in bounds.iter().map(Some).chain([None]) {
         let mut cursor = lower.clone();
         loop {
-            let batch = table
-                .read_batch(&src, &mut conn, cursor.as_ref(), upper, 3)
+            reader.begin_snapshot().await.unwrap();
+            let read = plan
+                .read_range(&mut reader, cursor.as_ref(), upper, 3)
                 .await
                 .unwrap();
-            if batch.rows.is_empty() {
+            reader.end().await.unwrap();
+            if read.rows == 0 {
                 break;
             }
             seen.extend(
-                batch
-                    .rows
+                read.docs
                     .iter()
-                    .map(|r| r["note"].as_str().unwrap().to_owned()),
+                    .map(|b| b.doc.as_ref().unwrap()["note"].as_str().unwrap().to_owned()),
             );
             // A cursor survives being persisted.
-            let persisted = serde_json::to_string(&batch.last_key).unwrap();
+            let persisted = serde_json::to_string(&read.last).unwrap();
             cursor = serde_json::from_str(&persisted).unwrap();
         }
         lower = upper.cloned();

@@ -1,5 +1,6 @@
-//! Reading a table's current rows for a build (a snapshot), in primary-key chunks, without
-//! locking writers.
+//! What a build needs of a table besides its documents ([`crate::docs`] reads those):
+//! its description, its primary-key chunks, and the consistent snapshot a batch is read
+//! in, without locking writers.
 //!
 //! Each batch is read in its own `START TRANSACTION WITH CONSISTENT SNAPSHOT`, together
 //! with the binlog position that snapshot corresponds to (MariaDB's
@@ -20,7 +21,7 @@ use base64::Engine as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 use sluice_core::{BinlogPosition, ColumnInfo};
 
 use crate::decode::{shared_value, Kind};
@@ -105,15 +106,6 @@ impl KeyPart {
             }
         }
     }
-}
-
-/// One batch of a chunk: rows in key order, the key of the last one (the next cursor),
-/// and the binlog position the rows are consistent with.
-#[derive(Debug)]
-pub struct Batch {
-    pub rows: Vec<Map<String, Json>>,
-    pub last_key: Option<Key>,
-    pub position: BinlogPosition,
 }
 
 pub(crate) fn quote(ident: &str) -> String {
@@ -319,89 +311,6 @@ impl SnapshotTable {
                 None => return Ok(bounds),
             }
         }
-    }
-
-    /// Reads up to `limit` rows with keys in `(after, upto]` (open ends when `None`), in
-    /// key order, in a consistent snapshot, with the binlog position of that snapshot.
-    pub async fn read_batch(
-        &self,
-        src: &SourceConfig,
-        conn: &mut Conn,
-        after: Option<&Key>,
-        upto: Option<&Key>,
-        limit: usize,
-    ) -> Result<Batch, MysqlError> {
-        let keys = self.key_list();
-        let select = self
-            .columns
-            .iter()
-            .map(|c| quote(&c.name))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut conditions = Vec::new();
-        let mut params: Vec<Value> = Vec::new();
-        if let Some(after) = after {
-            conditions.push(format!("({keys}) > ({})", self.placeholders()));
-            params.extend(after.0.iter().map(KeyPart::to_value));
-        }
-        if let Some(upto) = upto {
-            conditions.push(format!("({keys}) <= ({})", self.placeholders()));
-            params.extend(upto.0.iter().map(KeyPart::to_value));
-        }
-        let filter = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", conditions.join(" AND "))
-        };
-        let sql = format!(
-            "SELECT {select} FROM {}{filter} ORDER BY {keys} LIMIT {limit}",
-            self.from()
-        );
-        let position = begin_snapshot(src, conn).await?;
-        let rows: Result<Vec<Row>, MysqlError> = conn
-            .exec(sql, Params::Positional(params))
-            .await
-            .map_err(query_err(src, "read a snapshot batch"));
-        end_snapshot(src, conn).await?;
-        let rows = rows?;
-        let mut out = Vec::with_capacity(rows.len());
-        let mut last_key = None;
-        for row in rows {
-            let values = row.unwrap();
-            last_key = Some(Key(self
-                .key
-                .iter()
-                .map(|&i| KeyPart::from_value(&values[i]))
-                .collect()));
-            let mut doc = Map::new();
-            for (col, v) in self.columns.iter().zip(values) {
-                let json = value_to_json(col, v).map_err(|detail| MysqlError::Preflight {
-                    source_name: src.name.clone(),
-                    problems: vec![format!(
-                        "{}.{} column {}: {detail}",
-                        self.db, self.table, col.name
-                    )],
-                })?;
-                doc.insert(col.name.clone(), json);
-            }
-            out.push(doc);
-        }
-        Ok(Batch {
-            rows: out,
-            last_key,
-            position,
-        })
-    }
-
-    /// The primary key of a row read by [`SnapshotTable::read_batch`].
-    pub fn key_of(&self, row: &Map<String, Json>) -> Map<String, Json> {
-        self.key
-            .iter()
-            .map(|&i| {
-                let name = &self.columns[i].name;
-                (name.clone(), row.get(name).cloned().unwrap_or(Json::Null))
-            })
-            .collect()
     }
 }
 
