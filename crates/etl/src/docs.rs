@@ -109,7 +109,7 @@ impl Dirty {
         let work = works.last_mut().expect("just made sure");
         for (k, plan) in plans.iter().enumerate() {
             for path in plan.paths_of(&event.db, &event.table) {
-                let node = plan.node(&path);
+                let node = plan.node(path);
                 for image in [&event.before, &event.after].into_iter().flatten() {
                     match &node.link {
                         None => {

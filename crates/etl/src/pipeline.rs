@@ -2,7 +2,7 @@
 //! a flat pipeline (one table, no filter) a document straight from the event's row; for
 //! the others, the compiled plans that read documents back from MySQL (see `docs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -27,7 +27,7 @@ pub(crate) struct Active {
 pub(crate) struct Pipeline {
     pub cfg: Active,
     /// Every `(database, table)` of its tree.
-    tables: HashSet<(String, String)>,
+    tables: Vec<(String, String)>,
     /// The physical indexes writes go to (resolved from the alias on first use).
     pub(crate) targets: Option<Vec<String>>,
     /// Per target index, the field mappings it has (read when the targets are resolved,
@@ -65,6 +65,8 @@ pub(crate) struct Router {
     pub pipelines: Vec<Pipeline>,
     /// Change topic → the pipelines that consume it.
     by_topic: HashMap<String, Arc<[usize]>>,
+    /// Build topic → the pipeline whose version it builds.
+    by_build: HashMap<String, usize>,
     /// What the last checks of index mappings and settings found, for the center: per
     /// index version, why it needs a rebuild (`None`: it does not).
     pub verdicts: Vec<Verdict>,
@@ -101,7 +103,7 @@ impl NotReady {
 impl Pipeline {
     fn new(cfg: &Active, topics: &TopicConfig) -> Self {
         Pipeline {
-            tables: cfg.spec.tables().into_iter().collect(),
+            tables: cfg.spec.tables(),
             building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
             build_topic: cfg.building.map(|v| topics.build_topic(&cfg.spec.name, v)),
             tree: (!cfg.spec.is_flat()).then_some(Tree::Unloaded),
@@ -150,7 +152,7 @@ impl Pipeline {
                 .get(&event.db)
                 .and_then(|t| t.get(&event.table))
                 .is_none_or(|cols| **cols != *event.columns),
-            Some(Tree::Unfit(_)) => true,
+            // Not compiled yet, or unfit: the event's columns may be what fits.
             _ => true,
         }
     }
@@ -166,9 +168,15 @@ impl Router {
             }
         }
         let by_topic = by_topic.into_iter().map(|(t, v)| (t, v.into())).collect();
+        let by_build = pipelines
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p.build_topic.clone()?, i)))
+            .collect();
         Self {
             pipelines,
             by_topic,
+            by_build,
             verdicts: Vec::new(),
         }
     }
@@ -184,7 +192,9 @@ impl Router {
             let p = &self.pipelines[i];
             p.cfg.spec.source == event.source.instance
                 && if p.is_tree() {
-                    p.tables.contains(&(event.db.clone(), event.table.clone()))
+                    p.tables
+                        .iter()
+                        .any(|(db, table)| *db == event.db && *table == event.table)
                 } else {
                     p.cfg.spec.database == event.db && p.cfg.spec.table == event.table
                 }
@@ -203,9 +213,7 @@ impl Router {
 
     /// The pipeline a build topic belongs to, if `topic` is one.
     pub fn build_of(&self, topic: &str) -> Option<usize> {
-        self.pipelines
-            .iter()
-            .position(|p| p.build_topic.as_deref() == Some(topic))
+        self.by_build.get(topic).copied()
     }
 
     /// Makes pipeline `idx` (read back from MySQL) ready for `event`: compiled against its
@@ -254,11 +262,11 @@ impl Router {
         }
         let mut seen: HashMap<String, HashMap<String, Arc<[ColumnInfo]>>> = HashMap::new();
         for plan in &plans {
-            visit(&plan.root, &mut |n| {
+            for n in plan.nodes() {
                 seen.entry(n.table.db.clone())
                     .or_default()
                     .insert(n.table.table.clone(), n.table.infos.clone());
-            });
+            }
         }
         if let Some(e) = event {
             // Compiled now, for these columns: the same columns again are not a change.
@@ -374,13 +382,6 @@ impl Pipeline {
             .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
             .chain(self.build_topic.clone())
             .collect()
-    }
-}
-
-fn visit(node: &sluice_mysql::docs::Node, f: &mut dyn FnMut(&sluice_mysql::docs::Node)) {
-    f(node);
-    for c in &node.children {
-        visit(c, f);
     }
 }
 

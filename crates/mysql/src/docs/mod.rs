@@ -39,6 +39,8 @@ pub struct DocPlan {
     /// Parent-child mode: the join field, and for a child kind the root columns that hold
     /// its parent's `_id` values (in the parent's id order): its routing.
     pub join: Option<JoinTag>,
+    /// By database and table, the paths of the nodes reading it (every change event asks).
+    paths: HashMap<String, HashMap<String, Vec<Vec<usize>>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -103,21 +105,53 @@ impl DocPlan {
         path.iter().fold(&self.root, |n, &i| &n.children[i])
     }
 
-    /// The paths of every node reading `db.table`.
-    pub fn paths_of(&self, db: &str, table: &str) -> Vec<Vec<usize>> {
-        fn walk(n: &Node, path: &mut Vec<usize>, db: &str, table: &str, out: &mut Vec<Vec<usize>>) {
-            if n.table.db == db && n.table.table == table {
-                out.push(path.clone());
-            }
+    fn new(name: String, root: Node, id: Vec<usize>, join: Option<JoinTag>) -> Self {
+        let mut plan = DocPlan {
+            name,
+            root,
+            id,
+            join,
+            paths: HashMap::new(),
+        };
+        let mut paths: HashMap<String, HashMap<String, Vec<Vec<usize>>>> = HashMap::new();
+        for (path, n) in plan.walk() {
+            paths
+                .entry(n.table.db.clone())
+                .or_default()
+                .entry(n.table.table.clone())
+                .or_default()
+                .push(path);
+        }
+        plan.paths = paths;
+        plan
+    }
+
+    /// Every node with its path, parents before children.
+    fn walk(&self) -> Vec<(Vec<usize>, &Node)> {
+        fn walk<'a>(n: &'a Node, path: &mut Vec<usize>, out: &mut Vec<(Vec<usize>, &'a Node)>) {
+            out.push((path.clone(), n));
             for (i, c) in n.children.iter().enumerate() {
                 path.push(i);
-                walk(c, path, db, table, out);
+                walk(c, path, out);
                 path.pop();
             }
         }
         let mut out = Vec::new();
-        walk(&self.root, &mut Vec::new(), db, table, &mut out);
+        walk(&self.root, &mut Vec::new(), &mut out);
         out
+    }
+
+    /// The paths of every node reading `db.table`.
+    pub fn paths_of(&self, db: &str, table: &str) -> &[Vec<usize>] {
+        self.paths
+            .get(db)
+            .and_then(|t| t.get(table))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Every node, parents before children.
+    pub fn nodes(&self) -> Vec<&Node> {
+        self.walk().into_iter().map(|(_, n)| n).collect()
     }
 
     /// The document `_id` for id values (in id order). Child documents (parent-child
@@ -272,18 +306,17 @@ pub fn compile(spec: &PipelineSpec, tables: &Tables) -> Result<Vec<DocPlan>, Vec
     if let Some(root) = root {
         let mut wanted = id.clone();
         wanted.extend(&root_table.key);
-        plans.push(DocPlan {
-            name: spec
-                .join
+        plans.push(DocPlan::new(
+            spec.join
                 .as_ref()
                 .map_or_else(|| spec.table.clone(), |j| j.parent.clone()),
-            root: with_selected(root, &wanted),
-            id: id.clone(),
-            join: join_field.clone().map(|field| JoinTag {
+            with_selected(root, &wanted),
+            id.clone(),
+            join_field.clone().map(|field| JoinTag {
                 field,
                 parent: None,
             }),
-        });
+        ));
     }
     for r in spec
         .relations
@@ -365,15 +398,15 @@ fn child_plan(
     let mut wanted = id.clone();
     wanted.extend(&routing);
     wanted.extend(&table.key);
-    Some(DocPlan {
-        name: r.name.clone(),
-        root: with_selected(root, &wanted),
+    Some(DocPlan::new(
+        r.name.clone(),
+        with_selected(root, &wanted),
         id,
-        join: join_field.map(|field| JoinTag {
+        join_field.map(|field| JoinTag {
             field,
             parent: Some(routing),
         }),
-    })
+    ))
 }
 
 /// What a node is made of, from the root or a relation.
@@ -693,6 +726,8 @@ pub(crate) mod tests {
             ["product_id", "tag", "created_at"]
         );
         assert_eq!(p.paths_of("shop", "sku_prices"), [vec![1, 0]]);
+        assert_eq!(p.paths_of("shop", "nothing"), Vec::<Vec<usize>>::new());
+        assert_eq!(p.nodes().len(), 5);
         assert_eq!(p.node(&[1, 0]).name, "prices");
     }
 
