@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 pub use checker::{check_table, CheckOptions};
 pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
 pub use documents::check_documents;
-pub use services::{Pipeline, Running, Service, Stack, TestCtx};
+pub use services::{Load, Pipeline, Running, Service, Stack, TestCtx};
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.
 pub async fn eventually<F, Fut, T>(what: &str, timeout: Duration, mut probe: F) -> T

@@ -595,6 +595,53 @@ impl Leftovers {
     }
 }
 
+/// A write load on the test database in the background, until [`Load::stop`].
+pub struct Load {
+    running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl TestCtx {
+    /// Runs `round(n)`'s statements, in order, for n = 1, 2, … with `pace` between rounds
+    /// (a load's pace, not a synchronisation), on a connection of its own.
+    pub fn load(
+        &self,
+        pace: Duration,
+        round: impl Fn(u64) -> Vec<String> + Send + 'static,
+    ) -> Load {
+        use std::sync::atomic::Ordering;
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (pool, db, go) = (self.stack.mysql.clone(), self.db.clone(), running.clone());
+        let task = tokio::spawn(async move {
+            let mut conn = pool.get_conn().await.expect("MySQL connection");
+            conn.query_drop(format!("USE `{db}`"))
+                .await
+                .expect("use db");
+            let mut n = 0;
+            while go.load(Ordering::Relaxed) {
+                n += 1;
+                for statement in round(n) {
+                    conn.query_drop(&statement)
+                        .await
+                        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+                }
+                tokio::time::sleep(pace).await; // pacing a load
+            }
+            n
+        });
+        Load { running, task }
+    }
+}
+
+impl Load {
+    /// Stops after the round under way; how many rounds ran.
+    pub async fn stop(self) -> u64 {
+        self.running
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("the load panicked")
+    }
+}
+
 /// The worker and etl of one test.
 pub struct Running {
     pub worker: Service,

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mysql_async::prelude::*;
 use sluice_integration_tests::{eventually, Cluster, ClusterSource, TestCtx};
 
 const ROWS: u64 = 3000;
@@ -75,40 +74,22 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     };
 
     // A write load on the table being built.
-    let loading = Arc::new(AtomicBool::new(true));
-    let load = {
-        let (pool, db, loading) = (ctx.stack.mysql.clone(), ctx.db.clone(), loading.clone());
-        tokio::spawn(async move {
-            let mut conn = pool.get_conn().await.unwrap();
-            conn.query_drop(format!("USE `{db}`")).await.unwrap();
-            let mut n = 0u64;
-            while loading.load(Ordering::Relaxed) {
-                n += 1;
-                let id = 1 + (n * 37) % ROWS;
-                conn.query_drop(format!(
-                    "INSERT INTO items VALUES ({}, 'new {n}', {n})",
-                    ROWS + n
-                ))
-                .await
-                .unwrap();
-                conn.query_drop(format!(
-                    "UPDATE items SET qty = qty + 1000, name = 'upd {n}' WHERE id = {id}"
-                ))
-                .await
-                .unwrap();
-                if n % 5 == 0 {
-                    conn.query_drop(format!(
-                        "DELETE FROM items WHERE id = {}",
-                        1 + (n * 53) % ROWS
-                    ))
-                    .await
-                    .unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await; // pacing a load
-            }
-            n
-        })
-    };
+    let load = ctx.load(Duration::from_millis(20), |n| {
+        let mut round = vec![
+            format!("INSERT INTO items VALUES ({}, 'new {n}', {n})", ROWS + n),
+            format!(
+                "UPDATE items SET qty = qty + 1000, name = 'upd {n}' WHERE id = {}",
+                1 + (n * 37) % ROWS
+            ),
+        ];
+        if n % 5 == 0 {
+            round.push(format!(
+                "DELETE FROM items WHERE id = {}",
+                1 + (n * 53) % ROWS
+            ));
+        }
+        round
+    });
 
     let started = cluster
         .ctl(&[
@@ -152,8 +133,7 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
         live[&v2]["settings"]["index"]["refresh_interval"], "-1",
         "refreshes back on before the alias moved"
     );
-    loading.store(false, Ordering::Relaxed);
-    let statements = load.await.unwrap();
+    let statements = load.stop().await;
     assert!(
         statements > 20,
         "the load ran during the build ({statements} rounds)"

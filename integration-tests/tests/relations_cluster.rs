@@ -4,11 +4,8 @@
 //! captures to every table of the tree), and a zero-downtime build of the whole tree
 //! while a write load changes all five tables. Ends with the independent checker.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_integration_tests::{check_documents, eventually, shop, Cluster, TestCtx};
 
@@ -23,10 +20,10 @@ fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> 
 }
 
 /// One round of changes to all five tables of the shop (round `n`).
-async fn change_everything(conn: &mut mysql_async::Conn, n: u64) -> Result<(), mysql_async::Error> {
+fn change_everything(n: u64) -> Vec<String> {
     let p = 1 + (n * 37) % PRODUCTS;
     let new = 100_000 + n;
-    for statement in [
+    let mut round = vec![
         format!("UPDATE brands SET name = 'name {n}' WHERE id = {}", 1 + n % 3),
         format!("UPDATE products SET title = 'title {n}', deleted = {} WHERE id = {p}", n % 4 / 3),
         format!("INSERT INTO products VALUES ({new}, 'new {n}', {}, 1.00, 0)", 1 + n % 3),
@@ -35,17 +32,14 @@ async fn change_everything(conn: &mut mysql_async::Conn, n: u64) -> Result<(), m
         format!("UPDATE sku_prices SET amount = amount + 1 WHERE sku_id = {}", (1 + (n * 11) % PRODUCTS) * 10 + 1),
         format!("INSERT INTO sku_prices VALUES (NULL, {new}, 'EUR', {n})"),
         format!("INSERT INTO product_tags VALUES (NULL, {p}, 'load-{n}', TIMESTAMP('2025-01-01') + INTERVAL {n} SECOND)"),
-    ] {
-        conn.query_drop(statement).await?;
-    }
+    ];
     if n % 5 == 0 {
-        conn.query_drop(format!(
+        round.push(format!(
             "DELETE FROM products WHERE id = {}",
             100_000 + n / 2
-        ))
-        .await?;
+        ));
     }
-    Ok(())
+    round
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,28 +95,13 @@ async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
         .await;
 
     // The load, on all five tables, through the whole build.
-    let loading = Arc::new(AtomicBool::new(true));
-    let load = {
-        let (pool, db, loading) = (ctx.stack.mysql.clone(), ctx.db.clone(), loading.clone());
-        tokio::spawn(async move {
-            let mut conn = pool.get_conn().await.unwrap();
-            conn.query_drop(format!("USE `{db}`")).await.unwrap();
-            let mut n = 0;
-            while loading.load(Ordering::Relaxed) {
-                n += 1;
-                change_everything(&mut conn, n).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(30)).await; // pacing a load
-            }
-            n
-        })
-    };
+    let load = ctx.load(Duration::from_millis(30), change_everything);
     let started = cluster
         .ctl(&["pipelines", "build", &name, "--chunk-rows", "150"])
         .unwrap();
     assert_eq!(started["version"], 2, "{started}");
     cluster.wait_built(&name, Duration::from_secs(240)).await;
-    loading.store(false, Ordering::Relaxed);
-    let rounds = load.await.unwrap();
+    let rounds = load.stop().await;
     assert!(
         rounds > 20,
         "the load ran during the build ({rounds} rounds)"

@@ -150,7 +150,13 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
             .await
             .unwrap_or(0.0)
     };
+    let settled = async |etl: &sluice_integration_tests::Service| {
+        etl.metric_sum("sluice_etl_documents_total", &[])
+            .await
+            .unwrap_or(0.0)
+    };
     let bulk_before = bulk(&etl).await;
+    let settled_before = settled(&etl).await;
     let queries_before = etl
         .metric_sum("sluice_etl_source_queries_total", &pipeline)
         .await
@@ -176,8 +182,14 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
     };
-    // The etl's counters settle after its last write (its bulk is timed as it ends).
-    tokio::time::sleep(Duration::from_secs(1)).await; // metrics are exported as they stand
+    // The etl counts each written (or stale) document once its _bulk returned, right
+    // after timing the request: wait until it counted them all.
+    while settled(&etl).await - settled_before < brand as f64 {
+        if committed.elapsed() > Duration::from_secs(600) {
+            bail!("the etl did not count the rename's writes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    }
     let in_bulk = bulk(&etl).await - bulk_before;
     let queries = etl
         .metric_sum("sluice_etl_source_queries_total", &pipeline)
