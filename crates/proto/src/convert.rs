@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::pipeline::JoinField;
+use sluice_core::pipeline::{JoinField, DEFAULT_JOIN_FIELD};
 use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
 
 use crate::v1;
@@ -83,7 +83,7 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
             .collect::<Result<_, _>>()?,
         join: p.join.map(|j| JoinField {
             field: if j.field.is_empty() {
-                "join_field".into()
+                DEFAULT_JOIN_FIELD.into()
             } else {
                 j.field
             },

@@ -182,8 +182,11 @@ pub struct JoinField {
     pub parent: String,
 }
 
+/// The join field's name when a pipeline does not give one.
+pub const DEFAULT_JOIN_FIELD: &str = "join_field";
+
 fn default_join_field() -> String {
-    "join_field".into()
+    DEFAULT_JOIN_FIELD.into()
 }
 
 fn default_shards() -> u32 {
