@@ -14,5 +14,5 @@ pub mod source;
 pub use error::MysqlError;
 pub use preflight::{bytes_behind, preflight, Flavor, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
-pub use snapshot::{begin_snapshot, end_snapshot, Key, SnapshotTable};
+pub use snapshot::{Key, SnapshotTable};
 pub use source::{SourceConfig, TableFilter};

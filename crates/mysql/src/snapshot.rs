@@ -314,10 +314,10 @@ impl SnapshotTable {
     }
 }
 
-/// Starts a consistent snapshot (a read-only transaction in UTC) and returns the binlog
-/// position it corresponds to: every row read in it is that row's state at that position.
-/// End it with [`end_snapshot`].
-pub async fn begin_snapshot(
+/// Starts a consistent snapshot and returns the binlog position it corresponds to: every
+/// row read in it is that row's state at that position. End it with [`end_snapshot`]. The
+/// connection must have been opened with [`SourceConfig::reader_opts`].
+pub(crate) async fn begin_snapshot(
     src: &SourceConfig,
     conn: &mut Conn,
 ) -> Result<BinlogPosition, MysqlError> {
@@ -359,23 +359,16 @@ pub async fn begin_snapshot(
     }
 }
 
-/// Starts a read-only transaction with a consistent snapshot, times read in UTC.
+/// Starts a read-only transaction with a consistent snapshot, on a connection opened
+/// with [`SourceConfig::reader_opts`] (in UTC, REPEATABLE READ).
 pub(crate) async fn begin_read(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
-    conn.query_drop("SET SESSION time_zone = '+00:00'")
-        .await
-        .map_err(query_err(src, "set the session time zone"))?;
-    // A consistent snapshot needs REPEATABLE READ (a server defaulting to READ COMMITTED
-    // would ignore it).
-    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .await
-        .map_err(query_err(src, "set the isolation level"))?;
     conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         .await
         .map_err(query_err(src, "start a consistent snapshot"))
 }
 
 /// Ends the transaction [`begin_snapshot`] (or a read) started.
-pub async fn end_snapshot(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
+pub(crate) async fn end_snapshot(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
     conn.query_drop("COMMIT")
         .await
         .map_err(query_err(src, "end the snapshot"))

@@ -50,6 +50,21 @@ impl SourceConfig {
             .into()
     }
 
+    /// Connection settings for reading rows and documents: the session in UTC (so
+    /// TIMESTAMP values read as the binlog decoder renders them) and REPEATABLE READ (a
+    /// consistent snapshot needs it; a server defaulting to READ COMMITTED would ignore
+    /// it), set once when the connection opens; pooled connections are not reset when
+    /// returned (a reset would drop the prepared statements every read runs again).
+    pub fn reader_opts(&self) -> mysql_async::Opts {
+        mysql_async::OptsBuilder::from_opts(self.opts())
+            .init(vec![
+                "SET SESSION time_zone = '+00:00'",
+                "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            ])
+            .pool_opts(mysql_async::PoolOpts::default().with_reset_connection(false))
+            .into()
+    }
+
     pub fn filter(&self) -> TableFilter {
         TableFilter::new(&self.tables)
     }

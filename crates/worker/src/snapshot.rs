@@ -449,8 +449,10 @@ async fn acknowledged(
     Ok(())
 }
 
+/// A connection set up as the document reader's are (in UTC), so the chunk bounds of a
+/// TIMESTAMP key are the values the chunk reads compare against.
 async fn connect(src: &sluice_mysql::SourceConfig) -> anyhow::Result<mysql_async::Conn> {
-    mysql_async::Conn::new(src.opts())
+    mysql_async::Conn::new(src.reader_opts())
         .await
         .with_context(|| format!("cannot connect to source {}", src.name))
 }

@@ -225,11 +225,7 @@ pub struct SourcePool {
 
 impl SourcePool {
     pub fn new(src: SourceConfig) -> Self {
-        // No reset when a connection goes back: it would drop the prepared statements
-        // every read runs again; each read sets what its session needs.
-        let opts = mysql_async::OptsBuilder::from_opts(src.opts())
-            .pool_opts(mysql_async::PoolOpts::default().with_reset_connection(false));
-        let pool = mysql_async::Pool::new(opts);
+        let pool = mysql_async::Pool::new(src.reader_opts());
         Self { src, pool }
     }
 

@@ -51,7 +51,9 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(src: &'a SourceConfig, conn: Conn) -> Self {
+    /// A reader on `conn`, which must have been opened with
+    /// [`SourceConfig::reader_opts`].
+    pub(crate) fn new(src: &'a SourceConfig, conn: Conn) -> Self {
         Self {
             src,
             conn,
@@ -61,7 +63,13 @@ impl<'a> Reader<'a> {
 
     /// A reader on a connection of its own.
     pub async fn connect(src: &'a SourceConfig) -> Result<Reader<'a>, MysqlError> {
-        Ok(Self::new(src, crate::preflight::connect(src).await?))
+        let conn = Conn::new(src.reader_opts())
+            .await
+            .map_err(|error| MysqlError::Connect {
+                source_name: src.name.clone(),
+                error,
+            })?;
+        Ok(Self::new(src, conn))
     }
 
     /// Starts a read-only transaction in which every level of a read sees one state
