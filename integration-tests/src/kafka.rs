@@ -73,7 +73,7 @@ impl TestCtx {
 
     fn consumer(&self, group: &str, extra: &[(&str, &str)]) -> BaseConsumer {
         let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", &self.stack.kafka)
+        cfg.set("bootstrap.servers", self.kafka_brokers())
             .set("group.id", group)
             .set("enable.auto.commit", "false");
         for (k, v) in extra {
@@ -255,7 +255,7 @@ impl TestCtx {
     /// Publishes `payload` again, as a late duplicate delivery.
     pub async fn republish(&self, topic: &str, partition: i32, key: &[u8], payload: &[u8]) {
         let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &self.stack.kafka)
+            .set("bootstrap.servers", self.kafka_brokers())
             .create()
             .expect("producer");
         producer

@@ -116,6 +116,17 @@ pub struct TestCtx {
     /// More topics and databases the test created (cluster sources, the meta database).
     pub(crate) extra: std::sync::Mutex<(Vec<String>, Vec<String>)>,
     cleaned: std::sync::atomic::AtomicBool,
+    /// Endpoints the services are given instead of the stack's (a fault proxy's).
+    routes: std::sync::Mutex<Routes>,
+}
+
+/// Where services configured from now on reach MySQL, Kafka and Elasticsearch, when not
+/// the stack's endpoints directly (the test's own connections always go direct).
+#[derive(Default, Clone)]
+struct Routes {
+    mysql: Option<(String, u16)>,
+    kafka: Option<String>,
+    elasticsearch: Option<String>,
 }
 
 /// A table → index pipeline as a test declares it.
@@ -155,7 +166,31 @@ impl TestCtx {
             tables: Default::default(),
             extra: Default::default(),
             cleaned: Default::default(),
+            routes: Default::default(),
         }
+    }
+
+    /// Services configured from now on reach the source's MySQL at `addr` (`host:port`,
+    /// a fault proxy's).
+    pub fn route_mysql(&self, addr: &str) {
+        let (host, port) = addr.rsplit_once(':').expect("host:port");
+        self.routes.lock().expect("routes").mysql =
+            Some((host.to_owned(), port.parse().expect("a port")));
+    }
+
+    /// Services configured from now on, and the test's own Kafka clients, use these
+    /// bootstrap brokers (a broker of the test's own).
+    pub fn route_kafka(&self, brokers: &str) {
+        self.routes.lock().expect("routes").kafka = Some(brokers.to_owned());
+    }
+
+    /// Services configured from now on reach Elasticsearch at `url`.
+    pub fn route_elasticsearch(&self, url: &str) {
+        self.routes.lock().expect("routes").elasticsearch = Some(url.to_owned());
+    }
+
+    fn routes(&self) -> Routes {
+        self.routes.lock().expect("routes").clone()
     }
 
     pub fn pipeline(&self, table: &str) -> Pipeline {
@@ -185,15 +220,23 @@ impl TestCtx {
         )
     }
 
+    /// The Kafka the test's services use: the stack's, or a broker of the test's own.
+    pub fn kafka_brokers(&self) -> String {
+        self.routes()
+            .kafka
+            .unwrap_or_else(|| self.stack.kafka.clone())
+    }
+
     pub(crate) fn kafka_section(&self) -> String {
         format!(
             "[kafka]\nbrokers = \"{}\"\npartitions = 3\n",
-            self.stack.kafka
+            self.kafka_brokers()
         )
     }
 
     pub(crate) fn elasticsearch_section(&self) -> String {
-        format!("[elasticsearch]\nurl = \"{}\"\n", self.stack.es_url)
+        let url = (self.routes().elasticsearch).unwrap_or_else(|| self.stack.es_url.clone());
+        format!("[elasticsearch]\nurl = \"{url}\"\n")
     }
 
     /// The etl's own sections: its group (static membership) and dead-letter topic, Kafka
@@ -225,6 +268,8 @@ impl TestCtx {
     /// The test's source as a `[[sources]]` entry (the worker streams it; the etl reads
     /// documents back from it).
     fn source_section(&self) -> String {
+        let (host, port) = (self.routes().mysql)
+            .unwrap_or_else(|| (self.stack.mysql_host.clone(), self.stack.mysql_port));
         format!(
             r#"[[sources]]
 name = "{instance}"
@@ -236,8 +281,6 @@ server_id = {server_id}
 tables = ["{db}.*"]
 "#,
             instance = self.instance,
-            host = self.stack.mysql_host,
-            port = self.stack.mysql_port,
             user = self.stack.source_user,
             password = self.stack.source_password,
             server_id = self.server_id,

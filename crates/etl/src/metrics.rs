@@ -1,8 +1,8 @@
 //! The etl's metrics (names as Prometheus shows them): `sluice_etl_events_total`,
 //! `sluice_etl_documents_total{result}` (written, stale), `sluice_etl_bulk_duration_seconds`
 //! and `sluice_etl_bulk_documents` (histograms per bulk request),
-//! `sluice_etl_bulk_errors_total{class}` (retry: 429/5xx items, rejected: items refused
-//! for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
+//! `sluice_etl_bulk_errors_total{class}` (throttled: items or requests answered 429,
+//! retry: 5xx items, rejected: items refused for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
 //! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
 //! (documents read back from MySQL, and the queries that found and read them), and
 //! `sluice_etl_consumer_lag_messages{topic,partition}`.
@@ -66,7 +66,7 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .build(),
         bulk_errors: m
             .u64_counter("sluice.etl.bulk.errors")
-            .with_description("Bulk failures by class: retry (429/5xx items), rejected (items refused for good), request (whole requests)")
+            .with_description("Bulk retries and failures by class: throttled (429 items or requests, retried), retry (5xx items), rejected (items refused for good), request (whole requests failed)")
             .build(),
         dead_letters: m
             .u64_counter("sluice.etl.dead_letters")

@@ -1,6 +1,7 @@
 //! Bulk writes: every operation written, found stale (409: a newer version is there), or
 //! rejected (dead-lettered with the server's reason); 429/5xx items and failed requests
-//! retried with backoff.
+//! retried with backoff. A 429 (the server asking for less) is counted as throttling,
+//! apart from failures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,12 @@ impl Writer<'_> {
                     (ops, origins) = (retry_ops, retry_origins);
                 }
                 Err(e) if e.is_transient() => {
-                    METRICS.bulk_errors.add(1, &metrics::class("request"));
+                    let class = if e.status() == Some(429) {
+                        "throttled"
+                    } else {
+                        "request"
+                    };
+                    METRICS.bulk_errors.add(1, &metrics::class(class));
                     tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
                 }
                 Err(e) => {
@@ -113,7 +119,9 @@ impl Writer<'_> {
                 None
             }
             ItemOutcome::Retry { status, reason } => {
-                METRICS.bulk_errors.add(1, &metrics::class("retry"));
+                // 429 is the server asking for less, not a failure: counted apart.
+                let class = if status == 429 { "throttled" } else { "retry" };
+                METRICS.bulk_errors.add(1, &metrics::class(class));
                 tracing::debug!(status, %reason, "bulk item will be retried");
                 Some(op)
             }

@@ -1,0 +1,156 @@
+//! Elasticsearch misbehaving between the etl and its index, through the fault proxy:
+//! bursts of 429 (retried with backoff and counted as throttling, not as failures), 503
+//! answers, a `_bulk` lost before the server had it whole and one lost after the server
+//! applied it. While a bulk keeps failing, no Kafka offset passes its items; an etl killed
+//! then, once Elasticsearch is back, writes them. Every phase ends with the checker.
+
+use std::time::Duration;
+
+use sluice_integration_tests::proxy::{HttpFault, HttpProxy};
+use sluice_integration_tests::{eventually, Pipeline, Running, Service, TestCtx};
+
+const WITHIN: Duration = Duration::from_secs(90);
+
+async fn bulk_errors(etl: &Service, class: &str) -> f64 {
+    etl.metric_sum("sluice_etl_bulk_errors_total", &[("class", class)])
+        .await
+        .unwrap_or_else(|e| panic!("etl metrics: {e}"))
+}
+
+async fn stale_documents(etl: &Service) -> f64 {
+    etl.metric_sum("sluice_etl_documents_total", &[("result", "stale")])
+        .await
+        .unwrap_or_else(|e| panic!("etl metrics: {e}"))
+}
+
+/// Inserts, updates and deletes on `item`, different for each `round`.
+async fn change(ctx: &TestCtx, round: u32) {
+    let base = round * 100;
+    let values: Vec<String> = (base..base + 20)
+        .map(|id| format!("({id}, {round}, 'r{round}')"))
+        .collect();
+    ctx.exec(&format!("INSERT INTO item VALUES {}", values.join(", ")))
+        .await;
+    ctx.exec(&format!(
+        "UPDATE item SET qty = qty + 1, note = 'u{round}' WHERE id % 3 = {}",
+        round % 3
+    ))
+    .await;
+    ctx.exec(&format!(
+        "DELETE FROM item WHERE id BETWEEN {base} AND {}",
+        base + 4
+    ))
+    .await;
+}
+
+async fn served(proxy: &HttpProxy, run: &Running) {
+    eventually("the injected faults served", WITHIN, || async {
+        match proxy.pending() {
+            0 => Ok(()),
+            n => Err(format!("{n} faults still queued\n{}", run.logs())),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
+    let ctx = TestCtx::new("esfault").await;
+    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        .await;
+    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
+    ctx.route_elasticsearch(&proxy.url());
+    let pipeline: Pipeline = ctx.pipeline("item");
+    let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
+    change(&ctx, 1).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+
+    // A burst of 429s: retried with backoff, counted as throttling and not as failures.
+    let (throttled, failed) = (
+        bulk_errors(&run.etl, "throttled").await,
+        bulk_errors(&run.etl, "request").await,
+    );
+    proxy.inject(HttpFault::Answer(429), 4);
+    change(&ctx, 2).await;
+    served(&proxy, &run).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    assert!(
+        bulk_errors(&run.etl, "throttled").await >= throttled + 4.0,
+        "4 answers of 429 are counted as throttling"
+    );
+    assert_eq!(
+        bulk_errors(&run.etl, "request").await,
+        failed,
+        "a 429 is not counted as a failed request"
+    );
+
+    // 503s are failures, retried.
+    proxy.inject(HttpFault::Answer(503), 3);
+    change(&ctx, 3).await;
+    served(&proxy, &run).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    assert!(bulk_errors(&run.etl, "request").await >= failed + 3.0);
+
+    // A bulk that keeps failing: its items' offsets are never committed. Everything so
+    // far is committed first.
+    let topic = ctx.topic("item");
+    ctx.wait_streamed(&run.worker).await;
+    let ends = sluice_integration_tests::kafka::ends(&ctx.read_topic(&topic, 1, WITHIN).await);
+    eventually("the etl committed all it applied", WITHIN, || async {
+        ctx.etl_committed_up_to(&topic, &ends).await
+    })
+    .await;
+    proxy.inject(HttpFault::Answer(503), 100_000);
+    let (seen, _) = proxy.counts();
+    change(&ctx, 4).await;
+    ctx.wait_streamed(&run.worker).await;
+    eventually("the etl retried the failing bulk", WITHIN, || async {
+        match proxy.counts().0 - seen {
+            n if n >= 3 => Ok(()),
+            n => Err(format!("{n} bulk requests since the changes")),
+        }
+    })
+    .await;
+    assert_eq!(
+        ctx.committed(&topic).await,
+        ends,
+        "no offset passes items neither applied nor dead-lettered"
+    );
+    // Killed while retrying, restarted once Elasticsearch answers again: the items come
+    // again from the committed offsets.
+    run.etl.kill9();
+    proxy.clear();
+    run.etl.start();
+    ctx.converges(&run, &pipeline, WITHIN).await;
+
+    // A bulk lost before the server had all of it, then one lost after it was applied
+    // (the retry finds its items already there: stale, harmless).
+    proxy.inject(HttpFault::DropBeforeForward, 2);
+    change(&ctx, 5).await;
+    served(&proxy, &run).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    let stale_before = stale_documents(&run.etl).await;
+    proxy.inject(HttpFault::DropAfterForward, 2);
+    change(&ctx, 6).await;
+    served(&proxy, &run).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    // The documents are there from the first attempt; the etl learns it on its retry.
+    eventually(
+        "the unheard bulk sent again and found stale",
+        WITHIN,
+        || async {
+            match stale_documents(&run.etl).await - stale_before {
+                n if n > 0.0 => Ok(()),
+                _ => Err(format!("no stale item since\n{}", run.logs())),
+            }
+        },
+    )
+    .await;
+
+    let dead = run
+        .etl
+        .metric_sum("sluice_etl_dead_letters_total", &[])
+        .await
+        .expect("etl metrics");
+    assert_eq!(dead, 0.0, "nothing was dead-lettered\n{}", run.logs());
+}
