@@ -34,6 +34,8 @@ pub enum Mode {
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// The local ports of the live connections to the upstream.
+    live: Arc<Mutex<Vec<u16>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -46,6 +48,8 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address");
         let (mode, _) = watch::channel(Mode::Open);
         let modes = mode.clone();
+        let live = Arc::new(Mutex::new(Vec::new()));
+        let conns = live.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -56,10 +60,21 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
-                tokio::spawn(relay(client, upstream.clone(), mode));
+                tokio::spawn(relay(client, upstream.clone(), mode, conns.clone()));
             }
         });
-        Proxy { addr, mode, task }
+        Proxy {
+            addr,
+            mode,
+            live,
+            task,
+        }
+    }
+
+    /// The local ports of the proxy's live connections to the upstream: how the server
+    /// sees them (`127.0.0.1:PORT` in MySQL's process list).
+    pub fn upstream_ports(&self) -> Vec<u16> {
+        self.live.lock().expect("live").clone()
     }
 
     /// `127.0.0.1:port`, to give the service instead of the real endpoint.
@@ -83,10 +98,17 @@ impl Drop for Proxy {
     }
 }
 
-async fn relay(client: TcpStream, upstream: String, mode: watch::Receiver<Mode>) {
+async fn relay(
+    client: TcpStream,
+    upstream: String,
+    mode: watch::Receiver<Mode>,
+    live: Arc<Mutex<Vec<u16>>>,
+) {
     let Ok(server) = TcpStream::connect(&upstream).await else {
         return;
     };
+    let port = server.local_addr().map(|a| a.port()).unwrap_or(0);
+    live.lock().expect("live").push(port);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (cr, cw) = client.into_split();
@@ -96,6 +118,7 @@ async fn relay(client: TcpStream, upstream: String, mode: watch::Receiver<Mode>)
         _ = pump(cr, sw, mode.clone()) => {}
         _ = pump(sr, cw, mode) => {}
     }
+    live.lock().expect("live").retain(|p| *p != port);
 }
 
 /// Copies `from` to `to` chunk by chunk as the mode allows; returns when either side

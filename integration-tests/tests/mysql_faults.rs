@@ -1,0 +1,170 @@
+//! The source misbehaving under the worker, on the real MariaDB, with writes going on:
+//! its binlog dump thread killed server-side, every connection cut, a partition (the
+//! fault proxy black-holes the stream until the worker's heartbeat check gives up), binlog
+//! rotation under the load; and the worker killed with `kill -9` in the middle of one
+//! large transaction. Each ends with the checker on every row.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use sluice_integration_tests::proxy::{Mode, Proxy};
+use sluice_integration_tests::{eventually, Load, Running, Service, TestCtx};
+
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// The id of the binlog dump thread serving the worker through `proxy`.
+async fn dump_thread(ctx: &TestCtx, proxy: &Proxy) -> Result<u64, String> {
+    let threads: Vec<(u64, String)> = ctx
+        .stack
+        .conn()
+        .await
+        .query(
+            "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let ours = proxy.upstream_ports();
+    threads
+        .iter()
+        .find(|(_, host)| {
+            host.rsplit_once(':')
+                .and_then(|(_, port)| port.parse::<u16>().ok())
+                .is_some_and(|port| ours.contains(&port))
+        })
+        .map(|(id, _)| *id)
+        .ok_or_else(|| format!("no dump thread through the proxy among {threads:?}"))
+}
+
+/// Waits until the worker streams again through a dump thread other than `old`.
+async fn streams_again(ctx: &TestCtx, proxy: &Proxy, old: u64, worker: &Service) -> u64 {
+    eventually("the worker streams again", WITHIN, || async {
+        match dump_thread(ctx, proxy).await {
+            Ok(id) if id != old => Ok(id),
+            Ok(_) => Err("still the old dump thread".to_owned()),
+            Err(e) => Err(format!("{e}\n{}", worker.log_tail())),
+        }
+    })
+    .await
+}
+
+async fn logged(worker: &Service, mark: usize, what: &str, needles: &[&str]) {
+    eventually(what, WITHIN, || async {
+        worker.logged_since(mark, needles)
+    })
+    .await;
+}
+
+/// Row events the worker published (0 while its metrics cannot be read).
+async fn events(worker: &Service) -> f64 {
+    (worker.metric_sum("sluice_worker_events_total", &[]).await).unwrap_or(0.0)
+}
+
+fn write_load(ctx: &TestCtx) -> Load {
+    ctx.load(Duration::from_millis(10), |n| {
+        let id = n % 400;
+        vec![
+            format!("INSERT INTO acct VALUES ({id}, {n}, 'i{n}') ON DUPLICATE KEY UPDATE balance = {n}, note = 'd{n}'"),
+            format!("UPDATE acct SET balance = balance + 1, note = 'u{n}' WHERE id = {}", (id * 7) % 400),
+            format!("DELETE FROM acct WHERE id = {}", (id * 13) % 400),
+        ]
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cut_and_partitioned_binlog_connection_loses_nothing() {
+    let ctx = TestCtx::new("srcfault").await;
+    ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT, note VARCHAR(40))")
+        .await;
+    let proxy = Proxy::start(&format!(
+        "{}:{}",
+        ctx.stack.mysql_host, ctx.stack.mysql_port
+    ))
+    .await;
+    ctx.route_mysql(&proxy.addr());
+    let pipeline = ctx.pipeline("acct");
+    let run: Running = ctx.start(std::slice::from_ref(&pipeline)).await;
+    let load = write_load(&ctx);
+    let mut thread = eventually("the worker streams", WITHIN, || dump_thread(&ctx, &proxy)).await;
+
+    // KILL of the dump thread on the server's side, then rotations, all under the load.
+    ctx.exec(&format!("KILL {thread}")).await;
+    thread = streams_again(&ctx, &proxy, thread, &run.worker).await;
+    for _ in 0..3 {
+        ctx.exec("FLUSH BINARY LOGS").await;
+    }
+
+    // Every connection cut, and new ones refused for a while.
+    let mark = run.worker.log_mark();
+    proxy.set(Mode::Refuse);
+    logged(
+        &run.worker,
+        mark,
+        "the worker notices the cut",
+        &["task failed"],
+    )
+    .await;
+    proxy.set(Mode::Open);
+    thread = streams_again(&ctx, &proxy, thread, &run.worker).await;
+
+    // A partition: nothing passes, nothing closes; only the heartbeat check can tell.
+    let mark = run.worker.log_mark();
+    proxy.set(Mode::Blackhole);
+    logged(
+        &run.worker,
+        mark,
+        "the worker gives up on a silent stream",
+        &["no event or heartbeat"],
+    )
+    .await;
+    proxy.set(Mode::Open);
+    streams_again(&ctx, &proxy, thread, &run.worker).await;
+
+    let rounds = load.stop().await;
+    assert!(rounds > 50, "the load ran throughout ({rounds} rounds)");
+    ctx.wait_streamed(&run.worker).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_inside_a_large_transaction_resumes_at_its_start_and_loses_nothing() {
+    let ctx = TestCtx::new("killtx").await;
+    ctx.exec("CREATE TABLE big (id INT PRIMARY KEY, v BIGINT, pad VARCHAR(64))")
+        .await;
+    let pipeline = ctx.pipeline("big");
+    let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
+    ctx.exec("INSERT INTO big SELECT seq, 0, 'x' FROM seq_1_to_5000")
+        .await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+
+    // One transaction of 100,000 row changes: the same 5,000 rows updated 20 times.
+    let before = events(&run.worker).await;
+    let mut statements = vec!["START TRANSACTION".to_owned()];
+    for n in 1..=20 {
+        statements.push(format!(
+            "UPDATE big SET v = {n}, pad = REPEAT('{}', 40)",
+            (b'a' + n as u8) as char
+        ));
+    }
+    statements.push("COMMIT".to_owned());
+    ctx.exec(&statements.join("; ")).await;
+
+    // Killed once part of the transaction is published and before all of it is.
+    let deadline = Instant::now() + WITHIN;
+    let published = loop {
+        let n = events(&run.worker).await - before;
+        if n >= 2_000.0 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "the worker published {n} events");
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling the counter
+    };
+    run.worker.kill9();
+    assert!(
+        published < 100_000.0,
+        "killed mid-transaction: {published} of 100,000 events published"
+    );
+
+    run.worker.start();
+    ctx.wait_streamed(&run.worker).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+}
