@@ -12,6 +12,7 @@ pub mod checker;
 pub mod cluster;
 pub mod documents;
 pub mod kafka;
+pub mod mariadb;
 pub mod proxy;
 pub mod services;
 pub mod shop;

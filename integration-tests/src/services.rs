@@ -37,11 +37,17 @@ const HOW: &str = "start the local stack with `make stack-up` (or point MYSQL_UR
 impl Stack {
     /// Connects to every service, failing with how to start it when one is unreachable.
     pub async fn connect() -> Stack {
-        crate::init_tracing();
         let mysql_url = env_or(
             "MYSQL_URL",
             "mysql://sluice_admin:sluice_admin@127.0.0.1:13306",
         );
+        Stack::connect_with_mysql(&mysql_url).await
+    }
+
+    /// The stack with another MySQL (an admin URL): a server of the test's own.
+    pub async fn connect_with_mysql(mysql_url: &str) -> Stack {
+        crate::init_tracing();
+        let mysql_url = mysql_url.to_owned();
         let opts = mysql_async::Opts::from_url(&mysql_url)
             .unwrap_or_else(|e| panic!("MYSQL_URL is not a mysql:// URL: {e}"));
         let mysql_host = opts.ip_or_hostname().to_string();
@@ -138,7 +144,11 @@ pub struct Pipeline {
 
 impl TestCtx {
     pub async fn new(name: &str) -> TestCtx {
-        let stack = Stack::connect().await;
+        TestCtx::on(name, Stack::connect().await).await
+    }
+
+    /// A test whose database, and source, live on the MySQL of `stack`.
+    pub async fn on(name: &str, stack: Stack) -> TestCtx {
         let suffix = unique("");
         let db = format!("it_{name}_{suffix}");
         stack

@@ -65,6 +65,11 @@ pub struct WorkerSection {
     /// Pause before a failed task is retried (doubles up to 30 s).
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// How long a task stopped by a failure that needs an operator (the source's
+    /// settings, an undecodable event, a purged resume position) waits before it looks
+    /// again; a change of its source's record restarts it at once.
+    #[serde(default = "default_recheck_failed", with = "humantime_serde")]
+    pub recheck_failed: Duration,
     /// How many binlog tasks the center may give this worker.
     #[serde(default = "default_capacity")]
     pub capacity: u32,
@@ -84,6 +89,7 @@ impl Default for WorkerSection {
             confirm_interval: default_confirm_interval(),
             drain_timeout: default_drain_timeout(),
             retry_backoff: default_retry_backoff(),
+            recheck_failed: default_recheck_failed(),
             capacity: default_capacity(),
             advertise: None,
             report_interval: default_report_interval(),
@@ -113,6 +119,10 @@ fn default_drain_timeout() -> Duration {
 
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(500)
+}
+
+fn default_recheck_failed() -> Duration {
+    Duration::from_secs(300)
 }
 
 fn default_capacity() -> u32 {

@@ -106,6 +106,7 @@ pub(crate) fn observe(reports: Arc<Reports>) {
                 "streaming",
                 "waiting for the task lock",
                 "retrying",
+                "failed",
                 "stopped",
             ] {
                 by_state.entry(state.to_owned()).or_default();

@@ -89,6 +89,21 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
                 ctx.reports.event("task_stopped", &src.name, e.to_string());
                 return;
             }
+            Err(e) if needs_operator(&e) => {
+                // Retrying on a backoff cannot help: stop, say what to fix, and look again
+                // only rarely (or at once when the source's record changes: the task is
+                // restarted then).
+                let recheck = ctx.cfg.worker.recheck_failed;
+                ctx.progress.state("failed");
+                ctx.reports
+                    .event("task_failed", &src.name, format!("{e:#}"));
+                tracing::error!(task = %src.name, error = format!("{e:#}"), recheck_in = ?recheck, "task stopped: this needs an operator (see the error); nothing past the last confirmed position was skipped");
+                if !sluice_core::shutdown::pause(recheck, &ctx.shutdown).await {
+                    ctx.progress.state("stopped");
+                    return;
+                }
+                backoff = ctx.cfg.worker.retry_backoff;
+            }
             Err(e) => {
                 if started.elapsed() > Duration::from_secs(60) {
                     backoff = ctx.cfg.worker.retry_backoff;
@@ -103,17 +118,32 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
     }
 }
 
+/// A failure retrying cannot mend: the source's settings, an event that cannot be
+/// decoded, a resume position the server no longer has, a checkpoint that cannot be read.
+/// Everything else (connections, Kafka, ZooKeeper, a killed query) is retried.
+fn needs_operator(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.is::<Definite>()
+            || cause
+                .downcast_ref::<sluice_mysql::MysqlError>()
+                .is_some_and(|m| !m.is_transient())
+    })
+}
+
+/// A failure of the task itself that needs an operator; the message names the fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Definite(String);
+
 /// Streams while holding `lock`. Returns `Ok` only on shutdown, after draining.
 async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow::Result<()> {
     let resumed = match lock.checkpoint() {
-        Some(bytes) if !bytes.is_empty() => {
-            Some(Checkpoint::from_json(bytes).with_context(|| {
-                format!(
-                    "checkpoint of task `{}` is not a valid checkpoint",
-                    src.name
-                )
-            })?)
-        }
+        Some(bytes) if !bytes.is_empty() => Some(Checkpoint::from_json(bytes).map_err(|e| {
+            Definite(format!(
+                "the checkpoint of task `{}` cannot be read ({e}): reset the task's position",
+                src.name
+            ))
+        })?),
         _ => None,
     };
     let info = match sluice_mysql::preflight(src, resumed.as_ref()).await {
@@ -182,7 +212,8 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
 
     // The publisher is done (shutdown or failure): let the acknowledger confirm what Kafka
     // acknowledges, within the drain bound.
-    let drained = tokio::time::timeout(ctx.cfg.worker.drain_timeout, acker).await;
+    let mut acker = acker;
+    let drained = tokio::time::timeout(ctx.cfg.worker.drain_timeout, &mut acker).await;
     match drained {
         Ok(Ok((lock, ack_result))) => {
             let release = lock.release().await;
@@ -193,6 +224,10 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
         }
         Ok(Err(join)) => bail!("acknowledger task failed: {join}"),
         Err(_) => {
+            // Not left behind holding the lock (and confirming) while a later attempt or
+            // another worker takes the task.
+            acker.abort();
+            let _ = acker.await;
             tracing::warn!(task = %src.name, "drain timed out: unacknowledged events will be re-read from the last confirmed position");
         }
     }

@@ -1,0 +1,163 @@
+//! A MariaDB server of the test's own (binlog on, as the stack's), for faults that would
+//! disturb every other test on the shared one: a crash and restart, purged binary logs, a
+//! replica promoted to primary. Installed and started by the test from the same
+//! `mariadb-install-db` and `mariadbd` the stack script uses; stopped when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+
+use crate::eventually;
+
+pub struct PrivateMariadb {
+    dir: PathBuf,
+    pub port: u16,
+    pub server_id: u32,
+    child: Option<Child>,
+}
+
+const ADMIN: &str = "sluice_admin";
+
+impl PrivateMariadb {
+    /// Installs a data directory of its own and starts the server on a free port.
+    pub async fn start(server_id: u32) -> PrivateMariadb {
+        let dir = crate::services::target_dir()
+            .join("it")
+            .join(crate::unique("mariadb-"));
+        std::fs::create_dir_all(&dir).expect("server directory");
+        let port = crate::cluster::free_port();
+        let cnf = format!(
+            "[mariadbd]\nuser=root\ndatadir={d}/data\nport={port}\nbind-address=127.0.0.1\n\
+             socket={d}/mariadb.sock\npid-file={d}/mariadb.pid\nlog-error={d}/mariadb.log\n\
+             skip-name-resolve\nserver-id={server_id}\nlog-bin={d}/data/binlog\n\
+             binlog-format=ROW\nbinlog-row-image=FULL\nbinlog-row-metadata=FULL\n\
+             gtid-strict-mode=1\nlog-slave-updates\ncharacter-set-server=utf8mb4\n\
+             collation-server=utf8mb4_unicode_ci\ninnodb_buffer_pool_size=32M\n\
+             innodb_log_file_size=16M\nperformance_schema=OFF\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("my.cnf"), cnf).expect("my.cnf");
+        let installed = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=root", "--skip-test-db"])
+            .arg(format!("--datadir={}/data", dir.display()))
+            .arg("--auth-root-authentication-method=socket")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db (install MariaDB: deploy/install.sh does)");
+        assert!(
+            installed.success(),
+            "mariadb-install-db failed in {}",
+            dir.display()
+        );
+        let mut server = PrivateMariadb {
+            dir,
+            port,
+            server_id,
+            child: None,
+        };
+        server.launch();
+        server.wait_up().await;
+        server.root(&format!(
+            "SET SESSION sql_log_bin = 0;\
+             CREATE USER '{ADMIN}'@'%' IDENTIFIED BY '{ADMIN}';\
+             GRANT ALL PRIVILEGES ON *.* TO '{ADMIN}'@'%' WITH GRANT OPTION;\
+             CREATE USER 'sluice'@'%' IDENTIFIED BY 'sluice';\
+             GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'sluice'@'%';"
+        ));
+        server
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("stdout.log"))
+            .expect("log");
+        let child = Command::new("mariadbd")
+            .arg(format!("--defaults-file={}/my.cnf", self.dir.display()))
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start mariadbd");
+        self.child = Some(child);
+    }
+
+    /// Runs `sql` as root over the socket.
+    fn root(&self, sql: &str) {
+        let out = Command::new("mariadb")
+            .args(["--no-defaults", "-uroot", "--batch"])
+            .arg(format!("--socket={}/mariadb.sock", self.dir.display()))
+            .arg("-e")
+            .arg(sql)
+            .output()
+            .expect("mariadb client");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn wait_up(&self) {
+        let url = self.url();
+        eventually(
+            &format!("MariaDB on port {} up", self.port),
+            Duration::from_secs(60),
+            || async {
+                if !self.dir.join("mariadb.sock").exists() {
+                    return Err(self.log_tail());
+                }
+                // The admin user exists only after the first start; the socket is enough.
+                match mysql_async::Conn::new(mysql_async::Opts::from_url(&url).expect("url")).await
+                {
+                    Ok(_) => Ok(()),
+                    Err(mysql_async::Error::Server(_)) => Ok(()),
+                    Err(e) => Err(format!("{e}\n{}", self.log_tail())),
+                }
+            },
+        )
+        .await;
+    }
+
+    /// An admin URL (every privilege), as `MYSQL_URL` is for the stack.
+    pub fn url(&self) -> String {
+        format!("mysql://{ADMIN}:{ADMIN}@127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A crash: `kill -9` of the server process.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same data and port (after [`Self::kill9`]).
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        self.launch();
+        self.wait_up().await;
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("mariadb.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        self.kill9();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
