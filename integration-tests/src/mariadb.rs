@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use mysql_async::prelude::*;
-
 use crate::eventually;
 
 pub struct PrivateMariadb {
