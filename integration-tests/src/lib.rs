@@ -7,6 +7,7 @@
 //! its own database, ZooKeeper root, topics, consumer group and indexes. A service that is
 //! not reachable fails the test with how to start it — never a silent skip.
 
+pub mod broker;
 pub mod ceiling;
 pub mod checker;
 pub mod cluster;

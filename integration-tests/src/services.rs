@@ -747,7 +747,8 @@ impl Service {
         }
     }
 
-    /// An environment variable for the process (never `SLUICE_…`: those are config keys).
+    /// An environment variable for the process; a `SLUICE_…` one overrides a key of its
+    /// config file (`SLUICE_WORKER__MAX_IN_FLIGHT`).
     pub fn with_env(mut self, key: &str, value: &str) -> Service {
         self.env.push((key.to_owned(), value.to_owned()));
         self
@@ -860,8 +861,17 @@ impl Service {
 
     /// The process's peak resident memory (`VmHWM`), in bytes.
     pub fn peak_rss(&self) -> Option<u64> {
+        self.status_bytes("VmHWM:")
+    }
+
+    /// The process's resident memory now (`VmRSS`), in bytes.
+    pub fn rss(&self) -> Option<u64> {
+        self.status_bytes("VmRSS:")
+    }
+
+    fn status_bytes(&self, field: &str) -> Option<u64> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
     }
