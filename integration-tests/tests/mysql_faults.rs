@@ -47,11 +47,27 @@ async fn streams_again(ctx: &TestCtx, proxy: &Proxy, old: u64, worker: &Service)
     .await
 }
 
-async fn logged(worker: &Service, mark: usize, what: &str, needles: &[&str]) {
-    eventually(what, WITHIN, || async {
-        worker.logged_since(mark, needles)
-    })
-    .await;
+struct Faulted<'a> {
+    ctx: &'a TestCtx,
+    proxy: &'a Proxy,
+    worker: &'a Service,
+}
+
+impl Faulted<'_> {
+    /// Puts the proxy in `mode` until the worker logs `needle`, then opens it and waits
+    /// for a new dump thread (the old one was `thread`); returns the new one.
+    async fn until_logged(&self, mode: Mode, needle: &str, thread: u64) -> u64 {
+        let mark = self.worker.log_mark();
+        self.proxy.set(mode);
+        eventually(
+            &format!("the worker logs {needle:?} ({mode:?})"),
+            WITHIN,
+            || async { self.worker.logged_since(mark, &[needle]) },
+        )
+        .await;
+        self.proxy.set(Mode::Open);
+        streams_again(self.ctx, self.proxy, thread, self.worker).await
+    }
 }
 
 /// Row events the worker published (0 while its metrics cannot be read).
@@ -93,31 +109,19 @@ async fn a_killed_cut_and_partitioned_binlog_connection_loses_nothing() {
         ctx.exec("FLUSH BINARY LOGS").await;
     }
 
-    // Every connection cut, and new ones refused for a while.
-    let mark = run.worker.log_mark();
-    proxy.set(Mode::Refuse);
-    logged(
-        &run.worker,
-        mark,
-        "the worker notices the cut",
-        &["task failed"],
-    )
-    .await;
-    proxy.set(Mode::Open);
-    thread = streams_again(&ctx, &proxy, thread, &run.worker).await;
-
+    // Every connection cut, and new ones refused until the worker noticed.
+    let faulted = Faulted {
+        ctx: &ctx,
+        proxy: &proxy,
+        worker: &run.worker,
+    };
+    thread = faulted
+        .until_logged(Mode::Refuse, "task failed", thread)
+        .await;
     // A partition: nothing passes, nothing closes; only the heartbeat check can tell.
-    let mark = run.worker.log_mark();
-    proxy.set(Mode::Blackhole);
-    logged(
-        &run.worker,
-        mark,
-        "the worker gives up on a silent stream",
-        &["no event or heartbeat"],
-    )
-    .await;
-    proxy.set(Mode::Open);
-    streams_again(&ctx, &proxy, thread, &run.worker).await;
+    faulted
+        .until_logged(Mode::Blackhole, "no event or heartbeat", thread)
+        .await;
 
     let rounds = load.stop().await;
     assert!(rounds > 50, "the load ran throughout ({rounds} rounds)");
