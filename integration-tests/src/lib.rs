@@ -14,7 +14,6 @@ pub mod cluster;
 pub mod documents;
 pub mod kafka;
 pub mod mariadb;
-pub mod proxy;
 pub mod services;
 pub mod shop;
 
@@ -26,6 +25,8 @@ pub use checker::{check_table, CheckOptions};
 pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
 pub use documents::check_documents;
 pub use services::{Load, Pipeline, Running, Service, Stack, TestCtx};
+/// The fault proxy (a crate of its own: the ZooKeeper crate's tests use it too).
+pub use sluice_faultproxy as proxy;
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.
 pub async fn eventually<F, Fut, T>(what: &str, timeout: Duration, mut probe: F) -> T

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use sluice_faultproxy::{Mode, Proxy};
 use sluice_zk::{CancellationToken, Coordinator, SessionState, ZkCode, ZkConfig, ZkError, LAYOUT};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
@@ -454,7 +455,7 @@ async fn a_lock_node_of_our_own_session_is_adopted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_connection_pauses_at_once_and_the_same_session_resumes() {
     let fx = Fixture::new().await;
-    let proxy = proxy::Proxy::start(zookeeper()).await;
+    let proxy = Proxy::start(&zookeeper()).await;
     let a = connect(&fx.cfg(&proxy.addr())).await;
     let mut lock_a = a
         .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
@@ -465,7 +466,7 @@ async fn a_lost_connection_pauses_at_once_and_the_same_session_resumes() {
     let mut state = a.session();
     state.borrow_and_update();
 
-    proxy.set(proxy::Mode::Refuse);
+    proxy.set(Mode::Refuse);
     // Reported by the connection drop itself, well before the lease would run out.
     within(
         lease / 2,
@@ -479,7 +480,7 @@ async fn a_lost_connection_pauses_at_once_and_the_same_session_resumes() {
     assert!(matches!(err, ZkError::NotConnected), "{err:?}");
     assert!(err.is_transient());
 
-    proxy.set(proxy::Mode::Open);
+    proxy.set(Mode::Open);
     within(
         a.session_timeout(),
         "Connected again in the same session",
@@ -516,7 +517,7 @@ async fn a_lost_connection_pauses_at_once_and_the_same_session_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_holder_pauses_before_anyone_can_take_over() {
     let fx = Fixture::new().await;
-    let proxy = proxy::Proxy::start(zookeeper()).await;
+    let proxy = Proxy::start(&zookeeper()).await;
     let a = connect(&fx.cfg(&proxy.addr())).await;
     let b = fx.connect().await;
     let t = a.session_timeout();
@@ -549,7 +550,7 @@ async fn a_partitioned_holder_pauses_before_anyone_can_take_over() {
     });
 
     let frozen_at = Instant::now();
-    proxy.set(proxy::Mode::Frozen);
+    proxy.set(Mode::Blackhole);
     within(
         t / 2 + Duration::from_millis(500),
         "A pauses within the lease",
@@ -577,7 +578,7 @@ async fn a_partitioned_holder_pauses_before_anyone_can_take_over() {
     lock_b.confirm(b"pos-2").await.unwrap();
 
     // The partition heals: A learns its session is gone and stays out.
-    proxy.set(proxy::Mode::Open);
+    proxy.set(Mode::Open);
     within(
         Duration::from_secs(30),
         "A reports Expired",
@@ -614,139 +615,4 @@ async fn a_partitioned_holder_pauses_before_anyone_can_take_over() {
     a.close().await;
     b.close().await;
     fx.cleanup().await;
-}
-
-/// A TCP proxy that can pass traffic, hold it (a partition: connections stay open, no byte
-/// moves) or refuse it (connections cut, new ones refused).
-mod proxy {
-    use std::net::SocketAddr;
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::watch;
-    use tokio::task::JoinHandle;
-
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Mode {
-        Open,
-        Frozen,
-        Refuse,
-    }
-
-    pub struct Proxy {
-        addr: SocketAddr,
-        mode: watch::Sender<Mode>,
-        task: JoinHandle<()>,
-    }
-
-    impl Proxy {
-        pub async fn start(upstream: String) -> Self {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let (mode, rx) = watch::channel(Mode::Open);
-            let task = tokio::spawn(serve(listener, addr, upstream, rx));
-            Self { addr, mode, task }
-        }
-
-        pub fn addr(&self) -> String {
-            self.addr.to_string()
-        }
-
-        pub fn set(&self, mode: Mode) {
-            self.mode.send_replace(mode);
-        }
-    }
-
-    impl Drop for Proxy {
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
-
-    async fn serve(
-        listener: TcpListener,
-        addr: SocketAddr,
-        upstream: String,
-        mut mode: watch::Receiver<Mode>,
-    ) {
-        let mut listener = Some(listener);
-        loop {
-            let current = *mode.borrow_and_update();
-            if current == Mode::Refuse {
-                listener = None;
-            } else if listener.is_none() {
-                listener = Some(
-                    TcpListener::bind(addr)
-                        .await
-                        .expect("re-bind the proxy port"),
-                );
-            }
-            tokio::select! {
-                accepted = async { listener.as_ref().expect("guarded").accept().await },
-                    if listener.is_some() =>
-                {
-                    if let Ok((client, _)) = accepted {
-                        tokio::spawn(pipe(client, upstream.clone(), mode.clone()));
-                    }
-                }
-                changed = mode.changed() => if changed.is_err() { return },
-            }
-        }
-    }
-
-    async fn pipe(client: TcpStream, upstream: String, mode: watch::Receiver<Mode>) {
-        let Ok(server) = TcpStream::connect(&upstream).await else {
-            return;
-        };
-        let (client_rx, client_tx) = client.into_split();
-        let (server_rx, server_tx) = server.into_split();
-        // When either direction ends, both connections are dropped (closed).
-        tokio::select! {
-            _ = pump(client_rx, server_tx, mode.clone()) => {}
-            _ = pump(server_rx, client_tx, mode) => {}
-        }
-    }
-
-    /// Waits while frozen; `false` when the traffic must be cut.
-    async fn wait_open(mode: &mut watch::Receiver<Mode>) -> bool {
-        loop {
-            let current = *mode.borrow_and_update();
-            match current {
-                Mode::Open => return true,
-                Mode::Refuse => return false,
-                Mode::Frozen => {
-                    if mode.changed().await.is_err() {
-                        return false;
-                    }
-                }
-            }
-        }
-    }
-
-    async fn pump(
-        mut from: OwnedReadHalf,
-        mut to: OwnedWriteHalf,
-        mut mode: watch::Receiver<Mode>,
-    ) {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            if !wait_open(&mut mode).await {
-                return;
-            }
-            tokio::select! {
-                read = from.read(&mut buf) => {
-                    let n = match read {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    // Bytes read just before a freeze are held until it thaws.
-                    if !wait_open(&mut mode).await || to.write_all(&buf[..n]).await.is_err() {
-                        return;
-                    }
-                }
-                changed = mode.changed() => if changed.is_err() { return },
-            }
-        }
-    }
 }

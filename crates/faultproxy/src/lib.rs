@@ -1,11 +1,13 @@
-//! A fault proxy to put between a Sluice service and MySQL, Kafka or Elasticsearch.
+//! A fault proxy to put between a Sluice service and MySQL, Kafka, Elasticsearch or
+//! ZooKeeper, for tests.
 //!
-//! [`Proxy`] relays TCP and can cut every connection (and refuse new ones), black-hole
-//! traffic (connections stay open, no byte passes either way: a partition), or delay every
-//! chunk. [`HttpProxy`] relays HTTP/1.1 request by request and can, for requests whose path
-//! contains a given piece, answer a status of its own (429, 503) without forwarding, or
-//! drop the connection in the middle of the exchange: before the server has the whole
-//! request (nothing applied) or after it answered (applied, but the client never hears).
+//! [`Proxy`] relays TCP and can cut every connection and refuse new ones (its port closes),
+//! black-hole traffic (connections stay open, no byte passes either way: a partition), or
+//! delay every chunk. [`HttpProxy`] relays HTTP/1.1 request by request and can, for
+//! requests whose path contains a given piece, answer a status of its own (429, 503)
+//! without forwarding, or drop the connection in the middle of the exchange: before the
+//! server has the whole request (nothing applied) or after it answered (applied, but the
+//! client never hears).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -21,7 +23,8 @@ use tokio::sync::watch;
 pub enum Mode {
     /// Relay everything.
     Open,
-    /// Close every connection and refuse new ones (a process gone, a firewall's RST).
+    /// Close every connection and refuse new ones: the port is closed (a process gone, a
+    /// firewall's RST).
     Refuse,
     /// Accept and keep connections but pass no byte either way (a partition: the peer
     /// learns nothing until its own timeouts fire).
@@ -41,28 +44,19 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(upstream: &str) -> Proxy {
-        let upstream = upstream.to_owned();
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a proxy");
         let addr = listener.local_addr().expect("proxy address");
-        let (mode, _) = watch::channel(Mode::Open);
-        let modes = mode.clone();
+        let (mode, modes) = watch::channel(Mode::Open);
         let live = Arc::new(Mutex::new(Vec::new()));
-        let conns = live.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    return;
-                };
-                let mode = modes.subscribe();
-                if *mode.borrow() == Mode::Refuse {
-                    drop(client);
-                    continue;
-                }
-                tokio::spawn(relay(client, upstream.clone(), mode, conns.clone()));
-            }
-        });
+        let task = tokio::spawn(accept(
+            listener,
+            addr,
+            upstream.to_owned(),
+            modes,
+            live.clone(),
+        ));
         Proxy {
             addr,
             mode,
@@ -71,19 +65,15 @@ impl Proxy {
         }
     }
 
-    /// The local ports of the proxy's live connections to the upstream: how the server
-    /// sees them (`127.0.0.1:PORT` in MySQL's process list).
-    pub fn upstream_ports(&self) -> Vec<u16> {
-        self.live.lock().expect("live").clone()
-    }
-
     /// `127.0.0.1:port`, to give the service instead of the real endpoint.
     pub fn addr(&self) -> String {
         self.addr.to_string()
     }
 
-    pub fn port(&self) -> u16 {
-        self.addr.port()
+    /// The local ports of the proxy's live connections to the upstream: how the server
+    /// sees them (`127.0.0.1:PORT` in MySQL's process list).
+    pub fn upstream_ports(&self) -> Vec<u16> {
+        self.live.lock().expect("live").clone()
     }
 
     pub fn set(&self, mode: Mode) {
@@ -95,6 +85,39 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.set(Mode::Refuse);
         self.task.abort();
+    }
+}
+
+/// Accepts connections while the mode is not [`Mode::Refuse`]; while it is, the port is
+/// closed, and bound again when it changes.
+async fn accept(
+    listener: TcpListener,
+    addr: SocketAddr,
+    upstream: String,
+    mut mode: watch::Receiver<Mode>,
+    live: Arc<Mutex<Vec<u16>>>,
+) {
+    let mut listener = Some(listener);
+    loop {
+        if *mode.borrow_and_update() == Mode::Refuse {
+            listener = None;
+        } else if listener.is_none() {
+            listener = Some(
+                TcpListener::bind(addr)
+                    .await
+                    .expect("re-bind the proxy port"),
+            );
+        }
+        tokio::select! {
+            accepted = async { listener.as_ref().expect("guarded").accept().await },
+                if listener.is_some() =>
+            {
+                if let Ok((client, _)) = accepted {
+                    tokio::spawn(relay(client, upstream.clone(), mode.clone(), live.clone()));
+                }
+            }
+            changed = mode.changed() => if changed.is_err() { return },
+        }
     }
 }
 
