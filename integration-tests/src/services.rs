@@ -395,12 +395,7 @@ replicas = 0
 
     /// Starts a worker, waits until it streams, then an etl applying `specs`.
     pub async fn start_with(&self, specs: &[serde_json::Value]) -> Running {
-        let mut worker = self.worker();
-        worker.start();
-        self.wait_worker_ready(&worker).await;
-        let mut etl = self.etl_with(specs);
-        etl.start();
-        Running { worker, etl }
+        self.run(self.worker(), self.etl_with(specs)).await
     }
 
     /// This test's ZooKeeper session (under its own root), opened on first use.
@@ -483,10 +478,13 @@ replicas = 0
 
     /// Starts a worker, waits until it streams, then starts an etl for `pipelines`.
     pub async fn start(&self, pipelines: &[Pipeline]) -> Running {
-        let mut worker = self.worker();
+        self.run(self.worker(), self.etl(pipelines)).await
+    }
+
+    /// Starts `worker`, waits until it streams, then starts `etl`.
+    pub async fn run(&self, mut worker: Service, mut etl: Service) -> Running {
         worker.start();
         self.wait_worker_ready(&worker).await;
-        let mut etl = self.etl(pipelines);
         etl.start();
         Running { worker, etl }
     }
@@ -857,6 +855,13 @@ impl Service {
             })
             .map(|(_, v)| v)
             .sum())
+    }
+
+    /// [`Service::metric_sum`] of a running service whose metrics must be readable.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.metric_sum(name, labels)
+            .await
+            .unwrap_or_else(|e| panic!("{} metrics: {e}", self.bin))
     }
 
     /// The process's peak resident memory (`VmHWM`), in bytes.

@@ -9,16 +9,12 @@ use std::time::{Duration, Instant};
 
 use sluice_integration_tests::broker::PrivateKafka;
 use sluice_integration_tests::proxy::Mode;
-use sluice_integration_tests::{env_num, eventually, Running, Service, TestCtx};
+use sluice_integration_tests::{env_num, eventually, TestCtx};
 
 const WITHIN: Duration = Duration::from_secs(180);
 /// Entries (events and commit points) the worker may have in flight; the load's
 /// single-row transactions take two each.
 const IN_FLIGHT: f64 = 1_000.0;
-
-async fn published(worker: &Service) -> f64 {
-    (worker.metric_sum("sluice_worker_events_total", &[]).await).unwrap_or(0.0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_flows() {
@@ -29,14 +25,11 @@ async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_f
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT, note VARCHAR(40))")
         .await;
     let pipeline = ctx.pipeline("acct");
-    let mut worker = ctx
+    let worker = ctx
         .worker()
         .with_env("SLUICE_WORKER__MAX_IN_FLIGHT", &IN_FLIGHT.to_string());
-    worker.start();
-    ctx.wait_worker_ready(&worker).await;
-    let mut etl = ctx.etl(std::slice::from_ref(&pipeline));
-    etl.start();
-    let mut run = Running { worker, etl };
+    let etl = ctx.etl(std::slice::from_ref(&pipeline));
+    let mut run = ctx.run(worker, etl).await;
     ctx.exec("INSERT INTO acct SELECT seq, seq, 'before' FROM seq_1_to_500")
         .await;
     ctx.wait_streamed(&run.worker).await;
@@ -55,11 +48,11 @@ async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_f
     kafka.proxy.set(Mode::Blackhole);
     let down = Instant::now();
     let held = ctx.checkpoint().await.expect("checkpoint");
-    let published_at_cut = published(&run.worker).await;
+    let published_at_cut = run.worker.metric("sluice_worker_events_total", &[]).await;
 
     // Backpressure: the reader stops once the in-flight bound is reached.
     eventually("the worker stops publishing", WITHIN, || async {
-        let n = published(&run.worker).await - published_at_cut;
+        let n = run.worker.metric("sluice_worker_events_total", &[]).await - published_at_cut;
         if n >= IN_FLIGHT / 2.0 - 10.0 {
             Ok(())
         } else {
@@ -78,7 +71,7 @@ async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_f
             cp.position, held.position,
             "the confirmed position moved while Kafka was unreachable"
         );
-        let n = published(&run.worker).await - published_at_cut;
+        let n = run.worker.metric("sluice_worker_events_total", &[]).await - published_at_cut;
         assert!(
             n <= IN_FLIGHT + 100.0,
             "{n} events handed to Kafka during the outage, past the in-flight bound of {IN_FLIGHT}"

@@ -70,11 +70,6 @@ impl Faulted<'_> {
     }
 }
 
-/// Row events the worker published (0 while its metrics cannot be read).
-async fn events(worker: &Service) -> f64 {
-    (worker.metric_sum("sluice_worker_events_total", &[]).await).unwrap_or(0.0)
-}
-
 fn write_load(ctx: &TestCtx) -> Load {
     ctx.load(Duration::from_millis(10), |n| {
         let id = n % 400;
@@ -141,7 +136,7 @@ async fn kill_9_inside_a_large_transaction_resumes_at_its_start_and_loses_nothin
     ctx.converges(&run, &pipeline, WITHIN).await;
 
     // One transaction of 100,000 row changes: the same 5,000 rows updated 20 times.
-    let before = events(&run.worker).await;
+    let before = run.worker.metric("sluice_worker_events_total", &[]).await;
     let mut statements = vec!["START TRANSACTION".to_owned()];
     for n in 1..=20 {
         statements.push(format!(
@@ -155,7 +150,7 @@ async fn kill_9_inside_a_large_transaction_resumes_at_its_start_and_loses_nothin
     // Killed once part of the transaction is published and before all of it is.
     let deadline = Instant::now() + WITHIN;
     let published = loop {
-        let n = events(&run.worker).await - before;
+        let n = run.worker.metric("sluice_worker_events_total", &[]).await - before;
         if n >= 2_000.0 {
             break n;
         }

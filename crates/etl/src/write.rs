@@ -76,11 +76,7 @@ impl Writer<'_> {
                     (ops, origins) = (retry_ops, retry_origins);
                 }
                 Err(e) if e.is_transient() => {
-                    let class = if e.status() == Some(429) {
-                        "throttled"
-                    } else {
-                        "request"
-                    };
+                    let class = retried_class(e.status(), "request");
                     METRICS.bulk_errors.add(1, &metrics::class(class));
                     tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
                 }
@@ -119,8 +115,7 @@ impl Writer<'_> {
                 None
             }
             ItemOutcome::Retry { status, reason } => {
-                // 429 is the server asking for less, not a failure: counted apart.
-                let class = if status == 429 { "throttled" } else { "retry" };
+                let class = retried_class(Some(status), "retry");
                 METRICS.bulk_errors.add(1, &metrics::class(class));
                 tracing::debug!(status, %reason, "bulk item will be retried");
                 Some(op)
@@ -139,5 +134,15 @@ impl Writer<'_> {
                 None
             }
         }
+    }
+}
+
+/// The `bulk_errors` class of something retried: a 429 is the server asking for less, not
+/// a failure, and is counted apart as `throttled`; anything else is `otherwise`.
+fn retried_class(status: Option<u16>, otherwise: &'static str) -> &'static str {
+    if status == Some(429) {
+        "throttled"
+    } else {
+        otherwise
     }
 }

@@ -204,7 +204,7 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
     let interval = ctx.cfg.worker.confirm_interval;
     let task_name = src.name.clone();
     let progress = ctx.progress.clone();
-    let acker = tokio::spawn(async move {
+    let mut acker = tokio::spawn(async move {
         let result = acknowledge(rx, &mut lock, interval, &task_name, &progress).await;
         (lock, result)
     });
@@ -212,7 +212,6 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
 
     // The publisher is done (shutdown or failure): let the acknowledger confirm what Kafka
     // acknowledges, within the drain bound.
-    let mut acker = acker;
     let drained = tokio::time::timeout(ctx.cfg.worker.drain_timeout, &mut acker).await;
     match drained {
         Ok(Ok((lock, ack_result))) => {
