@@ -27,7 +27,8 @@ pub enum Mode {
     /// firewall's RST).
     Refuse,
     /// Accept and keep connections but pass no byte either way (a partition: the peer
-    /// learns nothing until its own timeouts fire).
+    /// learns nothing until its own timeouts fire). When it ends, the connections that
+    /// lived through it are cut, and what they held is dropped.
     Blackhole,
     /// Relay every chunk after this delay.
     Delay(Duration),
@@ -145,13 +146,16 @@ async fn relay(
 }
 
 /// Copies `from` to `to` chunk by chunk as the mode allows; returns when either side
-/// closes or the mode turns to [`Mode::Refuse`].
+/// closes, the mode turns to [`Mode::Refuse`], or a black-hole ends: a connection that
+/// lived through a partition is cut when it heals, with what it held (as when a firewall
+/// or a NAT forgot it), so no request from before the partition arrives after it.
 async fn pump(
     mut from: impl tokio::io::AsyncRead + Unpin,
     mut to: impl tokio::io::AsyncWrite + Unpin,
     mut mode: watch::Receiver<Mode>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut partitioned = *mode.borrow_and_update() == Mode::Blackhole;
     loop {
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
@@ -159,8 +163,14 @@ async fn pump(
                 Ok(n) => n,
             },
             changed = mode.changed() => {
-                if changed.is_err() || *mode.borrow() == Mode::Refuse {
+                if changed.is_err() {
                     return;
+                }
+                match *mode.borrow_and_update() {
+                    Mode::Refuse => return,
+                    Mode::Blackhole => partitioned = true,
+                    _ if partitioned => return,
+                    _ => {}
                 }
                 continue;
             }
@@ -171,10 +181,12 @@ async fn pump(
             match now {
                 Mode::Refuse => return,
                 Mode::Blackhole => {
+                    partitioned = true;
                     if mode.changed().await.is_err() {
                         return;
                     }
                 }
+                _ if partitioned => return,
                 Mode::Delay(d) => {
                     tokio::time::sleep(d).await; // the injected latency itself
                     break;
