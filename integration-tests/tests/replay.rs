@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sluice_integration_tests::services::Service;
 use sluice_integration_tests::{check_table, eventually, kafka, CheckOptions, TestCtx};
 
 /// Every document of `alias` with its `_version`.
@@ -96,6 +97,14 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
         before, after,
         "a replay moved a document (content or _version)"
     );
+    // A replay finds its own versions there (stale), not newer ones (superseded: what
+    // versions going backwards look like).
+    let (written, stale, superseded) = documents(&run.etl).await;
+    assert_eq!(written, 0.0, "the replay wrote documents");
+    assert!(
+        stale > 0.0 && superseded == 0.0,
+        "{stale} stale and {superseded} superseded after a replay of {events} events"
+    );
     check_table(&ctx, "kv", &pipeline.alias, &CheckOptions::default())
         .await
         .unwrap();
@@ -143,7 +152,25 @@ async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect(
         vec![None],
         "a replayed insert resurrected a deleted row"
     );
+    let (_, _, superseded) = documents(&run.etl).await;
+    assert_eq!(
+        superseded, 1.0,
+        "the late insert, older than the delete's tombstone, is counted as superseded"
+    );
     check_table(&ctx, "kv", &pipeline.alias, &CheckOptions::default())
         .await
         .unwrap();
+}
+
+/// The etl's bulk items by result: written, stale and superseded.
+async fn documents(etl: &Service) -> (f64, f64, f64) {
+    let result = |r: &'static str| async move {
+        etl.metric("sluice_etl_documents_total", &[("result", r)])
+            .await
+    };
+    (
+        result("written").await,
+        result("stale").await,
+        result("superseded").await,
+    )
 }

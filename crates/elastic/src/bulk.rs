@@ -76,9 +76,14 @@ pub enum ItemOutcome {
     /// delete's version (an older index of the same id is refused with 409 until
     /// `index.gc_deletes` expires), so the delete's goal is met.
     Applied,
-    /// 409 `version_conflict_engine_exception`: the stored version (document or
-    /// tombstone) is newer than or equal to this one. Nothing to do.
+    /// 409 `version_conflict_engine_exception` with the stored version (document or
+    /// tombstone) equal to this one, or not stated: this very change is there already (a
+    /// replay). Nothing to do.
     Stale,
+    /// 409 with a strictly newer stored version: a later change is there. Nothing to do
+    /// either; but a steady run of these on fresh changes means their versions went
+    /// backwards (binlog coordinates of another server under the same version epoch).
+    Superseded,
     /// 408, 429 (`es_rejected_execution_exception`) or 5xx: send this item again later.
     Retry { status: u16, reason: String },
     /// Any other failure (`mapper_parsing_exception`, `illegal_argument_exception`,
@@ -89,7 +94,10 @@ pub enum ItemOutcome {
 impl ItemOutcome {
     /// Applied or stale: the operation needs no further work.
     pub fn is_done(&self) -> bool {
-        matches!(self, ItemOutcome::Applied | ItemOutcome::Stale)
+        matches!(
+            self,
+            ItemOutcome::Applied | ItemOutcome::Stale | ItemOutcome::Superseded
+        )
     }
 }
 
@@ -230,6 +238,19 @@ pub(crate) fn classify_with_target(
         .collect()
 }
 
+/// `(current, provided)` from a version conflict's reason, as Elasticsearch and
+/// OpenSearch word it: `…current version [9] is higher or equal to the one provided [4]`.
+fn conflicting_versions(reason: &str) -> Option<(u64, u64)> {
+    let number_after = |marker: &str| -> Option<u64> {
+        let rest = &reason[reason.find(marker)? + marker.len()..];
+        rest[..rest.find(']')?].parse().ok()
+    };
+    Some((
+        number_after("current version [")?,
+        number_after("the one provided [")?,
+    ))
+}
+
 fn classify_item(action: &str, item: &BulkItem) -> ItemOutcome {
     let status = item.status;
     let error = item.error.as_ref().map(ServerError::from_error_value);
@@ -251,7 +272,10 @@ fn classify_item(action: &str, item: &BulkItem) -> ItemOutcome {
             .as_ref()
             .is_some_and(|e| e.error_type == "version_conflict_engine_exception") =>
         {
-            ItemOutcome::Stale
+            match error.as_ref().and_then(|e| conflicting_versions(&e.reason)) {
+                Some((current, provided)) if current > provided => ItemOutcome::Superseded,
+                _ => ItemOutcome::Stale,
+            }
         }
         s if is_transient_status(s) => ItemOutcome::Retry {
             status,
@@ -400,7 +424,7 @@ mod tests {
             vec![
                 ItemOutcome::Applied,
                 ItemOutcome::Applied,
-                ItemOutcome::Stale,
+                ItemOutcome::Superseded,
                 ItemOutcome::Retry {
                     status: 429,
                     reason: "es_rejected_execution_exception: rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=55, max_coordinating_and_primary_bytes=0]".into(),

@@ -174,7 +174,11 @@ async fn external_versions_never_move_a_document_backwards() {
             .unwrap();
         assert_eq!(
             outcomes,
-            vec![ItemOutcome::Stale, ItemOutcome::Stale, ItemOutcome::Applied]
+            vec![
+                ItemOutcome::Superseded,
+                ItemOutcome::Stale,
+                ItemOutcome::Applied
+            ]
         );
 
         let docs = es.mget(index, &ids(&["1", "2"])).await.unwrap();
@@ -210,7 +214,14 @@ async fn deleted_documents_are_not_resurrected_by_older_writes() {
             ])
             .await
             .unwrap();
-        assert_eq!(outcomes, vec![ItemOutcome::Stale; 3]);
+        assert_eq!(
+            outcomes,
+            vec![
+                ItemOutcome::Superseded,
+                ItemOutcome::Superseded,
+                ItemOutcome::Stale
+            ]
+        );
 
         es.refresh(index).await.unwrap();
         assert_eq!(es.count(index).await.unwrap(), 0);

@@ -88,6 +88,8 @@ pub(crate) struct Stats {
     pub written: u64,
     pub stale: u64,
     pub retried: u64,
+    /// When a superseded write was last logged (at most one line a minute).
+    pub superseded_warned: Option<Instant>,
     dead_lettered: u64,
 }
 

@@ -1,5 +1,5 @@
 //! The etl's metrics (names as Prometheus shows them): `sluice_etl_events_total`,
-//! `sluice_etl_documents_total{result}` (written, stale), `sluice_etl_bulk_duration_seconds`
+//! `sluice_etl_documents_total{result}` (written, stale, superseded), `sluice_etl_bulk_duration_seconds`
 //! and `sluice_etl_bulk_documents` (histograms per bulk request),
 //! `sluice_etl_bulk_errors_total{class}` (throttled: items or requests answered 429,
 //! retry: 5xx items, rejected: items refused for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
@@ -47,7 +47,7 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .build(),
         documents: m
             .u64_counter("sluice.etl.documents")
-            .with_description("Bulk items by result: written, or stale (an equal or newer version was there)")
+            .with_description("Bulk items by result: written, stale (this version was there: a replay) or superseded (a newer version was there)")
             .build(),
         bulk_duration: m
             .f64_histogram("sluice.etl.bulk.duration")
@@ -96,7 +96,7 @@ pub(crate) fn pipeline(name: &str) -> [KeyValue; 1] {
 pub(crate) fn zero<'a>(pipelines: impl IntoIterator<Item = &'a str>) {
     let m = &*METRICS;
     m.events.add(0, &[]);
-    for result in ["written", "stale"] {
+    for result in ["written", "stale", "superseded"] {
         m.documents.add(0, &[KeyValue::new("result", result)]);
     }
     for c in ["retry", "rejected", "request"] {

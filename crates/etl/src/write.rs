@@ -114,6 +114,26 @@ impl Writer<'_> {
                     .add(1, &[KeyValue::new("result", "stale")]);
                 None
             }
+            ItemOutcome::Superseded => {
+                self.stats.stale += 1;
+                METRICS
+                    .documents
+                    .add(1, &[KeyValue::new("result", "superseded")]);
+                let warned = self.stats.superseded_warned;
+                if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    self.stats.superseded_warned = Some(Instant::now());
+                    let (BulkOp::Index {
+                        index, id, version, ..
+                    }
+                    | BulkOp::Delete {
+                        index, id, version, ..
+                    }) = &op;
+                    tracing::warn!(%index, %id, %version, "a change arrived older than the indexed document (refused): harmless during a replay; \
+                        if it goes on for fresh changes, their versions went backwards, as when a source moved to another server \
+                        without `sluicectl sources failover` (at most one such line a minute)");
+                }
+                None
+            }
             ItemOutcome::Retry { status, reason } => {
                 let class = retried_class(Some(status), "retry");
                 METRICS.bulk_errors.add(1, &metrics::class(class));
