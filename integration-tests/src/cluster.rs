@@ -59,12 +59,16 @@ impl TestCtx {
                 extra.1.push(self.meta_db());
             }
         }
-        let opts = mysql_async::Opts::from_url(&self.stack.mysql_url).expect("MYSQL_URL");
+        let url = self
+            .routes()
+            .meta
+            .unwrap_or_else(|| self.stack.mysql_url.clone());
+        let opts = mysql_async::Opts::from_url(&url).expect("MYSQL_URL");
         let center = format!("[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\n");
         let meta = format!(
             "[meta]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\npassword = \"{}\"\ndatabase = \"{}\"\n",
-            self.stack.mysql_host,
-            self.stack.mysql_port,
+            opts.ip_or_hostname(),
+            opts.tcp_port(),
             opts.user().unwrap_or("root"),
             opts.pass().unwrap_or(""),
             self.meta_db(),
@@ -145,7 +149,11 @@ impl TestCtx {
         let topic = sluice_kafka::TopicConfig::default().rows_topic(&name, &self.db, table);
         self.extra.lock().expect("extra").0.push(topic);
         let server_id = (self.server_id + n).to_string();
-        let port = self.stack.mysql_port.to_string();
+        let (host, port) = self
+            .routes()
+            .mysql
+            .unwrap_or_else(|| (self.stack.mysql_host.clone(), self.stack.mysql_port));
+        let port = port.to_string();
         let password_ref = format!("env:{PASSWORD_VAR}");
         let tables = format!("{}.{table}", self.db);
         cluster
@@ -154,7 +162,7 @@ impl TestCtx {
                 "put",
                 &name,
                 "--host",
-                &self.stack.mysql_host,
+                &host,
                 "--port",
                 &port,
                 "--user",

@@ -129,6 +129,42 @@ impl PrivateMariadb {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Makes this server a replica of `primary`, by GTID from the primary's first
+    /// transaction (the users are created outside the binlog on each server).
+    pub fn replicate_from(&self, primary: &PrivateMariadb) {
+        self.root(&format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = '{ADMIN}', \
+             MASTER_PASSWORD = '{ADMIN}', MASTER_USE_GTID = slave_pos; START SLAVE;",
+            primary.port
+        ));
+    }
+
+    /// Promotes this replica: waits until it applied everything `primary` has written
+    /// (no write may reach the primary any more), then stops replicating.
+    pub fn promote(&self, primary: &PrivateMariadb) {
+        let end = primary.root_value("SELECT @@GLOBAL.gtid_binlog_pos");
+        let waited = self.root_value(&format!("SELECT MASTER_GTID_WAIT('{end}', 60)"));
+        assert_eq!(waited, "0", "the replica did not apply {end} within 60 s");
+        self.root("STOP SLAVE; RESET SLAVE ALL;");
+    }
+
+    /// The one value `sql` answers, as root over the socket.
+    fn root_value(&self, sql: &str) -> String {
+        let out = Command::new("mariadb")
+            .args(["--no-defaults", "-uroot", "--batch", "--skip-column-names"])
+            .arg(format!("--socket={}/mariadb.sock", self.dir.display()))
+            .arg("-e")
+            .arg(sql)
+            .output()
+            .expect("mariadb client");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// A crash: `kill -9` of the server process.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

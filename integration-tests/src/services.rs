@@ -129,10 +129,12 @@ pub struct TestCtx {
 /// Where services configured from now on reach MySQL, Kafka and Elasticsearch, when not
 /// the stack's endpoints directly (the test's own connections always go direct).
 #[derive(Default, Clone)]
-struct Routes {
-    mysql: Option<(String, u16)>,
-    kafka: Option<String>,
-    elasticsearch: Option<String>,
+pub(crate) struct Routes {
+    pub(crate) mysql: Option<(String, u16)>,
+    pub(crate) kafka: Option<String>,
+    pub(crate) elasticsearch: Option<String>,
+    /// A `mysql://` URL for the centers' meta database.
+    pub(crate) meta: Option<String>,
 }
 
 /// A table → index pipeline as a test declares it.
@@ -194,12 +196,18 @@ impl TestCtx {
         self.routes.lock().expect("routes").kafka = Some(brokers.to_owned());
     }
 
+    /// Centers configured from now on keep their meta database on the MySQL at
+    /// `mysql_url` rather than on the test's (which a test may take away).
+    pub fn route_meta(&self, mysql_url: &str) {
+        self.routes.lock().expect("routes").meta = Some(mysql_url.to_owned());
+    }
+
     /// Services configured from now on reach Elasticsearch at `url`.
     pub fn route_elasticsearch(&self, url: &str) {
         self.routes.lock().expect("routes").elasticsearch = Some(url.to_owned());
     }
 
-    fn routes(&self) -> Routes {
+    pub(crate) fn routes(&self) -> Routes {
         self.routes.lock().expect("routes").clone()
     }
 
@@ -649,6 +657,7 @@ impl Leftovers {
 /// A write load on the test database in the background, until [`Load::stop`].
 pub struct Load {
     running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<u64>,
 }
 
@@ -662,7 +671,9 @@ impl TestCtx {
     ) -> Load {
         use std::sync::atomic::Ordering;
         let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (pool, db, go) = (self.stack.mysql.clone(), self.db.clone(), running.clone());
+        let counted = done.clone();
         let task = tokio::spawn(async move {
             let mut conn = pool.get_conn().await.expect("MySQL connection");
             conn.query_drop(format!("USE `{db}`"))
@@ -676,15 +687,25 @@ impl TestCtx {
                         .await
                         .unwrap_or_else(|e| panic!("{statement}: {e}"));
                 }
+                counted.store(n, Ordering::Relaxed);
                 tokio::time::sleep(pace).await; // pacing a load
             }
             n
         });
-        Load { running, task }
+        Load {
+            running,
+            done,
+            task,
+        }
     }
 }
 
 impl Load {
+    /// The rounds done so far.
+    pub fn rounds(&self) -> u64 {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Stops after the round under way; how many rounds ran.
     pub async fn stop(self) -> u64 {
         self.running

@@ -107,6 +107,7 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
         password_ref: "env:PW".into(),
         server_id: 77,
         tables: vec![],
+        epoch: 0,
     };
     let refused = admin.put_source(source.clone()).await.unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
@@ -173,7 +174,11 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
             "77",
         ])
         .unwrap_err();
-    assert!(moved.contains("host/port cannot change"), "{moved}");
+    assert!(
+        moved.contains("host/port cannot change")
+            && moved.contains("sluicectl sources failover s1 --host db2.example"),
+        "{moved}"
+    );
 
     drop(cluster);
     ctx.cleanup().await;

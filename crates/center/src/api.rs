@@ -20,7 +20,7 @@ use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
-use sluice_core::{PipelineSpec, SourceSpec};
+use sluice_core::{PipelineSpec, Restart, SourceSpec};
 use sluice_mysql::SourceConfig;
 use sluice_proto::convert::{self, PipelineState};
 
@@ -373,9 +373,9 @@ impl Admin for AdminApi {
         match existing.iter().find(|e| e.name == s.name) {
             Some(e) if (e.host.as_str(), e.port) != (s.host.as_str(), s.port) => {
                 return Err(Status::failed_precondition(format!(
-                    "source {}: host/port cannot change ({}:{} → {}:{}): its confirmed position belongs to the old server. \
-                     Delete the source and add it again; it then starts at the new server's current end.",
-                    s.name, e.host, e.port, s.host, s.port
+                    "source {}: host/port cannot change by a put ({}:{} → {}:{}): its confirmed position belongs to the old server. \
+                     To move it to a new primary without losing a change: sluicectl sources failover {} --host {} --port {}",
+                    s.name, e.host, e.port, s.host, s.port, s.name, s.host, s.port
                 )));
             }
             Some(_) => {}
@@ -404,6 +404,105 @@ impl Admin for AdminApi {
         .await;
         self.changed();
         Ok(Response::new(convert::source(&s)))
+    }
+
+    async fn failover_source(
+        &self,
+        req: Request<FailoverRequest>,
+    ) -> Result<Response<Source>, Status> {
+        let req = req.into_inner();
+        if req.host.is_empty() {
+            return Err(Status::invalid_argument("host: required (the new primary)"));
+        }
+        let port =
+            match req.port {
+                0 => None,
+                p => Some(u16::try_from(p).map_err(|_| {
+                    Status::invalid_argument(format!("port: {p} is not a TCP port"))
+                })?),
+            };
+        let epoch = self.writable().await?;
+        let current = self
+            .shared
+            .meta
+            .sources()
+            .await
+            .map_err(meta_err)?
+            .into_iter()
+            .find(|s| s.name == req.name)
+            .ok_or_else(|| Status::not_found(format!("no source `{}`", req.name)))?;
+        let port = port.unwrap_or(current.port);
+        let s = self
+            .shared
+            .meta
+            .bump_source_epoch(epoch, &req.name, Restart::Gtid, Some((&req.host, port)))
+            .await
+            .map_err(meta_err)?
+            .ok_or_else(|| Status::not_found(format!("no source `{}`", req.name)))?;
+        self.record(
+            "source",
+            &s.name,
+            &format!(
+                "source failover: {}:{} → {}:{}, version epoch {}; the task resumes there from its confirmed GTID state",
+                current.host, current.port, s.host, s.port, s.coordinates.epoch
+            ),
+        )
+        .await;
+        self.changed();
+        Ok(Response::new(convert::source(&s)))
+    }
+
+    async fn resnapshot_source(
+        &self,
+        req: Request<ResnapshotRequest>,
+    ) -> Result<Response<ResnapshotResponse>, Status> {
+        let name = req.into_inner().name;
+        let epoch = self.writable().await?;
+        let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
+        let ours: Vec<&StoredPipeline> =
+            pipelines.iter().filter(|p| p.spec.source == name).collect();
+        if !ours.is_empty() && self.shared.es.is_none() {
+            return Err(Status::failed_precondition(
+                "a re-snapshot builds the source's pipelines anew, and builds need the center's [elasticsearch] section",
+            ));
+        }
+        let s = self
+            .shared
+            .meta
+            .bump_source_epoch(epoch, &name, Restart::End, None)
+            .await
+            .map_err(meta_err)?
+            .ok_or_else(|| Status::not_found(format!("no source `{name}`")))?;
+        let (mut builds_started, mut already_building) = (Vec::new(), Vec::new());
+        for p in ours {
+            if p.building_version != 0 {
+                already_building.push(p.spec.name.clone());
+                continue;
+            }
+            self.shared
+                .meta
+                .start_build(epoch, &p.spec.name, crate::build::DEFAULT_CHUNK_ROWS, 0)
+                .await
+                .map_err(meta_err)?
+                .map_err(Status::failed_precondition)?;
+            builds_started.push(p.spec.name.clone());
+        }
+        self.record(
+            "source",
+            &s.name,
+            &format!(
+                "source re-snapshot: version epoch {}; the task starts again at the server's current end; builds started: {}",
+                s.coordinates.epoch,
+                if builds_started.is_empty() { "none".to_owned() } else { builds_started.join(", ") }
+            ),
+        )
+        .await;
+        self.changed();
+        Ok(Response::new(ResnapshotResponse {
+            source: Some(convert::source(&s)),
+            builds_started,
+            already_building,
+        }))
     }
 
     async fn delete_source(

@@ -532,6 +532,7 @@ mod tests {
             password_ref: "env:P".into(),
             server_id: 1,
             tables: vec!["shop.products".into(), "crm.*".into()],
+            coordinates: Default::default(),
         };
         let mut spec = PipelineSpec::table("p", "shop", "shop", "products");
         let tree: PipelineSpec = serde_json::from_value(serde_json::json!({

@@ -21,7 +21,7 @@ pub use event::{
 pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
-pub use source::SourceSpec;
+pub use source::{Coordinates, Restart, SourceSpec};
 pub use version::{ExternalVersion, VersionError};
 
 /// Milliseconds since the Unix epoch by the wall clock (for records and reports, never

@@ -271,8 +271,8 @@ impl<'de> Deserialize<'de> for GtidSet {
 /// `position` is the end of the last transaction whose every event Kafka acknowledged;
 /// `gtid`, when the server has GTIDs, is the set including that transaction. `epoch` is
 /// the version epoch (see [`crate::version`]): it is carried forward unchanged by the
-/// worker and bumped by an operator or the center when coordinates restart (primary
-/// failover, position reset).
+/// worker, which takes a newer one from the source's [`crate::Coordinates`] when the
+/// center bumped them (primary failover, re-snapshot).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Checkpoint {
@@ -284,6 +284,10 @@ pub struct Checkpoint {
     /// Commit timestamp (ms since the epoch) of the last confirmed transaction; 0 if none yet.
     #[serde(default)]
     pub ts_ms: u64,
+    /// The `server_id` of the server whose binlog `position` is in: coordinates of another
+    /// server are not comparable with these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
 }
 
 impl Checkpoint {
@@ -351,6 +355,7 @@ mod tests {
             gtid: Some("0-1-55".parse().unwrap()),
             epoch: 2,
             ts_ms: 1_700_000_000_000,
+            server_id: Some(7),
         };
         assert_eq!(Checkpoint::from_json(&c.to_json()).unwrap(), c);
     }

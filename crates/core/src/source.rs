@@ -21,6 +21,53 @@ pub struct SourceSpec {
     /// `db.table` or `db.*` patterns to capture; empty captures every non-system table.
     #[serde(default)]
     pub tables: Vec<String>,
+    /// Kept by the center, not set by the operator: where the binlog coordinates of the
+    /// source begin.
+    #[serde(default)]
+    pub coordinates: Coordinates,
+}
+
+/// Where a source's binlog coordinates begin. Binlog file numbers start again on another
+/// server, and versions are built from them, so whenever the coordinates restart (a
+/// failover to a new primary, a re-snapshot) the center bumps `epoch`, the most
+/// significant part of every version: changes read after the bump win over everything
+/// indexed before it. The center persists each source's epoch and never hands out the
+/// same one twice, not even to a source deleted and added again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coordinates {
+    pub epoch: u16,
+    /// How a task whose checkpoint is of an older epoch starts.
+    #[serde(default)]
+    pub restart: Restart,
+}
+
+/// How a task starts when the source's epoch is newer than its checkpoint's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Restart {
+    /// From the checkpoint's GTID state, on whatever server the source now names (a
+    /// failover: the new primary has every transaction the old one confirmed).
+    #[default]
+    Gtid,
+    /// At the server's current end (a re-snapshot: the builds it starts read the rest).
+    End,
+}
+
+impl Restart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Restart::Gtid => "gtid",
+            Restart::End => "end",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Restart> {
+        match s {
+            "gtid" => Some(Restart::Gtid),
+            "end" => Some(Restart::End),
+            _ => None,
+        }
+    }
 }
 
 impl SourceSpec {
@@ -98,6 +145,7 @@ mod tests {
             password_ref: password_ref.into(),
             server_id: 7,
             tables: vec![],
+            coordinates: Coordinates::default(),
         }
     }
 

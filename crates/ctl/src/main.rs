@@ -84,6 +84,22 @@ enum SourceCmd {
     Delete {
         name: String,
     },
+    /// Move a source to a new primary: its task resumes there from the confirmed GTID
+    /// state under a new version epoch (nothing skipped, nothing refused as stale).
+    Failover {
+        name: String,
+        /// The new primary.
+        #[arg(long)]
+        host: String,
+        /// Default: keep the port.
+        #[arg(long, default_value_t = 0)]
+        port: u32,
+    },
+    /// Start a source's task again at its server's current end under a new version epoch
+    /// and build each of its pipelines anew (e.g. after its resume position was purged).
+    Resnapshot {
+        name: String,
+    },
 }
 
 #[derive(Args)]
@@ -538,7 +554,8 @@ fn count_relations(relations: &[Relation]) -> usize {
 
 fn source_json(s: &Source) -> Value {
     json!({"name": s.name, "host": s.host, "port": s.port, "user": s.user,
-           "password_ref": s.password_ref, "server_id": s.server_id, "tables": s.tables})
+           "password_ref": s.password_ref, "server_id": s.server_id, "tables": s.tables,
+           "epoch": s.epoch})
 }
 
 /// A pipeline as JSON: its spec as a spec file would say it, and the center's state.
@@ -643,6 +660,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                     "password",
                     "server id",
                     "tables",
+                    "epoch",
                 ],
                 r.sources
                     .iter()
@@ -659,6 +677,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                             } else {
                                 s.tables.join(",")
                             },
+                            s.epoch.to_string(),
                         ]
                     })
                     .collect(),
@@ -674,6 +693,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 password_ref: a.password_ref.clone(),
                 server_id: a.server_id,
                 tables: a.tables.clone(),
+                epoch: 0,
             };
             let s = conn
                 .call(|mut c| {
@@ -686,6 +706,63 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 &["source", "stored"],
                 vec![vec![s.name.clone(), "yes".into()]],
                 source_json(&s),
+            );
+        }
+        Command::Sources(SourceCmd::Failover { name, host, port }) => {
+            let req = FailoverRequest {
+                name: name.clone(),
+                host: host.clone(),
+                port: *port,
+            };
+            let s = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.failover_source(req).await }
+                })
+                .await?;
+            print(
+                out,
+                &["source", "now at", "version epoch"],
+                vec![vec![
+                    s.name.clone(),
+                    format!("{}:{}", s.host, s.port),
+                    s.epoch.to_string(),
+                ]],
+                source_json(&s),
+            );
+        }
+        Command::Sources(SourceCmd::Resnapshot { name }) => {
+            let req = ResnapshotRequest { name: name.clone() };
+            let r = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.resnapshot_source(req).await }
+                })
+                .await?;
+            let epoch = r.source.as_ref().map_or(0, |s| s.epoch);
+            let list = |v: &[String]| {
+                if v.is_empty() {
+                    "-".to_owned()
+                } else {
+                    v.join(",")
+                }
+            };
+            print(
+                out,
+                &[
+                    "source",
+                    "version epoch",
+                    "builds started",
+                    "already building",
+                ],
+                vec![vec![
+                    name.clone(),
+                    epoch.to_string(),
+                    list(&r.builds_started),
+                    list(&r.already_building),
+                ]],
+                json!({"source": r.source.as_ref().map(source_json), "builds_started": r.builds_started,
+                       "already_building": r.already_building}),
             );
         }
         Command::Sources(SourceCmd::Delete { name })

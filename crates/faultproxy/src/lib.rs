@@ -38,6 +38,9 @@ pub enum Mode {
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    upstream: Arc<Mutex<String>>,
+    /// Bumped to cut every live connection.
+    cuts: watch::Sender<u64>,
     /// The local ports of the live connections to the upstream.
     live: Arc<Mutex<Vec<u16>>>,
     task: tokio::task::JoinHandle<()>,
@@ -51,16 +54,21 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address");
         let (mode, modes) = watch::channel(Mode::Open);
         let live = Arc::new(Mutex::new(Vec::new()));
+        let upstream = Arc::new(Mutex::new(upstream.to_owned()));
+        let (cuts, cut) = watch::channel(0);
         let task = tokio::spawn(accept(
             listener,
             addr,
-            upstream.to_owned(),
+            upstream.clone(),
             modes,
+            cut,
             live.clone(),
         ));
         Proxy {
             addr,
             mode,
+            upstream,
+            cuts,
             live,
             task,
         }
@@ -80,6 +88,17 @@ impl Proxy {
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
     }
+
+    /// New connections go to `upstream` from now on (a DNS name or a virtual IP moved to
+    /// another server); live ones are left as they are (see [`Proxy::cut`]).
+    pub fn retarget(&self, upstream: &str) {
+        *self.upstream.lock().expect("upstream") = upstream.to_owned();
+    }
+
+    /// Closes every live connection; new ones are accepted as the mode says.
+    pub fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
+    }
 }
 
 impl Drop for Proxy {
@@ -94,8 +113,9 @@ impl Drop for Proxy {
 async fn accept(
     listener: TcpListener,
     addr: SocketAddr,
-    upstream: String,
+    upstream: Arc<Mutex<String>>,
     mut mode: watch::Receiver<Mode>,
+    cut: watch::Receiver<u64>,
     live: Arc<Mutex<Vec<u16>>>,
 ) {
     let mut listener = Some(listener);
@@ -114,7 +134,8 @@ async fn accept(
                 if listener.is_some() =>
             {
                 if let Ok((client, _)) = accepted {
-                    tokio::spawn(relay(client, upstream.clone(), mode.clone(), live.clone()));
+                    let to = upstream.lock().expect("upstream").clone();
+                    tokio::spawn(relay(client, to, mode.clone(), cut.clone(), live.clone()));
                 }
             }
             changed = mode.changed() => if changed.is_err() { return },
@@ -126,8 +147,10 @@ async fn relay(
     client: TcpStream,
     upstream: String,
     mode: watch::Receiver<Mode>,
+    mut cut: watch::Receiver<u64>,
     live: Arc<Mutex<Vec<u16>>>,
 ) {
+    cut.mark_unchanged();
     let Ok(server) = TcpStream::connect(&upstream).await else {
         return;
     };
@@ -141,6 +164,7 @@ async fn relay(
     tokio::select! {
         _ = pump(cr, sw, mode.clone()) => {}
         _ = pump(sr, cw, mode) => {}
+        _ = cut.changed() => {}
     }
     live.lock().expect("live").retain(|p| *p != port);
 }

@@ -160,10 +160,12 @@ pub async fn preflight(
         if !files.contains(&cp.position.file) && !gtid_resume {
             problems.push(format!(
                 "resume position {} is gone: binlog file {} was purged (oldest is {}). \
-                 Nothing was skipped: reset the task's position (and re-snapshot) to continue",
+                 Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the current end \
+                 and build the source's pipelines anew",
                 cp.position,
                 cp.position.file,
-                files.first().map(String::as_str).unwrap_or("none")
+                files.first().map(String::as_str).unwrap_or("none"),
+                cfg.name
             ));
         }
         if gtid_resume {
@@ -180,8 +182,9 @@ pub async fn preflight(
                                 if o.seq > g.seq {
                                     problems.push(format!(
                                         "resume GTID {}-{}-{} is gone: the oldest binlog starts after {}-{}-{}. \
-                                         Nothing was skipped: reset the task's position (and re-snapshot) to continue",
-                                        g.domain, g.server, g.seq, o.domain, o.server, o.seq
+                                         Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the \
+                                         current end and build the source's pipelines anew",
+                                        g.domain, g.server, g.seq, o.domain, o.server, o.seq, cfg.name
                                     ));
                                 }
                             }

@@ -202,6 +202,7 @@ pub fn source(s: &SourceSpec) -> v1::Source {
         password_ref: s.password_ref.clone(),
         server_id: s.server_id,
         tables: s.tables.clone(),
+        epoch: s.coordinates.epoch.into(),
     }
 }
 
@@ -219,6 +220,8 @@ pub fn source_spec(s: v1::Source) -> Result<SourceSpec, String> {
         password_ref: s.password_ref,
         server_id: s.server_id,
         tables: s.tables,
+        // The center's, whatever the message says.
+        coordinates: Default::default(),
     })
 }
 

@@ -128,8 +128,9 @@ pub(crate) async fn follow(
             let ctx = make_ctx(name, stop.clone());
             tracing::info!(task = %name, host = %record.spec.host, port = record.spec.port, "starting the assigned task");
             let ended_tx = ended_tx.clone();
+            let coords = record.spec.coordinates;
             let handle = tokio::spawn(async move {
-                task::run_source(ctx, src).await;
+                task::run_source(ctx, src, coords).await;
                 let _ = ended_tx.send(());
             });
             running.insert(

@@ -126,7 +126,7 @@ pub async fn run(
             let mut tasks = JoinSet::new();
             for source in cfg.sources.iter().cloned() {
                 let ctx = make_ctx(&source.name, shutdown.clone());
-                tasks.spawn(async move { task::run_source(ctx, source).await });
+                tasks.spawn(async move { task::run_source(ctx, source, Default::default()).await });
             }
             ready.set(true);
             while tasks.join_next().await.is_some() {}

@@ -172,7 +172,7 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
             let n: u32 = n
                 .parse()
                 .with_context(|| format!("`{name}`: unknown job"))?;
-            chunk(jobs, &build, &src, n, stop).await
+            chunk(jobs, &build, &src, record.spec.coordinates.epoch, n, stop).await
         }
     }
 }
@@ -263,6 +263,7 @@ async fn chunk(
     jobs: &Jobs,
     b: &BuildRecord,
     src: &sluice_mysql::SourceConfig,
+    source_epoch: u16,
     n: u32,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -291,13 +292,22 @@ async fn chunk(
         let plan = plans
             .get(range.kind)
             .ok_or_else(|| anyhow!("chunk {n} is of document kind {}, which the pipeline no longer has", range.kind))?;
-        // The source's position epoch, so snapshot versions compare with the stream's.
+        // The source's version epoch, so snapshot versions compare with the stream's. When
+        // the center bumped it (a re-snapshot starts builds at once), read only once the
+        // task streams under it: a change the task still published under the old epoch
+        // after this read would be refused as older than the snapshot.
         let epoch = jobs
             .coord
             .read_checkpoint(&b.spec.source)
             .await?
             .and_then(|c| Checkpoint::from_json(&c).ok())
             .map_or(0, |c| c.epoch);
+        if epoch < source_epoch {
+            bail!(
+                "the task of source {} does not stream under version epoch {source_epoch} yet (its checkpoint is of {epoch}); the chunk is read once it does",
+                b.spec.source
+            );
+        }
         let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
         // A pipeline whose documents are its rows: the etl maps the index from them.

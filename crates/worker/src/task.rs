@@ -8,9 +8,9 @@ use anyhow::{anyhow, bail, Context as _};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
-use sluice_core::{Checkpoint, GtidSet};
+use sluice_core::{Checkpoint, Coordinates, GtidSet, Restart};
 use sluice_kafka::Producer;
-use sluice_mysql::{BinlogReader, Flavor, SourceConfig, SourceEvent, StartAt};
+use sluice_mysql::{BinlogReader, Flavor, ServerInfo, SourceConfig, SourceEvent, StartAt};
 use sluice_zk::{Coordinator, SessionState, TaskLock, ZkError};
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio::time::Instant;
@@ -41,7 +41,8 @@ enum Entry {
 }
 
 /// Runs the source's task until shutdown or until the ZooKeeper session expires.
-pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
+/// `coords` are the source's (the center's; a standalone worker's are the defaults).
+pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordinates) {
     let owner =
         serde_json::json!({ "worker": ctx.cfg.worker.id, "pid": std::process::id() }).to_string();
     let mut backoff = ctx.cfg.worker.retry_backoff;
@@ -76,7 +77,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig) {
             format!("task lock taken by {}", ctx.cfg.worker.id),
         );
         let started = Instant::now();
-        match stream(&ctx, &src, lock).await {
+        match stream(&ctx, &src, coords, lock).await {
             Ok(()) => {
                 ctx.progress.state("stopped");
                 ctx.reports
@@ -135,8 +136,53 @@ fn needs_operator(e: &anyhow::Error) -> bool {
 #[error("{0}")]
 struct Definite(String);
 
+/// Where a task begins, from its checkpoint and the source's coordinates.
+enum Begin {
+    /// At the server's current end under `epoch`: a first start, or a re-snapshot.
+    AtEnd { epoch: u16, why: &'static str },
+    /// From the checkpoint, on the server it was read from.
+    Resume(Checkpoint),
+    /// From the checkpoint's GTID state, on a new server, under a newer `epoch`.
+    Failover { from: Checkpoint, epoch: u16 },
+}
+
+impl Begin {
+    fn new(resumed: Option<Checkpoint>, coords: Coordinates) -> Begin {
+        match resumed {
+            None => Begin::AtEnd {
+                epoch: coords.epoch,
+                why: "first start: streaming from the current end of the binlog",
+            },
+            Some(cp) if cp.epoch >= coords.epoch => Begin::Resume(cp),
+            Some(cp) => match coords.restart {
+                Restart::End => Begin::AtEnd {
+                    epoch: coords.epoch,
+                    why: "re-snapshot: streaming from the current end of the binlog under a new version epoch",
+                },
+                Restart::Gtid => Begin::Failover {
+                    from: cp,
+                    epoch: coords.epoch,
+                },
+            },
+        }
+    }
+
+    /// The checkpoint the preflight checks the server still has.
+    fn resumes(&self) -> Option<&Checkpoint> {
+        match self {
+            Begin::AtEnd { .. } => None,
+            Begin::Resume(cp) | Begin::Failover { from: cp, .. } => Some(cp),
+        }
+    }
+}
+
 /// Streams while holding `lock`. Returns `Ok` only on shutdown, after draining.
-async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow::Result<()> {
+async fn stream(
+    ctx: &TaskCtx,
+    src: &SourceConfig,
+    coords: Coordinates,
+    mut lock: TaskLock,
+) -> anyhow::Result<()> {
     let resumed = match lock.checkpoint() {
         Some(bytes) if !bytes.is_empty() => Some(Checkpoint::from_json(bytes).map_err(|e| {
             Definite(format!(
@@ -146,29 +192,28 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
         })?),
         _ => None,
     };
-    let info = match sluice_mysql::preflight(src, resumed.as_ref()).await {
+    let begin = Begin::new(resumed, coords);
+    let info = match sluice_mysql::preflight(src, begin.resumes()).await {
         Ok(info) => info,
         Err(e) => {
             let _ = lock.release().await;
             return Err(e.into());
         }
     };
-    let checkpoint = match resumed {
-        Some(cp) => cp,
-        None => {
-            // First start: begin at the current end and record it at once, so a crash
-            // before the first commit cannot move the start past unread events.
-            let cp = Checkpoint {
-                position: info.end.clone(),
-                gtid: info.gtid.clone().filter(|g| !g.is_empty()),
-                epoch: 0,
-                ts_ms: 0,
-            };
+    let checkpoint = match begin_at(src, begin, &info) {
+        Ok((cp, None)) => cp,
+        Ok((cp, Some(why))) => {
+            // Recorded at once, so a crash before the first commit cannot move the start
+            // past unread events (or back to the old epoch).
             lock.confirm(&cp.to_json())
                 .await
-                .context("cannot record the initial position")?;
-            tracing::info!(task = %src.name, position = %cp.position, "first start: streaming from the current end of the binlog");
+                .context("cannot record the starting position")?;
+            tracing::info!(task = %src.name, position = %cp.position, epoch = cp.epoch, "{why}");
             cp
+        }
+        Err(e) => {
+            let _ = lock.release().await;
+            return Err(e.into());
         }
     };
     let start = match (&checkpoint.gtid, info.flavor) {
@@ -208,7 +253,11 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
         let result = acknowledge(rx, &mut lock, interval, &task_name, &progress).await;
         (lock, result)
     });
-    let read_result = publish_loop(ctx, src, reader, tx, checkpoint.epoch).await;
+    let stamp = Stamp {
+        epoch: checkpoint.epoch,
+        server_id: info.server_id,
+    };
+    let read_result = publish_loop(ctx, src, reader, tx, stamp).await;
 
     // The publisher is done (shutdown or failure): let the acknowledger confirm what Kafka
     // acknowledges, within the drain bound.
@@ -231,6 +280,57 @@ async fn stream(ctx: &TaskCtx, src: &SourceConfig, mut lock: TaskLock) -> anyhow
         }
     }
     read_result
+}
+
+/// The checkpoint a task starts from, and why, when it is a new one to record first.
+fn begin_at(
+    src: &SourceConfig,
+    begin: Begin,
+    info: &ServerInfo,
+) -> Result<(Checkpoint, Option<&'static str>), Definite> {
+    let at_end = |epoch, gtid: Option<GtidSet>, ts_ms| Checkpoint {
+        position: info.end.clone(),
+        gtid,
+        epoch,
+        ts_ms,
+        server_id: Some(info.server_id),
+    };
+    match begin {
+        Begin::AtEnd { epoch, why } => Ok((
+            at_end(epoch, info.gtid.clone().filter(|g| !g.is_empty()), 0),
+            Some(why),
+        )),
+        Begin::Failover { from, epoch } => match from.gtid.filter(|g| !g.is_empty()) {
+            // The GTID state decides where the stream starts; the position only names a
+            // file of the new server until its first rotate event.
+            Some(gtid) => Ok((
+                at_end(epoch, Some(gtid), from.ts_ms),
+                Some("failover: resuming from the confirmed GTID state on the new server under a new version epoch"),
+            )),
+            None => Err(Definite(format!(
+                "source `{}` moved to another server (version epoch {epoch}), but its confirmed position {} has no GTID state \
+                 to find on the new one: run `sluicectl sources resnapshot {}`",
+                src.name, from.position, src.name
+            ))),
+        },
+        Begin::Resume(cp) => match cp.server_id {
+            Some(was) if was != info.server_id => Err(Definite(format!(
+                "source `{}` now answers from server_id {} at {}:{}, but its confirmed position {} was read from server_id {was}: \
+                 the binlog coordinates of another server would version new changes below the indexed ones (refused as stale). \
+                 If this is the new primary, run `sluicectl sources failover {} --host {} --port {}` to resume there from the \
+                 confirmed GTID state under a new version epoch",
+                src.name, info.server_id, src.host, src.port, cp.position, src.name, src.host, src.port
+            ))),
+            _ => Ok((cp, None)),
+        },
+    }
+}
+
+/// What every checkpoint of one run of a task carries besides the position.
+#[derive(Clone, Copy)]
+struct Stamp {
+    epoch: u16,
+    server_id: u32,
 }
 
 /// How far the confirmed position is behind the server's end of binlog, in bytes, every
@@ -268,7 +368,7 @@ async fn publish_loop(
     src: &SourceConfig,
     mut reader: BinlogReader,
     tx: mpsc::Sender<Entry>,
-    epoch: u16,
+    stamp: Stamp,
 ) -> anyhow::Result<()> {
     let mut session = ctx.coord.session();
     let topics = &ctx.cfg.topics;
@@ -310,7 +410,7 @@ async fn publish_loop(
             ),
             Some(SourceEvent::Row(rc)) => {
                 events.count(&src.name, &rc);
-                envelope::row(topics, &src.name, epoch, rc)?
+                envelope::row(topics, &src.name, stamp.epoch, rc)?
             }
             Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
             Some(SourceEvent::Unreadable(u)) => envelope::unreadable(topics, &src.name, u)?,
@@ -319,8 +419,9 @@ async fn publish_loop(
                 let cp = Checkpoint {
                     position: cp.position,
                     gtid: cp.gtid,
-                    epoch,
+                    epoch: stamp.epoch,
                     ts_ms: cp.ts_ms,
+                    server_id: Some(stamp.server_id),
                 };
                 tx.send(Entry::Commit(cp))
                     .await
