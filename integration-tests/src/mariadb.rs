@@ -85,18 +85,7 @@ impl PrivateMariadb {
 
     /// Runs `sql` as root over the socket.
     fn root(&self, sql: &str) {
-        let out = Command::new("mariadb")
-            .args(["--no-defaults", "-uroot", "--batch"])
-            .arg(format!("--socket={}/mariadb.sock", self.dir.display()))
-            .arg("-e")
-            .arg(sql)
-            .output()
-            .expect("mariadb client");
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.root_value(sql);
     }
 
     async fn wait_up(&self) {
@@ -148,7 +137,7 @@ impl PrivateMariadb {
         self.root("STOP SLAVE; RESET SLAVE ALL;");
     }
 
-    /// The one value `sql` answers, as root over the socket.
+    /// Runs `sql` as root over the socket; what it printed (the one value a query answers).
     fn root_value(&self, sql: &str) -> String {
         let out = Command::new("mariadb")
             .args(["--no-defaults", "-uroot", "--batch", "--skip-column-names"])
