@@ -30,11 +30,27 @@ pub struct ClusterSource {
     pub pipeline: Pipeline,
 }
 
+/// A port for a service to listen on, free when asked. Not one the kernel would hand out
+/// itself (`bind(0)` does, and so does every outgoing connection, which could take it
+/// before the service binds it): picked below the ephemeral range (32768 and up on
+/// Linux), starting at a point that differs per process and call.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + seed.wrapping_add(n.wrapping_mul(7_919)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 impl TestCtx {
