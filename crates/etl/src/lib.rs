@@ -196,7 +196,15 @@ pub async fn run(
             };
             match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
                 Applied::All => {
-                    commit(&consumer, &batch);
+                    // The last commit before exiting waits for its answer; the others do
+                    // not hold the loop (nor a runtime thread) while the group coordinator
+                    // is slow or being found again after an outage.
+                    let mode = if stop {
+                        CommitMode::Sync
+                    } else {
+                        CommitMode::Async
+                    };
+                    commit(&consumer, &batch, mode);
                     for m in batch
                         .iter()
                         .filter_map(|m| m.marker.clone().map(|k| (k, m.partition)))
@@ -614,7 +622,7 @@ fn marker_of(
     }
 }
 
-fn commit(consumer: &Consumer, batch: &[Msg]) {
+fn commit(consumer: &Consumer, batch: &[Msg], mode: CommitMode) {
     let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
     for m in batch {
         let e = next.entry((&m.topic, m.partition)).or_insert(m.offset + 1);
@@ -628,7 +636,7 @@ fn commit(consumer: &Consumer, batch: &[Msg]) {
     }
     // A failed commit (e.g. the partition moved to another consumer in a rebalance) only
     // means the events are applied again, harmlessly.
-    if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+    if let Err(e) = consumer.commit(&tpl, mode) {
         tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
     }
 }
