@@ -183,57 +183,12 @@ async fn stream(
     coords: Coordinates,
     mut lock: TaskLock,
 ) -> anyhow::Result<()> {
-    let resumed = match lock.checkpoint() {
-        Some(bytes) if !bytes.is_empty() => Some(Checkpoint::from_json(bytes).map_err(|e| {
-            Definite(format!(
-                "the checkpoint of task `{}` cannot be read ({e}): reset the task's position",
-                src.name
-            ))
-        })?),
-        _ => None,
-    };
-    let begin = Begin::new(resumed, coords);
-    let info = match sluice_mysql::preflight(src, begin.resumes()).await {
-        Ok(info) => info,
+    let (reader, stamp) = match open(src, coords, &mut lock).await {
+        Ok(opened) => opened,
         Err(e) => {
+            // Not held while the task waits to try again (or for an operator).
             let _ = lock.release().await;
-            return Err(e.into());
-        }
-    };
-    let checkpoint = match begin_at(src, begin, &info) {
-        Ok((cp, None)) => cp,
-        Ok((cp, Some(why))) => {
-            // Recorded at once, so a crash before the first commit cannot move the start
-            // past unread events (or back to the old epoch).
-            lock.confirm(&cp.to_json())
-                .await
-                .context("cannot record the starting position")?;
-            tracing::info!(task = %src.name, position = %cp.position, epoch = cp.epoch, "{why}");
-            cp
-        }
-        Err(e) => {
-            let _ = lock.release().await;
-            return Err(e.into());
-        }
-    };
-    let start = match (&checkpoint.gtid, info.flavor) {
-        (Some(g @ GtidSet::MariaDb(_)), Flavor::MariaDb)
-        | (Some(g @ GtidSet::MySql(_)), Flavor::MySql)
-            if !g.is_empty() =>
-        {
-            StartAt::Gtid {
-                gtid: g.clone(),
-                position: checkpoint.position.clone(),
-            }
-        }
-        _ => StartAt::Position(checkpoint.position.clone()),
-    };
-    tracing::info!(task = %src.name, server = %info.version, start = ?start, "streaming");
-    let reader = match BinlogReader::start(src, info.flavor, start).await {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = lock.release().await;
-            return Err(e.into());
+            return Err(e);
         }
     };
 
@@ -253,10 +208,6 @@ async fn stream(
         let result = acknowledge(rx, &mut lock, interval, &task_name, &progress).await;
         (lock, result)
     });
-    let stamp = Stamp {
-        epoch: checkpoint.epoch,
-        server_id: info.server_id,
-    };
     let read_result = publish_loop(ctx, src, reader, tx, stamp).await;
 
     // The publisher is done (shutdown or failure): let the acknowledger confirm what Kafka
@@ -280,6 +231,54 @@ async fn stream(
         }
     }
     read_result
+}
+
+/// Finds where the task starts (recording a new starting checkpoint first) and opens the
+/// binlog stream there; what its checkpoints are stamped with.
+async fn open(
+    src: &SourceConfig,
+    coords: Coordinates,
+    lock: &mut TaskLock,
+) -> anyhow::Result<(BinlogReader, Stamp)> {
+    let resumed = match lock.checkpoint() {
+        Some(bytes) if !bytes.is_empty() => Some(Checkpoint::from_json(bytes).map_err(|e| {
+            Definite(format!(
+                "the checkpoint of task `{}` cannot be read ({e}): reset the task's position",
+                src.name
+            ))
+        })?),
+        _ => None,
+    };
+    let begin = Begin::new(resumed, coords);
+    let info = sluice_mysql::preflight(src, begin.resumes()).await?;
+    let (checkpoint, new) = begin_at(src, begin, &info)?;
+    if let Some(why) = new {
+        // Recorded at once, so a crash before the first commit cannot move the start past
+        // unread events (or back to the old epoch).
+        lock.confirm(&checkpoint.to_json())
+            .await
+            .context("cannot record the starting position")?;
+        tracing::info!(task = %src.name, position = %checkpoint.position, epoch = checkpoint.epoch, "{why}");
+    }
+    let start = match (&checkpoint.gtid, info.flavor) {
+        (Some(g @ GtidSet::MariaDb(_)), Flavor::MariaDb)
+        | (Some(g @ GtidSet::MySql(_)), Flavor::MySql)
+            if !g.is_empty() =>
+        {
+            StartAt::Gtid {
+                gtid: g.clone(),
+                position: checkpoint.position.clone(),
+            }
+        }
+        _ => StartAt::Position(checkpoint.position.clone()),
+    };
+    tracing::info!(task = %src.name, server = %info.version, start = ?start, "streaming");
+    let reader = BinlogReader::start(src, info.flavor, start).await?;
+    let stamp = Stamp {
+        epoch: checkpoint.epoch,
+        server_id: info.server_id,
+    };
+    Ok((reader, stamp))
 }
 
 /// The checkpoint a task starts from, and why, when it is a new one to record first.
