@@ -165,10 +165,7 @@ impl TestCtx {
         let topic = sluice_kafka::TopicConfig::default().rows_topic(&name, &self.db, table);
         self.extra.lock().expect("extra").0.push(topic);
         let server_id = (self.server_id + n).to_string();
-        let (host, port) = self
-            .routes()
-            .mysql
-            .unwrap_or_else(|| (self.stack.mysql_host.clone(), self.stack.mysql_port));
+        let (host, port) = self.source_endpoint();
         let port = port.to_string();
         let password_ref = format!("env:{PASSWORD_VAR}");
         let tables = format!("{}.{table}", self.db);
@@ -367,6 +364,25 @@ impl Cluster {
     }
 
     /// Waits until `pipeline`'s build is done (the alias moved); its last status.
+    /// Waits (up to two minutes) for an event of `kind` about `subject` whose message
+    /// contains every one of `words`; its message.
+    pub async fn wait_event(&self, subject: &str, kind: &str, words: &[&str]) -> String {
+        eventually(
+            &format!("a {kind} event about {subject} naming {words:?}"),
+            Duration::from_secs(120),
+            || async {
+                let events = self.ctl(&["events", "--subject", subject])?;
+                let hit = events.as_array().into_iter().flatten().find_map(|e| {
+                    let message = e["message"].as_str()?;
+                    (e["kind"] == kind && words.iter().all(|w| message.contains(w)))
+                        .then(|| message.to_owned())
+                });
+                hit.ok_or_else(|| format!("events: {events}\n{}", self.logs()))
+            },
+        )
+        .await
+    }
+
     pub async fn wait_built(&self, pipeline: &str, within: Duration) -> Value {
         eventually(
             &format!("the build of {pipeline} finishes"),

@@ -11,8 +11,7 @@ use crate::eventually;
 
 pub struct PrivateMariadb {
     dir: PathBuf,
-    pub port: u16,
-    pub server_id: u32,
+    port: u16,
     child: Option<Child>,
 }
 
@@ -53,7 +52,6 @@ impl PrivateMariadb {
         let mut server = PrivateMariadb {
             dir,
             port,
-            server_id,
             child: None,
         };
         server.launch();
@@ -112,6 +110,11 @@ impl PrivateMariadb {
     /// An admin URL (every privilege), as `MYSQL_URL` is for the stack.
     pub fn url(&self) -> String {
         format!("mysql://{ADMIN}:{ADMIN}@127.0.0.1:{}", self.port)
+    }
+
+    /// The stack with this server as the test's MySQL (for [`crate::TestCtx::on`]).
+    pub async fn stack(&self) -> crate::services::Stack {
+        crate::services::Stack::connect_with_mysql(&self.url()).await
     }
 
     pub fn addr(&self) -> String {

@@ -37,11 +37,15 @@ const HOW: &str = "start the local stack with `make stack-up` (or point MYSQL_UR
 impl Stack {
     /// Connects to every service, failing with how to start it when one is unreachable.
     pub async fn connect() -> Stack {
-        let mysql_url = env_or(
+        Stack::connect_with_mysql(&Stack::shared_mysql_url()).await
+    }
+
+    /// The shared stack's MySQL (`MYSQL_URL`), an admin URL.
+    pub fn shared_mysql_url() -> String {
+        env_or(
             "MYSQL_URL",
             "mysql://sluice_admin:sluice_admin@127.0.0.1:13306",
-        );
-        Stack::connect_with_mysql(&mysql_url).await
+        )
     }
 
     /// The stack with another MySQL (an admin URL): a server of the test's own.
@@ -211,6 +215,12 @@ impl TestCtx {
         self.routes.lock().expect("routes").clone()
     }
 
+    /// Where services reach the source's MySQL: the route's, or the test's server.
+    pub(crate) fn source_endpoint(&self) -> (String, u16) {
+        (self.routes().mysql)
+            .unwrap_or_else(|| (self.stack.mysql_host.clone(), self.stack.mysql_port))
+    }
+
     pub fn pipeline(&self, table: &str) -> Pipeline {
         self.tables.lock().expect("tables").push(table.to_owned());
         Pipeline {
@@ -286,8 +296,7 @@ impl TestCtx {
     /// The test's source as a `[[sources]]` entry (the worker streams it; the etl reads
     /// documents back from it).
     fn source_section(&self) -> String {
-        let (host, port) = (self.routes().mysql)
-            .unwrap_or_else(|| (self.stack.mysql_host.clone(), self.stack.mysql_port));
+        let (host, port) = self.source_endpoint();
         format!(
             r#"[[sources]]
 name = "{instance}"
@@ -424,10 +433,15 @@ replicas = 0
 
     /// The task's confirmed checkpoint.
     pub async fn checkpoint(&self) -> Option<sluice_core::Checkpoint> {
+        self.checkpoint_of(&self.instance).await
+    }
+
+    /// The confirmed checkpoint of task `task` (a cluster source's, named by the test).
+    pub async fn checkpoint_of(&self, task: &str) -> Option<sluice_core::Checkpoint> {
         let cp = self
             .coordinator()
             .await
-            .read_checkpoint(&self.instance)
+            .read_checkpoint(task)
             .await
             .expect("read checkpoint");
         cp.filter(|b| !b.is_empty())

@@ -5,19 +5,14 @@
 use std::time::Duration;
 
 use sluice_integration_tests::mariadb::PrivateMariadb;
-use sluice_integration_tests::services::Stack;
 use sluice_integration_tests::TestCtx;
 
 const WITHIN: Duration = Duration::from_secs(120);
 
-async fn ctx_on(name: &str, server: &PrivateMariadb) -> TestCtx {
-    TestCtx::on(name, Stack::connect_with_mysql(&server.url()).await).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_source_crashed_and_restarted_mid_stream_loses_nothing() {
     let mut server = PrivateMariadb::start(7101).await;
-    let mut ctx = ctx_on("srcrestart", &server).await;
+    let mut ctx = TestCtx::on("srcrestart", server.stack().await).await;
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT, note VARCHAR(40))")
         .await;
     let pipeline = ctx.pipeline("acct");
@@ -30,7 +25,7 @@ async fn the_source_crashed_and_restarted_mid_stream_loses_nothing() {
     // Crashed while the worker reads; the binlog continues in a new file after recovery.
     server.kill9();
     server.restart().await;
-    ctx.stack = Stack::connect_with_mysql(&server.url()).await;
+    ctx.stack = server.stack().await;
     ctx.exec("UPDATE acct SET note = 'after' WHERE id % 3 = 0")
         .await;
     ctx.exec("DELETE FROM acct WHERE id % 5 = 0").await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sluice_integration_tests::mariadb::PrivateMariadb;
 use sluice_integration_tests::proxy::Proxy;
 use sluice_integration_tests::services::Stack;
-use sluice_integration_tests::{eventually, Cluster, ClusterSource, TestCtx};
+use sluice_integration_tests::{eventually, TestCtx};
 
 const WITHIN: Duration = Duration::from_secs(120);
 
@@ -25,34 +25,6 @@ fn upserts(phase: &'static str) -> impl Fn(u64) -> Vec<String> + Send + 'static 
     }
 }
 
-/// Waits for an event about `subject` whose message contains every one of `words`.
-async fn event_naming(cluster: &Cluster, subject: &str, kind: &str, words: &[&str]) -> String {
-    let found = std::sync::Mutex::new(String::new());
-    eventually(
-        &format!("a {kind} event about {subject} naming {words:?}"),
-        WITHIN,
-        || async {
-            let events = cluster.ctl(&["events", "--subject", subject])?;
-            let hit = events.as_array().into_iter().flatten().find(|e| {
-                e["kind"] == kind
-                    && e["message"]
-                        .as_str()
-                        .is_some_and(|m| words.iter().all(|w| m.contains(w)))
-            });
-            match hit {
-                Some(e) => {
-                    *found.lock().expect("found") =
-                        e["message"].as_str().unwrap_or_default().to_owned();
-                    Ok(())
-                }
-                None => Err(format!("events: {events}\n{}", cluster.logs())),
-            }
-        },
-    )
-    .await;
-    found.into_inner().expect("found")
-}
-
 async fn binary_logs(ctx: &TestCtx) -> Vec<String> {
     use mysql_async::prelude::*;
     let rows: Vec<mysql_async::Row> = ctx
@@ -65,17 +37,6 @@ async fn binary_logs(ctx: &TestCtx) -> Vec<String> {
     rows.iter().map(|r| r.get(0).expect("file name")).collect()
 }
 
-async fn checkpoint(ctx: &TestCtx, source: &ClusterSource) -> sluice_core::Checkpoint {
-    let bytes = ctx
-        .coordinator()
-        .await
-        .read_checkpoint(&source.name)
-        .await
-        .expect("read checkpoint")
-        .expect("a checkpoint");
-    sluice_core::Checkpoint::from_json(&bytes).expect("checkpoint JSON")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refused() {
     let primary = PrivateMariadb::start(7201).await;
@@ -84,10 +45,10 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     // The source's address, as a DNS name or a virtual IP would be: moved to the replica
     // when it is promoted.
     let address = Proxy::start(&primary.addr()).await;
-    let mut ctx = TestCtx::on("srcmove", Stack::connect_with_mysql(&primary.url()).await).await;
+    let mut ctx = TestCtx::on("srcmove", primary.stack().await).await;
     ctx.route_mysql(&address.addr());
     // The centers' own database stays out of the servers that change roles.
-    ctx.route_meta(&Stack::connect().await.mysql_url);
+    ctx.route_meta(&Stack::shared_mysql_url());
     // The primary's binlog files are numbered past the replica's own.
     for _ in 0..3 {
         ctx.exec("FLUSH BINARY LOGS").await;
@@ -111,7 +72,7 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     .await;
     let before = load.stop().await;
     cluster.converges(&ctx, &source.pipeline, WITHIN).await;
-    let on_primary = checkpoint(&ctx, &source).await;
+    let on_primary = ctx.checkpoint_of(&source.name).await.expect("a checkpoint");
     assert_eq!(on_primary.server_id, Some(7201));
 
     // A planned failover: writes stop on the primary, the replica applies the rest and is
@@ -119,18 +80,18 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     replica.promote(&primary);
     address.retarget(&replica.addr());
     address.cut();
-    ctx.stack = Stack::connect_with_mysql(&replica.url()).await;
+    ctx.stack = replica.stack().await;
     let load = ctx.load(Duration::from_millis(5), upserts("promoted"));
 
     // Same address, another server: the task refuses to read coordinates that would
     // version new changes below the indexed ones, and says what to run.
-    let refused = event_naming(
-        &cluster,
-        &source.name,
-        "task_failed",
-        &["server_id 7202", "sluicectl sources failover"],
-    )
-    .await;
+    let refused = cluster
+        .wait_event(
+            &source.name,
+            "task_failed",
+            &["server_id 7202", "sluicectl sources failover"],
+        )
+        .await;
     eprintln!("the task stopped: {refused}");
     let moved = cluster
         .ctl(&[
@@ -144,13 +105,9 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
         ])
         .unwrap_or_else(|e| panic!("sluicectl sources failover: {e}"));
     assert_eq!(moved["epoch"], 1, "{moved}");
-    event_naming(
-        &cluster,
-        &source.name,
-        "source",
-        &["failover", "version epoch 1"],
-    )
-    .await;
+    cluster
+        .wait_event(&source.name, "source", &["failover", "version epoch 1"])
+        .await;
 
     let after = load.stop().await;
     assert!(
@@ -158,7 +115,7 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
         "writes went on before ({before}) and after ({after}) the promotion"
     );
     cluster.converges(&ctx, &source.pipeline, WITHIN).await;
-    let on_replica = checkpoint(&ctx, &source).await;
+    let on_replica = ctx.checkpoint_of(&source.name).await.expect("a checkpoint");
     assert_eq!(
         (on_replica.epoch, on_replica.server_id),
         (1, Some(7202)),
@@ -176,8 +133,8 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it() {
     let server = PrivateMariadb::start(7102).await;
-    let ctx = TestCtx::on("purged", Stack::connect_with_mysql(&server.url()).await).await;
-    ctx.route_meta(&Stack::connect().await.mysql_url);
+    let ctx = TestCtx::on("purged", server.stack().await).await;
+    ctx.route_meta(&Stack::shared_mysql_url());
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT)")
         .await;
     let mut cluster = ctx.start_cluster(1, 1).await;
@@ -191,7 +148,7 @@ async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it(
 
     // While the worker is down, changes land in binary logs that are then purged.
     cluster.workers[0].kill9();
-    let confirmed = checkpoint(&ctx, &source).await;
+    let confirmed = ctx.checkpoint_of(&source.name).await.expect("a checkpoint");
     ctx.exec("UPDATE acct SET balance = 0 WHERE id <= 10").await;
     ctx.exec("FLUSH BINARY LOGS").await;
     ctx.exec("FLUSH BINARY LOGS").await;
@@ -211,7 +168,9 @@ async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it(
     let mark = worker.log_mark();
     worker.start();
     let fix = format!("sluicectl sources resnapshot {}", source.name);
-    event_naming(&cluster, &source.name, "task_failed", &["is gone", &fix]).await;
+    cluster
+        .wait_event(&source.name, "task_failed", &["is gone", &fix])
+        .await;
     let worker = &cluster.workers[0];
     let failed = worker
         .metric("sluice_worker_tasks", &[("state", "failed")])
@@ -224,7 +183,7 @@ async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it(
         "a definite failure is not retried on a backoff"
     );
     assert_eq!(
-        checkpoint(&ctx, &source).await,
+        ctx.checkpoint_of(&source.name).await.expect("a checkpoint"),
         confirmed,
         "nothing was skipped: the confirmed position did not move"
     );
@@ -243,6 +202,6 @@ async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it(
     ctx.exec("INSERT INTO acct VALUES (101, 101)").await;
     cluster.wait_built(&source.pipeline.alias, WITHIN).await;
     cluster.converges(&ctx, &source.pipeline, WITHIN).await;
-    let now = checkpoint(&ctx, &source).await;
+    let now = ctx.checkpoint_of(&source.name).await.expect("a checkpoint");
     assert_eq!(now.epoch, 1, "{now:?}");
 }
