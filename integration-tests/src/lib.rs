@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 pub use checker::{check_table, CheckOptions};
 pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
 pub use documents::check_documents;
-pub use services::{Load, Pipeline, Running, Service, Stack, TestCtx};
+pub use services::{sample, Load, Pipeline, Running, Service, Stack, TestCtx};
 /// The fault proxy (a crate of its own: the ZooKeeper crate's tests use it too).
 pub use sluice_faultproxy as proxy;
 

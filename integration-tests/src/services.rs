@@ -1031,3 +1031,17 @@ impl Drop for Service {
         self.kill9();
     }
 }
+
+/// The value of the one series of `name` whose labels include every `label="value"`.
+pub fn sample(
+    m: &std::collections::BTreeMap<String, f64>,
+    name: &str,
+    labels: &[&str],
+) -> Option<f64> {
+    m.iter()
+        .find(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name && labels.iter().all(|l| rest.contains(l))
+        })
+        .map(|(_, v)| *v)
+}

@@ -7,19 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice_integration_tests::{eventually, Service, TestCtx};
+use sluice_integration_tests::{eventually, sample, Service, TestCtx};
 
 const ROWS: u64 = 200;
-
-/// The value of the one series of `name` whose labels include every `label="value"`.
-fn sample(m: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> Option<f64> {
-    m.iter()
-        .find(|(series, _)| {
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            n == name && labels.iter().all(|l| rest.contains(l))
-        })
-        .map(|(_, v)| *v)
-}
 
 fn names(m: &BTreeMap<String, f64>) -> BTreeSet<String> {
     m.keys()

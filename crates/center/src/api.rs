@@ -244,29 +244,26 @@ impl AdminApi {
     /// The pipeline as the API shows it: its spec and its versions' state, with what
     /// the etl found about the live (or building) version needing a rebuild.
     async fn message(&self, p: &StoredPipeline) -> Result<Pipeline, Status> {
+        let state = PipelineState {
+            live_version: p.live_version,
+            building_version: p.building_version,
+            history: p.history.clone(),
+            needs_rebuild: self.needs_rebuild(p).await?,
+        };
+        Ok(convert::pipeline(&p.spec, &state))
+    }
+
+    /// Why the pipeline's live (or building) version needs a rebuild, as the etl
+    /// recorded it; empty when it does not.
+    async fn needs_rebuild(&self, p: &StoredPipeline) -> Result<String, Status> {
         let record: Option<layout::NeedsRebuild> = self
             .coord()?
             .get_json(&layout::needs_rebuild(&p.spec.name))
             .await
             .map_err(internal)?;
-        let live = p.live_or_first();
-        let needs_rebuild = record
-            .map(|r| {
-                r.versions
-                    .into_iter()
-                    .filter(|(v, _)| *v >= live)
-                    .map(|(v, why)| format!("v{v}: {why}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            })
-            .unwrap_or_default();
-        let state = PipelineState {
-            live_version: p.live_version,
-            building_version: p.building_version,
-            history: p.history.clone(),
-            needs_rebuild,
-        };
-        Ok(convert::pipeline(&p.spec, &state))
+        Ok(record
+            .map(|r| r.reasons(p.live_or_first()))
+            .unwrap_or_default())
     }
 
     /// Checks `spec` against its source's tables: they exist and have the columns it
@@ -672,6 +669,7 @@ impl Admin for AdminApi {
             status.phase = "done".into();
             status.version = p.live_version;
         }
+        status.needs_rebuild = self.needs_rebuild(&p).await?;
         Ok(Response::new(status))
     }
 

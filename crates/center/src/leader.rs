@@ -118,6 +118,7 @@ async fn lead(
                 g.tasks.clear();
                 g.pipelines.clear();
                 g.builds.clear();
+                g.needs_rebuild.clear();
             });
         }
     }
@@ -436,6 +437,13 @@ async fn reconcile(
         g.source_lag
             .retain(|source, _| task_set.contains(source.as_str()));
     });
+    if !crate::rebuild::watch(shared, coord, epoch, &acting, &pipelines)
+        .await?
+        .is_empty()
+    {
+        // Builds started: publish them (and their pipelines' versions) at once.
+        shared.nudge.notify_one();
+    }
     if crate::build::drive(shared, coord, epoch, &acting, &pipelines, &worker_ids).await? {
         let soon = Duration::from_millis(500);
         wake = Some(wake.map_or(soon, |w| w.min(soon)));

@@ -16,6 +16,7 @@ pub mod config;
 mod leader;
 pub mod meta;
 mod metrics;
+mod rebuild;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};

@@ -687,6 +687,29 @@ impl Meta {
         insert_event(&mut conn, origin, kind, subject, message).await
     }
 
+    /// Appends the event unless the same one (kind, subject, message) is already
+    /// recorded: for a state that every pass of the leader sees again.
+    pub async fn add_event_once(
+        &self,
+        origin: &str,
+        kind: &str,
+        subject: &str,
+        message: &str,
+    ) -> Result<bool, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let seen: Option<u64> = conn
+            .exec_first(
+                "SELECT id FROM events WHERE subject = ? AND kind = ? AND message = ? LIMIT 1",
+                (subject, kind, message),
+            )
+            .await?;
+        if seen.is_some() {
+            return Ok(false);
+        }
+        insert_event(&mut conn, origin, kind, subject, message).await?;
+        Ok(true)
+    }
+
     pub async fn events(&self, limit: u32, subject: &str) -> Result<Vec<Event>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let limit = limit.clamp(1, 10_000);

@@ -6,7 +6,8 @@
 //! `sluice_center_pipelines{state}`, and per pipeline being built
 //! `sluice_center_build_rows_done{pipeline}`, `sluice_center_build_rows_estimated{pipeline}`,
 //! `sluice_center_build_chunks{pipeline}`, `sluice_center_build_chunks_done{pipeline}` and
-//! `sluice_center_build_running{pipeline}` (1 while building, 0 once done); and
+//! `sluice_center_build_running{pipeline}` (1 while building, 0 once done);
+//! `sluice_center_pipeline_needs_rebuild{pipeline}` (1: its documents need a build); and
 //! `sluice_center_events_total{kind}`, the events this replica recorded (leader changes,
 //! assignments, builds, workers' task events, operators' changes).
 
@@ -33,6 +34,8 @@ pub(crate) struct Gauges {
     pub pipelines: BTreeMap<&'static str, u64>,
     pub builds: BTreeMap<String, BuildStatus>,
     pub source_lag: BTreeMap<String, f64>,
+    /// Per pipeline, 1 when its live (or building) version needs a rebuild.
+    pub needs_rebuild: BTreeMap<String, u64>,
 }
 
 pub(crate) static GAUGES: Mutex<Gauges> = Mutex::new(Gauges {
@@ -43,6 +46,7 @@ pub(crate) static GAUGES: Mutex<Gauges> = Mutex::new(Gauges {
     pipelines: BTreeMap::new(),
     builds: BTreeMap::new(),
     source_lag: BTreeMap::new(),
+    needs_rebuild: BTreeMap::new(),
 });
 
 pub(crate) fn update(f: impl FnOnce(&mut Gauges)) {
@@ -55,7 +59,14 @@ fn read<T>(f: impl FnOnce(&Gauges) -> T) -> T {
 
 /// Registers the gauges; call once, after telemetry is installed.
 pub(crate) fn observe() {
-    for kind in ["leader", "assignment", "build", "pipeline", "source"] {
+    for kind in [
+        "leader",
+        "assignment",
+        "build",
+        "pipeline",
+        "source",
+        "rebuild",
+    ] {
         EVENTS.add(0, &[KeyValue::new("kind", kind)]);
     }
     let m = opentelemetry::global::meter("sluice");
@@ -97,6 +108,14 @@ pub(crate) fn observe() {
         .with_callback(|o| {
             for (state, n) in read(|g| g.pipelines.clone()) {
                 o.observe(n, &[KeyValue::new("state", state)]);
+            }
+        })
+        .build();
+    m.u64_observable_gauge("sluice.center.pipeline.needs_rebuild")
+        .with_description("1 when the pipeline's documents need a rebuild (a mapping the live index cannot take, or DDL that changed rows without row events), on the leader")
+        .with_callback(|o| {
+            for (pipeline, n) in read(|g| g.needs_rebuild.clone()) {
+                o.observe(n, &[KeyValue::new("pipeline", pipeline)]);
             }
         })
         .build();

@@ -193,6 +193,10 @@ struct PipelineArgs {
     /// The index's refresh_interval (`1s`, `30s`, `-1`: off); default: the server's.
     #[arg(long)]
     refresh_interval: Option<String>,
+    /// Build by itself when DDL changes rows without row events (ADD COLUMN with a
+    /// default, DROP/MODIFY/RENAME COLUMN, TRUNCATE...); otherwise it is only marked.
+    #[arg(long)]
+    auto_rebuild: bool,
     /// A column's mapping override, `COLUMN:KEY=VALUE[,KEY=VALUE...]`, repeatable. Keys:
     /// type, analyzer, search_analyzer, keyword (true/false), copy_to (targets joined
     /// by `+`), index (true/false). E.g. `--field title:analyzer=english,copy_to=all`.
@@ -249,6 +253,7 @@ impl PipelineArgs {
         if let Some(r) = &self.refresh_interval {
             spec.refresh_interval = r.clone();
         }
+        spec.auto_rebuild |= self.auto_rebuild;
         Ok(spec)
     }
 }
@@ -470,7 +475,8 @@ fn version(v: u32) -> String {
 fn build_json(b: &BuildStatus) -> Value {
     json!({"pipeline": b.pipeline, "version": b.version, "phase": b.phase, "chunks": b.chunks,
            "chunks_done": b.chunks_done, "rows_done": b.rows_done, "rows_estimated": b.rows_estimated,
-           "rows_per_sec": b.rows_per_sec, "started_at_ms": b.started_at_ms, "message": b.message})
+           "rows_per_sec": b.rows_per_sec, "started_at_ms": b.started_at_ms, "message": b.message,
+           "needs_rebuild": b.needs_rebuild})
 }
 
 fn print_build(out: Output, b: &BuildStatus) {
@@ -490,6 +496,12 @@ fn print_build(out: Output, b: &BuildStatus) {
         ]],
         build_json(b),
     );
+    if out == Output::Table && !b.needs_rebuild.is_empty() {
+        println!(
+            "\n{} needs a rebuild (sluicectl pipelines build {}): {}",
+            b.pipeline, b.pipeline, b.needs_rebuild
+        );
+    }
 }
 
 /// A progress bar until the build is done (or gone).

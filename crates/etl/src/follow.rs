@@ -6,10 +6,31 @@ use std::time::Duration;
 use sluice_mysql::SourceConfig;
 use sluice_zk::layout::{EtlRecord, Marker, NeedsRebuild, PipelineRecord, SourceRecord};
 use sluice_zk::{Coordinator, SessionState, ZkConfig};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::ddl::Rewritten;
 use crate::pipeline::{Active, Verdict};
+
+/// Documents DDL changed, to record; the answer comes once they are.
+pub(crate) type RewritesTx = mpsc::UnboundedSender<(Vec<Rewritten>, oneshot::Sender<()>)>;
+
+/// Has the follower record `rewritten` in ZooKeeper and waits until it has; `false` when
+/// shutdown came first (the batch is then left uncommitted: it is read again).
+pub(crate) async fn record_rewrites(
+    tx: &RewritesTx,
+    rewritten: Vec<Rewritten>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let (done, recorded) = oneshot::channel();
+    if tx.send((rewritten, done)).is_err() {
+        return false;
+    }
+    tokio::select! {
+        r = recorded => r.is_ok(),
+        _ = shutdown.cancelled() => false,
+    }
+}
 
 /// What the follower keeps in step with ZooKeeper.
 pub(crate) struct Follow {
@@ -29,12 +50,17 @@ pub(crate) struct Follow {
     /// In: whether index versions need a rebuild, recorded in
     /// `pipelines/<name>/needs_rebuild` for the center's pipelines.
     pub verdicts: mpsc::UnboundedReceiver<Verdict>,
+    /// In: documents DDL changed, recorded in `pipelines/<name>/needs_rebuild` for the
+    /// center's pipelines, each answered once recorded.
+    pub rewrites: mpsc::UnboundedReceiver<(Vec<Rewritten>, oneshot::Sender<()>)>,
 }
 
 /// Keeps the pipelines equal to the file's plus the center's (a center pipeline with the
 /// name of a file pipeline is ignored: the file wins), registers this member with what
 /// it applies, and records applied build markers; until `shutdown`.
 pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
+    // Rewrites not recorded yet (ZooKeeper unavailable): tried again until they are.
+    let mut pending: Vec<(Vec<Rewritten>, oneshot::Sender<()>)> = Vec::new();
     while !shutdown.is_cancelled() {
         let coord = match Coordinator::connect(&f.zk).await {
             Ok(c) => c,
@@ -74,8 +100,11 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                     continue;
                 }
             };
+            record_pending(&coord, &f.from_file, &mut pending).await;
             tokio::select! {
                 _ = coord.wait_any(watches, &shutdown) => {}
+                Some(r) = f.rewrites.recv() => pending.push(r),
+                _ = tokio::time::sleep(Duration::from_secs(1)), if !pending.is_empty() => {}
                 _ = f.applied.changed() => {}
                 Some((marker, partition)) = f.caught_up.recv() => {
                     let rel = format!("{}/{partition}", sluice_zk::layout::build_caught_up(&marker.pipeline));
@@ -99,13 +128,73 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
     }
 }
 
-/// Records (or clears) a version's need for a rebuild; written only when it changes,
-/// and only while the pipeline exists.
+/// Records what it can of `pending` and answers those recorded.
+async fn record_pending(
+    coord: &Coordinator,
+    from_file: &[Active],
+    pending: &mut Vec<(Vec<Rewritten>, oneshot::Sender<()>)>,
+) {
+    let mut left = Vec::new();
+    for (rewritten, done) in pending.drain(..) {
+        let mut recorded = true;
+        for r in rewritten
+            .iter()
+            .filter(|r| !from_file.iter().any(|p| p.spec.name == r.pipeline))
+        {
+            if let Err(e) = record_rewrite(coord, r).await {
+                tracing::warn!(error = %e, pipeline = %r.pipeline, "cannot record that DDL changed the documents yet; the batch waits");
+                recorded = false;
+                break;
+            }
+        }
+        if recorded {
+            let _ = done.send(());
+        } else {
+            left.push((rewritten, done));
+        }
+    }
+    *pending = left;
+}
+
+/// Adds the reason to each version of `r` in `pipelines/<name>/needs_rebuild` (once),
+/// while the pipeline exists.
+async fn record_rewrite(coord: &Coordinator, r: &Rewritten) -> Result<(), sluice_zk::ZkError> {
+    update_needs_rebuild(coord, &r.pipeline, |record| {
+        for v in &r.versions {
+            let reasons = record.rewritten.entry(*v).or_default();
+            if !reasons.contains(&r.reason) {
+                reasons.push(r.reason.clone());
+            }
+        }
+    })
+    .await
+}
+
+/// Records (or clears) a version's need for a rebuild.
 async fn record_verdict(coord: &Coordinator, v: &Verdict) -> Result<(), sluice_zk::ZkError> {
-    let rel = sluice_zk::layout::needs_rebuild(&v.pipeline);
-    for _ in 0..3 {
+    update_needs_rebuild(coord, &v.pipeline, |record| match &v.needs_rebuild {
+        Some(why) => {
+            record.versions.insert(v.version, why.clone());
+        }
+        None => {
+            record.versions.remove(&v.version);
+        }
+    })
+    .await
+}
+
+/// Applies `change` to `pipelines/<name>/needs_rebuild`; written only when it changes,
+/// and only while the pipeline exists. Another etl member writing meanwhile makes it
+/// read again.
+async fn update_needs_rebuild(
+    coord: &Coordinator,
+    pipeline: &str,
+    change: impl Fn(&mut NeedsRebuild),
+) -> Result<(), sluice_zk::ZkError> {
+    let rel = sluice_zk::layout::needs_rebuild(pipeline);
+    loop {
         if coord
-            .get(&sluice_zk::layout::pipeline(&v.pipeline))
+            .get(&sluice_zk::layout::pipeline(pipeline))
             .await?
             .is_none()
         {
@@ -117,14 +206,7 @@ async fn record_verdict(coord: &Coordinator, v: &Verdict) -> Result<(), sluice_z
             .and_then(|n| serde_json::from_slice(&n.data).ok())
             .unwrap_or_default();
         let before = record.clone();
-        match &v.needs_rebuild {
-            Some(why) => {
-                record.versions.insert(v.version, why.clone());
-            }
-            None => {
-                record.versions.remove(&v.version);
-            }
-        }
+        change(&mut record);
         if record == before {
             return Ok(());
         }
@@ -134,15 +216,13 @@ async fn record_verdict(coord: &Coordinator, v: &Verdict) -> Result<(), sluice_z
         let data = serde_json::to_vec(&record).expect("serializes");
         match coord.put(&rel, &data, expect).await {
             Ok(_) => {
-                tracing::info!(pipeline = %v.pipeline, version = v.version, needs_rebuild = ?v.needs_rebuild, "recorded for the center");
+                tracing::info!(%pipeline, needs_rebuild = %record.reasons(0), "recorded for the center");
                 return Ok(());
             }
-            // Another etl member wrote it meanwhile: read again.
             Err(e) if e.is_conflict() => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(())
 }
 
 async fn look(

@@ -7,6 +7,7 @@
 //! backoff. A crash before the commit only replays events, which versions make harmless.
 
 pub mod config;
+mod ddl;
 mod docs;
 mod follow;
 mod index;
@@ -25,7 +26,7 @@ use rdkafka::message::Message as _;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
-use sluice_core::{BuildDocument, ChangeEvent, ConfigError};
+use sluice_core::{BuildDocument, ChangeEvent, ConfigError, DdlEvent};
 use sluice_elastic::{BulkOp, EsClient};
 use sluice_kafka::{Consumer, Producer};
 use tokio::sync::watch;
@@ -119,6 +120,7 @@ pub async fn run(
     let (applied_tx, applied) = watch::channel(sluice_zk::layout::EtlRecord::default());
     let (caught_up_tx, caught_up) = tokio::sync::mpsc::unbounded_channel();
     let (verdict_tx, verdicts) = tokio::sync::mpsc::unbounded_channel();
+    let (rewrites_tx, rewrites) = tokio::sync::mpsc::unbounded_channel();
     let follower = match &cfg.zookeeper {
         Some(zk) => Some(tokio::spawn(follow::follow(
             follow::Follow {
@@ -134,6 +136,7 @@ pub async fn run(
                 applied,
                 caught_up,
                 verdicts,
+                rewrites,
             },
             shutdown.clone(),
         ))),
@@ -193,6 +196,7 @@ pub async fn run(
                 producer: &producer,
                 cfg: &cfg,
                 shutdown: &shutdown,
+                rewrites: follower.is_some().then_some(&rewrites_tx),
             };
             match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
                 Applied::All => {
@@ -336,6 +340,8 @@ struct Ctx<'a> {
     producer: &'a Producer,
     cfg: &'a EtlConfig,
     shutdown: &'a CancellationToken,
+    /// To the follower (cluster mode): documents DDL changed, answered once recorded.
+    rewrites: Option<&'a follow::RewritesTx>,
 }
 
 /// Applies every message of the batch: written, stale, or dead-lettered.
@@ -352,6 +358,7 @@ async fn apply(
         producer,
         cfg,
         shutdown,
+        rewrites,
     } = *ctx;
     stats.events += batch.len() as u64;
     METRICS.events.add(batch.len() as u64, &[]);
@@ -360,6 +367,7 @@ async fn apply(
         origins,
         dirty,
         dead,
+        rewritten,
     }) = plan(router, es, cfg, batch, shutdown).await?
     else {
         return Ok(Applied::Interrupted);
@@ -388,18 +396,25 @@ async fn apply(
         }
         dead_letter(producer, &cfg.etl.dead_letter_topic, batch, &dead).await?;
     }
+    if let (Some(tx), false) = (rewrites, rewritten.is_empty()) {
+        if !follow::record_rewrites(tx, rewritten, shutdown).await {
+            return Ok(Applied::Interrupted);
+        }
+    }
     Ok(Applied::All)
 }
 
 /// A batch as what to write: flat pipelines' operations — the newest version of each
 /// document (older ones in the same batch would only be answered 409), each with the
 /// message it came from —, the documents it dirtied in pipelines read back from MySQL,
-/// and the messages that cannot become anything.
+/// the messages that cannot become anything, and the pipelines whose documents DDL
+/// changed without row events.
 struct Plan {
     ops: Vec<BulkOp>,
     origins: Vec<write::Origin>,
     dirty: docs::Dirty,
     dead: Vec<DeadLetter>,
+    rewritten: Vec<ddl::Rewritten>,
 }
 
 /// `None` when shutdown came while Elasticsearch or a source was unavailable.
@@ -411,6 +426,7 @@ async fn plan(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Plan>> {
     let mut dead = Vec::new();
+    let mut rewritten = Vec::new();
     let mut dirty = docs::Dirty::default();
     let mut latest: HashMap<(String, String), (BulkOp, usize)> = HashMap::new();
     let mut ops = Vec::new();
@@ -418,17 +434,29 @@ async fn plan(
         if msg.marker.is_some() {
             continue;
         }
+        if let Some(pipelines) = router.schema_of(&msg.topic) {
+            let Some(event) = decode::<DdlEvent>(msg, i, "DDL event", None, &mut dead) else {
+                continue;
+            };
+            let found = ddl::rewritten(
+                router,
+                es,
+                &pipelines,
+                &event,
+                cfg.etl.retry_backoff,
+                shutdown,
+            );
+            match found.await? {
+                Some(r) => rewritten.extend(r),
+                None => return Ok(None),
+            }
+            continue;
+        }
         if let Some(p) = router.build_of(&msg.topic) {
-            let doc: BuildDocument = match serde_json::from_slice(&msg.payload) {
-                Ok(d) => d,
-                Err(e) => {
-                    dead.push(DeadLetter {
-                        msg: i,
-                        reason: format!("not a Sluice build document: {e}"),
-                        pipeline: Some(router.pipelines[p].cfg.spec.name.clone()),
-                    });
-                    continue;
-                }
+            let pipeline = Some(router.pipelines[p].cfg.spec.name.clone());
+            let Some(doc) = decode::<BuildDocument>(msg, i, "build document", pipeline, &mut dead)
+            else {
+                continue;
             };
             if !ready(router, es, cfg, p, Input::Build(&doc), shutdown).await? {
                 return Ok(None);
@@ -438,16 +466,8 @@ async fn plan(
             }
             continue;
         }
-        let event: ChangeEvent = match serde_json::from_slice(&msg.payload) {
-            Ok(e) => e,
-            Err(e) => {
-                dead.push(DeadLetter {
-                    msg: i,
-                    reason: format!("not a Sluice change event: {e}"),
-                    pipeline: None,
-                });
-                continue;
-            }
+        let Some(event) = decode::<ChangeEvent>(msg, i, "change event", None, &mut dead) else {
+            continue;
         };
         for p in router.pipelines_for(&msg.topic, &event).iter().copied() {
             if !ready(router, es, cfg, p, Input::Change(&event), shutdown).await? {
@@ -489,7 +509,27 @@ async fn plan(
         origins,
         dirty,
         dead,
+        rewritten,
     }))
+}
+
+/// Message `i` read as a `what`; when it is not one, it is dead-lettered with why.
+fn decode<T: serde::de::DeserializeOwned>(
+    msg: &Msg,
+    i: usize,
+    what: &str,
+    pipeline: Option<String>,
+    dead: &mut Vec<DeadLetter>,
+) -> Option<T> {
+    serde_json::from_slice(&msg.payload)
+        .map_err(|e| {
+            dead.push(DeadLetter {
+                msg: i,
+                reason: format!("not a Sluice {what}: {e}"),
+                pipeline,
+            })
+        })
+        .ok()
 }
 
 /// Keeps `op` (from message `msg`) unless the batch has a newer write of its document.

@@ -67,6 +67,8 @@ pub(crate) struct Router {
     by_topic: HashMap<String, Arc<[usize]>>,
     /// Build topic → the pipeline whose version it builds.
     by_build: HashMap<String, usize>,
+    /// A source's schema topic (its DDL) → the pipelines of that source.
+    by_schema: HashMap<String, Arc<[usize]>>,
     /// What the last checks of index mappings and settings found, for the center: per
     /// index version, why it needs a rebuild (`None`: it does not).
     pub verdicts: Vec<Verdict>,
@@ -173,10 +175,19 @@ impl Router {
             .enumerate()
             .filter_map(|(i, p)| Some((p.build_topic.clone()?, i)))
             .collect();
+        let mut by_schema: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, p) in pipelines.iter().enumerate() {
+            by_schema
+                .entry(topics.schema_topic(&p.cfg.spec.source))
+                .or_default()
+                .push(i);
+        }
+        let by_schema = by_schema.into_iter().map(|(t, v)| (t, v.into())).collect();
         Self {
             pipelines,
             by_topic,
             by_build,
+            by_schema,
             verdicts: Vec::new(),
         }
     }
@@ -209,6 +220,11 @@ impl Router {
     /// The indexes pipeline `idx` writes to; empty until it was prepared.
     pub fn targets(&self, idx: usize) -> &[String] {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()
+    }
+
+    /// The pipelines whose source's DDL `topic` carries, if it is a schema topic.
+    pub fn schema_of(&self, topic: &str) -> Option<Arc<[usize]>> {
+        self.by_schema.get(topic).cloned()
     }
 
     /// The pipeline a build topic belongs to, if `topic` is one.
@@ -381,6 +397,8 @@ impl Pipeline {
             .iter()
             .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
             .chain(self.build_topic.clone())
+            // DDL that changes rows without row events marks the pipeline.
+            .chain([topics.schema_topic(&spec.source)])
             .collect()
     }
 }

@@ -3,6 +3,7 @@
 //! document reader that builds a pipeline's documents from its tables.
 //! Knows nothing of Kafka or ZooKeeper.
 
+pub mod ddl;
 pub mod decode;
 pub mod docs;
 pub mod error;

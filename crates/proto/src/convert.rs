@@ -61,6 +61,7 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
             field: j.field.clone(),
             parent: j.parent.clone(),
         }),
+        auto_rebuild: spec.auto_rebuild,
     }
 }
 
@@ -93,6 +94,7 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
         replicas: p.replicas,
         tombstone_retention: p.tombstone_retention,
         refresh_interval: p.refresh_interval,
+        auto_rebuild: p.auto_rebuild,
     })
 }
 

@@ -120,9 +120,52 @@ pub struct EtlRecord {
 /// mapping or settings cannot take what the table and the pipeline now ask for (a
 /// column's type changed, an analyzer override changed...), each with why. Only a build
 /// fixes that; versions older than the live one are history and no longer matter.
+/// Also the versions whose documents DDL changed without row events (an added column's
+/// default, a dropped or renamed column, a truncate...), kept apart because the mapping
+/// checks that rewrite `versions` cannot tell that they went away: only a newer version
+/// makes them history.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NeedsRebuild {
     pub versions: std::collections::BTreeMap<u32, String>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rewritten: std::collections::BTreeMap<u32, Vec<String>>,
+}
+
+impl NeedsRebuild {
+    /// Why version `live` or a newer one needs a rebuild (`v<N>: why; …`); empty when
+    /// none does.
+    pub fn reasons(&self, live: u32) -> String {
+        let mut out = Vec::new();
+        let versions: std::collections::BTreeSet<u32> = self
+            .versions
+            .keys()
+            .chain(self.rewritten.keys())
+            .copied()
+            .filter(|v| *v >= live)
+            .collect();
+        for v in versions {
+            let why: Vec<&str> = self
+                .versions
+                .get(&v)
+                .map(String::as_str)
+                .into_iter()
+                .chain(
+                    self.rewritten
+                        .get(&v)
+                        .into_iter()
+                        .flatten()
+                        .map(String::as_str),
+                )
+                .collect();
+            out.push(format!("v{v}: {}", why.join("; ")));
+        }
+        out.join("; ")
+    }
+
+    /// Whether DDL changed the documents of version `live` (or a newer one).
+    pub fn rewritten_since(&self, live: u32) -> bool {
+        self.rewritten.keys().any(|v| *v >= live)
+    }
 }
 
 pub fn needs_rebuild(pipeline: &str) -> String {

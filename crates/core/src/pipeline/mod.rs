@@ -89,6 +89,10 @@ pub struct PipelineSpec {
     /// The index's `refresh_interval` (`1s`, `30s`, `-1` for off); empty: the server's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub refresh_interval: String,
+    /// Start a build by itself when DDL changed rows of its tables without row events
+    /// (otherwise the pipeline is only marked as needing one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_rebuild: bool,
 }
 
 /// Rows of another table joined below a parent (the root or another relation).
@@ -244,6 +248,7 @@ impl PipelineSpec {
             replicas: default_replicas(),
             tombstone_retention: default_tombstones(),
             refresh_interval: String::new(),
+            auto_rebuild: false,
         }
     }
 
@@ -306,6 +311,47 @@ impl PipelineSpec {
             }
         });
         out
+    }
+
+    /// Whether a document may hold or depend on `column` of `db`.`table`: the table is
+    /// one of the pipeline's and the column is selected (every column is, without a
+    /// list), makes the id, joins, orders or appears in a filter. Errs towards yes.
+    pub fn uses_column(&self, db: &str, table: &str, column: &str) -> bool {
+        let named = |list: &[String]| list.iter().any(|c| c.eq_ignore_ascii_case(column));
+        let in_filter = |f: &str| {
+            f.to_ascii_lowercase()
+                .contains(&column.to_ascii_lowercase())
+        };
+        let ordered = |order: &[String]| {
+            order.iter().any(|o| {
+                o.split_whitespace()
+                    .next()
+                    .is_some_and(|c| c.eq_ignore_ascii_case(column))
+            })
+        };
+        let joins_below = |children: &[Relation]| {
+            children
+                .iter()
+                .any(|c| c.on.keys().any(|k| k.eq_ignore_ascii_case(column)))
+        };
+        let mut used = self.database == db
+            && self.table == table
+            && (self.columns.is_empty()
+                || named(&self.columns)
+                || named(&self.id)
+                || in_filter(&self.filter)
+                || joins_below(&self.relations));
+        self.visit(&mut |_, r, _| {
+            used |= self.database_of(r) == db
+                && r.table == table
+                && (r.columns.is_empty()
+                    || named(&r.columns)
+                    || r.on.values().any(|c| c.eq_ignore_ascii_case(column))
+                    || in_filter(&r.filter)
+                    || ordered(&r.order_by)
+                    || joins_below(&r.relations));
+        });
+        used
     }
 
     /// Calls `f(path, relation, depth)` for every relation, parents before children;
@@ -635,6 +681,26 @@ mod tests {
         "#;
         let v: toml::Value = toml::from_str(text).unwrap();
         v.try_into().unwrap()
+    }
+
+    #[test]
+    fn columns_a_pipeline_uses() {
+        let mut spec = shop();
+        // Every column of a table without a column list.
+        assert!(spec.uses_column("shop", "products", "anything"));
+        assert!(!spec.uses_column("shop", "orders", "id"));
+        assert!(!spec.uses_column("other", "products", "id"));
+        spec.columns = vec!["title".into()];
+        spec.relations[1].columns = vec!["sku".into()];
+        assert!(spec.uses_column("shop", "products", "TITLE"));
+        assert!(!spec.uses_column("shop", "products", "notes"));
+        // A filter, a join and an order name columns too.
+        assert!(spec.uses_column("shop", "products", "deleted"));
+        assert!(spec.uses_column("shop", "products", "brand_id"));
+        assert!(spec.uses_column("shop", "skus", "product_id"));
+        assert!(spec.uses_column("shop", "skus", "id"), "joins its children");
+        assert!(!spec.uses_column("shop", "skus", "weight"));
+        assert!(spec.uses_column("shop", "product_tags", "created_at"));
     }
 
     #[test]

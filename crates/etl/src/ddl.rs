@@ -1,0 +1,118 @@
+//! DDL that changed rows without row events, read from the sources' schema topics: a
+//! column added with a value for every row, a column dropped, converted or renamed, a
+//! table truncated, dropped or swapped by rename. The documents in every index version a
+//! pipeline writes to may then differ from what its tables yield, until a build. That is
+//! recorded for the center (`needs_rebuild`, and a build when the pipeline has
+//! `auto_rebuild`) before the schema topic's offset is committed: never silent, and never
+//! lost to a crash (README, "Schema changes").
+
+use std::time::Duration;
+
+use sluice_core::DdlEvent;
+use sluice_elastic::{index_version, EsClient};
+use sluice_mysql::ddl::Rewrite;
+use tokio_util::sync::CancellationToken;
+
+use crate::pipeline::Router;
+
+/// A pipeline whose documents DDL changed: the index versions it wrote to, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Rewritten {
+    pub pipeline: String,
+    pub versions: Vec<u32>,
+    pub reason: String,
+}
+
+/// What `event` changed in the documents of `pipelines` (those of its source); `None`
+/// when shutdown came while Elasticsearch was unavailable.
+pub(crate) async fn rewritten(
+    router: &Router,
+    es: &EsClient,
+    pipelines: &[usize],
+    event: &DdlEvent,
+    backoff: Duration,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Vec<Rewritten>>> {
+    let rewrites = sluice_mysql::ddl::rewrites(&event.db, &event.ddl);
+    let mut out = Vec::new();
+    for &p in pipelines {
+        let spec = &router.pipelines[p].cfg.spec;
+        if spec.source != event.source.instance {
+            continue;
+        }
+        let reasons: Vec<&str> = rewrites
+            .iter()
+            .filter(|r| concerns(spec, r))
+            .map(|r| r.reason.as_str())
+            .collect();
+        if reasons.is_empty() {
+            continue;
+        }
+        let Some(versions) = versions(router, es, p, backoff, shutdown).await? else {
+            return Ok(None);
+        };
+        let reason = format!(
+            "{} (DDL at {}:{})",
+            reasons.join("; "),
+            event.source.file,
+            event.source.pos
+        );
+        tracing::warn!(pipeline = %spec.name, ?versions, "documents changed by DDL without row events; a rebuild makes them right (sluicectl pipelines build {}): {reason}", spec.name);
+        if !versions.is_empty() {
+            out.push(Rewritten {
+                pipeline: spec.name.clone(),
+                versions,
+                reason,
+            });
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Whether rewrite `r` changed what the pipeline's documents hold.
+fn concerns(spec: &sluice_core::PipelineSpec, r: &Rewrite) -> bool {
+    if r.columns.is_empty() {
+        spec.tables()
+            .iter()
+            .any(|(db, t)| *db == r.db && *t == r.table)
+    } else {
+        r.columns
+            .iter()
+            .any(|c| spec.uses_column(&r.db, &r.table, c))
+    }
+}
+
+/// The index versions pipeline `p` writes to now (none before its first index exists).
+async fn versions(
+    router: &Router,
+    es: &EsClient,
+    p: usize,
+    backoff: Duration,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Vec<u32>>> {
+    let pipeline = &router.pipelines[p];
+    let alias = pipeline.cfg.spec.alias();
+    let mut indexes = match &pipeline.targets {
+        Some(t) => t.clone(),
+        None => loop {
+            match es.alias_targets(&alias).await {
+                Ok(t) => break t,
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "Elasticsearch unavailable while reading a pipeline's versions; retrying");
+                    if !sluice_core::shutdown::pause(backoff * 5, shutdown).await {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        },
+    };
+    indexes.extend(pipeline.building_index.clone());
+    let mut versions: Vec<u32> = indexes
+        .iter()
+        .filter_map(|i| index_version(&alias, i))
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    Ok(Some(versions))
+}

@@ -1,0 +1,163 @@
+//! DDL that changes existing rows without row events (an added column's default, a
+//! dropped column): the pipeline is marked as needing a rebuild, with the reason, in
+//! `sluicectl pipelines list|status`, in an event and in a metric, without waiting for a
+//! row change; a build clears the mark; a pipeline with `auto_rebuild` builds by itself.
+//! DDL that leaves rows as they were (an index, a nullable column) marks nothing.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_integration_tests::{
+    check_table, eventually, sample, CheckOptions, Cluster, ClusterSource, TestCtx,
+};
+
+const ROWS: u32 = 100;
+
+/// The pipeline as `sluicectl pipelines list` shows it.
+fn listed(cluster: &Cluster, name: &str) -> Value {
+    let all = cluster.ctl(&["pipelines", "list"]).expect("pipelines list");
+    all.as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("{name} not listed: {all}"))
+}
+
+/// `sluice_center_pipeline_needs_rebuild` of `pipeline` on the leading center.
+async fn needs_rebuild_metric(cluster: &Cluster, pipeline: &str) -> Result<f64, String> {
+    let label = format!("pipeline=\"{pipeline}\"");
+    for center in &cluster.centers {
+        let m = center.metrics().await?;
+        if sample(&m, "sluice_center_leader", &[]) == Some(1.0) {
+            return sample(&m, "sluice_center_pipeline_needs_rebuild", &[&label])
+                .ok_or_else(|| format!("no needs_rebuild series for {pipeline}"));
+        }
+    }
+    Err("no center leads".into())
+}
+
+async fn build(cluster: &Cluster, source: &ClusterSource) {
+    let alias = &source.pipeline.alias;
+    cluster.ctl(&["pipelines", "build", alias]).unwrap();
+    cluster.wait_built(alias, Duration::from_secs(120)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it() {
+    let ctx = TestCtx::new("ddlrw").await;
+    for table in ["items", "goods"] {
+        ctx.exec(&format!(
+            "CREATE TABLE {table} (id INT PRIMARY KEY, name VARCHAR(32), legacy INT)"
+        ))
+        .await;
+        let values: Vec<String> = (1..=ROWS).map(|i| format!("({i}, 'n{i}', {i})")).collect();
+        ctx.exec(&format!("INSERT INTO {table} VALUES {}", values.join(",")))
+            .await;
+    }
+    let cluster = ctx.start_cluster(1, 1).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    let goods = ctx.add_source(&cluster, "goods", 2).await;
+    let put = ctx
+        .put_pipeline(&cluster, &goods, &["--auto-rebuild"])
+        .unwrap();
+    assert_eq!(put["auto_rebuild"], true, "{put}");
+    cluster
+        .wait_running(&[&items, &goods], Duration::from_secs(30))
+        .await;
+    build(&cluster, &items).await;
+    build(&cluster, &goods).await;
+    for p in [&items, &goods] {
+        cluster
+            .converges(&ctx, &p.pipeline, Duration::from_secs(60))
+            .await;
+    }
+    let (ia, ga) = (&items.pipeline.alias, &goods.pipeline.alias);
+    assert_eq!(listed(&cluster, ia)["needs_rebuild"], "");
+
+    // Rows left as they were: an index, a nullable column (NULL is what documents without
+    // the field say). Then a column whose default every existing row takes, with no row
+    // change after it: only that one is named.
+    ctx.exec("ALTER TABLE items ADD INDEX by_name (name), ADD COLUMN note VARCHAR(16) NULL")
+        .await;
+    ctx.exec("ALTER TABLE items ADD COLUMN c VARCHAR(8) NOT NULL DEFAULT 'x'")
+        .await;
+    let why = eventually(
+        "items marked as needing a rebuild",
+        Duration::from_secs(60),
+        || async {
+            let why = listed(&cluster, ia)["needs_rebuild"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if why.contains("column `c` added with DEFAULT x") {
+                Ok(why)
+            } else {
+                Err(format!("needs_rebuild: {why:?}\n{}", cluster.logs()))
+            }
+        },
+    )
+    .await;
+    assert!(why.starts_with("v2: "), "the live version: {why}");
+    assert!(!why.contains("note") && !why.contains("by_name"), "{why}");
+    let status = cluster.ctl(&["pipelines", "status", ia]).unwrap();
+    assert_eq!(status["needs_rebuild"], why.as_str(), "{status}");
+    cluster.wait_event(ia, "rebuild", &["column `c`"]).await;
+    eventually("the metric says so", Duration::from_secs(30), || async {
+        match (
+            needs_rebuild_metric(&cluster, ia).await?,
+            needs_rebuild_metric(&cluster, ga).await?,
+        ) {
+            (1.0, 0.0) => Ok(()),
+            other => Err(format!("{ia}, {ga}: {other:?}")),
+        }
+    })
+    .await;
+    // The mark is true: documents lack `c` until a build.
+    let stale = check_table(&ctx, "items", ia, &CheckOptions::default()).await;
+    assert!(
+        stale
+            .as_ref()
+            .is_err_and(|e| e.contains("column `c` (varchar): MySQL \"x\" vs document null")),
+        "{stale:?}"
+    );
+    assert_eq!(
+        listed(&cluster, ia)["live_version"],
+        2,
+        "no auto_rebuild: no build"
+    );
+    build(&cluster, &items).await;
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(60))
+        .await;
+    assert_eq!(listed(&cluster, ia)["needs_rebuild"], "");
+    eventually("the metric clears", Duration::from_secs(30), || async {
+        match needs_rebuild_metric(&cluster, ia).await? {
+            0.0 => Ok(()),
+            v => Err(format!("{v}")),
+        }
+    })
+    .await;
+
+    // auto_rebuild: a dropped column's values leave the documents by themselves.
+    ctx.exec("ALTER TABLE goods DROP COLUMN legacy").await;
+    cluster
+        .wait_event(ga, "rebuild", &["auto_rebuild", "column `legacy` dropped"])
+        .await;
+    eventually(
+        "goods rebuilt by itself",
+        Duration::from_secs(120),
+        || async {
+            let p = listed(&cluster, ga);
+            if p["live_version"] == 3 && p["building_version"] == 0 && p["needs_rebuild"] == "" {
+                Ok(())
+            } else {
+                Err(format!("{p}\n{}", cluster.logs()))
+            }
+        },
+    )
+    .await;
+    // Exactly: no document keeps `legacy`.
+    cluster
+        .converges(&ctx, &goods.pipeline, Duration::from_secs(60))
+        .await;
+    drop(cluster);
+    ctx.cleanup().await;
+}
