@@ -787,6 +787,12 @@ impl Service {
         self
     }
 
+    /// Removes the environment variable `key` for its next start.
+    pub fn without_env(&mut self, key: &str) -> &mut Self {
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
     /// Sends `signal` (`STOP`, `CONT`, `TERM`…) to the running process.
     pub fn signal(&mut self, signal: &str) {
         let pid = self
@@ -954,6 +960,23 @@ impl Service {
             }
             std::thread::sleep(Duration::from_millis(50)); // polling a child's exit
         }
+    }
+
+    /// Waits until the process aborted at failpoint `name` (armed with
+    /// `with_env("FAILPOINTS", …)`); fails when it did not within `within`.
+    pub fn wait_failpoint(&mut self, name: &str, within: Duration) {
+        use std::os::unix::process::ExitStatusExt as _;
+        let status = self.wait_exit(within);
+        let said = fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains(&format!("failpoint {name}: aborting"));
+        assert!(
+            status.is_some_and(|s| s.signal() == Some(6)) && said,
+            "{} did not stop at failpoint {name} within {within:?} (status {status:?}); \
+             failpoints exist in debug builds only (`cargo build --bins`; make test does):\n{}",
+            self.bin,
+            self.log_tail()
+        );
     }
 
     /// Runs the binary to completion (for start-up failures) and returns (status, output).

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod event;
+pub mod failpoint;
 pub mod mapping;
 pub mod pipeline;
 pub mod position;
@@ -18,6 +19,7 @@ pub use config::{load_config, load_config_from, ConfigError, Secret};
 pub use event::{
     BuildDocument, ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION,
 };
+pub use failpoint::failpoint;
 pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};

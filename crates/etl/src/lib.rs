@@ -200,6 +200,8 @@ pub async fn run(
             };
             match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
                 Applied::All => {
+                    // A crash here: Elasticsearch has the batch, Kafka not its offsets.
+                    sluice_core::failpoint("etl.before_commit");
                     // The last commit before exiting waits for its answer; the others do
                     // not hold the loop (nor a runtime thread) while the group coordinator
                     // is slow or being found again after an outage.

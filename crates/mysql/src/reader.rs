@@ -424,6 +424,8 @@ impl BinlogReader {
                             let state = self.table_state(&tme);
                             self.tables.insert(id, (tme.into_owned(), state));
                         }
+                        // A crash here: the rows event of this table map is not read yet.
+                        sluice_core::failpoint("reader.after_table_map");
                     }
                     Some(EventData::RowsEvent(rows)) => {
                         self.rows(&rows, start, server_id, ts_ms)?
