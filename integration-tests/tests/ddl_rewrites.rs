@@ -2,7 +2,9 @@
 //! dropped column): the pipeline is marked as needing a rebuild, with the reason, in
 //! `sluicectl pipelines list|status`, in an event and in a metric, without waiting for a
 //! row change; a build clears the mark; a pipeline with `auto_rebuild` builds by itself.
-//! DDL that leaves rows as they were (an index, a nullable column) marks nothing.
+//! DDL that leaves rows as they were (an index, a nullable column) marks nothing. An
+//! online schema change's shadow table swapped in by RENAME, and DROP + CREATE with the
+//! same name, mark it too, while streaming goes on on the new table.
 
 use std::time::Duration;
 
@@ -34,6 +36,37 @@ async fn needs_rebuild_metric(cluster: &Cluster, pipeline: &str) -> Result<f64, 
     Err("no center leads".into())
 }
 
+/// Creates `table` with `ROWS` rows.
+async fn table_with_rows(ctx: &TestCtx, table: &str) {
+    ctx.exec(&format!(
+        "CREATE TABLE {table} (id INT PRIMARY KEY, name VARCHAR(32), legacy INT)"
+    ))
+    .await;
+    let values: Vec<String> = (1..=ROWS).map(|i| format!("({i}, 'n{i}', {i})")).collect();
+    ctx.exec(&format!("INSERT INTO {table} VALUES {}", values.join(",")))
+        .await;
+}
+
+/// Waits until `pipeline`'s `needs_rebuild` contains `words`; returns it.
+async fn marked(cluster: &Cluster, pipeline: &str, words: &str) -> String {
+    eventually(
+        &format!("{pipeline} marked as needing a rebuild"),
+        Duration::from_secs(60),
+        || async {
+            let why = listed(cluster, pipeline)["needs_rebuild"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if why.contains(words) {
+                Ok(why)
+            } else {
+                Err(format!("needs_rebuild: {why:?}\n{}", cluster.logs()))
+            }
+        },
+    )
+    .await
+}
+
 async fn build(cluster: &Cluster, source: &ClusterSource) {
     let alias = &source.pipeline.alias;
     cluster.ctl(&["pipelines", "build", alias]).unwrap();
@@ -44,13 +77,7 @@ async fn build(cluster: &Cluster, source: &ClusterSource) {
 async fn ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it() {
     let ctx = TestCtx::new("ddlrw").await;
     for table in ["items", "goods"] {
-        ctx.exec(&format!(
-            "CREATE TABLE {table} (id INT PRIMARY KEY, name VARCHAR(32), legacy INT)"
-        ))
-        .await;
-        let values: Vec<String> = (1..=ROWS).map(|i| format!("({i}, 'n{i}', {i})")).collect();
-        ctx.exec(&format!("INSERT INTO {table} VALUES {}", values.join(",")))
-            .await;
+        table_with_rows(&ctx, table).await;
     }
     let cluster = ctx.start_cluster(1, 1).await;
     let items = ctx.add_source(&cluster, "items", 1).await;
@@ -79,22 +106,7 @@ async fn ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it() 
         .await;
     ctx.exec("ALTER TABLE items ADD COLUMN c VARCHAR(8) NOT NULL DEFAULT 'x'")
         .await;
-    let why = eventually(
-        "items marked as needing a rebuild",
-        Duration::from_secs(60),
-        || async {
-            let why = listed(&cluster, ia)["needs_rebuild"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            if why.contains("column `c` added with DEFAULT x") {
-                Ok(why)
-            } else {
-                Err(format!("needs_rebuild: {why:?}\n{}", cluster.logs()))
-            }
-        },
-    )
-    .await;
+    let why = marked(&cluster, ia, "column `c` added with DEFAULT x").await;
     assert!(why.starts_with("v2: "), "the live version: {why}");
     assert!(!why.contains("note") && !why.contains("by_name"), "{why}");
     let status = cluster.ctl(&["pipelines", "status", ia]).unwrap();
@@ -158,6 +170,82 @@ async fn ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it() 
     cluster
         .converges(&ctx, &goods.pipeline, Duration::from_secs(60))
         .await;
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_by_rename_and_a_drop_and_create_mark_the_pipeline_while_streaming_goes_on() {
+    let ctx = TestCtx::new("ddlswap").await;
+    for table in ["items", "orders"] {
+        table_with_rows(&ctx, table).await;
+    }
+    let cluster = ctx.start_cluster(1, 1).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    let orders = ctx.add_source(&cluster, "orders", 2).await;
+    cluster
+        .wait_running(&[&items, &orders], Duration::from_secs(30))
+        .await;
+    for p in [&items, &orders] {
+        build(&cluster, p).await;
+        cluster
+            .converges(&ctx, &p.pipeline, Duration::from_secs(60))
+            .await;
+    }
+    let (ia, oa) = (&items.pipeline.alias, &orders.pipeline.alias);
+
+    // An online schema change as gh-ost makes it: a shadow table altered and filled, then
+    // swapped in by one RENAME. Changes go on streaming on the table swapped in.
+    ctx.exec("CREATE TABLE _items_gho LIKE items").await;
+    ctx.exec("ALTER TABLE _items_gho ADD COLUMN c VARCHAR(8) NOT NULL DEFAULT 'x'")
+        .await;
+    ctx.exec("INSERT INTO _items_gho (id, name, legacy) SELECT id, name, legacy FROM items")
+        .await;
+    ctx.exec("RENAME TABLE items TO _items_del, _items_gho TO items")
+        .await;
+    ctx.exec("UPDATE items SET name = 'after' WHERE id = 1")
+        .await;
+    let why = marked(&cluster, ia, "_items_gho (renamed in its place)").await;
+    assert!(why.starts_with("v2: "), "{why}");
+    eventually(
+        "the swapped-in table streams",
+        Duration::from_secs(60),
+        || async {
+            let docs = ctx
+                .stack
+                .es
+                .mget(ia, &["1".to_owned()])
+                .await
+                .map_err(|e| e.to_string())?;
+            match docs.first() {
+                Some(Some(d)) if d["name"] == "after" && d["c"] == "x" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    build(&cluster, &items).await;
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(60))
+        .await;
+    assert_eq!(listed(&cluster, ia)["needs_rebuild"], "");
+
+    // DROP + CREATE with the same name: the old rows' documents stay until a build.
+    ctx.exec("DROP TABLE orders").await;
+    ctx.exec("CREATE TABLE orders (id INT PRIMARY KEY, name VARCHAR(32), legacy INT)")
+        .await;
+    ctx.exec("INSERT INTO orders VALUES (1, 'new', 1)").await;
+    marked(&cluster, oa, "dropped").await;
+    let stale = check_table(&ctx, "orders", oa, &CheckOptions::default()).await;
+    assert!(
+        stale.is_err(),
+        "documents of dropped rows remain: {stale:?}"
+    );
+    build(&cluster, &orders).await;
+    cluster
+        .converges(&ctx, &orders.pipeline, Duration::from_secs(60))
+        .await;
+    assert_eq!(listed(&cluster, oa)["needs_rebuild"], "");
     drop(cluster);
     ctx.cleanup().await;
 }

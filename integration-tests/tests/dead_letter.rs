@@ -73,3 +73,36 @@ async fn a_rejected_document_is_dead_lettered_with_its_reason_and_the_rest_flows
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_a_table_without_a_primary_key_are_dead_lettered_and_the_worker_says_so_once() {
+    let ctx = TestCtx::new("nopk").await;
+    ctx.exec("CREATE TABLE notes_raw (body VARCHAR(40))").await;
+    ctx.exec("CREATE TABLE kept (id INT PRIMARY KEY, body VARCHAR(40))")
+        .await;
+    let pipelines = [ctx.pipeline("notes_raw"), ctx.pipeline("kept")];
+    let run = ctx.start(&pipelines).await;
+    ctx.exec("INSERT INTO notes_raw VALUES ('a'), ('b')").await;
+    ctx.exec("INSERT INTO notes_raw VALUES ('c')").await;
+    ctx.exec("INSERT INTO kept VALUES (1, 'k')").await;
+
+    let dead = ctx
+        .read_topic(&ctx.dlq_topic, 3, Duration::from_secs(60))
+        .await;
+    assert_eq!(dead.len(), 3, "every keyless row is dead-lettered");
+    for d in &dead {
+        let letter: Value = serde_json::from_slice(&d.payload).unwrap();
+        let reason = letter["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("no value for its id columns (the primary key)"),
+            "{letter}"
+        );
+    }
+    ctx.converges(&run, &pipelines[1], Duration::from_secs(60))
+        .await;
+    let said = std::fs::read_to_string(&run.worker.log)
+        .unwrap()
+        .matches("notes_raw have no primary key value")
+        .count();
+    assert_eq!(said, 1, "told once per table, not per row");
+}

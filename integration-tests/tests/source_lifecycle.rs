@@ -109,6 +109,14 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
         .wait_event(&source.name, "source", &["failover", "version epoch 1"])
         .await;
 
+    // Writes go on on the promoted replica, also after the task resumed there.
+    eventually("writes on the promoted replica", WITHIN, || async {
+        match load.rounds() {
+            n if n >= 150 => Ok(()),
+            n => Err(format!("{n} rounds")),
+        }
+    })
+    .await;
     let after = load.stop().await;
     assert!(
         before > 100 && after > 100,

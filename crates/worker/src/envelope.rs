@@ -1,7 +1,7 @@
 //! Turns decoded binlog events into Kafka records (topic, key, JSON payload).
 
 use serde_json::json;
-use sluice_core::event::{document_id, DdlEvent};
+use sluice_core::event::DdlEvent;
 use sluice_core::position::file_seq;
 use sluice_core::{ChangeEvent, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
 use sluice_kafka::TopicConfig;
@@ -24,9 +24,6 @@ pub(crate) fn row(
     let topic = topics.rows_topic(instance, &rc.schema.db, &rc.schema.table);
     // Key = primary key, so each row's changes stay ordered in one partition.
     let key = serde_json::to_vec(&rc.key)?;
-    if document_id(&rc.key).is_none() {
-        tracing::warn!(db = %rc.schema.db, table = %rc.schema.table, "row without a primary key value: the etl will dead-letter it");
-    }
     let event = ChangeEvent {
         v: ENVELOPE_VERSION,
         source: SourceInfo {
@@ -79,7 +76,7 @@ pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> anyhow::Resul
 pub(crate) fn unreadable(
     topics: &TopicConfig,
     instance: &str,
-    u: Unreadable,
+    u: &Unreadable,
 ) -> anyhow::Result<Record> {
     let payload = json!({
         "v": ENVELOPE_VERSION,

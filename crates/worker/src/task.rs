@@ -10,7 +10,9 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use sluice_core::{Checkpoint, Coordinates, GtidSet, Restart};
 use sluice_kafka::Producer;
-use sluice_mysql::{BinlogReader, Flavor, ServerInfo, SourceConfig, SourceEvent, StartAt};
+use sluice_mysql::{
+    BinlogReader, Flavor, RowChange, ServerInfo, SourceConfig, SourceEvent, StartAt, Unreadable,
+};
 use sluice_zk::{Coordinator, SessionState, TaskLock, ZkError};
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio::time::Instant;
@@ -376,6 +378,7 @@ async fn publish_loop(
     // commit). So a shutdown lets the open transaction finish first, within half the
     // drain bound.
     let mut events = crate::metrics::EventLabels::default();
+    let mut told = DeadLetterNotices::default();
     let mut open = false;
     let mut finish_by: Option<Instant> = None;
     loop {
@@ -409,10 +412,15 @@ async fn publish_loop(
             ),
             Some(SourceEvent::Row(rc)) => {
                 events.count(&src.name, &rc);
+                told.keyless(ctx, &src.name, &rc);
                 envelope::row(topics, &src.name, stamp.epoch, rc)?
             }
             Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
-            Some(SourceEvent::Unreadable(u)) => envelope::unreadable(topics, &src.name, u)?,
+            Some(SourceEvent::Unreadable(u)) => {
+                let record = envelope::unreadable(topics, &src.name, &u)?;
+                told.unreadable(ctx, &src.name, &u, &record.topic);
+                record
+            }
             Some(SourceEvent::Commit(cp)) => {
                 ctx.progress.read_commit(cp.ts_ms);
                 let cp = Checkpoint {
@@ -441,6 +449,40 @@ async fn publish_loop(
         tx.send(Entry::Delivery(delivery))
             .await
             .map_err(|_| anyhow!("acknowledger stopped"))?;
+    }
+}
+
+/// Rows the etl will certainly dead-letter are told as events as well, so an operator
+/// learns of them without reading the dead-letter topic: keyless rows once per table,
+/// undecodable ones each time.
+#[derive(Default)]
+struct DeadLetterNotices {
+    keyless: HashSet<(String, String)>,
+}
+
+impl DeadLetterNotices {
+    fn keyless(&mut self, ctx: &TaskCtx, task: &str, rc: &RowChange) {
+        if sluice_core::event::document_id(&rc.key).is_some()
+            || !self
+                .keyless
+                .insert((rc.schema.db.clone(), rc.schema.table.clone()))
+        {
+            return;
+        }
+        let why = format!(
+            "rows of {}.{} have no primary key value: a pipeline without `id` columns dead-letters them (give the table a primary key, or its pipelines `id` columns)",
+            rc.schema.db, rc.schema.table
+        );
+        tracing::warn!(task, "{why}");
+        ctx.reports.event("dead_letter", task, why);
+    }
+
+    fn unreadable(&self, ctx: &TaskCtx, task: &str, u: &Unreadable, topic: &str) {
+        let why = format!(
+            "rows of {}.{} at {}:{} cannot be decoded ({}): dead-lettered to {topic}",
+            u.db, u.table, u.file, u.pos, u.reason
+        );
+        ctx.reports.event("dead_letter", task, why);
     }
 }
 
