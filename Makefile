@@ -32,6 +32,14 @@ bench: stack-up
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/snapshot_bench
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/tree_bench
 
+# ----- chaos soak (integration-tests/src/soak.rs) ------------------------------------
+# A write load on several tables while faults are injected at random, then the checker:
+# SOAK_MINUTES (default 10), SOAK_TABLES, SOAK_ROWS, SOAK_TPS, SOAK_FAULT_EVERY, SOAK_SEED.
+.PHONY: soak
+soak: stack-up
+	cargo build --bins
+	$${CARGO_TARGET_DIR:-target}/debug/soak
+
 # ----- build, test, demo -------------------------------------------------------------
 .PHONY: build test lint demo demo-stop cluster cluster-stop
 

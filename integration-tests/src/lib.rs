@@ -16,6 +16,8 @@ pub mod kafka;
 pub mod mariadb;
 pub mod services;
 pub mod shop;
+pub mod soak;
+pub mod zookeeper;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -75,7 +77,8 @@ pub fn unique(prefix: &str) -> String {
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,zookeeper_async=error".into()),
         )
         .with_test_writer()
         .try_init();

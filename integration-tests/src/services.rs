@@ -137,6 +137,7 @@ pub(crate) struct Routes {
     pub(crate) mysql: Option<(String, u16)>,
     pub(crate) kafka: Option<String>,
     pub(crate) elasticsearch: Option<String>,
+    pub(crate) zookeeper: Option<String>,
     /// A `mysql://` URL for the centers' meta database.
     pub(crate) meta: Option<String>,
 }
@@ -200,6 +201,12 @@ impl TestCtx {
         self.routes.lock().expect("routes").kafka = Some(brokers.to_owned());
     }
 
+    /// Services configured from now on reach ZooKeeper at `connect` (a fault proxy's in
+    /// front of a server of the test's own, which `stack.zookeeper` then names).
+    pub fn route_zookeeper(&self, connect: &str) {
+        self.routes.lock().expect("routes").zookeeper = Some(connect.to_owned());
+    }
+
     /// Centers configured from now on keep their meta database on the MySQL at
     /// `mysql_url` rather than on the test's (which a test may take away).
     pub fn route_meta(&self, mysql_url: &str) {
@@ -242,9 +249,10 @@ impl TestCtx {
 
     /// The `[zookeeper]` section of every service of this test (its own root).
     pub(crate) fn zookeeper_section(&self) -> String {
+        let connect = (self.routes().zookeeper).unwrap_or_else(|| self.stack.zookeeper.clone());
         format!(
-            "[zookeeper]\nconnect = \"{}\"\nroot = \"{}\"\nsession_timeout = \"4s\"\n",
-            self.stack.zookeeper, self.zk_root
+            "[zookeeper]\nconnect = \"{connect}\"\nroot = \"{}\"\nsession_timeout = \"4s\"\n",
+            self.zk_root
         )
     }
 
