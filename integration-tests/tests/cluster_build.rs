@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_integration_tests::{eventually, Cluster, ClusterSource, TestCtx};
+use sluice_integration_tests::{
+    check_table, eventually, CheckOptions, Cluster, ClusterSource, TestCtx,
+};
 
 const ROWS: u64 = 3000;
 
@@ -228,6 +230,98 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
     cluster
         .converges(&ctx, &items.pipeline, Duration::from_secs(60))
         .await;
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+/// DDL while a build snapshots the table: a column added (and filled by writes that
+/// follow it) and another dropped between chunks. The chunks read after each statement
+/// carry the new shape and the stream decodes each change with the schema of its time:
+/// the built version equals the table but for the dropped column's values in documents
+/// of chunks read before the DROP, so the version the build made still needs a rebuild,
+/// with the DROP named; a second build clears it and leaves no trace of the column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
+    let (ctx, cluster, items) = streaming_items("buildddl", 2).await;
+    let alias = items.pipeline.alias.clone();
+    // 500-row chunks at 100 rows/s: the snapshot lasts about 30 s.
+    cluster
+        .ctl(&[
+            "pipelines",
+            "build",
+            &alias,
+            "--chunk-rows",
+            "500",
+            "--throttle",
+            "100",
+        ])
+        .unwrap();
+    let rows_done = |at_least: u64| {
+        let (cluster, alias) = (&cluster, alias.clone());
+        async move {
+            let s = cluster.ctl(&["pipelines", "status", &alias])?;
+            if s["phase"] == "snapshotting" && s["rows_done"].as_u64().unwrap_or(0) >= at_least {
+                Ok(())
+            } else {
+                Err(s.to_string())
+            }
+        }
+    };
+    eventually("the snapshot under way", Duration::from_secs(60), || {
+        rows_done(500)
+    })
+    .await;
+    ctx.exec("ALTER TABLE items ADD COLUMN note VARCHAR(20) NULL")
+        .await;
+    ctx.exec("UPDATE items SET note = CONCAT('n', id) WHERE id % 7 = 0")
+        .await;
+    eventually("the snapshot further on", Duration::from_secs(60), || {
+        rows_done(1500)
+    })
+    .await;
+    ctx.exec("ALTER TABLE items DROP COLUMN qty").await;
+    ctx.exec("UPDATE items SET name = CONCAT('late ', id) WHERE id % 11 = 0")
+        .await;
+
+    let done = cluster.wait_built(&alias, Duration::from_secs(180)).await;
+    assert_eq!(done["version"], 2, "{done}");
+    let dropped = CheckOptions {
+        dropped_columns: vec!["qty".into()],
+        ..CheckOptions::default()
+    };
+    let table = &items.pipeline.table;
+    eventually("v2 equals the table", Duration::from_secs(90), || {
+        check_table(&ctx, table, &alias, &dropped)
+    })
+    .await;
+    // The DROP during the build leaves v2 needing a rebuild.
+    eventually(
+        "v2 marked for a rebuild",
+        Duration::from_secs(60),
+        || async {
+            let status = cluster.ctl(&["pipelines", "status", &alias])?;
+            let why = status["needs_rebuild"].as_str().unwrap_or_default();
+            if why.contains("v2") && why.contains("qty") {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+
+    cluster.ctl(&["pipelines", "build", &alias]).unwrap();
+    let done = cluster.wait_built(&alias, Duration::from_secs(180)).await;
+    assert_eq!(done["version"], 3, "{done}");
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(90))
+        .await;
+    let status = cluster.ctl(&["pipelines", "status", &alias]).unwrap();
+    assert_eq!(
+        status["needs_rebuild"].as_str().unwrap_or_default(),
+        "",
+        "{status}"
+    );
     drop(cluster);
     ctx.cleanup().await;
 }

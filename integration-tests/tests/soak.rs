@@ -26,7 +26,12 @@ async fn every_fault_at_random_under_a_write_load_loses_and_resurrects_nothing()
             fault.describe()
         );
     }
-    assert!(report.probes > 10, "the lag probe hardly ran:\n{report}");
+    // One probe at a time, so a long stall means few probes; a probe that never saw
+    // its change would count one at most (the one cut short at the end).
+    assert!(
+        report.probes >= 2,
+        "the lag probe saw none of its changes:\n{report}"
+    );
     assert!(
         report.checkpoints_sampled > 10,
         "checkpoints hardly sampled:\n{report}"
