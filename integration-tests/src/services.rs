@@ -851,7 +851,7 @@ impl Service {
             .env(
                 "RUST_LOG",
                 std::env::var("SLUICE_IT_LOG")
-                    .unwrap_or_else(|_| "info,librdkafka=warn,zookeeper_async=warn".into()),
+                    .unwrap_or_else(|_| "info,librdkafka=warn,zookeeper_async=error".into()),
             )
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

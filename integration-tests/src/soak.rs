@@ -648,7 +648,11 @@ impl Published {
             if w.paused || w.pid().is_none() {
                 continue;
             }
-            let Ok(now) = w.metric_sum("sluice_worker_events_total", &[]).await else {
+            let read = tokio::time::timeout(
+                Duration::from_secs(2),
+                w.metric_sum("sluice_worker_events_total", &[]),
+            );
+            let Ok(Ok(now)) = read.await else {
                 continue;
             };
             let last = self.last.insert(n, now).unwrap_or(0.0);

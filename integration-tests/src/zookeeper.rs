@@ -94,18 +94,12 @@ impl PrivateZookeeper {
             "the test's ZooKeeper answers",
             Duration::from_secs(45),
             || async {
-                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-                let mut s = tokio::net::TcpStream::connect(&addr)
+                // A server still starting may take the connection and neither answer nor
+                // close it: each attempt has a bound of its own.
+                let attempt = tokio::time::timeout(Duration::from_secs(2), ruok(&addr));
+                attempt
                     .await
-                    .map_err(|e| e.to_string())?;
-                s.write_all(b"ruok").await.map_err(|e| e.to_string())?;
-                let mut answer = String::new();
-                s.read_to_string(&mut answer)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                (answer == "imok")
-                    .then_some(())
-                    .ok_or_else(|| format!("ruok answered {answer:?}"))
+                    .unwrap_or_else(|_| Err("ruok: no answer within 2 s".into()))
             },
         )
         .await;
@@ -125,6 +119,22 @@ impl PrivateZookeeper {
             let _ = c.wait();
         }
     }
+}
+
+/// ZooKeeper's `ruok` four-letter command: `Ok` when the server answers `imok`.
+async fn ruok(addr: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"ruok").await.map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    (answer == "imok")
+        .then_some(())
+        .ok_or_else(|| format!("ruok answered {answer:?}"))
 }
 
 impl Drop for PrivateZookeeper {
