@@ -109,6 +109,9 @@ async fn require_tcp(service: &str, endpoint: &str, addr: &str) {
     }
 }
 
+/// The ZooKeeper session timeout of every service a test starts, and of its own client.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// One test's private corner of the stack.
 pub struct TestCtx {
     pub stack: Stack,
@@ -251,9 +254,20 @@ impl TestCtx {
     pub(crate) fn zookeeper_section(&self) -> String {
         let connect = (self.routes().zookeeper).unwrap_or_else(|| self.stack.zookeeper.clone());
         format!(
-            "[zookeeper]\nconnect = \"{connect}\"\nroot = \"{}\"\nsession_timeout = \"4s\"\n",
-            self.zk_root
+            "[zookeeper]\nconnect = \"{connect}\"\nroot = \"{}\"\nsession_timeout = \"{}s\"\n",
+            self.zk_root,
+            SESSION_TIMEOUT.as_secs()
         )
+    }
+
+    /// A ZooKeeper client's settings for this test's own root, on the server the test
+    /// reaches directly (past any proxy the services are routed through).
+    pub fn zk_config(&self) -> sluice_zk::ZkConfig {
+        sluice_zk::ZkConfig {
+            connect: self.stack.zookeeper.clone(),
+            root: self.zk_root.clone(),
+            session_timeout: SESSION_TIMEOUT,
+        }
     }
 
     /// The Kafka the test's services use: the stack's, or a broker of the test's own.
@@ -427,12 +441,7 @@ replicas = 0
     pub async fn coordinator(&self) -> &sluice_zk::Coordinator {
         self.zk
             .get_or_init(|| async {
-                let cfg = sluice_zk::ZkConfig {
-                    connect: self.stack.zookeeper.clone(),
-                    root: self.zk_root.clone(),
-                    session_timeout: Duration::from_secs(4),
-                };
-                sluice_zk::Coordinator::connect(&cfg)
+                sluice_zk::Coordinator::connect(&self.zk_config())
                     .await
                     .expect("ZooKeeper")
             })
@@ -851,7 +860,7 @@ impl Service {
             .env(
                 "RUST_LOG",
                 std::env::var("SLUICE_IT_LOG")
-                    .unwrap_or_else(|_| "info,librdkafka=warn,zookeeper_async=error".into()),
+                    .unwrap_or_else(|_| sluice_core::telemetry::DEFAULT_FILTER.into()),
             )
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

@@ -20,11 +20,9 @@ use mysql_async::prelude::*;
 
 use crate::broker::PrivateKafka;
 use crate::proxy::{HttpFault, HttpProxy, Mode, Proxy};
+use crate::services::SESSION_TIMEOUT as SESSION;
 use crate::zookeeper::PrivateZookeeper;
 use crate::{check_table, env_num, CheckOptions, Cluster, ClusterSource, Service, Stack, TestCtx};
-
-/// The services' ZooKeeper session timeout (the harness's).
-const SESSION: Duration = Duration::from_secs(4);
 /// How long the index may take to equal the tables once the faults have stopped.
 const SETTLE: Duration = Duration::from_secs(300);
 
@@ -567,7 +565,7 @@ async fn write_only(conn: &mut mysql_async::Conn, table: &str, size: u64, dice: 
 }
 
 /// Commit → readable lag: one probe at a time writes row 0 of a table, round the tables,
-/// and polls the index until it holds the value; keeps the worst.
+/// and polls the index until it holds the value; keeps each probe's lag.
 struct LagProbe {
     go: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<Duration>>,
@@ -674,11 +672,7 @@ struct Positions {
 impl Positions {
     fn new(ctx: &TestCtx) -> Positions {
         Positions {
-            zk: sluice_zk::ZkConfig {
-                connect: ctx.stack.zookeeper.clone(),
-                root: ctx.zk_root.clone(),
-                session_timeout: SESSION,
-            },
+            zk: ctx.zk_config(),
             session: None,
             last: BTreeMap::new(),
             samples: 0,

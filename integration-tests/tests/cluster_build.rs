@@ -47,6 +47,16 @@ async fn streaming_items(name: &str, workers: usize) -> (TestCtx, Cluster, Clust
     (ctx, cluster, items)
 }
 
+/// `Ok` while `alias`'s build is snapshotting with at least `rows` rows read.
+async fn snapshotted(cluster: &Cluster, alias: &str, rows: u64) -> Result<(), String> {
+    let s = cluster.ctl(&["pipelines", "status", alias])?;
+    if s["phase"] == "snapshotting" && s["rows_done"].as_u64().unwrap_or(0) >= rows {
+        Ok(())
+    } else {
+        Err(s.to_string())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     let (ctx, mut cluster, items) = streaming_items("build", 3).await;
@@ -106,16 +116,11 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
         .unwrap();
     assert_eq!(started["version"], 2, "{started}");
 
-    // Kill a worker once the snapshot is under way.
-    eventually("chunks being read", Duration::from_secs(60), || async {
-        let s = cluster.ctl(&["pipelines", "status", &items.pipeline.alias])?;
-        // 500-row chunks read in 500-row batches at 100 rows/s: every chunk pauses ~5 s
-        // after its first batch, so workers hold half-read chunks for that long.
-        if s["phase"] == "snapshotting" && s["rows_done"].as_u64().unwrap_or(0) >= 500 {
-            Ok(())
-        } else {
-            Err(s.to_string())
-        }
+    // Kill a worker once the snapshot is under way. 500-row chunks read in 500-row
+    // batches at 100 rows/s: every chunk pauses ~5 s after its first batch, so workers
+    // hold half-read chunks for that long.
+    eventually("chunks being read", Duration::from_secs(60), || {
+        snapshotted(&cluster, &alias, 500)
     })
     .await;
     cluster.workers[0].kill9();
@@ -256,19 +261,8 @@ async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
             "100",
         ])
         .unwrap();
-    let rows_done = |at_least: u64| {
-        let (cluster, alias) = (&cluster, alias.clone());
-        async move {
-            let s = cluster.ctl(&["pipelines", "status", &alias])?;
-            if s["phase"] == "snapshotting" && s["rows_done"].as_u64().unwrap_or(0) >= at_least {
-                Ok(())
-            } else {
-                Err(s.to_string())
-            }
-        }
-    };
     eventually("the snapshot under way", Duration::from_secs(60), || {
-        rows_done(500)
+        snapshotted(&cluster, &alias, 500)
     })
     .await;
     ctx.exec("ALTER TABLE items ADD COLUMN note VARCHAR(20) NULL")
@@ -276,7 +270,7 @@ async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
     ctx.exec("UPDATE items SET note = CONCAT('n', id) WHERE id % 7 = 0")
         .await;
     eventually("the snapshot further on", Duration::from_secs(60), || {
-        rows_done(1500)
+        snapshotted(&cluster, &alias, 1500)
     })
     .await;
     ctx.exec("ALTER TABLE items DROP COLUMN qty").await;

@@ -8,11 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
+use sluice_integration_tests::services::SESSION_TIMEOUT as SESSION;
 use sluice_integration_tests::{eventually, time_until, Cluster, ClusterSource, TestCtx};
 use tokio::task::JoinHandle;
-
-/// The session timeout every process of the test cluster uses.
-const SESSION: Duration = Duration::from_secs(4);
 
 /// Inserts and updates rows of `tables` until stopped; returns how many rounds ran.
 /// `rounds` counts them as they go.

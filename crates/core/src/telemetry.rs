@@ -1,8 +1,9 @@
 //! Logs, metrics and traces, and the operations endpoint every service serves.
 //!
-//! Logs go through `tracing`: `RUST_LOG` filters (default `info`, the Kafka and ZooKeeper
-//! clients quieter), `SLUICE_LOG_FORMAT=json` switches to JSON lines. Metrics are OpenTelemetry instruments exported in Prometheus'
-//! text format on `GET /metrics`; spans go to an OTLP/gRPC collector when
+//! Logs go through `tracing`: `RUST_LOG` filters (default [`DEFAULT_FILTER`]: `info`, the
+//! Kafka and ZooKeeper clients quieter), `SLUICE_LOG_FORMAT=json` switches to JSON lines.
+//! Metrics are OpenTelemetry instruments exported in Prometheus' text format on
+//! `GET /metrics`; spans go to an OTLP/gRPC collector when
 //! `telemetry.otlp_endpoint` is set. `GET /healthz` answers while the process runs,
 //! `GET /readyz` while the service is ready for work, and turns 503 the moment shutdown
 //! begins, before anything drains.
@@ -211,13 +212,14 @@ async fn metrics(registry: prometheus::Registry) -> impl IntoResponse {
     }
 }
 
-/// One global filter for logs and spans alike (per-layer filters, mixed with an absent
-/// layer, lost events).
+/// The log filter when `RUST_LOG` is unset (the Helm chart's `log.level` default too).
 /// The ZooKeeper client logs a WARN for every failed reconnect attempt, hundreds a second
 /// while the server is down; the session's own log lines say when the connection is lost,
 /// confirmed again, or the session expired.
-const DEFAULT_FILTER: &str = "info,librdkafka=warn,zookeeper_async=error";
+pub const DEFAULT_FILTER: &str = "info,librdkafka=warn,zookeeper_async=error";
 
+/// One global filter for logs and spans alike (per-layer filters, mixed with an absent
+/// layer, lost events).
 fn install_logging(tracer: Option<opentelemetry_sdk::trace::Tracer>) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));

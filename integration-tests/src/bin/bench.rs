@@ -444,12 +444,7 @@ impl Bench {
         end: &BinlogPosition,
         events: u64,
     ) -> anyhow::Result<(Throughput, SystemTime)> {
-        let coord = sluice_zk::Coordinator::connect(&sluice_zk::ZkConfig {
-            connect: self.ctx.stack.zookeeper.clone(),
-            root: self.ctx.zk_root.clone(),
-            session_timeout: Duration::from_secs(4),
-        })
-        .await?;
+        let coord = sluice_zk::Coordinator::connect(&self.ctx.zk_config()).await?;
         let deadline = Duration::from_secs(60 + events / 200);
         let worker = self.worker.as_mut().context("worker")?;
         let started_at = SystemTime::now();
