@@ -737,6 +737,18 @@ impl Load {
         self.done.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Waits (at most `within`) until `more` rounds have run after this call.
+    pub async fn wait_rounds(&self, more: u64, within: Duration) {
+        let from = self.rounds();
+        eventually(&format!("{more} more load rounds"), within, || async {
+            match self.rounds() - from {
+                n if n >= more => Ok(()),
+                n => Err(format!("{n} of {more} rounds")),
+            }
+        })
+        .await
+    }
+
     /// Stops after the round under way; how many rounds ran.
     pub async fn stop(self) -> u64 {
         self.running

@@ -464,3 +464,15 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
     assert!(e.contains("meta.passwordSecret.name is required"), "{e}");
     println!("{} values files, {checked} manifests checked", files.len());
 }
+
+/// The chart sets `RUST_LOG` from `log.level`, which overrides the services' own default:
+/// the two must say the same, or a cluster logs what a local run filters out.
+#[test]
+fn the_charts_default_log_filter_is_the_services_own() {
+    let text = std::fs::read_to_string(repo().join("helm/sluice/values.yaml")).unwrap();
+    let values: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(
+        str_of(s(&values, &["log", "level"])),
+        sluice_core::telemetry::DEFAULT_FILTER
+    );
+}

@@ -63,13 +63,7 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     ctx.exec("INSERT INTO acct SELECT seq, seq, 'first' FROM seq_1_to_400")
         .await;
     let load = ctx.load(Duration::from_millis(5), upserts("primary"));
-    eventually("writes on the primary", WITHIN, || async {
-        match load.rounds() {
-            n if n >= 300 => Ok(()),
-            n => Err(format!("{n} rounds")),
-        }
-    })
-    .await;
+    load.wait_rounds(300, WITHIN).await;
     let before = load.stop().await;
     cluster.converges(&ctx, &source.pipeline, WITHIN).await;
     let on_primary = ctx.checkpoint_of(&source.name).await.expect("a checkpoint");
@@ -110,13 +104,7 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
         .await;
 
     // Writes go on on the promoted replica, also after the task resumed there.
-    eventually("writes on the promoted replica", WITHIN, || async {
-        match load.rounds() {
-            n if n >= 150 => Ok(()),
-            n => Err(format!("{n} rounds")),
-        }
-    })
-    .await;
+    load.wait_rounds(150, WITHIN).await;
     let after = load.stop().await;
     assert!(
         before > 100 && after > 100,
