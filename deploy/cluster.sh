@@ -55,6 +55,10 @@ database = "sluice_meta_local"
 [api]
 auth = "token"
 token_file = "$token_file"
+[kafka]
+brokers = "$KAFKA_BROKERS"
+[topics]
+rows = "sluice.$run_id.{instance}.{db}.{table}"
 TOML
   cat >"$work/worker-$n.toml" <<TOML
 [telemetry]

@@ -100,6 +100,8 @@ impl TestCtx {
                 api,
                 balance,
                 &self.elasticsearch_section(),
+                &self.kafka_section(),
+                &self.topics_section(),
             ],
         )
         .with_env(PASSWORD_VAR, &self.stack.source_password)

@@ -293,12 +293,17 @@ impl TestCtx {
     /// and Elasticsearch.
     pub(crate) fn etl_sections(&self) -> String {
         format!(
-            "[etl]\ngroup_id = \"{group}\"\ninstance_id = \"{group}-1\"\ndead_letter_topic = \"{dlq}\"\nlinger = \"50ms\"\n\n{}\n{}",
+            "[etl]\ngroup_id = \"{group}\"\ninstance_id = \"{group}-1\"\nlinger = \"50ms\"\n\n{}\n{}\n{}",
             self.kafka_section(),
+            self.topics_section(),
             self.elasticsearch_section(),
             group = self.group,
-            dlq = self.dlq_topic,
         )
+    }
+
+    /// The test's own dead-letter topic.
+    pub(crate) fn topics_section(&self) -> String {
+        format!("[topics]\ndead_letter = \"{}\"\n", self.dlq_topic)
     }
 
     /// Writes `sections` as `<name>.toml` in the test directory; the service `bin` with

@@ -37,13 +37,20 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
     let etl = ctx.etl(&[ctx.pipeline("Bad Alias")]);
     let text = std::fs::read_to_string(&etl.config)
         .unwrap()
-        .replace("linger = \"50ms\"", "linger = \"50ms\"\nmax_batch_docs = 0");
+        .replace(
+            "linger = \"50ms\"",
+            "linger = \"50ms\"\nmax_batch_docs = 0\ndead_letter_topic = \"old.dlq\"",
+        );
     std::fs::write(&etl.config, text).unwrap();
     let (status, out) = etl.run_to_exit(Duration::from_secs(30));
     assert!(!status.success());
     assert!(
         out.contains("etl.max_batch_docs") && out.contains("pipelines[0].alias"),
         "{out}"
+    );
+    assert!(
+        out.contains("etl.dead_letter_topic: moved to topics.dead_letter"),
+        "a key that moved says where to: {out}"
     );
 
     // The center: an unknown key, then a token authentication without a token.

@@ -106,3 +106,133 @@ async fn rows_of_a_table_without_a_primary_key_are_dead_lettered_and_the_worker_
         .count();
     assert_eq!(said, 1, "told once per table, not per row");
 }
+
+/// `sluicectl dlq`: changes refused while the index was write-blocked are listed with the
+/// reason; once the block is lifted a replay applies them through the normal path, the
+/// versions keep a replayed letter from undoing a newer change of its row, and a letter is
+/// replayed once unless named again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_and_replayed_through_the_normal_path_once_the_cause_is_fixed() {
+    let ctx = TestCtx::new("dlqreplay").await;
+    ctx.exec("CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(40))")
+        .await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let notes = ctx.add_source(&cluster, "notes", 1).await;
+    let pipeline = notes.pipeline.alias.clone();
+    cluster
+        .wait_running(&[&notes], Duration::from_secs(30))
+        .await;
+    ctx.exec("INSERT INTO notes VALUES (1, 'one'), (2, 'two'), (3, 'three'), (4, 'four')")
+        .await;
+    cluster
+        .converges(&ctx, &notes.pipeline, Duration::from_secs(60))
+        .await;
+    let index = format!("{}_v1", notes.pipeline.alias);
+    let es = &ctx.stack.es;
+    let index = &index;
+    let block = |on: bool| async move {
+        es.update_settings(index, &json!({"index.blocks.write": on}))
+            .await
+            .unwrap()
+    };
+
+    // Maintenance left a write block on the index: every change is refused (403).
+    block(true).await;
+    ctx.exec("INSERT INTO notes VALUES (5, 'five'), (6, 'six')")
+        .await;
+    ctx.exec("UPDATE notes SET body = 'four, again' WHERE id = 4")
+        .await;
+    ctx.exec("DELETE FROM notes WHERE id = 4").await;
+    ctx.exec("INSERT INTO notes VALUES (4, 'four, back')").await;
+    // The etl writes only a row's newest change of a batch: 3 to 5 letters, one or more
+    // per row.
+    let keys = |l: &Value| {
+        let mut keys: Vec<String> = l["letters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| l["key"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    };
+    let listed = eventually(
+        "letters for rows 4, 5 and 6",
+        Duration::from_secs(60),
+        || async {
+            let l = cluster.ctl(&["dlq", "list", "--pipeline", &pipeline])?;
+            (keys(&l) == [r#"{"id":4}"#, r#"{"id":5}"#, r#"{"id":6}"#])
+                .then(|| l.clone())
+                .ok_or(format!("{l}"))
+        },
+    )
+    .await;
+    let n = listed["letters"].as_array().unwrap().len();
+    for letter in listed["letters"].as_array().unwrap() {
+        let reason = letter["reason"].as_str().unwrap();
+        assert!(reason.contains("cluster_block_exception"), "{letter}");
+        assert_eq!(letter["table"], format!("{}.notes", ctx.db), "{letter}");
+        assert_eq!(letter["not_replayable"], "", "{letter}");
+    }
+    let unknown = format!("{}:0:999999", ctx.dlq_topic);
+    let refused = cluster.ctl(&["dlq", "replay", "--id", &unknown]).unwrap();
+    assert_eq!(refused["replayed"], json!([]), "{refused}");
+    assert!(refused["refused"][0]
+        .as_str()
+        .unwrap()
+        .contains("no such dead letter"));
+
+    // The block is lifted; row 5 changes again before the replay.
+    block(false).await;
+    ctx.exec("UPDATE notes SET body = 'five, newer' WHERE id = 5")
+        .await;
+    let replayed = cluster
+        .ctl(&["dlq", "replay", "--pipeline", &pipeline])
+        .unwrap();
+    assert_eq!(
+        replayed["replayed"].as_array().unwrap().len(),
+        n,
+        "{replayed}"
+    );
+    cluster
+        .converges(&ctx, &notes.pipeline, Duration::from_secs(60))
+        .await;
+    let doc = es.mget(index, &["5".to_owned()]).await.unwrap().remove(0);
+    let doc = doc.expect("document 5");
+    assert_eq!(
+        doc["body"], "five, newer",
+        "the replay undid nothing: {doc}"
+    );
+
+    let left = cluster
+        .ctl(&["dlq", "list", "--pipeline", &pipeline])
+        .unwrap();
+    assert_eq!(left["letters"], json!([]), "nothing left to replay: {left}");
+    let all = cluster
+        .ctl(&["dlq", "list", "--pipeline", &pipeline, "--include-replayed"])
+        .unwrap();
+    let letters = all["letters"].as_array().unwrap();
+    assert_eq!(letters.len(), n, "{all}");
+    assert!(
+        letters
+            .iter()
+            .all(|l| l["replayed_at_ms"].as_i64() > Some(0)),
+        "{all}"
+    );
+    let again = cluster
+        .ctl(&["dlq", "replay", "--pipeline", &pipeline])
+        .unwrap();
+    assert_eq!(
+        again["replayed"],
+        json!([]),
+        "a letter is replayed once: {again}"
+    );
+    let events = cluster.ctl(&["events", "--subject", &pipeline]).unwrap();
+    assert!(
+        events
+            .to_string()
+            .contains(&format!("{n} dead letters replayed")),
+        "the replay is recorded: {events}"
+    );
+}

@@ -21,6 +21,12 @@ pub struct CenterConfig {
     /// Needed for builds (alias swaps) and for deleting pipelines' indexes.
     #[serde(default)]
     pub elasticsearch: Option<sluice_elastic::EsSection>,
+    /// Needed to list and replay dead letters (`sluicectl dlq`).
+    #[serde(default)]
+    pub kafka: Option<sluice_kafka::KafkaConfig>,
+    /// The topic names the workers and the etl use (only the dead-letter ones matter here).
+    #[serde(default)]
+    pub topics: sluice_kafka::TopicConfig,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -160,6 +166,12 @@ impl CenterConfig {
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
+        p.extend(self.topics.problems("topics"));
+        if let Some(k) = &self.kafka {
+            if k.brokers.trim().is_empty() {
+                p.push("kafka.brokers: must name at least one broker".into());
+            }
+        }
         if self.center.id.trim().is_empty() || self.center.id.contains('/') {
             p.push(format!(
                 "center.id: `{}` must be non-empty and contain no `/`",

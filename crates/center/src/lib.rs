@@ -13,6 +13,7 @@ pub mod api;
 pub mod balance;
 mod build;
 pub mod config;
+pub mod dlq;
 mod leader;
 pub mod meta;
 mod metrics;

@@ -140,6 +140,17 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
         )"],
     ),
+    // Dead letters published again (`sluicectl dlq replay`), by letter id, and where the
+    // replayed event went.
+    (
+        6,
+        &["CREATE TABLE dead_letter_replays (
+            letter VARCHAR(400) PRIMARY KEY,
+            replayed_to VARCHAR(400) NOT NULL,
+            epoch BIGINT UNSIGNED NOT NULL,
+            at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
+        )"],
+    ),
 ];
 
 /// A pipeline as the meta database keeps it: the spec, and where its versions stand.
@@ -789,6 +800,31 @@ impl Meta {
             .query("SELECT task, MAX(id) FROM assignments GROUP BY task")
             .await?;
         Ok(rows.into_iter().collect())
+    }
+
+    /// When each replayed dead letter (by id) was last replayed, ms since the epoch.
+    pub async fn replays(&self) -> Result<HashMap<String, i64>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, i64)> = conn
+            .query(
+                "SELECT letter, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED) FROM dead_letter_replays",
+            )
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Records that the leader at `epoch` replayed `letter` to `to`.
+    pub async fn record_replay(&self, epoch: u64, letter: &str, to: &str) -> Result<(), MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "INSERT INTO dead_letter_replays (letter, replayed_to, epoch) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE replayed_to = VALUES(replayed_to), epoch = VALUES(epoch),
+               at = CURRENT_TIMESTAMP(3)",
+            (letter, to, epoch),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     pub async fn close(self) {

@@ -4,6 +4,7 @@
 //! shutdown and telemetry set-up.
 
 pub mod config;
+pub mod dead_letter;
 pub mod event;
 pub mod failpoint;
 pub mod mapping;

@@ -43,9 +43,9 @@ pub struct EtlSection {
     /// session to time out. Must be unique per running etl (e.g. the StatefulSet pod name).
     #[serde(default)]
     pub instance_id: Option<String>,
-    /// Where events that cannot be applied go, with the reason. Default `sluice.dlq`.
-    #[serde(default = "default_dlq")]
-    pub dead_letter_topic: String,
+    /// Moved to `topics.dead_letter`, where the center finds it too; kept only to say so.
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
     /// A bulk request holds at most this many documents...
     #[serde(default = "default_max_docs")]
     pub max_batch_docs: usize,
@@ -65,7 +65,7 @@ impl Default for EtlSection {
         Self {
             group_id: default_group(),
             instance_id: None,
-            dead_letter_topic: default_dlq(),
+            dead_letter_topic: None,
             max_batch_docs: default_max_docs(),
             max_batch_bytes: default_max_bytes(),
             linger: default_linger(),
@@ -76,9 +76,6 @@ impl Default for EtlSection {
 
 fn default_group() -> String {
     "sluice-etl".into()
-}
-fn default_dlq() -> String {
-    "sluice.dlq".into()
 }
 fn default_max_docs() -> usize {
     2000
@@ -112,8 +109,10 @@ impl EtlConfig {
         if self.etl.group_id.trim().is_empty() {
             p.push("etl.group_id: must not be empty".into());
         }
-        if self.etl.dead_letter_topic.trim().is_empty() {
-            p.push("etl.dead_letter_topic: must not be empty".into());
+        if let Some(t) = &self.etl.dead_letter_topic {
+            p.push(format!(
+                "etl.dead_letter_topic: moved to topics.dead_letter (write `[topics]` `dead_letter = {t:?}`), where the center's `sluicectl dlq` finds it too"
+            ));
         }
         if self.etl.max_batch_docs == 0 {
             p.push("etl.max_batch_docs: must be at least 1".into());

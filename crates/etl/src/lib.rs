@@ -23,9 +23,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::message::Message as _;
-use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
-use serde_json::{json, Value};
+use serde_json::Value;
+use sluice_core::dead_letter::{EventLetter, LETTER_VERSION};
 use sluice_core::{BuildDocument, ChangeEvent, ConfigError, DdlEvent};
 use sluice_elastic::{BulkOp, EsClient};
 use sluice_kafka::{Consumer, Producer};
@@ -103,7 +103,7 @@ pub async fn run(
     let es = cfg.elasticsearch.client().context("elasticsearch")?;
     let producer =
         sluice_kafka::producer(&cfg.kafka).context("cannot create the dead-letter producer")?;
-    sluice_kafka::ensure_topics(&cfg.kafka, std::slice::from_ref(&cfg.etl.dead_letter_topic))
+    sluice_kafka::ensure_topics(&cfg.kafka, std::slice::from_ref(&cfg.topics.dead_letter))
         .await
         .context("cannot create the dead-letter topic")?;
     let mut consumer_cfg = cfg.kafka.clone();
@@ -380,6 +380,7 @@ async fn apply(
         shutdown,
         stats,
         dead,
+        owners: router.owners(),
     };
     if !writer.write(ops, origins).await? {
         return Ok(Applied::Interrupted);
@@ -396,7 +397,7 @@ async fn apply(
                 .dead_letters
                 .add(1, &[opentelemetry::KeyValue::new("pipeline", pipeline)]);
         }
-        dead_letter(producer, &cfg.etl.dead_letter_topic, batch, &dead).await?;
+        dead_letter(producer, &cfg.topics.dead_letter, batch, &dead).await?;
     }
     if let (Some(tx), false) = (rewrites, rewritten.is_empty()) {
         if !follow::record_rewrites(tx, rewritten, shutdown).await {
@@ -607,36 +608,28 @@ async fn dead_letter(
     let mut deliveries = Vec::with_capacity(dead.len());
     for d in dead {
         let msg = &batch[d.msg];
-        let original: Value = serde_json::from_slice(&msg.payload)
+        let event: Value = serde_json::from_slice(&msg.payload)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&msg.payload).into_owned()));
         tracing::warn!(topic = %msg.topic, partition = msg.partition, offset = msg.offset, reason = %d.reason, "dead-lettering event");
-        let payload = serde_json::to_vec(&json!({
-            "v": 1,
-            "reason": d.reason,
-            "pipeline": d.pipeline,
-            "topic": msg.topic,
-            "partition": msg.partition,
-            "offset": msg.offset,
-            "event": original,
-        }))?;
-        let mut record = FutureRecord::to(topic).payload(&payload);
-        if let Some(k) = &msg.key {
-            record = record.key(k);
-        }
-        let delivery = producer
-            .send_result(record)
-            .map_err(|(e, _)| anyhow::anyhow!(e).context("cannot queue a dead letter"))?;
+        let payload = serde_json::to_vec(&EventLetter {
+            v: LETTER_VERSION,
+            reason: d.reason.clone(),
+            pipeline: d.pipeline.clone(),
+            topic: msg.topic.clone(),
+            partition: msg.partition,
+            offset: msg.offset,
+            event,
+        })?;
+        let delivery = sluice_kafka::queue(producer, topic, msg.key.as_deref(), &payload)
+            .await
+            .context("cannot queue a dead letter")?;
         deliveries.push(delivery);
     }
     for delivery in deliveries {
-        match delivery.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => {
-                return Err(anyhow::anyhow!(e)
-                    .context("Kafka refused a dead letter; the batch is not committed"))
-            }
-            Err(_) => anyhow::bail!("dead-letter delivery report lost; the batch is not committed"),
-        }
+        delivery
+            .acknowledged()
+            .await
+            .context("Kafka did not take a dead letter; the batch is not committed")?;
     }
     Ok(())
 }

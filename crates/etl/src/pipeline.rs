@@ -222,6 +222,20 @@ impl Router {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()
     }
 
+    /// Each index written to, and the pipeline it belongs to.
+    pub fn owners(&self) -> HashMap<String, String> {
+        self.pipelines
+            .iter()
+            .flat_map(|p| {
+                let name = &p.cfg.spec.name;
+                p.targets
+                    .iter()
+                    .flatten()
+                    .map(move |index| (index.clone(), name.clone()))
+            })
+            .collect()
+    }
+
     /// The pipelines whose source's DDL `topic` carries, if it is a schema topic.
     pub fn schema_of(&self, topic: &str) -> Option<Arc<[usize]>> {
         self.by_schema.get(topic).cloned()

@@ -12,6 +12,11 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 
+mod io;
+
+pub use io::{
+    partitions, queue, queue_with, read_all, Delivery, ReadBack, Received, Refused, Stored,
+};
 pub use rdkafka;
 
 /// How to reach Kafka. `properties` are passed to librdkafka as they are (e.g.
@@ -252,6 +257,10 @@ pub struct TopicConfig {
     /// Binlog events the worker could not decode. Default `sluice.{instance}.dlq`.
     #[serde(default = "default_source_dlq_topic")]
     pub source_dead_letter: String,
+    /// Events the etl could not apply, each with the reason; `sluicectl dlq` lists and
+    /// replays them. Default `sluice.dlq`.
+    #[serde(default = "default_dead_letter_topic")]
+    pub dead_letter: String,
     /// The documents a build of a pipeline's index version read, and its catch-up
     /// markers. Default `sluice.build.{pipeline}.v{version}`.
     #[serde(default = "default_build_topic")]
@@ -270,6 +279,10 @@ fn default_source_dlq_topic() -> String {
     "sluice.{instance}.dlq".into()
 }
 
+fn default_dead_letter_topic() -> String {
+    "sluice.dlq".into()
+}
+
 fn default_build_topic() -> String {
     "sluice.build.{pipeline}.v{version}".into()
 }
@@ -280,6 +293,7 @@ impl Default for TopicConfig {
             rows: default_rows_topic(),
             schema: default_schema_topic(),
             source_dead_letter: default_source_dlq_topic(),
+            dead_letter: default_dead_letter_topic(),
             build: default_build_topic(),
         }
     }
@@ -326,6 +340,7 @@ impl TopicConfig {
             ("rows", &self.rows),
             ("schema", &self.schema),
             ("source_dead_letter", &self.source_dead_letter),
+            ("dead_letter", &self.dead_letter),
             ("build", &self.build),
         ] {
             if t.trim().is_empty() {

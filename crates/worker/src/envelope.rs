@@ -1,6 +1,6 @@
 //! Turns decoded binlog events into Kafka records (topic, key, JSON payload).
 
-use serde_json::json;
+use sluice_core::dead_letter::{RowsAt, RowsLetter, LETTER_VERSION};
 use sluice_core::event::DdlEvent;
 use sluice_core::position::file_seq;
 use sluice_core::{ChangeEvent, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
@@ -78,13 +78,19 @@ pub(crate) fn unreadable(
     instance: &str,
     u: &Unreadable,
 ) -> anyhow::Result<Record> {
-    let payload = json!({
-        "v": ENVELOPE_VERSION,
-        "reason": u.reason,
-        "source": { "instance": instance, "server_id": u.server_id, "file": &*u.file, "pos": u.pos, "ts_ms": u.ts_ms },
-        "db": u.db,
-        "table": u.table,
-    });
+    let payload = RowsLetter {
+        v: LETTER_VERSION,
+        reason: u.reason.clone(),
+        source: RowsAt {
+            instance: instance.to_owned(),
+            server_id: u.server_id,
+            file: u.file.to_string(),
+            pos: u.pos,
+            ts_ms: u.ts_ms,
+        },
+        db: u.db.clone(),
+        table: u.table.clone(),
+    };
     Ok(Record {
         topic: topics.source_dead_letter_topic(instance),
         key: format!("{}.{}", u.db, u.table).into_bytes(),

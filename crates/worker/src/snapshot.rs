@@ -22,8 +22,6 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use anyhow::{anyhow, bail, Context as _};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
 use sluice_core::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
 use sluice_kafka::Producer;
 use sluice_mysql::docs::{DocPlan, Reader};
@@ -37,7 +35,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
-use crate::envelope::Record;
 use crate::report::Reports;
 
 /// Rows per snapshot batch (one consistent snapshot, one cursor confirm).
@@ -350,12 +347,12 @@ async fn chunk(
                     columns: columns.clone(),
                     id: built.id,
                 };
-                let record = Record {
-                    topic: topic.clone(),
-                    key: doc.id.clone().into_bytes(),
-                    payload: serde_json::to_vec(&doc)?,
-                };
-                deliveries.push(crate::task::send(&jobs.producer, &record).await?);
+                let payload = serde_json::to_vec(&doc)?;
+                let delivery =
+                    sluice_kafka::queue(&jobs.producer, &topic, Some(doc.id.as_bytes()), &payload)
+                        .await
+                        .with_context(|| format!("cannot publish to {topic}"))?;
+                deliveries.push(delivery);
             }
             acknowledged(deliveries, &format!("a document for {topic}")).await?;
             cursor.rows += read.rows as u64;
@@ -399,16 +396,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     }
     let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
     sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
-    let producer = jobs.producer.clone();
-    let t = topic.clone();
-    let partitions = tokio::task::spawn_blocking(move || {
-        use rdkafka::producer::Producer as _;
-        producer
-            .client()
-            .fetch_metadata(Some(&t), Duration::from_secs(10))
-            .map(|md| md.topics().first().map_or(0, |t| t.partitions().len()))
-    })
-    .await??;
+    let partitions = sluice_kafka::partitions(&jobs.producer, &topic).await?;
     if partitions == 0 {
         bail!("topic {topic} has no partitions");
     }
@@ -417,19 +405,11 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
         version: b.version,
     })?;
     let mut deliveries = Vec::new();
-    for p in 0..partitions as i32 {
-        let headers = OwnedHeaders::new().insert(Header {
-            key: layout::MARKER_HEADER,
-            value: Some(&marker),
-        });
-        let record = FutureRecord::<(), _>::to(&topic)
-            .partition(p)
-            .payload(&marker)
-            .headers(headers);
-        let d = jobs
-            .producer
-            .send_result(record)
-            .map_err(|(e, _)| anyhow!(e).context("cannot send a build marker"))?;
+    let headers: &[(&str, &[u8])] = &[(layout::MARKER_HEADER, &marker)];
+    for p in 0..partitions {
+        let d = sluice_kafka::queue_with(&jobs.producer, &topic, None, &marker, Some((p, headers)))
+            .await
+            .context("cannot send a build marker")?;
         deliveries.push(d);
     }
     acknowledged(deliveries, "a build marker").await?;
@@ -445,16 +425,11 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
 }
 
 /// Waits for Kafka to acknowledge every delivery; the first refusal is the error.
-async fn acknowledged(
-    deliveries: Vec<rdkafka::producer::DeliveryFuture>,
-    what: &str,
-) -> anyhow::Result<()> {
+async fn acknowledged(deliveries: Vec<sluice_kafka::Delivery>, what: &str) -> anyhow::Result<()> {
     for d in deliveries {
-        match d.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => return Err(anyhow!(e).context(format!("Kafka refused {what}"))),
-            Err(_) => bail!("the producer dropped a delivery report"),
-        }
+        d.acknowledged()
+            .await
+            .with_context(|| format!("Kafka refused {what}"))?;
     }
     Ok(())
 }

@@ -5,11 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::OwnedMessage;
-use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use sluice_core::{Checkpoint, Coordinates, GtidSet, Restart};
-use sluice_kafka::Producer;
+use sluice_kafka::{Delivery, Producer};
 use sluice_mysql::{
     BinlogReader, Flavor, RowChange, ServerInfo, SourceConfig, SourceEvent, StartAt, Unreadable,
 };
@@ -19,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
-use crate::envelope::{self, Record};
+use crate::envelope;
 use crate::report::{Progress, Reports};
 
 pub(crate) struct TaskCtx {
@@ -38,7 +35,7 @@ struct SessionExpired;
 
 /// What the publisher hands the acknowledger, in binlog order.
 enum Entry {
-    Delivery(DeliveryFuture),
+    Delivery(Delivery),
     Commit(Checkpoint),
 }
 
@@ -206,31 +203,38 @@ async fn stream(
     let interval = ctx.cfg.worker.confirm_interval;
     let task_name = src.name.clone();
     let progress = ctx.progress.clone();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     let mut acker = tokio::spawn(async move {
-        let result = acknowledge(rx, &mut lock, interval, &task_name, &progress).await;
+        let result = tokio::select! {
+            r = acknowledge(rx, &mut lock, interval, &task_name, &progress) => r,
+            _ = stopped.cancelled() => Err(anyhow!("drain timed out")),
+        };
         (lock, result)
     });
     let read_result = publish_loop(ctx, src, reader, tx, stamp).await;
 
     // The publisher is done (shutdown or failure): let the acknowledger confirm what Kafka
-    // acknowledges, within the drain bound.
-    let drained = tokio::time::timeout(ctx.cfg.worker.drain_timeout, &mut acker).await;
-    match drained {
-        Ok(Ok((lock, ack_result))) => {
-            let release = lock.release().await;
-            if let Err(e) = release {
-                tracing::debug!(task = %src.name, error = %e, "lock release failed (the session will drop it)");
-            }
-            ack_result?;
-        }
-        Ok(Err(join)) => bail!("acknowledger task failed: {join}"),
+    // acknowledges, within the drain bound. Past it the acknowledger is stopped, and the
+    // lock released either way: a task is never left detached while its lock, held by
+    // this live session, keeps every other attempt and worker out.
+    let (lock, ack_result) = match tokio::time::timeout(ctx.cfg.worker.drain_timeout, &mut acker)
+        .await
+    {
+        Ok(joined) => joined.map_err(|e| anyhow!("acknowledger task failed: {e}"))?,
         Err(_) => {
-            // Not left behind holding the lock (and confirming) while a later attempt or
-            // another worker takes the task.
-            acker.abort();
-            let _ = acker.await;
+            stop.cancel();
             tracing::warn!(task = %src.name, "drain timed out: unacknowledged events will be re-read from the last confirmed position");
+            acker
+                .await
+                .map_err(|e| anyhow!("acknowledger task failed: {e}"))?
         }
+    };
+    if let Err(e) = lock.release().await {
+        tracing::debug!(task = %src.name, error = %e, "lock release failed (the session will drop it)");
+    }
+    if !stop.is_cancelled() {
+        ack_result?;
     }
     read_result
 }
@@ -444,7 +448,14 @@ async fn publish_loop(
         open = true;
         wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
         ensure_topic(ctx, &record.topic).await?;
-        let delivery = send(&ctx.producer, &record).await?;
+        let delivery = sluice_kafka::queue(
+            &ctx.producer,
+            &record.topic,
+            Some(&record.key),
+            &record.payload,
+        )
+        .await
+        .with_context(|| format!("cannot publish to {}", record.topic))?;
         ctx.progress.published();
         tx.send(Entry::Delivery(delivery))
             .await
@@ -535,24 +546,6 @@ async fn ensure_topic(ctx: &TaskCtx, topic: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Hands a record to librdkafka; a full local queue is backpressure, so wait and retry.
-pub(crate) async fn send(producer: &Producer, record: &Record) -> anyhow::Result<DeliveryFuture> {
-    loop {
-        let r = FutureRecord::to(&record.topic)
-            .key(&record.key)
-            .payload(&record.payload);
-        match producer.send_result(r) {
-            Ok(delivery) => return Ok(delivery),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err((e, _)) => {
-                return Err(anyhow!(e).context(format!("cannot publish to {}", record.topic)))
-            }
-        }
-    }
-}
-
 enum Step {
     Entry(Option<Entry>),
     Tick,
@@ -587,11 +580,12 @@ async fn acknowledge(
                 return Ok(());
             }
             Step::Entry(Some(Entry::Commit(cp))) => ready = Some(cp),
-            Step::Entry(Some(Entry::Delivery(delivery))) => match delivery.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, msg))) => return Err(delivery_error(e, &msg)),
-                Err(_) => bail!("the producer dropped a delivery report"),
-            },
+            Step::Entry(Some(Entry::Delivery(delivery))) => {
+                delivery
+                    .acknowledged()
+                    .await
+                    .context("the position was not confirmed past it")?;
+            }
         }
         if last_write.elapsed() >= interval {
             if let Some(cp) = ready.take() {
@@ -628,12 +622,4 @@ async fn confirm(
     );
     tracing::debug!(task, position = %cp.position, "position confirmed");
     Ok(())
-}
-
-fn delivery_error(e: KafkaError, msg: &OwnedMessage) -> anyhow::Error {
-    use rdkafka::Message as _;
-    anyhow!(e).context(format!(
-        "Kafka refused an event for {} (the position was not confirmed past it)",
-        msg.topic()
-    ))
 }

@@ -81,6 +81,7 @@ replication_factor = {{ .Values.kafka.replicationFactor }}
 
 [topics]
 rows = {{ .Values.topics.rows | toJson }}
+dead_letter = {{ .Values.topics.deadLetter | toJson }}
 {{- end -}}
 
 {{- define "sluice.esToml" -}}
@@ -121,6 +122,9 @@ settle = {{ .Values.center.balance.settle | toJson }}
 resync = {{ .Values.center.balance.resync | toJson }}
 
 {{ include "sluice.esToml" . }}
+
+{{/* To list and replay dead letters (`sluicectl dlq`). */}}
+{{ include "sluice.kafkaToml" . }}
 {{- end -}}
 
 {{- define "sluice.workerToml" -}}
@@ -145,7 +149,6 @@ tls_key = "/etc/sluice/tls/tls.key"
 {{- define "sluice.etlToml" -}}
 [etl]
 group_id = {{ .Values.etl.groupId | toJson }}
-dead_letter_topic = {{ .Values.etl.deadLetterTopic | toJson }}
 
 {{ include "sluice.commonToml" . }}
 

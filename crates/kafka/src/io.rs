@@ -1,0 +1,227 @@
+//! Sending a message and awaiting Kafka's acknowledgement, and reading topics back, without
+//! the caller touching librdkafka's types.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Message as _, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::{KafkaConfig, Producer};
+
+/// A message queued in the producer; [`Delivery::acknowledged`] waits for Kafka's answer.
+#[must_use = "a message is only safe once Kafka acknowledged it"]
+pub struct Delivery {
+    future: DeliveryFuture,
+}
+
+/// Where Kafka stored a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Kafka did not take a message.
+#[derive(Debug, thiserror::Error)]
+#[error("Kafka did not take a message for {topic}: {error}")]
+pub struct Refused {
+    pub topic: String,
+    #[source]
+    pub error: KafkaError,
+}
+
+impl Delivery {
+    /// Kafka's answer: where the message is, or why it was refused.
+    pub async fn acknowledged(self) -> Result<Stored, Refused> {
+        match self.future.await {
+            Ok(Ok(d)) => Ok(Stored {
+                partition: d.partition,
+                offset: d.offset,
+            }),
+            Ok(Err((error, msg))) => Err(Refused {
+                topic: msg.topic().to_owned(),
+                error,
+            }),
+            Err(_) => Err(Refused {
+                topic: "?".into(),
+                error: KafkaError::Canceled,
+            }),
+        }
+    }
+}
+
+/// Queues a message for `topic`. A full local queue is backpressure: this waits for room
+/// rather than failing.
+pub async fn queue(
+    producer: &Producer,
+    topic: &str,
+    key: Option<&[u8]>,
+    payload: &[u8],
+) -> Result<Delivery, KafkaError> {
+    queue_with(producer, topic, key, payload, None).await
+}
+
+/// A message's headers: name and value each.
+pub type Headers<'a> = &'a [(&'a str, &'a [u8])];
+
+/// [`queue`], to one partition and with headers (a build's markers).
+pub async fn queue_with(
+    producer: &Producer,
+    topic: &str,
+    key: Option<&[u8]>,
+    payload: &[u8],
+    to: Option<(i32, Headers<'_>)>,
+) -> Result<Delivery, KafkaError> {
+    loop {
+        let mut record = FutureRecord::to(topic).payload(payload);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some((partition, headers)) = to {
+            let mut h = OwnedHeaders::new_with_capacity(headers.len());
+            for (key, value) in headers.iter() {
+                h = h.insert(Header {
+                    key,
+                    value: Some(*value),
+                });
+            }
+            record = record.partition(partition).headers(h);
+        }
+        match producer.send_result(record) {
+            Ok(future) => return Ok(Delivery { future }),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
+/// How many partitions `topic` has (0 when it does not exist).
+pub async fn partitions(producer: &Producer, topic: &str) -> Result<i32, KafkaError> {
+    use rdkafka::producer::Producer as _;
+    let producer = producer.clone();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        producer
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map(|md| {
+                md.topics()
+                    .first()
+                    .map_or(0, |t| t.partitions().len() as i32)
+            })
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
+}
+
+/// A message read back from a topic.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    /// The producer's timestamp, ms since the Unix epoch.
+    pub ts_ms: Option<i64>,
+}
+
+/// What [`read_all`] read, and whether it stopped short.
+#[derive(Debug, Default)]
+pub struct ReadBack {
+    pub messages: Vec<Received>,
+    /// `within` passed, or `max` messages were read, before the topics went quiet.
+    pub truncated: bool,
+}
+
+/// Every message of `topics` (those that exist) from the start, without a consumer group.
+///
+/// The end is where every partition reported its end and nothing more arrived for `quiet`:
+/// the reported end alone is not trusted, because some Kafka-protocol brokers under-report
+/// high watermarks for partitions written by an idempotent producer.
+pub async fn read_all(
+    cfg: &KafkaConfig,
+    topics: &[String],
+    quiet: Duration,
+    within: Duration,
+    max: usize,
+) -> Result<ReadBack, KafkaError> {
+    let mut c = cfg.client_config();
+    // A group id is required by the client even though nothing is committed.
+    c.set("group.id", "sluice-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        // A broker may hold a fetch for its whole wait: short, or quiet looks like data.
+        .set("fetch.wait.max.ms", "50");
+    cfg.apply_overrides(&mut c);
+    let consumer: BaseConsumer<crate::TracingContext> =
+        c.create_with_context(crate::TracingContext)?;
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || read_blocking(&consumer, &topics, quiet, within, max))
+        .await
+        .map_err(|_| KafkaError::Canceled)?
+}
+
+fn read_blocking(
+    consumer: &BaseConsumer<crate::TracingContext>,
+    topics: &[String],
+    quiet: Duration,
+    within: Duration,
+    max: usize,
+) -> Result<ReadBack, KafkaError> {
+    let deadline = Instant::now() + within;
+    let mut out = ReadBack::default();
+    // One topic at a time: an end-of-partition notice names the partition, not the topic.
+    for topic in topics {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let mut tpl = TopicPartitionList::new();
+        for t in md.topics() {
+            // A topic nobody wrote to does not exist yet: nothing to read there.
+            if t.error().is_some() {
+                continue;
+            }
+            for p in t.partitions() {
+                tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+            }
+        }
+        if tpl.count() == 0 {
+            continue;
+        }
+        consumer.assign(&tpl)?;
+        let mut ended = std::collections::HashSet::new();
+        let mut last = Instant::now();
+        while ended.len() < tpl.count() || last.elapsed() < quiet {
+            if Instant::now() >= deadline || out.messages.len() >= max {
+                out.truncated = true;
+                return Ok(out);
+            }
+            match consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    out.messages.push(Received {
+                        topic: m.topic().to_owned(),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                        ts_ms: m.timestamp().to_millis(),
+                    });
+                    last = Instant::now();
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    ended.insert(p);
+                    last = Instant::now();
+                }
+                // Transient broker notices are not data.
+                Some(Err(e)) => tracing::debug!(%topic, error = %e, "reading back"),
+                None => {}
+            }
+        }
+    }
+    Ok(out)
+}
