@@ -11,6 +11,7 @@ set -euo pipefail
 work="$(cd "$(dirname "$0")/.." && pwd)/.work/cluster"
 source "$(dirname "$0")/common.sh"
 token_file="$work/admin.token"
+worker_token_file="$work/worker.token"
 ports=(17070 17071 17072)
 
 ctl() { SLUICECTL_TOKEN="$(cat "$token_file")" "$bin/sluicectl" \
@@ -25,8 +26,10 @@ esac
 
 stop_started
 run_id="cluster-$(date +%s)"
-[ -s "$token_file" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$token_file"
-chmod 600 "$token_file"
+for f in "$token_file" "$worker_token_file"; do
+  [ -s "$f" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$f"
+  chmod 600 "$f"
+done
 
 say "sample schema: shop.customers; meta database sluice_meta_local"
 sql -e "CREATE DATABASE IF NOT EXISTS shop;
@@ -55,6 +58,7 @@ database = "sluice_meta_local"
 [api]
 auth = "token"
 token_file = "$token_file"
+worker_token_file = "$worker_token_file"
 [kafka]
 brokers = "$KAFKA_BROKERS"
 [topics]
@@ -74,7 +78,7 @@ brokers = "$KAFKA_BROKERS"
 [topics]
 rows = "sluice.$run_id.{instance}.{db}.{table}"
 [center]
-token_file = "$token_file"
+token_file = "$worker_token_file"
 TOML
 done
 cat >"$work/etl.toml" <<TOML

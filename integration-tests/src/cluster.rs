@@ -15,6 +15,8 @@ use crate::{check_table, eventually, CheckOptions, Pipeline};
 /// `password_ref` is `env:` this).
 const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
 const TOKEN: &str = "it-admin-token";
+/// The workers' token: it can report, not administer.
+pub const WORKER_TOKEN: &str = "it-worker-token";
 
 pub struct Cluster {
     pub centers: Vec<Service>,
@@ -63,7 +65,9 @@ impl TestCtx {
         self.center_with_api(
             n,
             port,
-            &format!("[api]\nauth = \"token\"\ntoken = \"{TOKEN}\"\n"),
+            &format!(
+                "[api]\nauth = \"token\"\ntoken = \"{TOKEN}\"\nworker_token = \"{WORKER_TOKEN}\"\n"
+            ),
         )
     }
 
@@ -111,7 +115,7 @@ impl TestCtx {
         let worker = format!(
             "[worker]\nid = \"w{n}\"\nconfirm_interval = \"200ms\"\nreport_interval = \"500ms\"\n"
         );
-        let center = format!("[center]\ntoken = \"{TOKEN}\"\n");
+        let center = format!("[center]\ntoken = \"{WORKER_TOKEN}\"\n");
         self.service(
             "sluice-worker",
             &format!("worker-{n}"),

@@ -123,6 +123,32 @@ async fn sources_and_pipelines_added_at_runtime_stream_without_restarts() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+    // The workers' token reported all along (the task events above came through it), but
+    // it cannot administer.
+    let sources = cluster.ctl(&["sources", "list"]).unwrap();
+    assert!(sources.to_string().contains(&items.name), "{sources}");
+    let denied = std::process::Command::new(sluice_integration_tests::Service::binary("sluicectl"))
+        .args([
+            "--center",
+            &format!("http://{}", cluster.addrs[0]),
+            "sources",
+            "delete",
+            &items.name,
+        ])
+        .env(
+            "SLUICECTL_TOKEN",
+            sluice_integration_tests::cluster::WORKER_TOKEN,
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&denied.stderr);
+    assert!(!denied.status.success(), "{said}");
+    assert!(said.contains("can only report"), "{said}");
+    assert_eq!(
+        cluster.ctl(&["sources", "list"]).unwrap(),
+        sources,
+        "nothing was deleted"
+    );
 
     drop(cluster);
     ctx.cleanup().await;

@@ -35,12 +35,10 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
 
     // Values are checked too, all problems at once, before any connection is made.
     let etl = ctx.etl(&[ctx.pipeline("Bad Alias")]);
-    let text = std::fs::read_to_string(&etl.config)
-        .unwrap()
-        .replace(
-            "linger = \"50ms\"",
-            "linger = \"50ms\"\nmax_batch_docs = 0\ndead_letter_topic = \"old.dlq\"",
-        );
+    let text = std::fs::read_to_string(&etl.config).unwrap().replace(
+        "linger = \"50ms\"",
+        "linger = \"50ms\"\nmax_batch_docs = 0\ndead_letter_topic = \"old.dlq\"",
+    );
     std::fs::write(&etl.config, text).unwrap();
     let (status, out) = etl.run_to_exit(Duration::from_secs(30));
     assert!(!status.success());

@@ -320,8 +320,8 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                         !str_of(&secret["key"]).is_empty(),
                         "{name}: {wname}: a secretKeyRef without a key"
                     );
-                    referenced.insert(secret_name);
-                    "from-a-secret".to_owned()
+                    referenced.insert(secret_name.clone());
+                    format!("from-secret-{secret_name}")
                 } else if let Some(field) = from.get("fieldRef") {
                     let f = str_of(&field["fieldPath"]);
                     if key == "SLUICE_ETL__INSTANCE_ID" {
@@ -344,6 +344,16 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                 assert!(
                     env.iter().any(|(k, _)| k == "SLUICE_ETL__INSTANCE_ID"),
                     "{name}: the etl has no instance id"
+                );
+            }
+            // Workers get their own report-only token when the values name one.
+            let worker_secret = str_of(s(&values, &["api", "workerTokenSecret", "name"]));
+            if component == "worker" && !worker_secret.is_empty() {
+                let token = env.iter().find(|(k, _)| k == "SLUICE_CENTER__TOKEN");
+                assert_eq!(
+                    token.map(|(_, v)| v.as_str()),
+                    Some(format!("from-secret-{worker_secret}").as_str()),
+                    "{name}: the workers' token"
                 );
             }
             for v in s(pod, &["spec", "volumes"])

@@ -99,3 +99,49 @@ async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_f
     ctx.wait_streamed(&run.worker).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
 }
+
+/// With a bounded `kafka.message_timeout`, events Kafka does not acknowledge in time fail:
+/// the task stops short of confirming them, says so, and resumes from its confirmed
+/// position once Kafka is back; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_past_the_message_timeout_fail_and_the_task_resumes_from_its_confirmed_position() {
+    let kafka = PrivateKafka::start().await;
+    let ctx = TestCtx::new("kafkatimeout").await;
+    ctx.route_kafka(&kafka.brokers());
+    ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT)")
+        .await;
+    let pipeline = ctx.pipeline("acct");
+    let worker = ctx.worker().with_env("SLUICE_KAFKA__MESSAGE_TIMEOUT", "3s");
+    let etl = ctx.etl(std::slice::from_ref(&pipeline));
+    let run = ctx.run(worker, etl).await;
+    ctx.exec("INSERT INTO acct SELECT seq, seq FROM seq_1_to_100")
+        .await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+
+    let load = ctx.load(Duration::from_millis(20), |n| {
+        let id = n % 500;
+        vec![format!(
+            "INSERT INTO acct VALUES ({id}, {n}) ON DUPLICATE KEY UPDATE balance = {n}"
+        )]
+    });
+    kafka.proxy.set(Mode::Blackhole);
+    let held = ctx.checkpoint().await.expect("checkpoint");
+    eventually("the task says its events timed out", WITHIN, || async {
+        let log = std::fs::read_to_string(&run.worker.log).map_err(|e| e.to_string())?;
+        log.contains("timed out")
+            .then_some(())
+            .ok_or_else(|| "no timed-out delivery in the worker's log yet".to_owned())
+    })
+    .await;
+    let cp = ctx.checkpoint().await.expect("checkpoint");
+    assert_eq!(
+        cp.position, held.position,
+        "the confirmed position moved past events Kafka never acknowledged"
+    );
+
+    kafka.proxy.set(Mode::Open);
+    load.wait_rounds(20, WITHIN).await;
+    load.stop().await;
+    ctx.wait_streamed(&run.worker).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+}

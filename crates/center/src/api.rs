@@ -32,7 +32,7 @@ use crate::Shared;
 /// Serves until `shutdown`.
 pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let api = &shared.cfg.api;
-    let auth = Auth::from_config(&shared.cfg)?;
+    let (admin_auth, reports_auth) = Auth::from_config(&shared.cfg)?;
     let (health, health_service) = tonic_health::server::health_reporter();
     let readiness = tokio::spawn(report_health(health, shared.clone(), shutdown.clone()));
     let reflection = tonic_reflection::server::Builder::configure()
@@ -63,8 +63,8 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
     let served = server
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(AdminServer::with_interceptor(service.clone(), auth.clone()))
-        .add_service(WorkerReportsServer::with_interceptor(service, auth))
+        .add_service(AdminServer::with_interceptor(service.clone(), admin_auth))
+        .add_service(WorkerReportsServer::with_interceptor(service, reports_auth))
         .serve_with_shutdown(listen, shutdown.clone().cancelled_owned())
         .await
         .map_err(|e| anyhow::anyhow!("gRPC API on {listen}: {e}"));
@@ -110,37 +110,66 @@ async fn report_health(
     }
 }
 
-/// Bearer-token check (mTLS is enforced by the TLS layer itself).
+/// Bearer-token check (mTLS is enforced by the TLS layer itself). The admin token opens
+/// both services; the workers' token only the reports.
 #[derive(Clone)]
 struct Auth {
-    token: Option<Arc<str>>,
+    admin: Option<Arc<str>>,
+    worker: Option<Arc<str>>,
+    /// Whether this guards the reports service (else the admin service).
+    reports: bool,
+}
+
+/// A token from its value or its file, named by `key` in errors; `None` when neither is set.
+fn token(
+    value: &Option<sluice_core::Secret>,
+    file: &Option<std::path::PathBuf>,
+    key: &str,
+) -> anyhow::Result<Option<Arc<str>>> {
+    let token = match (value, file) {
+        (Some(t), _) => t.expose().to_owned(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("api.{key}_file: {}: {e}", f.display()))?
+            .trim()
+            .to_owned(),
+        (None, None) => return Ok(None),
+    };
+    if token.is_empty() {
+        anyhow::bail!("api.{key}: must not be empty");
+    }
+    Ok(Some(token.into()))
 }
 
 impl Auth {
-    fn from_config(cfg: &crate::CenterConfig) -> anyhow::Result<Self> {
-        let token = match cfg.api.auth {
-            AuthMode::Token => Some(match (&cfg.api.token, &cfg.api.token_file) {
-                (Some(t), _) => t.expose().to_owned(),
-                (None, Some(f)) => std::fs::read_to_string(f)
-                    .map_err(|e| anyhow::anyhow!("api.token_file: {}: {e}", f.display()))?
-                    .trim()
-                    .to_owned(),
-                (None, None) => anyhow::bail!("api.token: required with auth = \"token\""),
-            }),
-            AuthMode::Mtls | AuthMode::None => None,
+    /// The admin service's guard and the reports service's.
+    fn from_config(cfg: &crate::CenterConfig) -> anyhow::Result<(Self, Self)> {
+        let api = &cfg.api;
+        let (admin, worker) = match api.auth {
+            AuthMode::Token => {
+                let admin = token(&api.token, &api.token_file, "token")?
+                    .ok_or_else(|| anyhow::anyhow!("api.token: required with auth = \"token\""))?;
+                let worker = token(&api.worker_token, &api.worker_token_file, "worker_token")?;
+                if worker.as_deref() == Some(&*admin) {
+                    anyhow::bail!(
+                        "api.worker_token: must differ from api.token, or workers could administer"
+                    );
+                }
+                (Some(admin), worker)
+            }
+            AuthMode::Mtls | AuthMode::None => (None, None),
         };
-        if token.as_deref() == Some("") {
-            anyhow::bail!("api.token: must not be empty");
-        }
-        Ok(Self {
-            token: token.map(Into::into),
-        })
+        let guard = |reports| Auth {
+            admin: admin.clone(),
+            worker: worker.clone(),
+            reports,
+        };
+        Ok((guard(false), guard(true)))
     }
 }
 
 impl Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(token) = &self.token else {
+        let Some(admin) = &self.admin else {
             return Ok(req);
         };
         let given = req
@@ -149,12 +178,22 @@ impl Interceptor for Auth {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
-        if constant_time_eq(given.as_bytes(), token.as_bytes()) {
-            Ok(req)
-        } else {
-            Err(Status::unauthenticated(
+        if constant_time_eq(given.as_bytes(), admin.as_bytes()) {
+            return Ok(req);
+        }
+        match &self.worker {
+            Some(w) if constant_time_eq(given.as_bytes(), w.as_bytes()) => {
+                if self.reports {
+                    Ok(req)
+                } else {
+                    Err(Status::permission_denied(
+                        "this is the workers' token: it can only report, not administer",
+                    ))
+                }
+            }
+            _ => Err(Status::unauthenticated(
                 "missing or wrong bearer token (header `authorization: Bearer <token>`)",
-            ))
+            )),
         }
     }
 }

@@ -106,6 +106,14 @@ pub struct ApiSection {
     /// A file holding the bearer token (e.g. a mounted Kubernetes secret).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// The workers' bearer token (`auth = "token"`): it may report tasks' progress and
+    /// events, nothing else, so a worker's credential cannot administer the cluster.
+    /// Prefer `worker_token_file` or `SLUICE_API__WORKER_TOKEN`. Without it workers use
+    /// `token`.
+    #[serde(default)]
+    pub worker_token: Option<Secret>,
+    #[serde(default)]
+    pub worker_token_file: Option<PathBuf>,
     /// Server certificate and key (PEM); required for `mtls`, optional TLS otherwise.
     #[serde(default)]
     pub tls_cert: Option<PathBuf>,
@@ -168,9 +176,7 @@ impl CenterConfig {
         p.extend(self.telemetry.problems("telemetry"));
         p.extend(self.topics.problems("topics"));
         if let Some(k) = &self.kafka {
-            if k.brokers.trim().is_empty() {
-                p.push("kafka.brokers: must name at least one broker".into());
-            }
+            p.extend(k.problems("kafka"));
         }
         if self.center.id.trim().is_empty() || self.center.id.contains('/') {
             p.push(format!(

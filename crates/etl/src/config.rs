@@ -120,9 +120,7 @@ impl EtlConfig {
         if self.etl.max_batch_bytes < 1024 {
             p.push("etl.max_batch_bytes: must be at least 1024".into());
         }
-        if self.kafka.brokers.trim().is_empty() {
-            p.push("kafka.brokers: must name at least one broker".into());
-        }
+        p.extend(self.kafka.problems("kafka"));
         p.extend(self.topics.problems("topics"));
         p.extend(self.elasticsearch.problems("elasticsearch"));
         if self.pipelines.is_empty() && self.zookeeper.is_none() {

@@ -28,7 +28,7 @@ use serde_json::Value;
 use sluice_core::dead_letter::{EventLetter, LETTER_VERSION};
 use sluice_core::{BuildDocument, ChangeEvent, ConfigError, DdlEvent};
 use sluice_elastic::{BulkOp, EsClient};
-use sluice_kafka::{Consumer, Producer};
+use sluice_kafka::{Consumer, Producer, SharedProducer};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -101,8 +101,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let es = cfg.elasticsearch.client().context("elasticsearch")?;
-    let producer =
-        sluice_kafka::producer(&cfg.kafka).context("cannot create the dead-letter producer")?;
+    let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
+        .context("cannot create the dead-letter producer")?;
     sluice_kafka::ensure_topics(&cfg.kafka, std::slice::from_ref(&cfg.topics.dead_letter))
         .await
         .context("cannot create the dead-letter topic")?;
@@ -339,7 +339,7 @@ enum Applied {
 /// What applying a batch works with.
 struct Ctx<'a> {
     es: &'a EsClient,
-    producer: &'a Producer,
+    producer: &'a SharedProducer,
     cfg: &'a EtlConfig,
     shutdown: &'a CancellationToken,
     /// To the follower (cluster mode): documents DDL changed, answered once recorded.
@@ -397,7 +397,9 @@ async fn apply(
                 .dead_letters
                 .add(1, &[opentelemetry::KeyValue::new("pipeline", pipeline)]);
         }
-        dead_letter(producer, &cfg.topics.dead_letter, batch, &dead).await?;
+        if !dead_letter(producer, cfg, batch, &dead, shutdown).await? {
+            return Ok(Applied::Interrupted);
+        }
     }
     if let (Some(tx), false) = (rewrites, rewritten.is_empty()) {
         if !follow::record_rewrites(tx, rewritten, shutdown).await {
@@ -598,8 +600,33 @@ async fn ready(
 }
 
 /// Publishes dead letters and waits until Kafka has them all; only then may the batch's
-/// offsets be committed.
+/// offsets be committed. Refused letters are sent again, by a new producer, with backoff;
+/// `false` when shutdown came first.
 async fn dead_letter(
+    producer: &SharedProducer,
+    cfg: &EtlConfig,
+    batch: &[Msg],
+    dead: &[DeadLetter],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let mut backoff = cfg.etl.retry_backoff;
+    loop {
+        let sent = send_letters(&producer.get(), &cfg.topics.dead_letter, batch, dead).await;
+        let Err(e) = sent else {
+            return Ok(true);
+        };
+        let Some(why) = producer.renew_after(e.as_ref()) else {
+            return Err(e);
+        };
+        tracing::warn!(%why, retry_in = ?backoff, "Kafka refused dead letters: sending them again with a new producer");
+        if !sluice_core::shutdown::pause(backoff, shutdown).await {
+            return Ok(false);
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+async fn send_letters(
     producer: &Producer,
     topic: &str,
     batch: &[Msg],

@@ -11,6 +11,69 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{KafkaConfig, Producer};
 
+/// The producer a process shares, replaced when librdkafka declares it unusable: an
+/// idempotent producer is fenced for good when messages timed out and the broker would
+/// not take its bumped epoch.
+#[derive(Clone)]
+pub struct SharedProducer {
+    cfg: KafkaConfig,
+    current: std::sync::Arc<std::sync::Mutex<Producer>>,
+}
+
+impl SharedProducer {
+    pub fn new(cfg: &KafkaConfig) -> Result<Self, KafkaError> {
+        Ok(Self {
+            cfg: cfg.clone(),
+            current: std::sync::Arc::new(std::sync::Mutex::new(crate::producer(cfg)?)),
+        })
+    }
+
+    /// The producer to send with now.
+    pub fn get(&self) -> Producer {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the producer after `failure`, when Kafka refused one of its messages or
+    /// the producer hit a fatal error: an idempotent producer whose messages timed out
+    /// moves to a new epoch, which not every broker takes, and may never deliver again.
+    /// A new one starts clean; what the old one still holds fails, and is read again by
+    /// its sender. Says why, when it did.
+    pub fn renew_after(&self, failure: &(dyn std::error::Error + 'static)) -> Option<String> {
+        use rdkafka::producer::Producer as _;
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let why = match current.client().fatal_error() {
+            Some((code, why)) => format!("{why} ({code:?})"),
+            None => {
+                let mut cause = Some(failure);
+                let refused = std::iter::from_fn(|| {
+                    let c = cause?;
+                    cause = c.source();
+                    Some(c)
+                })
+                .find_map(|c| c.downcast_ref::<Refused>())?;
+                refused.to_string()
+            }
+        };
+        match crate::producer(&self.cfg) {
+            Ok(fresh) => *current = fresh,
+            Err(e) => tracing::error!(error = %e, "cannot create a new Kafka producer"),
+        }
+        Some(why)
+    }
+
+    /// Waits up to `within` for everything queued to be delivered.
+    pub async fn flush(&self, within: Duration) -> Result<(), KafkaError> {
+        use rdkafka::producer::Producer as _;
+        let producer = self.get();
+        tokio::task::spawn_blocking(move || producer.flush(within))
+            .await
+            .map_err(|_| KafkaError::Canceled)?
+    }
+}
+
 /// A message queued in the producer; [`Delivery::acknowledged`] waits for Kafka's answer.
 #[must_use = "a message is only safe once Kafka acknowledged it"]
 pub struct Delivery {

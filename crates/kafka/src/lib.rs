@@ -15,7 +15,8 @@ use serde::Deserialize;
 mod io;
 
 pub use io::{
-    partitions, queue, queue_with, read_all, Delivery, ReadBack, Received, Refused, Stored,
+    partitions, queue, queue_with, read_all, Delivery, ReadBack, Received, Refused, SharedProducer,
+    Stored,
 };
 pub use rdkafka;
 
@@ -38,6 +39,16 @@ pub struct KafkaConfig {
     /// environment (`SLUICE_KAFKA__SASL_PASSWORD`, e.g. from a Kubernetes Secret).
     #[serde(default)]
     pub sasl_password: Option<sluice_core::Secret>,
+    /// How long a produced message may wait for Kafka's acknowledgement (librdkafka's
+    /// `message.timeout.ms`). Past it the message fails: the worker's task stops short of
+    /// confirming it and resumes from its confirmed position, so nothing is lost, and
+    /// nothing waits on an unreachable Kafka forever. Default 5 minutes.
+    #[serde(default = "default_message_timeout", with = "humantime_serde")]
+    pub message_timeout: Duration,
+}
+
+fn default_message_timeout() -> Duration {
+    Duration::from_secs(300)
 }
 
 fn default_partitions() -> i32 {
@@ -56,7 +67,22 @@ impl KafkaConfig {
             replication_factor: default_replication(),
             properties: BTreeMap::new(),
             sasl_password: None,
+            message_timeout: default_message_timeout(),
         }
+    }
+
+    /// Problems with the values, each naming its key under `prefix`.
+    pub fn problems(&self, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.brokers.trim().is_empty() {
+            out.push(format!("{prefix}.brokers: must name at least one broker"));
+        }
+        if self.message_timeout < Duration::from_secs(1) {
+            out.push(format!(
+                "{prefix}.message_timeout: at least 1s (Kafka's client checks it about once a second)"
+            ));
+        }
+        out
     }
 
     fn client_config(&self) -> ClientConfig {
@@ -140,15 +166,19 @@ impl ConsumerContext for TracingContext {}
 pub type Producer = FutureProducer<TracingContext>;
 pub type Consumer = StreamConsumer<TracingContext>;
 
-/// An idempotent producer with `acks=all` that retries forever: while Kafka is down,
-/// deliveries stay pending and the caller's in-flight bound turns that into backpressure
-/// on the binlog reader (README invariant 6) instead of failing events.
+/// An idempotent producer with `acks=all` that retries until `message_timeout`: while
+/// Kafka is down, deliveries stay pending and the caller's in-flight bound turns that into
+/// backpressure on the binlog reader (README invariant 6); past the timeout they fail,
+/// and the caller resumes from what was acknowledged.
 pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
     let mut c = cfg.client_config();
     c.set("enable.idempotence", "true")
         .set("acks", "all")
         .set("max.in.flight.requests.per.connection", "5")
-        .set("message.timeout.ms", "0")
+        .set(
+            "message.timeout.ms",
+            cfg.message_timeout.as_millis().max(1).to_string(),
+        )
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "200000")

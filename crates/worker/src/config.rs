@@ -157,9 +157,7 @@ impl WorkerConfig {
                     .map(|i| format!("zookeeper.{}: {}", i.key, i.reason)),
             );
         }
-        if self.kafka.brokers.trim().is_empty() {
-            problems.push("kafka.brokers: must name at least one broker".into());
-        }
+        problems.extend(self.kafka.problems("kafka"));
         problems.extend(self.topics.problems("topics"));
         if self.worker.capacity == 0 {
             problems.push("worker.capacity: must be at least 1".into());

@@ -49,8 +49,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
-    let producer =
-        sluice_kafka::producer(&cfg.kafka).context("cannot create the Kafka producer")?;
+    let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
+        .context("cannot create the Kafka producer")?;
     let known_topics = Arc::new(Mutex::new(HashSet::new()));
     let reports = Arc::new(report::Reports::default());
     metrics::observe(reports.clone());
@@ -140,12 +140,7 @@ pub async fn run(
             tracing::warn!("ZooKeeper session expired: every task was dropped; reconnecting with a new session");
         }
     }
-    let flushed = tokio::task::spawn_blocking(move || {
-        use rdkafka::producer::Producer as _;
-        producer.flush(Duration::from_secs(5))
-    })
-    .await;
-    if let Ok(Err(e)) = flushed {
+    if let Err(e) = producer.flush(Duration::from_secs(5)).await {
         tracing::warn!(error = %e, "producer flush at shutdown failed");
     }
     tracing::info!("worker stopped");

@@ -23,7 +23,7 @@ use tracing::Instrument as _;
 
 use anyhow::{anyhow, bail, Context as _};
 use sluice_core::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
-use sluice_kafka::Producer;
+use sluice_kafka::SharedProducer;
 use sluice_mysql::docs::{DocPlan, Reader};
 use sluice_mysql::Key;
 use sluice_zk::layout::{
@@ -43,7 +43,7 @@ const BATCH_ROWS: usize = 500;
 pub(crate) struct Jobs {
     pub cfg: Arc<WorkerConfig>,
     pub coord: Coordinator,
-    pub producer: Producer,
+    pub producer: SharedProducer,
     pub reports: Arc<Reports>,
 }
 
@@ -93,6 +93,9 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(job = %name, error = format!("{e:#}"), "build job failed; retrying");
+                        if let Some(why) = jobs.producer.renew_after(e.as_ref()) {
+                            tracing::warn!(job = %name, %why, "Kafka refused documents: the producer is replaced with a new one");
+                        }
                         jobs.reports
                             .event("build_job_error", &name, format!("{e:#}"));
                         failed = true;
@@ -332,6 +335,7 @@ async fn chunk(
             .await?;
             let seq = sluice_core::position::file_seq(&position.file)?;
             let version = ExternalVersion::new(epoch as u64, seq, position.pos)?.get();
+            let producer = jobs.producer.get();
             let mut deliveries = Vec::with_capacity(read.docs.len());
             for built in read.docs {
                 if !lock.may_publish() {
@@ -349,7 +353,7 @@ async fn chunk(
                 };
                 let payload = serde_json::to_vec(&doc)?;
                 let delivery =
-                    sluice_kafka::queue(&jobs.producer, &topic, Some(doc.id.as_bytes()), &payload)
+                    sluice_kafka::queue(&producer, &topic, Some(doc.id.as_bytes()), &payload)
                         .await
                         .with_context(|| format!("cannot publish to {topic}"))?;
                 deliveries.push(delivery);
@@ -396,7 +400,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     }
     let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
     sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
-    let partitions = sluice_kafka::partitions(&jobs.producer, &topic).await?;
+    let partitions = sluice_kafka::partitions(&jobs.producer.get(), &topic).await?;
     if partitions == 0 {
         bail!("topic {topic} has no partitions");
     }
@@ -404,10 +408,11 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
         pipeline: b.spec.name.clone(),
         version: b.version,
     })?;
+    let producer = jobs.producer.get();
     let mut deliveries = Vec::new();
     let headers: &[(&str, &[u8])] = &[(layout::MARKER_HEADER, &marker)];
     for p in 0..partitions {
-        let d = sluice_kafka::queue_with(&jobs.producer, &topic, None, &marker, Some((p, headers)))
+        let d = sluice_kafka::queue_with(&producer, &topic, None, &marker, Some((p, headers)))
             .await
             .context("cannot send a build marker")?;
         deliveries.push(d);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use sluice_core::{Checkpoint, Coordinates, GtidSet, Restart};
-use sluice_kafka::{Delivery, Producer};
+use sluice_kafka::{Delivery, SharedProducer};
 use sluice_mysql::{
     BinlogReader, Flavor, RowChange, ServerInfo, SourceConfig, SourceEvent, StartAt, Unreadable,
 };
@@ -21,7 +21,7 @@ use crate::report::{Progress, Reports};
 
 pub(crate) struct TaskCtx {
     pub cfg: Arc<WorkerConfig>,
-    pub producer: Producer,
+    pub producer: SharedProducer,
     pub coord: Coordinator,
     pub shutdown: CancellationToken,
     pub known_topics: Arc<Mutex<HashSet<String>>>,
@@ -107,6 +107,9 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
             Err(e) => {
                 if started.elapsed() > Duration::from_secs(60) {
                     backoff = ctx.cfg.worker.retry_backoff;
+                }
+                if let Some(why) = ctx.producer.renew_after(e.as_ref()) {
+                    tracing::warn!(task = %src.name, %why, "Kafka refused events: the producer is replaced with a new one");
                 }
                 ctx.progress.state("retrying");
                 ctx.reports.event("task_error", &src.name, format!("{e:#}"));
@@ -377,6 +380,7 @@ async fn publish_loop(
 ) -> anyhow::Result<()> {
     let mut session = ctx.coord.session();
     let topics = &ctx.cfg.topics;
+    let producer = ctx.producer.get();
     // Events of a transaction whose commit is not read yet have been published: stopping
     // now would publish them again after a restart (the confirmed position is the last
     // commit). So a shutdown lets the open transaction finish first, within half the
@@ -448,14 +452,10 @@ async fn publish_loop(
         open = true;
         wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
         ensure_topic(ctx, &record.topic).await?;
-        let delivery = sluice_kafka::queue(
-            &ctx.producer,
-            &record.topic,
-            Some(&record.key),
-            &record.payload,
-        )
-        .await
-        .with_context(|| format!("cannot publish to {}", record.topic))?;
+        let delivery =
+            sluice_kafka::queue(&producer, &record.topic, Some(&record.key), &record.payload)
+                .await
+                .with_context(|| format!("cannot publish to {}", record.topic))?;
         ctx.progress.published();
         tx.send(Entry::Delivery(delivery))
             .await
