@@ -14,11 +14,10 @@ use crate::{check_table, eventually, CheckOptions, Pipeline};
 /// The environment variable the services read the source password from (a source's
 /// `password_ref` is `env:` this).
 const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
-const TOKEN: &str = "it-admin-token";
-/// The workers' token: it can report, not administer.
-pub const WORKER_TOKEN: &str = "it-worker-token";
 
 pub struct Cluster {
+    /// The admin token `ctl` calls with.
+    pub token: String,
     pub centers: Vec<Service>,
     /// `host:port` of each center's API, by index.
     pub addrs: Vec<String>,
@@ -66,7 +65,8 @@ impl TestCtx {
             n,
             port,
             &format!(
-                "[api]\nauth = \"token\"\ntoken = \"{TOKEN}\"\nworker_token = \"{WORKER_TOKEN}\"\n"
+                "[api]\nauth = \"token\"\ntoken = \"{}\"\nworker_token = \"{}\"\n",
+                self.secrets.api_token, self.secrets.worker_token
             ),
         )
     }
@@ -115,7 +115,7 @@ impl TestCtx {
         let worker = format!(
             "[worker]\nid = \"w{n}\"\nconfirm_interval = \"200ms\"\nreport_interval = \"500ms\"\n"
         );
-        let center = format!("[center]\ntoken = \"{WORKER_TOKEN}\"\n");
+        let center = format!("[center]\ntoken = \"{}\"\n", self.secrets.worker_token);
         self.service(
             "sluice-worker",
             &format!("worker-{n}"),
@@ -142,6 +142,7 @@ impl TestCtx {
     /// until each registered) and the etl.
     pub async fn start_cluster(&self, centers: usize, workers: usize) -> Cluster {
         let mut cluster = Cluster {
+            token: self.secrets.api_token.clone(),
             centers: Vec::new(),
             addrs: Vec::new(),
             workers: Vec::new(),
@@ -284,7 +285,7 @@ impl Cluster {
             .arg("--output")
             .arg("json")
             .args(args)
-            .env("SLUICECTL_TOKEN", TOKEN)
+            .env("SLUICECTL_TOKEN", &self.token)
             .output()
             .map_err(|e| format!("cannot run sluicectl: {e}"))?;
         if !out.status.success() {

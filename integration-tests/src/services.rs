@@ -111,6 +111,49 @@ async fn require_tcp(service: &str, endpoint: &str, addr: &str) {
 
 /// The ZooKeeper session timeout of every service a test starts, and of its own client.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+/// The credentials a test's services use, random per test and found nowhere else, so a
+/// leak of one can be searched for.
+#[derive(Clone)]
+pub struct Secrets {
+    /// The centers' admin API token (sluicectl's).
+    pub api_token: String,
+    /// The workers' report-only API token.
+    pub worker_token: String,
+    /// ZooKeeper's digest credential, `user:password`: the nodes admit it alone.
+    pub zk_auth: String,
+}
+
+impl Secrets {
+    fn new() -> Secrets {
+        let word = |what: &str| format!("{what}-{}", random_hex());
+        Secrets {
+            api_token: word("tok"),
+            worker_token: word("wtok"),
+            zk_auth: format!("sluice-it:{}", word("zk")),
+        }
+    }
+
+    /// Each secret's value as it must never be seen (the ZooKeeper password alone: its
+    /// user name is no secret).
+    pub fn values(&self) -> Vec<&str> {
+        let zk_password = self.zk_auth.split_once(':').map_or("", |(_, p)| p);
+        vec![&self.api_token, &self.worker_token, zk_password]
+    }
+}
+
+/// 16 random hex digits (the standard library's per-process random hasher keys, mixed
+/// with the time and a counter).
+pub fn random_hex() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(crate::COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    format!("{:016x}", h.finish())
+}
 
 /// One test's private corner of the stack.
 pub struct TestCtx {
@@ -123,6 +166,7 @@ pub struct TestCtx {
     pub dlq_topic: String,
     pub server_id: u32,
     pub dir: PathBuf,
+    pub secrets: Secrets,
     zk: tokio::sync::OnceCell<sluice_zk::Coordinator>,
     /// Tables whose pipelines this test declared (their indexes and topics are removed).
     tables: std::sync::Mutex<Vec<String>>,
@@ -131,6 +175,8 @@ pub struct TestCtx {
     cleaned: std::sync::atomic::AtomicBool,
     /// Endpoints the services are given instead of the stack's (a fault proxy's).
     routes: std::sync::Mutex<Routes>,
+    /// Environment for services configured from now on, by binary.
+    env: std::sync::Mutex<Vec<(&'static str, String, String)>>,
 }
 
 /// Where services configured from now on reach MySQL, Kafka and Elasticsearch, when not
@@ -182,11 +228,13 @@ impl TestCtx {
             stack,
             server_id,
             dir,
+            secrets: Secrets::new(),
             zk: tokio::sync::OnceCell::new(),
             tables: Default::default(),
             extra: Default::default(),
             cleaned: Default::default(),
             routes: Default::default(),
+            env: Default::default(),
         }
     }
 
@@ -254,9 +302,10 @@ impl TestCtx {
     pub(crate) fn zookeeper_section(&self) -> String {
         let connect = (self.routes().zookeeper).unwrap_or_else(|| self.stack.zookeeper.clone());
         format!(
-            "[zookeeper]\nconnect = \"{connect}\"\nroot = \"{}\"\nsession_timeout = \"{}s\"\n",
+            "[zookeeper]\nconnect = \"{connect}\"\nroot = \"{}\"\nsession_timeout = \"{}s\"\nauth = \"{}\"\n",
             self.zk_root,
-            SESSION_TIMEOUT.as_secs()
+            SESSION_TIMEOUT.as_secs(),
+            self.secrets.zk_auth,
         )
     }
 
@@ -267,6 +316,7 @@ impl TestCtx {
             connect: self.stack.zookeeper.clone(),
             root: self.zk_root.clone(),
             session_timeout: SESSION_TIMEOUT,
+            auth: Some(sluice_core::Secret::new(&self.secrets.zk_auth)),
         }
     }
 
@@ -317,7 +367,25 @@ impl TestCtx {
         fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         let mut service = Service::new(bin, path, self.dir.join(format!("{name}.log")));
         service.telemetry = telemetry;
+        for (_, key, value) in self
+            .env
+            .lock()
+            .expect("env")
+            .iter()
+            .filter(|(b, ..)| *b == bin)
+        {
+            service = service.with_env(key, value);
+        }
         service
+    }
+
+    /// Services of binary `bin` configured from now on get `key=value` in their
+    /// environment (a `SLUICE_…` override, say).
+    pub fn env_for(&self, bin: &'static str, key: &str, value: &str) {
+        self.env
+            .lock()
+            .expect("env")
+            .push((bin, key.to_owned(), value.to_owned()));
     }
 
     /// The test's source as a `[[sources]]` entry (the worker streams it; the etl reads
@@ -566,6 +634,7 @@ impl TestCtx {
         dbs.extend(extra_dbs);
         Leftovers {
             zk_root: self.zk_root.clone(),
+            zk_auth: self.secrets.zk_auth.clone(),
             dbs,
             aliases: tables.iter().map(|t| self.pipeline_alias(t)).collect(),
             topics: all_topics,
@@ -619,6 +688,8 @@ impl Drop for TestCtx {
 /// What a test leaves in the shared services.
 struct Leftovers {
     zk_root: String,
+    /// The credential the root's nodes admit.
+    zk_auth: String,
     dbs: Vec<String>,
     aliases: Vec<String>,
     topics: Vec<String>,
@@ -666,6 +737,9 @@ impl Leftovers {
             )
             .await
             .map_err(|e| e.to_string())?;
+            zk.add_auth("digest", self.zk_auth.as_bytes().to_vec())
+                .await
+                .map_err(|e| e.to_string())?;
             let result = match zk.exists(&self.zk_root, false).await {
                 Ok(Some(_)) => zk
                     .delete_recursive(&self.zk_root)

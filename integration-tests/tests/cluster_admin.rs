@@ -135,10 +135,7 @@ async fn sources_and_pipelines_added_at_runtime_stream_without_restarts() {
             "delete",
             &items.name,
         ])
-        .env(
-            "SLUICECTL_TOKEN",
-            sluice_integration_tests::cluster::WORKER_TOKEN,
-        )
+        .env("SLUICECTL_TOKEN", &ctx.secrets.worker_token)
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&denied.stderr);

@@ -94,7 +94,8 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
             .connect()
             .await
             .unwrap();
-    let token: tonic::metadata::MetadataValue<_> = "Bearer it-admin-token".parse().unwrap();
+    let token: tonic::metadata::MetadataValue<_> =
+        format!("Bearer {}", ctx.secrets.api_token).parse().unwrap();
     let mut admin = AdminClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
         req.metadata_mut().insert("authorization", token.clone());
         Ok(req)
@@ -147,7 +148,7 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
             "u",
         ])
         .args(["--password-ref", "env:PW", "--server-id", "77"])
-        .env("SLUICECTL_TOKEN", "it-admin-token")
+        .env("SLUICECTL_TOKEN", &ctx.secrets.api_token)
         .output()
         .unwrap();
     assert!(

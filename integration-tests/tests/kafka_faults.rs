@@ -125,7 +125,28 @@ async fn events_past_the_message_timeout_fail_and_the_task_resumes_from_its_conf
         )]
     });
     kafka.proxy.set(Mode::Blackhole);
-    let held = ctx.checkpoint().await.expect("checkpoint");
+    // Acknowledgements that came before the cut may still be confirmed: the position the
+    // outage holds is where it settles.
+    let last = std::sync::Mutex::new(None);
+    let held = eventually("the confirmed position settles", WITHIN, || async {
+        let cp = ctx.checkpoint().await.expect("checkpoint");
+        let mut last = last.lock().unwrap();
+        match &*last {
+            Some((seen, since))
+                if *seen == cp.position && Instant::now() >= *since + Duration::from_secs(1) =>
+            {
+                Ok(cp)
+            }
+            Some((seen, _)) if *seen == cp.position => {
+                Err(format!("{} for less than 1 s", cp.position))
+            }
+            _ => {
+                *last = Some((cp.position.clone(), Instant::now()));
+                Err(format!("moved to {}", cp.position))
+            }
+        }
+    })
+    .await;
     eventually("the task says its events timed out", WITHIN, || async {
         let log = std::fs::read_to_string(&run.worker.log).map_err(|e| e.to_string())?;
         log.contains("timed out")

@@ -35,6 +35,12 @@ pub struct ZkConfig {
     /// server actually granted. Default 6 s.
     #[serde(default = "default_session_timeout", with = "humantime_serde")]
     pub session_timeout: Duration,
+    /// A digest credential, `user:password` (prefer `SLUICE_ZOOKEEPER__AUTH`). With it,
+    /// every node Sluice creates carries an ACL that gives that identity alone every
+    /// right, so only Sluice's services can read or change checkpoints, locks and
+    /// assignments. Every service of a cluster needs the same one.
+    #[serde(default)]
+    pub auth: Option<sluice_core::Secret>,
 }
 
 impl ZkConfig {
@@ -44,6 +50,7 @@ impl ZkConfig {
             connect: connect.into(),
             root: default_root(),
             session_timeout: default_session_timeout(),
+            auth: None,
         }
     }
 
@@ -73,6 +80,18 @@ impl ZkConfig {
                 ),
             });
         }
+        if let Some(auth) = &self.auth {
+            let ok = auth
+                .expose()
+                .split_once(':')
+                .is_some_and(|(user, password)| !user.is_empty() && !password.is_empty());
+            if !ok {
+                issues.push(ConfigIssue {
+                    key: "auth",
+                    reason: "must be `user:password` (a digest credential)".to_owned(),
+                });
+            }
+        }
         if issues.is_empty() {
             Ok(())
         } else {
@@ -84,7 +103,7 @@ impl ZkConfig {
 /// One invalid configuration value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigIssue {
-    /// The key inside the ZooKeeper section (`connect`, `root`, `session_timeout`).
+    /// The key inside the ZooKeeper section (`connect`, `root`, `session_timeout`, `auth`).
     pub key: &'static str,
     pub reason: String,
 }
@@ -199,10 +218,15 @@ mod tests {
             connect: "localhost".to_owned(),
             root: "sluice/".to_owned(),
             session_timeout: Duration::from_millis(500),
+            auth: Some(sluice_core::Secret::new("no-colon")),
         };
         let issues = cfg.validate().unwrap_err();
         let keys: Vec<_> = issues.iter().map(|i| i.key).collect();
-        assert_eq!(keys, ["connect", "root", "session_timeout"]);
+        assert_eq!(keys, ["connect", "root", "session_timeout", "auth"]);
+        assert!(
+            !issues[3].to_string().contains("no-colon"),
+            "the secret stays out"
+        );
         assert!(issues[0].to_string().starts_with("`connect`: `localhost`"));
     }
 

@@ -61,6 +61,8 @@ struct Inner {
     root: String,
     session_id: i64,
     timings: Timings,
+    /// The ACL of every node created: creator-only with a digest credential, else open.
+    acl: Vec<Acl>,
     cancel: CancellationToken,
     supervisor: Mutex<Option<JoinHandle<()>>>,
 }
@@ -142,7 +144,15 @@ impl Coordinator {
 
         // From here on a failure must close the client: its task would keep the session
         // alive otherwise.
-        let (marker, session_id, sent) = match set_up(&zk, &cfg.root, deadline).await {
+        let acl = acl_for(cfg);
+        let credential = cfg.auth.as_ref().map(|a| a.expose().as_bytes().to_vec());
+        let set_up = async {
+            if let Some(c) = &credential {
+                authenticate(&zk, c, deadline).await?;
+            }
+            set_up(&zk, &cfg.root, &acl, deadline).await
+        };
+        let (marker, session_id, sent) = match set_up.await {
             Ok(done) => done,
             Err(e) => {
                 let _ = timeout(Duration::from_secs(1), zk.close()).await;
@@ -170,6 +180,7 @@ impl Coordinator {
             session_id,
             timings,
             events,
+            credential,
             cancel: cancel.clone(),
         };
         let handle = tokio::spawn(supervisor.run().instrument(span));
@@ -181,6 +192,7 @@ impl Coordinator {
                 root: cfg.root.clone(),
                 session_id,
                 timings,
+                acl,
                 cancel,
                 supervisor: Mutex::new(Some(handle)),
             }),
@@ -243,7 +255,7 @@ impl Coordinator {
                     self.inner.zk.create2(
                         &lock_path,
                         owner_info.to_vec(),
-                        Acl::open_unsafe().clone(),
+                        self.acl(),
                         CreateMode::Ephemeral,
                     ),
                 )
@@ -381,12 +393,9 @@ impl Coordinator {
                 .call(
                     "create",
                     &path,
-                    self.inner.zk.create(
-                        &path,
-                        data.to_vec(),
-                        Acl::open_unsafe().clone(),
-                        CreateMode::Persistent,
-                    ),
+                    self.inner
+                        .zk
+                        .create(&path, data.to_vec(), self.acl(), CreateMode::Persistent),
                 )
                 .await
             {
@@ -423,6 +432,11 @@ impl Coordinator {
 
     pub(crate) fn zk(&self) -> &ZooKeeper {
         &self.inner.zk
+    }
+
+    /// The ACL for a node this coordinator creates.
+    pub(crate) fn acl(&self) -> Vec<Acl> {
+        self.inner.acl.clone()
     }
 
     pub(crate) fn timings(&self) -> Timings {
@@ -550,12 +564,9 @@ impl Coordinator {
                 .call(
                     "create",
                     prefix,
-                    self.inner.zk.create(
-                        prefix,
-                        Vec::new(),
-                        Acl::open_unsafe().clone(),
-                        CreateMode::Persistent,
-                    ),
+                    self.inner
+                        .zk
+                        .create(prefix, Vec::new(), self.acl(), CreateMode::Persistent),
                 )
                 .await
             {
@@ -620,7 +631,7 @@ impl Coordinator {
                             self.inner.zk.create(
                                 &path,
                                 Vec::new(),
-                                Acl::open_unsafe().clone(),
+                                self.acl(),
                                 CreateMode::Persistent,
                             ),
                         )
@@ -692,9 +703,31 @@ fn non_empty(data: Vec<u8>) -> Option<Vec<u8>> {
 
 /// Root, layout parents and this session's marker. Returns the marker's path, the session
 /// id and when the marker's create was sent (the start of the first lease).
+/// The ACL of the nodes a service with `cfg` creates.
+fn acl_for(cfg: &ZkConfig) -> Vec<Acl> {
+    match cfg.auth {
+        Some(_) => Acl::creator_all().clone(),
+        None => Acl::open_unsafe().clone(),
+    }
+}
+
+/// Presents the digest credential on the current connection. ZooKeeper keeps it per
+/// connection, not per session: the supervisor presents it again after each reconnect.
+pub(crate) async fn authenticate(
+    zk: &ZooKeeper,
+    credential: &[u8],
+    deadline: Instant,
+) -> Result<(), ZkError> {
+    until_deadline(deadline, "authenticate", "/", || {
+        zk.add_auth("digest", credential.to_vec())
+    })
+    .await
+}
+
 async fn set_up(
     zk: &ZooKeeper,
     root: &str,
+    acl: &[Acl],
     deadline: Instant,
 ) -> Result<(String, i64, Instant), ZkError> {
     let mut parents: Vec<String> = root
@@ -708,12 +741,7 @@ async fn set_up(
 
     for path in &parents {
         until_deadline(deadline, "create", path, || {
-            zk.create(
-                path,
-                Vec::new(),
-                Acl::open_unsafe().clone(),
-                CreateMode::Persistent,
-            )
+            zk.create(path, Vec::new(), acl.to_vec(), CreateMode::Persistent)
         })
         .await
         .map(drop)
@@ -738,7 +766,7 @@ async fn set_up(
         zk.create2(
             &marker_prefix,
             info.clone(),
-            Acl::open_unsafe().clone(),
+            acl.to_vec(),
             CreateMode::EphemeralSequential,
         )
     })

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use zookeeper_async::{Acl, CreateMode};
+use zookeeper_async::CreateMode;
 
 use crate::coordinator::Coordinator;
 use crate::error::ZkError;
@@ -146,7 +146,7 @@ impl Coordinator {
                     self.zk().create(
                         &prefix,
                         info.to_vec(),
-                        Acl::open_unsafe().clone(),
+                        self.acl(),
                         CreateMode::EphemeralSequential,
                     ),
                 )

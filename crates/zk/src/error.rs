@@ -30,7 +30,7 @@ pub enum ZkError {
     Cancelled,
 
     /// The server answered an operation with an error.
-    #[error("ZooKeeper {op} `{path}` failed: {source}")]
+    #[error("ZooKeeper {op} `{path}` failed: {source}{}", hint(source))]
     Zk {
         op: &'static str,
         path: String,
@@ -127,6 +127,17 @@ impl ZkError {
                 source,
             },
         }
+    }
+}
+
+/// What an operator should know about a server's answer.
+fn hint(code: &ZkCode) -> &'static str {
+    match code {
+        ZkCode::NoAuth => {
+            " (the node's ACL does not admit this service: every service of a cluster needs the \
+             same `zookeeper.auth`, the one its nodes were created with)"
+        }
+        _ => "",
     }
 }
 

@@ -4,7 +4,7 @@
 
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
-use zookeeper_async::{Acl, CreateMode, WatchedEvent};
+use zookeeper_async::{CreateMode, WatchedEvent};
 
 use crate::coordinator::Coordinator;
 use crate::error::{ZkCode, ZkError};
@@ -237,12 +237,8 @@ impl Coordinator {
                 .call(
                     "create",
                     &path,
-                    self.zk().create(
-                        &path,
-                        data.to_vec(),
-                        Acl::open_unsafe().clone(),
-                        CreateMode::Persistent,
-                    ),
+                    self.zk()
+                        .create(&path, data.to_vec(), self.acl(), CreateMode::Persistent),
                 )
                 .await
             {
@@ -307,12 +303,8 @@ impl Coordinator {
                 .call(
                     "create",
                     &path,
-                    self.zk().create(
-                        &path,
-                        data.to_vec(),
-                        Acl::open_unsafe().clone(),
-                        CreateMode::Ephemeral,
-                    ),
+                    self.zk()
+                        .create(&path, data.to_vec(), self.acl(), CreateMode::Ephemeral),
                 )
                 .await
             {

@@ -219,6 +219,8 @@ pub(crate) struct Supervisor {
     pub session_id: i64,
     pub timings: Timings,
     pub events: mpsc::UnboundedReceiver<ZkState>,
+    /// The digest credential, presented again on each new connection.
+    pub credential: Option<Vec<u8>>,
     pub cancel: CancellationToken,
 }
 
@@ -248,6 +250,9 @@ impl Supervisor {
         let timings = self.timings;
         let mut next_beat = Instant::now() + timings.heartbeat;
         let mut beat: Option<Heartbeat> = None;
+        // A new connection has yet to present the credential (ZooKeeper keeps it per
+        // connection): the heartbeat does first, and counts as failed until it did.
+        let mut unauthenticated = false;
         loop {
             let connected = self.shared.state() == SessionState::Connected;
             let lease_until = self.shared.lease_until();
@@ -255,8 +260,14 @@ impl Supervisor {
                 biased;
                 _ = self.cancel.cancelled() => return "closed or dropped by its owner".to_owned(),
                 event = self.events.recv() => match event {
-                    // Confirm at once that it is still our session, and renew the lease.
-                    Some(ZkState::Connected) => next_beat = Instant::now(),
+                    // Confirm at once that it is still our session, and renew the lease;
+                    // first, present the credential on the new connection.
+                    Some(ZkState::Connected) => {
+                        unauthenticated = self.credential.is_some();
+                        // A heartbeat sent before is no proof about this connection.
+                        beat = None;
+                        next_beat = Instant::now();
+                    }
                     Some(ZkState::Connecting) | Some(ZkState::ConnectedReadOnly) => {
                         warn!("ZooKeeper connection lost; publishing paused while reconnecting");
                     }
@@ -270,6 +281,7 @@ impl Supervisor {
                     next_beat = Instant::now() + timings.heartbeat;
                     match outcome {
                         Some(Ok(Some(stat))) if stat.ephemeral_owner == self.session_id => {
+                            unauthenticated = false;
                             self.shared.extend_lease(sent + timings.lease);
                             if self.shared.mark_connected() {
                                 info!("ZooKeeper session confirmed; publishing may go on");
@@ -290,8 +302,16 @@ impl Supervisor {
                 _ = sleep_until(next_beat), if beat.is_none() => {
                     let zk = Arc::clone(&self.zk);
                     let marker = self.marker.clone();
+                    let credential = self.credential.clone().filter(|_| unauthenticated);
                     let sent = Instant::now();
                     beat = Some(Box::pin(async move {
+                        if let Some(c) = credential {
+                            let deadline = sent + timings.op;
+                            if let Err(e) = crate::coordinator::authenticate(&zk, &c, deadline).await {
+                                warn!(error = %e, "cannot present the ZooKeeper credential on the new connection yet");
+                                return (sent, Some(Err(ZkCode::AuthFailed)));
+                            }
+                        }
                         (sent, timeout(timings.op, zk.exists(&marker, false)).await.ok())
                     }));
                 },

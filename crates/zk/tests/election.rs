@@ -11,6 +11,7 @@ fn cfg(root: &str) -> ZkConfig {
         connect: std::env::var("ZOOKEEPER").unwrap_or_else(|_| "127.0.0.1:12181".to_owned()),
         root: root.to_owned(),
         session_timeout: Duration::from_secs(4),
+        auth: None,
     }
 }
 

@@ -14,6 +14,8 @@ use zookeeper_async::{ZooKeeper, ZooKeeperExt};
 /// Short enough for quick expiries, within the stack's [minSessionTimeout, maxSessionTimeout].
 const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
 const TASK: &str = "db1.example-3306";
+/// The services' digest credential in these tests.
+const AUTH: &str = "sluice-test:s3cret";
 
 fn zookeeper() -> String {
     std::env::var("ZOOKEEPER").unwrap_or_else(|_| "127.0.0.1:12181".to_owned())
@@ -59,6 +61,11 @@ impl Fixture {
             Ok(Err(e)) => unreachable_zookeeper(&addr, &e.to_string()),
             Err(_) => unreachable_zookeeper(&addr, "no answer within 10 s"),
         }
+        // The raw client plays a Sluice service behind the coordinators' backs: it holds
+        // their credential.
+        raw.add_auth("digest", AUTH.as_bytes().to_vec())
+            .await
+            .unwrap();
         Self { root, raw }
     }
 
@@ -67,6 +74,7 @@ impl Fixture {
             connect: connect.to_owned(),
             root: self.root.clone(),
             session_timeout: SESSION_TIMEOUT,
+            auth: Some(sluice_core::Secret::new(AUTH)),
         }
     }
 
@@ -181,10 +189,18 @@ async fn connect_creates_the_layout_and_a_session_marker() {
     let mut state = a.session();
     a.close().await;
     assert_eq!(*state.borrow_and_update(), SessionState::Expired);
-    assert_eq!(
-        fx.raw.exists(&marker, false).await.unwrap().map(|_| ()),
-        None
-    );
+    // The close request is written, not yet answered, when `close` returns: the server
+    // drops the session's marker as it processes it.
+    within(
+        Duration::from_secs(5),
+        "the closed session's marker goes",
+        async {
+            while fx.raw.exists(&marker, false).await.unwrap().is_some() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
     b.close().await;
     fx.cleanup().await;
 }
@@ -214,6 +230,74 @@ async fn unreachable_zookeeper_is_a_clear_error() {
     let err = Coordinator::connect(&bad).await.unwrap_err();
     assert!(matches!(err, ZkError::InvalidConfig(_)), "{err:?}");
     assert!(err.to_string().contains("`root`"), "{err}");
+}
+
+/// With `auth`, Sluice's nodes admit its credential alone: a client without it can
+/// neither read nor change a checkpoint, a lock or the layout, and a service with another
+/// credential is stopped at connect with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_admit_only_the_services_credential() {
+    let fx = Fixture::new().await;
+    let a = fx.connect().await;
+    let mut lock = a
+        .acquire_task_lock(TASK, b"worker-a", &CancellationToken::new())
+        .await
+        .unwrap();
+    lock.confirm(b"{\"position\":1}").await.unwrap();
+
+    let addr = zookeeper();
+    let stranger = ZooKeeper::connect(&addr, Duration::from_secs(10), |_| {})
+        .await
+        .unwrap();
+    let no_auth = |r: Result<(), zookeeper_async::ZkError>, what: &str| {
+        assert_eq!(r, Err(ZkCode::NoAuth), "{what}");
+    };
+    no_auth(
+        stranger
+            .set_data(&fx.checkpoint_path(), b"{}".to_vec(), None)
+            .await
+            .map(drop),
+        "changing a checkpoint",
+    );
+    no_auth(
+        stranger
+            .get_data(&fx.checkpoint_path(), false)
+            .await
+            .map(drop),
+        "reading a checkpoint",
+    );
+    no_auth(
+        stranger.delete(&fx.lock_path(), None).await,
+        "deleting a lock",
+    );
+    no_auth(
+        stranger
+            .create(
+                &format!("{}/assignments/w9", fx.root),
+                Vec::new(),
+                zookeeper_async::Acl::open_unsafe().clone(),
+                zookeeper_async::CreateMode::Persistent,
+            )
+            .await
+            .map(drop),
+        "adding an assignment",
+    );
+    let _ = stranger.close().await;
+    let (data, _) = fx.raw.get_data(&fx.checkpoint_path(), false).await.unwrap();
+    assert_eq!(data, b"{\"position\":1}", "the checkpoint is untouched");
+
+    let other = ZkConfig {
+        auth: Some(sluice_core::Secret::new("someone:else")),
+        ..fx.cfg(&addr)
+    };
+    let err = Coordinator::connect(&other).await.unwrap_err();
+    let said = err.to_string();
+    assert!(said.contains("the same `zookeeper.auth`"), "{said}");
+    assert!(
+        !said.contains("else"),
+        "the credential stays out of the error: {said}"
+    );
+    lock.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

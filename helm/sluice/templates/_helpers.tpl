@@ -184,6 +184,13 @@ stream) and the etl (to read documents back) resolve sources' `env:NAME` referen
 {{- end }}
 {{- end -}}
 
+{{/* ZooKeeper's digest credential, which every service of the cluster shares. */}}
+{{- define "sluice.zookeeperEnv" -}}
+{{- if .Values.zookeeper.authSecret.name }}
+{{ include "sluice.secretEnv" (dict "name" "SLUICE_ZOOKEEPER__AUTH" "secret" .Values.zookeeper.authSecret) }}
+{{- end }}
+{{- end -}}
+
 {{/* Probes on the telemetry endpoint: live while the process runs, ready while it takes work. */}}
 {{- define "sluice.probes" -}}
 livenessProbe:
