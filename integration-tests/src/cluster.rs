@@ -298,6 +298,24 @@ impl Cluster {
         serde_json::from_slice(&out.stdout).map_err(|e| format!("sluicectl output: {e}"))
     }
 
+    /// Runs `sluicectl ARGS` against the first center as a caller holding `token` (none:
+    /// no token at all); whether it succeeded, and what it said on stderr.
+    pub fn ctl_as(&self, token: Option<&str>, args: &[&str]) -> (bool, String) {
+        let mut cmd = Command::new(Service::binary("sluicectl"));
+        cmd.arg("--center")
+            .arg(format!("http://{}", self.addrs[0]))
+            .args(args)
+            .env_remove("SLUICECTL_TOKEN");
+        if let Some(t) = token {
+            cmd.env("SLUICECTL_TOKEN", t);
+        }
+        let out = cmd.output().expect("run sluicectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Waits for a leader other than `not` (a center index); returns its index and epoch.
     pub async fn wait_leader(&self, within: Duration, not: Option<usize>) -> (usize, u64) {
         eventually("a center leads", within, || async {

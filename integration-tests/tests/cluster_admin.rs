@@ -106,40 +106,18 @@ async fn sources_and_pipelines_added_at_runtime_stream_without_restarts() {
     }
 
     // Without the token the admin API refuses; health stays open (probes need no token).
-    let refused =
-        std::process::Command::new(sluice_integration_tests::Service::binary("sluicectl"))
-            .args([
-                "--center",
-                &format!("http://{}", cluster.addrs[0]),
-                "sources",
-                "list",
-            ])
-            .env_remove("SLUICECTL_TOKEN")
-            .output()
-            .unwrap();
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("Unauthenticated"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
+    let (ok, said) = cluster.ctl_as(None, &["sources", "list"]);
+    assert!(!ok);
+    assert!(said.contains("Unauthenticated"), "{said}");
     // The workers' token reported all along (the task events above came through it), but
     // it cannot administer.
     let sources = cluster.ctl(&["sources", "list"]).unwrap();
     assert!(sources.to_string().contains(&items.name), "{sources}");
-    let denied = std::process::Command::new(sluice_integration_tests::Service::binary("sluicectl"))
-        .args([
-            "--center",
-            &format!("http://{}", cluster.addrs[0]),
-            "sources",
-            "delete",
-            &items.name,
-        ])
-        .env("SLUICECTL_TOKEN", &ctx.secrets.worker_token)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&denied.stderr);
-    assert!(!denied.status.success(), "{said}");
+    let (ok, said) = cluster.ctl_as(
+        Some(&ctx.secrets.worker_token),
+        &["sources", "delete", &items.name],
+    );
+    assert!(!ok, "{said}");
     assert!(said.contains("can only report"), "{said}");
     assert_eq!(
         cluster.ctl(&["sources", "list"]).unwrap(),

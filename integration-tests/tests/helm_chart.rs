@@ -321,7 +321,12 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                         "{name}: {wname}: a secretKeyRef without a key"
                     );
                     referenced.insert(secret_name.clone());
-                    format!("from-secret-{secret_name}")
+                    if key == "SLUICE_ZOOKEEPER__AUTH" {
+                        // A digest credential is `user:password`.
+                        format!("sluice:from-secret-{secret_name}")
+                    } else {
+                        format!("from-secret-{secret_name}")
+                    }
                 } else if let Some(field) = from.get("fieldRef") {
                     let f = str_of(&field["fieldPath"]);
                     if key == "SLUICE_ETL__INSTANCE_ID" {
@@ -344,6 +349,16 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                 assert!(
                     env.iter().any(|(k, _)| k == "SLUICE_ETL__INSTANCE_ID"),
                     "{name}: the etl has no instance id"
+                );
+            }
+            // Every service presents ZooKeeper's credential when the values name one.
+            let zk_secret = str_of(s(&values, &["zookeeper", "authSecret", "name"]));
+            if !zk_secret.is_empty() {
+                let auth = env.iter().find(|(k, _)| k == "SLUICE_ZOOKEEPER__AUTH");
+                assert_eq!(
+                    auth.map(|(_, v)| v.as_str()),
+                    Some(format!("sluice:from-secret-{zk_secret}").as_str()),
+                    "{name}: {wname}'s ZooKeeper credential"
                 );
             }
             // Workers get their own report-only token when the values name one.
