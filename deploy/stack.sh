@@ -125,6 +125,32 @@ mariadb_url_ok() {
     --connect-timeout=2 --batch --skip-column-names -e 'SELECT 1' >/dev/null 2>&1
 }
 
+# A CA, a server certificate for 127.0.0.1 and a client certificate, made once: the server
+# offers TLS (plain connections still work), and the TLS tests connect with them.
+mariadb_tls() {
+  local t; t=$(dir_of mariadb)/tls
+  [[ -s $t/client.key ]] && return 0
+  mkdir -p "$t"
+  (
+    cd "$t"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -keyout ca.key -out ca.pem -subj "/CN=sluice-test-ca" \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+    for who in server client; do
+      local ext usage=serverAuth
+      [[ $who == client ]] && usage=clientAuth
+      ext="basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=$usage\nsubjectAltName=IP:127.0.0.1,DNS:localhost"
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+        -keyout "$who.key.tmp" -out "$who.csr" -subj "/CN=sluice-test-$who"
+      openssl pkcs8 -topk8 -nocrypt -in "$who.key.tmp" -out "$who.key.p8"
+      openssl x509 -req -in "$who.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+        -out "$who.pem" -extfile <(printf "$ext")
+      rm -f "$who.csr" "$who.key.tmp"
+      mv "$who.key.p8" "$who.key"
+    done
+  ) >>"$(logfile mariadb)" 2>&1 || die "mariadb: cannot make the test TLS certificates (openssl)"
+}
+
 mariadb_write_cnf() {
   local d; d=$(dir_of mariadb)
   # Only this file is read (--defaults-file): Debian's /etc/mysql config must not leak in.
@@ -149,11 +175,15 @@ character-set-server=utf8mb4
 collation-server=utf8mb4_unicode_ci
 max_allowed_packet=256M
 innodb_buffer_pool_size=256M
+ssl-ca=$d/tls/ca.pem
+ssl-cert=$d/tls/server.pem
+ssl-key=$d/tls/server.key
 EOF
 }
 
 mariadb_start() {
   local d; d=$(dir_of mariadb)
+  mariadb_tls
   mariadb_write_cnf
   # The marker is written last, so a half-finished bootstrap is redone rather than reused.
   if [[ ! -e $d/data/.installed ]]; then

@@ -361,6 +361,22 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                     "{name}: {wname}'s ZooKeeper credential"
                 );
             }
+            // TLS to MySQL: every service trusts the mounted CA for the sources, the
+            // centers for the meta database too.
+            if !str_of(s(&values, &["mysql", "tlsSecret"])).is_empty() {
+                let mut keys = vec!["SLUICE_SOURCE_TLS__CA"];
+                if component == "center" {
+                    keys.push("SLUICE_META__TLS__CA");
+                }
+                for key in keys {
+                    let ca = env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+                    assert_eq!(
+                        ca,
+                        Some("/etc/sluice/mysql-tls/ca.pem"),
+                        "{name}: {wname}: {key}"
+                    );
+                }
+            }
             // Workers get their own report-only token when the values name one.
             let worker_secret = str_of(s(&values, &["api", "workerTokenSecret", "name"]));
             if component == "worker" && !worker_secret.is_empty() {

@@ -326,7 +326,7 @@ impl AdminApi {
                 spec.source
             ))
         };
-        let src = SourceConfig::from_spec(source)
+        let src = SourceConfig::from_spec(source, self.shared.cfg.source_tls.as_ref())
             .map_err(|e| cannot(format!("{e} (the centers need the source's password too)")))?;
         let checked = tokio::time::timeout(
             std::time::Duration::from_secs(15),

@@ -21,6 +21,9 @@ pub struct CenterConfig {
     /// Needed for builds (alias swaps) and for deleting pipelines' indexes.
     #[serde(default)]
     pub elasticsearch: Option<sluice_elastic::EsSection>,
+    /// TLS to the sources, when the centers check pipelines against their tables.
+    #[serde(default)]
+    pub source_tls: Option<sluice_mysql::MysqlTls>,
     /// Needed to list and replay dead letters (`sluicectl dlq`).
     #[serde(default)]
     pub kafka: Option<sluice_kafka::KafkaConfig>,
@@ -87,6 +90,9 @@ pub struct MetaSection {
     pub user: String,
     pub password: Secret,
     pub database: String,
+    /// TLS to the meta database; none: plain connections.
+    #[serde(default)]
+    pub tls: Option<sluice_mysql::MysqlTls>,
 }
 
 fn default_port() -> u16 {
@@ -175,6 +181,12 @@ impl CenterConfig {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
         p.extend(self.topics.problems("topics"));
+        if let Some(t) = &self.source_tls {
+            p.extend(t.problems("source_tls"));
+        }
+        if let Some(t) = &self.meta.tls {
+            p.extend(t.problems("meta.tls"));
+        }
         if let Some(k) = &self.kafka {
             p.extend(k.problems("kafka"));
         }

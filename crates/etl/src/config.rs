@@ -27,6 +27,9 @@ pub struct EtlConfig {
     /// by name. In a cluster the center's sources are used for those not listed here.
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
+    /// TLS to the center's sources (file sources have their own `tls`).
+    #[serde(default)]
+    pub source_tls: Option<sluice_mysql::MysqlTls>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -106,6 +109,14 @@ impl EtlConfig {
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
+        if let Some(t) = &self.source_tls {
+            p.extend(t.problems("source_tls"));
+        }
+        for (i, s) in self.sources.iter().enumerate() {
+            if let Some(t) = &s.tls {
+                p.extend(t.problems(&format!("sources[{i}].tls")));
+            }
+        }
         if self.etl.group_id.trim().is_empty() {
             p.push("etl.group_id: must not be empty".into());
         }

@@ -40,6 +40,8 @@ pub(crate) struct Follow {
     pub from_file: Vec<Active>,
     /// The file's sources (preferred to the center's records of the same name).
     pub file_sources: Vec<SourceConfig>,
+    /// TLS to the center's sources (`source_tls`).
+    pub source_tls: Option<sluice_mysql::MysqlTls>,
     /// Out: the file's pipelines plus the center's.
     pub pipelines: watch::Sender<Option<Vec<Active>>>,
     /// In: the versions being built this member writes to (published in `etls/<member>`,
@@ -73,7 +75,8 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
         let session = coord.session();
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
             let step = async {
-                let (list, watches) = look(&coord, &f.from_file, &f.file_sources).await?;
+                let (list, watches) =
+                    look(&coord, &f.from_file, &f.file_sources, f.source_tls.as_ref()).await?;
                 f.pipelines.send_if_modified(|current| {
                     if current.as_ref() == Some(&list) {
                         false
@@ -229,6 +232,7 @@ async fn look(
     coord: &Coordinator,
     from_file: &[Active],
     file_sources: &[SourceConfig],
+    tls: Option<&sluice_mysql::MysqlTls>,
 ) -> Result<(Vec<Active>, Vec<sluice_zk::Watch>), sluice_zk::ZkError> {
     let (names, w) = coord.children_watched("pipelines").await?;
     let mut watches = vec![w];
@@ -236,7 +240,7 @@ async fn look(
     for p in from_file {
         let mut p = p.clone();
         if !p.spec.is_flat() && p.source.is_err() {
-            p.source = source_of(coord, &p.spec.source, file_sources, &mut watches).await?;
+            p.source = source_of(coord, &p.spec.source, file_sources, tls, &mut watches).await?;
         }
         list.push(p);
     }
@@ -254,7 +258,7 @@ async fn look(
                 let source = if r.spec.is_flat() {
                     Err("not needed: its documents are its rows".to_owned())
                 } else {
-                    source_of(coord, &r.spec.source, file_sources, &mut watches).await?
+                    source_of(coord, &r.spec.source, file_sources, tls, &mut watches).await?
                 };
                 list.push(Active {
                     spec: r.spec,
@@ -276,6 +280,7 @@ async fn source_of(
     coord: &Coordinator,
     name: &str,
     file_sources: &[SourceConfig],
+    tls: Option<&sluice_mysql::MysqlTls>,
     watches: &mut Vec<sluice_zk::Watch>,
 ) -> Result<Result<SourceConfig, String>, sluice_zk::ZkError> {
     if let Some(s) = file_sources.iter().find(|s| s.name == name) {
@@ -286,7 +291,7 @@ async fn source_of(
     Ok(match node {
         None => Err(format!("no source `{name}` in the center's records")),
         Some(n) => match serde_json::from_slice::<SourceRecord>(&n.data) {
-            Ok(r) => SourceConfig::from_spec(&r.spec),
+            Ok(r) => SourceConfig::from_spec(&r.spec, tls),
             Err(e) => Err(format!(
                 "the center's record of source `{name}` is unreadable: {e}"
             )),

@@ -132,6 +132,7 @@ pub async fn run(
                     .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms())),
                 from_file: file_pipelines(&cfg),
                 file_sources: cfg.sources.clone(),
+                source_tls: cfg.source_tls.clone(),
                 pipelines: pipelines_tx,
                 applied,
                 caught_up,

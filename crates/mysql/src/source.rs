@@ -19,6 +19,9 @@ pub struct SourceConfig {
     /// `db.table` or `db.*` patterns to capture; empty captures every non-system table.
     #[serde(default)]
     pub tables: Vec<String>,
+    /// TLS to the server; none: plain connections.
+    #[serde(default)]
+    pub tls: Option<crate::MysqlTls>,
 }
 
 fn default_port() -> u16 {
@@ -27,8 +30,12 @@ fn default_port() -> u16 {
 
 impl SourceConfig {
     /// The connection settings of a source the center keeps, its password resolved from
-    /// the reference in this process's environment.
-    pub fn from_spec(spec: &SourceSpec) -> Result<SourceConfig, String> {
+    /// the reference in this process's environment, with this process's TLS settings
+    /// for the center's sources (certificates are files of each process).
+    pub fn from_spec(
+        spec: &SourceSpec,
+        tls: Option<&crate::MysqlTls>,
+    ) -> Result<SourceConfig, String> {
         Ok(SourceConfig {
             name: spec.name.clone(),
             host: spec.host.clone(),
@@ -37,6 +44,7 @@ impl SourceConfig {
             password: spec.password()?,
             server_id: spec.server_id,
             tables: spec.tables.clone(),
+            tls: tls.cloned(),
         })
     }
 
@@ -47,6 +55,7 @@ impl SourceConfig {
             .user(Some(self.user.clone()))
             .pass(Some(self.password.expose().to_owned()))
             .prefer_socket(false)
+            .ssl_opts(self.tls.as_ref().map(crate::MysqlTls::ssl_opts))
             .into()
     }
 

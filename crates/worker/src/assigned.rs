@@ -42,6 +42,7 @@ pub(crate) async fn follow(
     coord: &Coordinator,
     worker: &str,
     make_ctx: &MakeCtx<'_>,
+    tls: Option<&sluice_mysql::MysqlTls>,
     reports: &Reports,
     shutdown: &CancellationToken,
 ) {
@@ -109,7 +110,7 @@ pub(crate) async fn follow(
                 tracing::warn!(task = %name, "assignment carries an old leader epoch; waiting for the current leader to confirm it");
                 continue;
             }
-            let src = match SourceConfig::from_spec(&record.spec) {
+            let src = match SourceConfig::from_spec(&record.spec, tls) {
                 Ok(s) => {
                     failing.remove(name);
                     s

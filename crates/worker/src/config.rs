@@ -23,6 +23,9 @@ pub struct WorkerConfig {
     /// a cluster: the center's leader assigns sources through ZooKeeper.
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
+    /// TLS to the sources the center assigns (file sources have their own `tls`).
+    #[serde(default)]
+    pub source_tls: Option<sluice_mysql::MysqlTls>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -159,6 +162,14 @@ impl WorkerConfig {
         }
         problems.extend(self.kafka.problems("kafka"));
         problems.extend(self.topics.problems("topics"));
+        if let Some(t) = &self.source_tls {
+            problems.extend(t.problems("source_tls"));
+        }
+        for (i, s) in self.sources.iter().enumerate() {
+            if let Some(t) = &s.tls {
+                problems.extend(t.problems(&format!("sources[{i}].tls")));
+            }
+        }
         if self.worker.capacity == 0 {
             problems.push("worker.capacity: must be at least 1".into());
         }

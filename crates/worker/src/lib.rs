@@ -113,7 +113,14 @@ pub async fn run(
                         reports: reports.clone(),
                     });
                     tokio::join!(
-                        assigned::follow(&coord, &cfg.worker.id, &make_ctx, &reports, &shutdown),
+                        assigned::follow(
+                            &coord,
+                            &cfg.worker.id,
+                            &make_ctx,
+                            cfg.source_tls.as_ref(),
+                            &reports,
+                            &shutdown,
+                        ),
                         snapshot::follow(jobs, &shutdown),
                     );
                 }

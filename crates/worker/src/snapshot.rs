@@ -163,7 +163,8 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
         .get_json(&layout::mapping(&build.spec.source))
         .await?
         .ok_or_else(|| anyhow!("source {} is gone", build.spec.source))?;
-    let src = sluice_mysql::SourceConfig::from_spec(&record.spec).map_err(|e| anyhow!(e))?;
+    let src = sluice_mysql::SourceConfig::from_spec(&record.spec, jobs.cfg.source_tls.as_ref())
+        .map_err(|e| anyhow!(e))?;
     tracing::info!(job = %name, version = build.version, "build job started");
     match kind {
         "plan" => plan(jobs, &build, &src).await,

@@ -227,6 +227,9 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- if and .tls .root.Values.api.tlsSecret }}
 - {name: tls, mountPath: /etc/sluice/tls, readOnly: true}
 {{- end }}
+{{- if .root.Values.mysql.tlsSecret }}
+- {name: mysql-tls, mountPath: /etc/sluice/mysql-tls, readOnly: true}
+{{- end }}
 {{- with .values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
@@ -239,7 +242,25 @@ affinity: {{- toYaml . | nindent 2 }}
 - name: tls
   secret: {secretName: {{ .root.Values.api.tlsSecret }}}
 {{- end }}
+{{- if .root.Values.mysql.tlsSecret }}
+- name: mysql-tls
+  secret: {secretName: {{ .root.Values.mysql.tlsSecret }}}
+{{- end }}
 {{- with .values.extraVolumes }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* TLS to MySQL from the mounted mysql.tlsSecret: (dict "root" $ "key" "SOURCE_TLS") */}}
+{{- define "sluice.mysqlTlsEnv" -}}
+{{- if .root.Values.mysql.tlsSecret }}
+- name: SLUICE_{{ .key }}__CA
+  value: /etc/sluice/mysql-tls/ca.pem
+{{- if .root.Values.mysql.clientCertificate }}
+- name: SLUICE_{{ .key }}__CERT
+  value: /etc/sluice/mysql-tls/client.pem
+- name: SLUICE_{{ .key }}__KEY
+  value: /etc/sluice/mysql-tls/client.key
+{{- end }}
 {{- end }}
 {{- end -}}
