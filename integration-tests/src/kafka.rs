@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -92,70 +91,39 @@ impl TestCtx {
             .collect()
     }
 
-    /// Every record of `topic` from the start of each partition. Returns once at least
-    /// `at_least` records came and nothing followed for a second; panics if `within`
-    /// passes first.
+    /// Every record of `topic` from the start of each partition (read as the center reads
+    /// dead letters, `sluice_kafka::read_all`). Returns once at least `at_least` records
+    /// came and nothing followed for a second; panics if `within` passes first.
     pub async fn read_topic(&self, topic: &str, at_least: usize, within: Duration) -> Vec<Record> {
-        // A short fetch wait: tansu holds a fetch for the whole wait, which would look
-        // like an idle topic.
-        let consumer = self.consumer(
-            &format!("reader-{}", crate::unique("")),
-            &[("fetch.wait.max.ms", "50")],
-        );
-        let topic = topic.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let deadline = Instant::now() + within;
-            // The topic may not exist yet (a dead-letter topic appears when its service
-            // starts): an assignment taken now would cover nothing and read nothing.
-            let partitions = loop {
-                let partitions = TestCtx::partitions(&consumer, &topic);
-                if !partitions.is_empty() {
-                    break partitions;
+        let cfg = sluice_kafka::KafkaConfig::new(self.kafka_brokers());
+        let topics = [topic.to_owned()];
+        let deadline = Instant::now() + within;
+        crate::eventually(
+            &format!("reading {topic}: at least {at_least} records"),
+            within,
+            || async {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let read =
+                    sluice_kafka::read_all(&cfg, &topics, Duration::from_secs(1), left, usize::MAX)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                if read.messages.len() < at_least {
+                    return Err(format!("{} records", read.messages.len()));
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "reading {topic}: the topic did not appear within {within:?}"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            };
-            let mut tpl = TopicPartitionList::new();
-            for p in partitions {
-                tpl.add_partition_offset(&topic, p, Offset::Beginning)
-                    .expect("offset");
-            }
-            consumer.assign(&tpl).expect("assign");
-            let mut records = Vec::new();
-            let mut last = Instant::now();
-            loop {
-                match consumer.poll(Duration::from_millis(100)) {
-                    Some(Ok(m)) => {
-                        records.push(Record {
-                            partition: m.partition(),
-                            offset: m.offset(),
-                            key: m.key().unwrap_or_default().to_vec(),
-                            payload: m.payload().unwrap_or_default().to_vec(),
-                            ts_ms: m.timestamp().to_millis(),
-                        });
-                        last = Instant::now();
-                    }
-                    // End-of-partition and transient broker notices are not data.
-                    Some(Err(e)) => tracing::debug!(%topic, error = %e, "reading"),
-                    None if records.len() >= at_least
-                        && last.elapsed() >= Duration::from_secs(1) =>
-                    {
-                        return records
-                    }
-                    None => {}
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "reading {topic}: {} of at least {at_least} records within {within:?}",
-                    records.len()
-                );
-            }
-        })
+                Ok(read
+                    .messages
+                    .into_iter()
+                    .map(|m| Record {
+                        partition: m.partition,
+                        offset: m.offset,
+                        key: m.key.unwrap_or_default(),
+                        payload: m.payload,
+                        ts_ms: m.ts_ms,
+                    })
+                    .collect())
+            },
+        )
         .await
-        .expect("read topic")
     }
 
     /// The etl group's committed offset per partition of `topic` (partitions without a

@@ -83,3 +83,43 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// A small deterministic generator (xorshift64*): runs replay from their seed, with no
+/// dependency.
+pub struct Xorshift(pub u64);
+
+impl Xorshift {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// A duration in `low..=high`, by the millisecond.
+    pub fn between(&mut self, low: Duration, high: Duration) -> Duration {
+        let span = high.saturating_sub(low).as_millis() as u64;
+        low + Duration::from_millis(self.below(span + 1))
+    }
+
+    /// `items` in a random order.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+
+    /// Letters, digits and spaces only, so it needs no SQL escaping.
+    pub fn text(&mut self, min: u64, max: u64) -> String {
+        const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789     ";
+        let len = min + self.below(max - min + 1);
+        (0..len)
+            .map(|_| CHARS[self.below(CHARS.len() as u64) as usize] as char)
+            .collect()
+    }
+}

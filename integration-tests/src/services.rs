@@ -141,6 +141,66 @@ impl Secrets {
     }
 }
 
+/// MySQL accounts of a test's own, with random passwords found nowhere else: an admin
+/// (the centers' meta database) and a reader with a source's grants. `stack` is the
+/// stack as services configured through it reach MySQL with them.
+pub struct OwnAccounts {
+    pub stack: Stack,
+    pub admin: String,
+    pub admin_password: String,
+    pub reader: String,
+    pub reader_password: String,
+}
+
+impl OwnAccounts {
+    /// Creates both accounts on `base`'s server, each with `require` (`""`, or e.g.
+    /// `"REQUIRE X509"`).
+    pub async fn create(base: &Stack, require: &str) -> OwnAccounts {
+        let tag = &random_hex()[..8];
+        let accounts = OwnAccounts {
+            admin: format!("ta_{tag}"),
+            admin_password: format!("adm-{}", random_hex()),
+            reader: format!("tr_{tag}"),
+            reader_password: format!("src-{}", random_hex()),
+            stack: base.clone(),
+        };
+        let (a, r) = (&accounts.admin, &accounts.reader);
+        let mut conn = base.conn().await;
+        for sql in [
+            format!(
+                "CREATE USER '{a}'@'%' IDENTIFIED BY '{}' {require}",
+                accounts.admin_password
+            ),
+            format!("GRANT ALL ON *.* TO '{a}'@'%'"),
+            format!(
+                "CREATE USER '{r}'@'%' IDENTIFIED BY '{}' {require}",
+                accounts.reader_password
+            ),
+            format!(
+                "GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{r}'@'%'"
+            ),
+        ] {
+            conn.query_drop(sql).await.expect("create a MySQL account");
+        }
+        let mut stack = base.clone();
+        stack.mysql_url = format!(
+            "mysql://{a}:{}@{}:{}",
+            accounts.admin_password, base.mysql_host, base.mysql_port
+        );
+        stack.source_user = r.clone();
+        stack.source_password = accounts.reader_password.clone();
+        OwnAccounts { stack, ..accounts }
+    }
+
+    /// Drops both accounts (best effort).
+    pub async fn remove(self) {
+        let mut conn = self.stack.conn().await;
+        for user in [&self.admin, &self.reader] {
+            let _ = conn.query_drop(format!("DROP USER '{user}'@'%'")).await;
+        }
+    }
+}
+
 /// 16 random hex digits (the standard library's per-process random hasher keys, mixed
 /// with the time and a counter).
 pub fn random_hex() -> String {

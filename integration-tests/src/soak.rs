@@ -22,7 +22,9 @@ use crate::broker::PrivateKafka;
 use crate::proxy::{HttpFault, HttpProxy, Mode, Proxy};
 use crate::services::SESSION_TIMEOUT as SESSION;
 use crate::zookeeper::PrivateZookeeper;
-use crate::{check_table, env_num, CheckOptions, Cluster, ClusterSource, Service, Stack, TestCtx};
+use crate::{
+    check_table, env_num, CheckOptions, Cluster, ClusterSource, Service, Stack, TestCtx, Xorshift,
+};
 /// How long the index may take to equal the tables once the faults have stopped.
 const SETTLE: Duration = Duration::from_secs(300);
 
@@ -183,35 +185,6 @@ impl SoakReport {
     }
 }
 
-/// A small deterministic generator (xorshift64*): a run's faults replay from its seed.
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn between(&mut self, low: Duration, high: Duration) -> Duration {
-        let span = high.saturating_sub(low).as_millis() as u64;
-        low + Duration::from_millis(self.below(span + 1))
-    }
-
-    fn shuffled(&mut self) -> Vec<Fault> {
-        let mut all = Fault::ALL.to_vec();
-        for i in (1..all.len()).rev() {
-            all.swap(i, self.below(i as u64 + 1) as usize);
-        }
-        all
-    }
-}
-
 /// The proxies and private servers the cluster reaches everything through.
 struct Faults {
     zookeeper: PrivateZookeeper,
@@ -312,13 +285,14 @@ async fn chaos(
     faults: &mut Faults,
     watch: &mut Watch<'_>,
 ) -> BTreeMap<Fault, u32> {
-    let mut dice = Dice(opts.seed | 1);
+    let mut dice = Xorshift(opts.seed | 1);
     let mut injected: BTreeMap<Fault, u32> = BTreeMap::new();
     let started = Instant::now();
     let mut order = Vec::new();
     while started.elapsed() < opts.duration || injected.len() < Fault::ALL.len() {
         if order.is_empty() {
-            order = dice.shuffled();
+            order = Fault::ALL.to_vec();
+            dice.shuffle(&mut order);
         }
         let fault = order.pop().expect("a fault");
         eprintln!("[soak {:>6.1?}] {}", started.elapsed(), fault.describe());
@@ -354,7 +328,7 @@ async fn inject(
     fault: Fault,
     cluster: &mut Cluster,
     faults: &mut Faults,
-    dice: &mut Dice,
+    dice: &mut Xorshift,
     opts: &SoakOptions,
 ) {
     let brief = dice.between(Duration::from_millis(200), Duration::from_secs(3));
@@ -418,7 +392,7 @@ async fn pause(service: &mut Service, stopped_for: Duration) {
 
 /// The leading center's index, or any center when no leader can be asked now (the
 /// previous fault may still be settling).
-fn leader(cluster: &Cluster, dice: &mut Dice) -> usize {
+fn leader(cluster: &Cluster, dice: &mut Xorshift) -> usize {
     cluster
         .ctl(&["leader"])
         .ok()
@@ -497,7 +471,7 @@ impl WriteLoad {
                 tokio::spawn(async move {
                     let mut conn = pool.get_conn().await.expect("MySQL connection");
                     conn.query_drop(format!("USE `{db}`")).await.expect("use");
-                    let mut dice = Dice(seed);
+                    let mut dice = Xorshift(seed);
                     let mut next = Instant::now();
                     while go.load(Ordering::Relaxed) {
                         write_only(&mut conn, &table, size, &mut dice).await;
@@ -545,10 +519,10 @@ async fn fill(conn: &mut mysql_async::Conn, table: &str, size: u64, rows: &Atomi
 }
 
 /// One `oltp_write_only` transaction (row 0 is left to the lag probe).
-async fn write_only(conn: &mut mysql_async::Conn, table: &str, size: u64, dice: &mut Dice) {
+async fn write_only(conn: &mut mysql_async::Conn, table: &str, size: u64, dice: &mut Xorshift) {
     let mut id = || 1 + dice.below(size);
     let (a, b, c) = (id(), id(), id());
-    let salt = dice.next() % 1_000_000_007;
+    let salt = dice.next_u64() % 1_000_000_007;
     let statements = [
         "BEGIN".to_owned(),
         format!("UPDATE {table} SET k = k + 1 WHERE id = {a}"),

@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use mysql_async::prelude::Queryable as _;
-use sluice_integration_tests::services::random_hex;
+use sluice_integration_tests::services::{random_hex, OwnAccounts};
 use sluice_integration_tests::{Stack, TestCtx};
 
 /// Sluice's own crates at debug, the rest at the shipped default.
@@ -15,31 +14,9 @@ const VERBOSE: &str = "info,librdkafka=warn,zookeeper_async=error,sluice_center=
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_reaches_a_log_line_or_metrics() {
-    // MySQL users of this test's own, with passwords found nowhere else.
-    let base = Stack::connect().await;
-    let tag = random_hex();
-    let (admin, admin_pw) = (format!("la_{}", &tag[..8]), format!("adm-{}", random_hex()));
-    let (reader, reader_pw) = (format!("lr_{}", &tag[..8]), format!("src-{}", random_hex()));
-    let mut conn = base.conn().await;
-    for sql in [
-        format!("CREATE USER '{admin}'@'%' IDENTIFIED BY '{admin_pw}'"),
-        format!("GRANT ALL ON *.* TO '{admin}'@'%' WITH GRANT OPTION"),
-        format!("CREATE USER '{reader}'@'%' IDENTIFIED BY '{reader_pw}'"),
-        format!(
-            "GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{reader}'@'%'"
-        ),
-    ] {
-        conn.query_drop(sql).await.unwrap();
-    }
-    let mut stack = base.clone();
-    stack.mysql_url = format!(
-        "mysql://{admin}:{admin_pw}@{}:{}",
-        base.mysql_host, base.mysql_port
-    );
-    stack.source_user = reader.clone();
-    stack.source_password = reader_pw.clone();
-
-    let ctx = TestCtx::on("secrets", stack).await;
+    // MySQL accounts of this test's own, with passwords found nowhere else.
+    let accounts = OwnAccounts::create(&Stack::connect().await, "").await;
+    let ctx = TestCtx::on("secrets", accounts.stack.clone()).await;
     let es_pw = format!("es-{}", random_hex());
     let kafka_pw = format!("kafka-{}", random_hex());
     for bin in ["sluice-center", "sluice-worker", "sluice-etl"] {
@@ -76,8 +53,8 @@ async fn no_secret_reaches_a_log_line_or_metrics() {
     assert!(!ok);
 
     let mut secrets: Vec<(&str, &str)> = vec![
-        ("the meta database's password", &admin_pw),
-        ("the source's password", &reader_pw),
+        ("the meta database's password", &accounts.admin_password),
+        ("the source's password", &accounts.reader_password),
         ("Elasticsearch's password", &es_pw),
         ("Kafka's SASL password", &kafka_pw),
     ];
@@ -126,7 +103,5 @@ async fn no_secret_reaches_a_log_line_or_metrics() {
     }
     drop(cluster);
     ctx.cleanup().await;
-    for user in [&admin, &reader] {
-        let _ = conn.query_drop(format!("DROP USER '{user}'@'%'")).await;
-    }
+    accounts.remove().await;
 }

@@ -6,8 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mysql_async::prelude::Queryable as _;
-use sluice_integration_tests::services::random_hex;
+use sluice_integration_tests::services::OwnAccounts;
 use sluice_integration_tests::{Stack, TestCtx};
 use sluice_mysql::MysqlTls;
 
@@ -39,27 +38,15 @@ async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
         skip_hostname_check: false,
     };
     let base = Stack::connect().await;
-    let tag = &random_hex()[..8];
-    let (admin, reader, password) = (format!("ta_{tag}"), format!("tr_{tag}"), random_hex());
-    let mut conn = base.conn().await;
-    for sql in [
-        format!("CREATE USER '{admin}'@'%' IDENTIFIED BY '{password}' REQUIRE X509"),
-        format!("GRANT ALL ON *.* TO '{admin}'@'%'"),
-        format!("CREATE USER '{reader}'@'%' IDENTIFIED BY '{password}' REQUIRE X509"),
-        format!(
-            "GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{reader}'@'%'"
-        ),
-    ] {
-        conn.query_drop(sql).await.unwrap();
-    }
+    let accounts = OwnAccounts::create(&base, "REQUIRE X509").await;
 
     // The accounts admit nothing but TLS with a client certificate.
     let source = |tls: Option<MysqlTls>| sluice_mysql::SourceConfig {
         name: "probe".into(),
         host: base.mysql_host.clone(),
         port: base.mysql_port,
-        user: reader.clone(),
-        password: sluice_core::Secret::new(&password),
+        user: accounts.reader.clone(),
+        password: sluice_core::Secret::new(&accounts.reader_password),
         server_id: 1,
         tables: Vec::new(),
         tls,
@@ -83,14 +70,7 @@ async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
     );
     connects(source(Some(tls.clone()))).await.unwrap();
 
-    let mut stack = base.clone();
-    stack.mysql_url = format!(
-        "mysql://{admin}:{password}@{}:{}",
-        base.mysql_host, base.mysql_port
-    );
-    stack.source_user = reader.clone();
-    stack.source_password = password.clone();
-    let ctx = TestCtx::on("tls", stack).await;
+    let ctx = TestCtx::on("tls", accounts.stack.clone()).await;
     let files = [("CA", &tls.ca), ("CERT", &tls.cert), ("KEY", &tls.key)];
     for bin in ["sluice-center", "sluice-worker", "sluice-etl"] {
         for (key, path) in files {
@@ -118,7 +98,5 @@ async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
 
     drop(cluster);
     ctx.cleanup().await;
-    for user in [&admin, &reader] {
-        let _ = conn.query_drop(format!("DROP USER '{user}'@'%'")).await;
-    }
+    accounts.remove().await;
 }

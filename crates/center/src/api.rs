@@ -20,7 +20,6 @@ use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
-use serde::Deserialize as _;
 use sluice_core::{PipelineSpec, Restart, SourceSpec};
 use sluice_mysql::SourceConfig;
 use sluice_proto::convert::{self, PipelineState};
@@ -961,7 +960,6 @@ fn letter_message(l: &crate::dlq::Letter, replayed_at_ms: Option<i64>) -> DeadLe
     let mut m = DeadLetter {
         id: l.id.to_string(),
         at_ms: l.at_ms,
-        not_replayable: l.replayable().err().unwrap_or_default(),
         replayed_at_ms: replayed_at_ms.unwrap_or(0),
         ..DeadLetter::default()
     };
@@ -970,10 +968,13 @@ fn letter_message(l: &crate::dlq::Letter, replayed_at_ms: Option<i64>) -> DeadLe
             m.reason = e.reason.clone();
             m.pipeline = e.pipeline.clone().unwrap_or_default();
             m.origin = format!("{}:{}:{}", e.topic, e.partition, e.offset);
-            if let Ok(c) = sluice_core::ChangeEvent::deserialize(&e.event) {
-                m.table = format!("{}.{}", c.db, c.table);
-                m.key = serde_json::Value::Object(c.key).to_string();
-                m.source = c.source.instance;
+            match e.change() {
+                Ok(c) => {
+                    m.table = format!("{}.{}", c.db, c.table);
+                    m.key = serde_json::Value::Object(c.key).to_string();
+                    m.source = c.source.instance;
+                }
+                Err(why) => m.not_replayable = why.to_owned(),
             }
         }
         Content::Rows(r) => {
@@ -981,8 +982,12 @@ fn letter_message(l: &crate::dlq::Letter, replayed_at_ms: Option<i64>) -> DeadLe
             m.source = r.source.instance.clone();
             m.table = format!("{}.{}", r.db, r.table);
             m.origin = format!("{}:{}", r.source.file, r.source.pos);
+            m.not_replayable = l.replayable().err().unwrap_or_default();
         }
-        Content::Unreadable(why) => m.reason = why.clone(),
+        Content::Unreadable(why) => {
+            m.reason = why.clone();
+            m.not_replayable = why.clone();
+        }
     }
     m
 }

@@ -27,16 +27,22 @@ pub struct EventLetter {
 }
 
 impl EventLetter {
-    /// Whether publishing the event again can apply it, or why not: only a change event
-    /// can (a build's document belongs to a build that is over; build again instead).
+    /// The change event a replay would publish, or why publishing it again cannot apply
+    /// it: only a change event can (a build's document belongs to a build that is over;
+    /// build again instead).
+    pub fn change(&self) -> Result<ChangeEvent, &'static str> {
+        ChangeEvent::deserialize(&self.event).map_err(|_| {
+            if BuildDocument::deserialize(&self.event).is_ok() {
+                "a build's document: build the pipeline again instead"
+            } else {
+                "not a change event: publishing it again would only dead-letter it again"
+            }
+        })
+    }
+
+    /// Whether publishing the event again can apply it, or why not (see [`Self::change`]).
     pub fn replayable(&self) -> Result<(), &'static str> {
-        if ChangeEvent::deserialize(&self.event).is_ok() {
-            Ok(())
-        } else if BuildDocument::deserialize(&self.event).is_ok() {
-            Err("a build's document: build the pipeline again instead")
-        } else {
-            Err("not a change event: publishing it again would only dead-letter it again")
-        }
+        self.change().map(drop)
     }
 }
 

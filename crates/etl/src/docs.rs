@@ -369,6 +369,7 @@ pub(crate) fn unreadable(
             msg,
             reason: format!("pipeline {pipeline}: {why}"),
             pipeline: Some(pipeline.to_owned()),
+            index: None,
         });
     }
 }

@@ -81,6 +81,9 @@ pub(crate) struct DeadLetter {
     pub msg: usize,
     pub reason: String,
     pub pipeline: Option<String>,
+    /// The index that refused it: its pipeline is looked up once the batch is through,
+    /// only when something was refused.
+    pub index: Option<String>,
 }
 
 #[derive(Default)]
@@ -381,7 +384,6 @@ async fn apply(
         shutdown,
         stats,
         dead,
-        owners: router.owners(),
     };
     if !writer.write(ops, origins).await? {
         return Ok(Applied::Interrupted);
@@ -389,7 +391,12 @@ async fn apply(
     if !dirty.is_empty() && !docs::rebuild(router, sources, &mut writer, dirty, shutdown).await? {
         return Ok(Applied::Interrupted);
     }
-    let dead = writer.dead;
+    let mut dead = writer.dead;
+    for d in &mut dead {
+        if let (None, Some(index)) = (&d.pipeline, &d.index) {
+            d.pipeline = router.owner_of(index);
+        }
+    }
     if !dead.is_empty() {
         stats.dead_lettered += dead.len() as u64;
         for d in &dead {
@@ -498,6 +505,7 @@ async fn plan(
                         msg: i,
                         reason,
                         pipeline: Some(pipeline.cfg.spec.name.clone()),
+                        index: None,
                     });
                 }
                 for op in ops.drain(..) {
@@ -533,6 +541,7 @@ fn decode<T: serde::de::DeserializeOwned>(
                 msg: i,
                 reason: format!("not a Sluice {what}: {e}"),
                 pipeline,
+                index: None,
             })
         })
         .ok()

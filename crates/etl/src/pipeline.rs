@@ -222,18 +222,12 @@ impl Router {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()
     }
 
-    /// Each index written to, and the pipeline it belongs to.
-    pub fn owners(&self) -> HashMap<String, String> {
+    /// The pipeline that writes to `index`.
+    pub fn owner_of(&self, index: &str) -> Option<String> {
         self.pipelines
             .iter()
-            .flat_map(|p| {
-                let name = &p.cfg.spec.name;
-                p.targets
-                    .iter()
-                    .flatten()
-                    .map(move |index| (index.clone(), name.clone()))
-            })
-            .collect()
+            .find(|p| p.targets.iter().flatten().any(|t| t == index))
+            .map(|p| p.cfg.spec.name.clone())
     }
 
     /// The pipelines whose source's DDL `topic` carries, if it is a schema topic.

@@ -3,7 +3,6 @@
 //! retried with backoff. A 429 (the server asking for less) is counted as throttling,
 //! apart from failures.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,8 +44,6 @@ pub(crate) struct Writer<'a> {
     pub stats: &'a mut Stats,
     /// Messages to dead-letter once the batch is through, with why.
     pub dead: Vec<DeadLetter>,
-    /// The pipeline of each index written to, named in its dead letters.
-    pub owners: HashMap<String, String>,
 }
 
 impl Writer<'_> {
@@ -145,14 +142,14 @@ impl Writer<'_> {
             }
             ItemOutcome::Rejected { status, reason } => {
                 METRICS.bulk_errors.add(1, &metrics::class("rejected"));
-                let pipeline = self.owners.get(op.index()).cloned();
                 for &msg in origin.messages() {
                     self.dead.push(DeadLetter {
                         msg,
                         reason: format!(
                             "Elasticsearch rejected the document (HTTP {status}): {reason}"
                         ),
-                        pipeline: pipeline.clone(),
+                        pipeline: None,
+                        index: Some(op.index().to_owned()),
                     });
                 }
                 None

@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 use sluice_core::{BinlogPosition, Checkpoint};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::services::Pipeline;
-use sluice_integration_tests::{env_num, kafka, Service, TestCtx};
+use sluice_integration_tests::{env_num, kafka, Service, TestCtx, Xorshift};
 use tokio::sync::mpsc;
 
 const TABLE: &str = "bench";
@@ -54,31 +54,6 @@ impl Settings {
             bail!("BENCH_ROWS, BENCH_LATENCY_SAMPLES and BENCH_LATENCY_RATE must be positive");
         }
         Ok(s)
-    }
-}
-
-/// xorshift64*: reproducible filler text without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// Letters, digits and spaces only, so it needs no SQL escaping.
-    fn text(&mut self, min: u64, max: u64) -> String {
-        const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789     ";
-        let len = min + self.below(max - min + 1);
-        (0..len)
-            .map(|_| CHARS[self.below(CHARS.len() as u64) as usize] as char)
-            .collect()
     }
 }
 
@@ -370,7 +345,7 @@ impl Bench {
     /// of another tenth of those rows.
     async fn load(&self) -> anyhow::Result<LoadStats> {
         let mut conn = self.conn().await?;
-        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let mut rng = Xorshift(0x5eed_1234_abcd_0001);
         let started = Instant::now();
         let mut stats = LoadStats {
             inserted: 0,
@@ -563,7 +538,7 @@ impl Bench {
         es.create_index(&index, &sluice_etl::index_body(props, &settings))
             .await?;
 
-        let mut rng = Rng(0x5eed_1234_abcd_0002);
+        let mut rng = Xorshift(0x5eed_1234_abcd_0002);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -658,7 +633,7 @@ impl Bench {
         });
 
         let mut conn = self.conn().await?;
-        let mut rng = Rng(0x5eed_1234_abcd_0003);
+        let mut rng = Xorshift(0x5eed_1234_abcd_0003);
         let mut tick =
             tokio::time::interval(Duration::from_secs_f64(1.0 / self.settings.latency_rate));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
