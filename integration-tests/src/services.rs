@@ -75,6 +75,7 @@ impl Stack {
             username: std::env::var("ES_USERNAME").ok(),
             password: std::env::var("ES_PASSWORD").ok(),
             request_timeout: Duration::from_secs(60),
+            tls: None,
         })
         .expect("Elasticsearch client");
         es.ping()
@@ -1154,6 +1155,7 @@ impl Service {
             .arg(&self.config)
             .env_remove("SLUICE_BIN_DIR")
             .env_remove("SLUICE_IT_LOG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -21,6 +21,30 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
         "the error must name the key:\n{out}"
     );
 
+    // A TLS file that cannot be read stops the service at start, named by its key, rather
+    // than failing its first connection in the driver's words.
+    let worker = ctx
+        .worker()
+        .with_env("SLUICE_SOURCE_TLS__CA", "/nonexistent/sluice-ca.pem");
+    let (status, out) = worker.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success(), "worker started without its CA:\n{out}");
+    assert!(
+        out.contains("source_tls.ca: cannot read /nonexistent/sluice-ca.pem"),
+        "the error must name the key:\n{out}"
+    );
+
+    let etl = ctx.etl(&[ctx.pipeline("x")]);
+    let etl = etl.with_env(
+        "SLUICE_ELASTICSEARCH__TLS__CA",
+        "/nonexistent/sluice-ca.pem",
+    );
+    let (status, out) = etl.run_to_exit(Duration::from_secs(30));
+    assert!(!status.success(), "etl took TLS settings for http:\n{out}");
+    assert!(
+        out.contains("elasticsearch.tls: set only for an https elasticsearch.url"),
+        "the error must name the key:\n{out}"
+    );
+
     let etl = ctx.etl(&[pipeline]);
     let text = std::fs::read_to_string(&etl.config)
         .unwrap()

@@ -23,7 +23,7 @@ pub struct CenterConfig {
     pub elasticsearch: Option<sluice_elastic::EsSection>,
     /// TLS to the sources, when the centers check pipelines against their tables.
     #[serde(default)]
-    pub source_tls: Option<sluice_mysql::MysqlTls>,
+    pub source_tls: Option<sluice_core::TlsFiles>,
     /// Needed to list and replay dead letters (`sluicectl dlq`).
     #[serde(default)]
     pub kafka: Option<sluice_kafka::KafkaConfig>,
@@ -92,7 +92,7 @@ pub struct MetaSection {
     pub database: String,
     /// TLS to the meta database; none: plain connections.
     #[serde(default)]
-    pub tls: Option<sluice_mysql::MysqlTls>,
+    pub tls: Option<sluice_core::TlsFiles>,
 }
 
 fn default_port() -> u16 {
@@ -176,17 +176,19 @@ fn default_resync() -> Duration {
 }
 
 impl CenterConfig {
+    /// Every MySQL TLS setting in the file, by key.
+    pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
+        let sources = self.source_tls.iter().map(|t| ("source_tls".to_owned(), t));
+        let meta = self.meta.tls.iter().map(|t| ("meta.tls".to_owned(), t));
+        sources.chain(meta).collect()
+    }
+
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
         p.extend(self.topics.problems("topics"));
-        if let Some(t) = &self.source_tls {
-            p.extend(t.problems("source_tls"));
-        }
-        if let Some(t) = &self.meta.tls {
-            p.extend(t.problems("meta.tls"));
-        }
+        p.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
         if let Some(k) = &self.kafka {
             p.extend(k.problems("kafka"));
         }

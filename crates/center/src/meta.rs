@@ -200,7 +200,7 @@ impl Meta {
             .user(Some(cfg.user.clone()))
             .pass(Some(cfg.password.expose().to_owned()))
             .prefer_socket(false)
-            .ssl_opts(cfg.tls.as_ref().map(sluice_mysql::MysqlTls::ssl_opts));
+            .ssl_opts(cfg.tls.as_ref().map(sluice_mysql::ssl_opts));
         let mut conn = Conn::new(server.clone()).await?;
         conn.query_drop(format!(
             "CREATE DATABASE IF NOT EXISTS `{}` CHARACTER SET utf8mb4",

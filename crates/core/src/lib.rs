@@ -14,6 +14,7 @@ pub mod service;
 pub mod shutdown;
 pub mod source;
 pub mod telemetry;
+pub mod tls;
 pub mod version;
 
 pub use config::{load_config, load_config_from, ConfigError, Secret};
@@ -25,6 +26,7 @@ pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
 pub use source::{Coordinates, Restart, SourceSpec};
+pub use tls::{TlsFiles, TlsPem};
 pub use version::{ExternalVersion, VersionError};
 
 /// Milliseconds since the Unix epoch by the wall clock (for records and reports, never

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sluice_core::TlsPem;
 use url::Url;
 
 use crate::bulk::{classify_with_target, encode_ops, validate_op, BulkOp, ItemOutcome};
@@ -28,6 +29,8 @@ pub struct EsClientConfig {
     pub password: Option<String>,
     /// Limit on a whole request, connect to last byte of the answer.
     pub request_timeout: Duration,
+    /// For `https`: the CA trusted instead of the system's roots, a client certificate.
+    pub tls: Option<TlsPem>,
 }
 
 impl fmt::Debug for EsClientConfig {
@@ -37,6 +40,7 @@ impl fmt::Debug for EsClientConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("request_timeout", &self.request_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -121,8 +125,37 @@ struct Answer {
     body: Vec<u8>,
 }
 
+/// Trusts only `tls.ca` when given, and presents the client certificate.
+fn with_tls(http: reqwest::ClientBuilder, tls: &TlsPem) -> Result<reqwest::ClientBuilder, EsError> {
+    let mut http = http.danger_accept_invalid_hostnames(tls.skip_hostname_check);
+    if let Some(ca) = &tls.ca {
+        let roots = reqwest::Certificate::from_pem_bundle(ca).map_err(|e| {
+            EsError::Config(format!("elasticsearch.tls.ca: not a PEM certificate: {e}"))
+        })?;
+        if roots.is_empty() {
+            return Err(EsError::Config(
+                "elasticsearch.tls.ca: holds no PEM certificate".to_owned(),
+            ));
+        }
+        http = http.tls_built_in_root_certs(false);
+        for root in roots {
+            http = http.add_root_certificate(root);
+        }
+    }
+    if let Some(identity) = &tls.identity {
+        let identity = reqwest::Identity::from_pem(identity).map_err(|e| {
+            EsError::Config(format!(
+                "elasticsearch.tls.cert / elasticsearch.tls.key: not a PEM certificate and key: {e}"
+            ))
+        })?;
+        http = http.identity(identity);
+    }
+    Ok(http)
+}
+
 impl EsClient {
-    /// Checks the configuration and builds the HTTP client; does no I/O.
+    /// Checks the configuration and builds the HTTP client; does no I/O (the TLS files
+    /// come read, see [`sluice_core::TlsFiles::read`]).
     pub fn new(cfg: EsClientConfig) -> Result<Self, EsError> {
         let url = cfg.url;
         if url.scheme() != "http" && url.scheme() != "https" {
@@ -157,10 +190,14 @@ impl EsClient {
                 "the Elasticsearch request timeout must be above zero".to_owned(),
             ));
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(cfg.request_timeout)
             .connect_timeout(cfg.request_timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("sluice-elastic/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("sluice-elastic/", env!("CARGO_PKG_VERSION")));
+        if let Some(tls) = &cfg.tls {
+            http = with_tls(http, tls)?;
+        }
+        let http = http
             .build()
             .map_err(|e| EsError::Config(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
@@ -713,6 +750,7 @@ mod tests {
             username: Some("elastic".into()),
             password: Some("hunter2-secret".into()),
             request_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use sluice_core::Secret;
+use sluice_core::{Secret, TlsFiles};
 
 use crate::{EsClient, EsClientConfig, EsError};
 
@@ -18,6 +18,10 @@ pub struct EsSection {
     pub password: Option<Secret>,
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// For an `https` URL: the CA to trust instead of the system's, and a client
+    /// certificate for clusters that ask for one.
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
 }
 
 fn default_timeout() -> Duration {
@@ -25,12 +29,19 @@ fn default_timeout() -> Duration {
 }
 
 impl EsSection {
+    /// Reads the TLS files (an unreadable one is named by its key under
+    /// `elasticsearch.tls`) and builds the client.
     pub fn client(&self) -> Result<EsClient, EsError> {
+        let tls = match &self.tls {
+            Some(files) => Some(files.read("elasticsearch.tls").map_err(EsError::Config)?),
+            None => None,
+        };
         EsClient::new(EsClientConfig {
             url: self.url.clone(),
             username: self.username.clone(),
             password: self.password.as_ref().map(|s| s.expose().to_owned()),
             request_timeout: self.request_timeout,
+            tls,
         })
     }
 
@@ -39,6 +50,15 @@ impl EsSection {
         let mut p = Vec::new();
         if self.password.is_some() && self.username.is_none() {
             p.push(format!("{prefix}.password: set {prefix}.username too"));
+        }
+        if let Some(tls) = &self.tls {
+            if self.url.scheme() != "https" {
+                p.push(format!(
+                    "{prefix}.tls: set only for an https {prefix}.url (it is {})",
+                    self.url.scheme()
+                ));
+            }
+            p.extend(tls.problems(&format!("{prefix}.tls")));
         }
         p
     }

@@ -111,11 +111,14 @@ pub enum EsError {
     },
 
     /// No HTTP answer: connect error, timeout, connection reset. Transient.
-    #[error("{call} on {target}: no answer from Elasticsearch ({kind})")]
+    #[error("{call} on {target}: no answer from Elasticsearch ({kind}: {cause})")]
     Transport {
         call: &'static str,
         target: String,
         kind: &'static str,
+        /// The innermost cause (`Connection refused`, `invalid peer certificate:
+        /// UnknownIssuer`...): what tells an operator which side to fix.
+        cause: String,
         #[source]
         source: reqwest::Error,
     },
@@ -191,10 +194,16 @@ impl EsError {
         } else {
             "request error"
         };
+        let mut cause: &dyn std::error::Error = &source;
+        while let Some(inner) = cause.source() {
+            cause = inner;
+        }
+        let cause = cause.to_string();
         EsError::Transport {
             call,
             target: target.to_owned(),
             kind,
+            cause,
             // The URL never holds credentials (rejected in `EsClient::new`), but it is
             // already in `target`; keep messages short.
             source: source.without_url(),

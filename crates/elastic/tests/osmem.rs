@@ -27,6 +27,7 @@ async fn client() -> EsClient {
         username: std::env::var("ES_USERNAME").ok(),
         password: std::env::var("ES_PASSWORD").ok(),
         request_timeout: Duration::from_secs(30),
+        tls: None,
     })
     .expect("client config");
     if let Err(err) = client.ping().await {
@@ -459,6 +460,7 @@ async fn unreachable_server_is_a_transient_error() {
         username: None,
         password: None,
         request_timeout: Duration::from_secs(5),
+        tls: None,
     })
     .unwrap();
     let err = es

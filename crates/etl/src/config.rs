@@ -29,7 +29,7 @@ pub struct EtlConfig {
     pub sources: Vec<SourceConfig>,
     /// TLS to the center's sources (file sources have their own `tls`).
     #[serde(default)]
-    pub source_tls: Option<sluice_mysql::MysqlTls>,
+    pub source_tls: Option<sluice_core::TlsFiles>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -96,6 +96,11 @@ fn default_retry_backoff() -> Duration {
 pub use sluice_elastic::EsSection;
 
 impl EtlConfig {
+    /// Every MySQL TLS setting in the file, by key.
+    pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
+        sluice_mysql::tls::settings(self.source_tls.as_ref(), &self.sources)
+    }
+
     /// The connection of source `name` from this file, or why there is none.
     pub fn source(&self, name: &str) -> Result<SourceConfig, String> {
         self.sources
@@ -109,14 +114,7 @@ impl EtlConfig {
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
-        if let Some(t) = &self.source_tls {
-            p.extend(t.problems("source_tls"));
-        }
-        for (i, s) in self.sources.iter().enumerate() {
-            if let Some(t) = &s.tls {
-                p.extend(t.problems(&format!("sources[{i}].tls")));
-            }
-        }
+        p.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
         if self.etl.group_id.trim().is_empty() {
             p.push("etl.group_id: must not be empty".into());
         }

@@ -41,7 +41,7 @@ pub(crate) struct Follow {
     /// The file's sources (preferred to the center's records of the same name).
     pub file_sources: Vec<SourceConfig>,
     /// TLS to the center's sources (`source_tls`).
-    pub source_tls: Option<sluice_mysql::MysqlTls>,
+    pub source_tls: Option<sluice_core::TlsFiles>,
     /// Out: the file's pipelines plus the center's.
     pub pipelines: watch::Sender<Option<Vec<Active>>>,
     /// In: the versions being built this member writes to (published in `etls/<member>`,
@@ -232,7 +232,7 @@ async fn look(
     coord: &Coordinator,
     from_file: &[Active],
     file_sources: &[SourceConfig],
-    tls: Option<&sluice_mysql::MysqlTls>,
+    tls: Option<&sluice_core::TlsFiles>,
 ) -> Result<(Vec<Active>, Vec<sluice_zk::Watch>), sluice_zk::ZkError> {
     let (names, w) = coord.children_watched("pipelines").await?;
     let mut watches = vec![w];
@@ -280,7 +280,7 @@ async fn source_of(
     coord: &Coordinator,
     name: &str,
     file_sources: &[SourceConfig],
-    tls: Option<&sluice_mysql::MysqlTls>,
+    tls: Option<&sluice_core::TlsFiles>,
     watches: &mut Vec<sluice_zk::Watch>,
 ) -> Result<Result<SourceConfig, String>, sluice_zk::ZkError> {
     if let Some(s) = file_sources.iter().find(|s| s.name == name) {

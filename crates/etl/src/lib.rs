@@ -44,6 +44,7 @@ use sluice_core::telemetry::Readiness;
 pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
     let mut cfg: EtlConfig = sluice_core::load_config(Some(path), "SLUICE")?;
     cfg.validate().map_err(ConfigError::Problems)?;
+    sluice_core::tls::unreadable(&cfg.mysql_tls())?;
     cfg.pipelines = cfg
         .pipelines
         .into_iter()

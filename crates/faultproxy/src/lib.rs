@@ -7,7 +7,8 @@
 //! requests whose path contains a given piece, answer a status of its own (429, 503)
 //! without forwarding, or drop the connection in the middle of the exchange: before the
 //! server has the whole request (nothing applied) or after it answered (applied, but the
-//! client never hears).
+//! client never hears). [`TlsFront`] terminates TLS for a server that speaks none, and
+//! admits only clients with a certificate its CA signed.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -17,6 +18,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+
+mod tls;
+pub use tls::TlsFront;
 
 /// What a [`Proxy`] does with traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,11 +11,11 @@ pub mod preflight;
 pub mod reader;
 pub mod snapshot;
 pub mod source;
-mod tls;
+pub mod tls;
 
 pub use error::MysqlError;
 pub use preflight::{bytes_behind, preflight, Flavor, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
 pub use snapshot::{Key, SnapshotTable};
 pub use source::{SourceConfig, TableFilter};
-pub use tls::MysqlTls;
+pub use tls::ssl_opts;

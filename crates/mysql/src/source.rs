@@ -21,7 +21,7 @@ pub struct SourceConfig {
     pub tables: Vec<String>,
     /// TLS to the server; none: plain connections.
     #[serde(default)]
-    pub tls: Option<crate::MysqlTls>,
+    pub tls: Option<sluice_core::TlsFiles>,
 }
 
 fn default_port() -> u16 {
@@ -34,7 +34,7 @@ impl SourceConfig {
     /// for the center's sources (certificates are files of each process).
     pub fn from_spec(
         spec: &SourceSpec,
-        tls: Option<&crate::MysqlTls>,
+        tls: Option<&sluice_core::TlsFiles>,
     ) -> Result<SourceConfig, String> {
         Ok(SourceConfig {
             name: spec.name.clone(),
@@ -55,7 +55,7 @@ impl SourceConfig {
             .user(Some(self.user.clone()))
             .pass(Some(self.password.expose().to_owned()))
             .prefer_socket(false)
-            .ssl_opts(self.tls.as_ref().map(crate::MysqlTls::ssl_opts))
+            .ssl_opts(self.tls.as_ref().map(crate::tls::ssl_opts))
             .into()
     }
 

@@ -42,7 +42,7 @@ pub(crate) async fn follow(
     coord: &Coordinator,
     worker: &str,
     make_ctx: &MakeCtx<'_>,
-    tls: Option<&sluice_mysql::MysqlTls>,
+    tls: Option<&sluice_core::TlsFiles>,
     reports: &Reports,
     shutdown: &CancellationToken,
 ) {

@@ -25,7 +25,7 @@ pub struct WorkerConfig {
     pub sources: Vec<SourceConfig>,
     /// TLS to the sources the center assigns (file sources have their own `tls`).
     #[serde(default)]
-    pub source_tls: Option<sluice_mysql::MysqlTls>,
+    pub source_tls: Option<sluice_core::TlsFiles>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -137,6 +137,11 @@ fn default_report_interval() -> Duration {
 }
 
 impl WorkerConfig {
+    /// Every MySQL TLS setting in the file, by key.
+    pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
+        sluice_mysql::tls::settings(self.source_tls.as_ref(), &self.sources)
+    }
+
     /// Checks values without I/O; every problem, each naming its key.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
@@ -162,14 +167,7 @@ impl WorkerConfig {
         }
         problems.extend(self.kafka.problems("kafka"));
         problems.extend(self.topics.problems("topics"));
-        if let Some(t) = &self.source_tls {
-            problems.extend(t.problems("source_tls"));
-        }
-        for (i, s) in self.sources.iter().enumerate() {
-            if let Some(t) = &s.tls {
-                problems.extend(t.problems(&format!("sources[{i}].tls")));
-            }
-        }
+        problems.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
         if self.worker.capacity == 0 {
             problems.push("worker.capacity: must be at least 1".into());
         }

@@ -35,6 +35,7 @@ pub use config::WorkerConfig;
 pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
     let cfg: WorkerConfig = sluice_core::load_config(Some(path), "SLUICE")?;
     cfg.validate().map_err(ConfigError::Problems)?;
+    sluice_core::tls::unreadable(&cfg.mysql_tls())?;
     Ok(cfg)
 }
 

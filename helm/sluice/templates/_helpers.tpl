@@ -221,7 +221,9 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
-{{/* The config file and, with api.tlsSecret, the API certificates: (dict "root" $ "values" .Values.worker "tls" true) */}}
+{{/* The config file; with api.tlsSecret, the API certificates; with mysql.tlsSecret, MySQL's
+CA; with elasticsearch.tlsSecret, Elasticsearch's for components that write to it:
+(dict "root" $ "values" .Values.worker "tls" true "es" false) */}}
 {{- define "sluice.volumeMounts" -}}
 - {name: config, mountPath: /etc/sluice/config.toml, subPath: config.toml, readOnly: true}
 {{- if and .tls .root.Values.api.tlsSecret }}
@@ -229,6 +231,9 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- if .root.Values.mysql.tlsSecret }}
 - {name: mysql-tls, mountPath: /etc/sluice/mysql-tls, readOnly: true}
+{{- end }}
+{{- if and .es .root.Values.elasticsearch.tlsSecret }}
+- {name: es-tls, mountPath: /etc/sluice/es-tls, readOnly: true}
 {{- end }}
 {{- with .values.extraVolumeMounts }}
 {{ toYaml . }}
@@ -246,21 +251,26 @@ affinity: {{- toYaml . | nindent 2 }}
 - name: mysql-tls
   secret: {secretName: {{ .root.Values.mysql.tlsSecret }}}
 {{- end }}
+{{- if and .es .root.Values.elasticsearch.tlsSecret }}
+- name: es-tls
+  secret: {secretName: {{ .root.Values.elasticsearch.tlsSecret }}}
+{{- end }}
 {{- with .values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
 
-{{/* TLS to MySQL from the mounted mysql.tlsSecret: (dict "root" $ "key" "SOURCE_TLS") */}}
-{{- define "sluice.mysqlTlsEnv" -}}
-{{- if .root.Values.mysql.tlsSecret }}
+{{/* TLS files from a mounted Secret, as `SLUICE_<key>__CA` (…CERT, …KEY with a client
+certificate): (dict "key" "SOURCE_TLS" "tls" .Values.mysql "dir" "mysql-tls") */}}
+{{- define "sluice.tlsEnv" -}}
+{{- if .tls.tlsSecret }}
 - name: SLUICE_{{ .key }}__CA
-  value: /etc/sluice/mysql-tls/ca.pem
-{{- if .root.Values.mysql.clientCertificate }}
+  value: /etc/sluice/{{ .dir }}/ca.pem
+{{- if .tls.clientCertificate }}
 - name: SLUICE_{{ .key }}__CERT
-  value: /etc/sluice/mysql-tls/client.pem
+  value: /etc/sluice/{{ .dir }}/client.pem
 - name: SLUICE_{{ .key }}__KEY
-  value: /etc/sluice/mysql-tls/client.key
+  value: /etc/sluice/{{ .dir }}/client.key
 {{- end }}
 {{- end }}
 {{- end -}}
