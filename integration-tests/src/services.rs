@@ -618,9 +618,8 @@ replicas = 0
         .await;
     }
 
-    /// Waits until the worker has confirmed the binlog position the server is at now:
-    /// every change made before this call is in Kafka.
-    pub async fn wait_streamed(&self, worker: &Service) {
+    /// Where the server's binlog ends now: no reader can have read past it yet.
+    pub async fn binlog_end(&self) -> sluice_core::BinlogPosition {
         let row: mysql_async::Row = self
             .stack
             .conn()
@@ -629,10 +628,16 @@ replicas = 0
             .await
             .expect("SHOW MASTER STATUS")
             .expect("the binlog is on");
-        let end = sluice_core::BinlogPosition::new(
+        sluice_core::BinlogPosition::new(
             row.get::<String, _>(0).expect("file"),
             row.get::<u64, _>(1).expect("position"),
-        );
+        )
+    }
+
+    /// Waits until the worker has confirmed the binlog position the server is at now:
+    /// every change made before this call is in Kafka.
+    pub async fn wait_streamed(&self, worker: &Service) {
+        let end = self.binlog_end().await;
         eventually(
             "the worker streamed every change",
             Duration::from_secs(60),

@@ -2,7 +2,8 @@
 //! chunks spread over 3 workers, while a write load inserts, updates and deletes rows in
 //! it and a worker is killed mid-build; searches through the alias keep answering, the
 //! alias never points at the version being built, and afterwards Elasticsearch equals
-//! MySQL.
+//! MySQL. Also: the worker and the etl crashing at the hand-off from snapshot to stream
+//! while writes go to the chunks being read; a reset build; DDL during a snapshot.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,7 +19,19 @@ const ROWS: u64 = 3000;
 /// them), a cluster of 3 centers and `workers` workers streaming it, and version 1 behind
 /// the alias, created by the etl for a live change (streaming only).
 async fn streaming_items(name: &str, workers: usize) -> (TestCtx, Cluster, ClusterSource) {
+    streaming_items_armed(name, workers, &[]).await
+}
+
+/// [`streaming_items`] with failpoints armed: (binary, `FAILPOINTS` value).
+async fn streaming_items_armed(
+    name: &str,
+    workers: usize,
+    failpoints: &[(&'static str, &str)],
+) -> (TestCtx, Cluster, ClusterSource) {
     let ctx = TestCtx::new(name).await;
+    for (bin, armed) in failpoints {
+        ctx.env_for(bin, "FAILPOINTS", armed);
+    }
     ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
         .await;
     let values: Vec<String> = (1..=ROWS)
@@ -316,6 +329,85 @@ async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
         "",
         "{status}"
     );
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+/// The hand-off from snapshot to stream, with writes aimed at the chunks being read: every
+/// round of the load updates a row in each chunk (on both sides of the chunk's read
+/// cursor, as it moves), deletes one now and then, and inserts past the end. Then both
+/// sides of the hand-off crash (failpoints, debug builds):
+/// - the worker right after the build's markers are in Kafka, before it records how many
+///   there are: the job is done again after its restart, and the etl finds the markers
+///   twice;
+/// - the etl right after it recorded a marker as applied, before it committed the offset:
+///   it reads the marker again after its restart.
+///
+/// The alias moves once, and the new version equals the table row for row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_the_hand_off_from_snapshot_to_stream_with_writes_to_the_chunk_being_read_loses_nothing(
+) {
+    const CHUNK: u64 = 1000;
+    let armed = [
+        ("sluice-worker", "worker.after_build_markers"),
+        ("sluice-etl", "etl.after_build_marker"),
+    ];
+    let (ctx, mut cluster, items) = streaming_items_armed("handoff", 1, &armed).await;
+    let alias = items.pipeline.alias.clone();
+
+    let load = ctx.load(Duration::from_millis(20), |n| {
+        let chunks = ROWS / CHUNK;
+        let mut round: Vec<String> = (0..chunks)
+            .map(|c| {
+                let id = c * CHUNK + 1 + (n * 37) % CHUNK;
+                format!("UPDATE items SET qty = qty + 1, name = 'upd {n}' WHERE id = {id}")
+            })
+            .collect();
+        round.push(format!(
+            "INSERT INTO items VALUES ({}, 'new {n}', {n})",
+            ROWS + n
+        ));
+        if n % 5 == 0 {
+            let c = (n / 5) % chunks;
+            let id = c * CHUNK + 1 + (n * 53) % CHUNK;
+            round.push(format!("DELETE FROM items WHERE id = {id}"));
+        }
+        round
+    });
+    // Chunks of 1,000 rows read in batches of 500 at 200 rows/s: each chunk is half read
+    // for 2.5 s while the load writes into both halves.
+    let started = cluster
+        .ctl(&[
+            "pipelines",
+            "build",
+            &alias,
+            "--chunk-rows",
+            "1000",
+            "--throttle",
+            "200",
+        ])
+        .unwrap();
+    assert_eq!(started["version"], 2, "{started}");
+
+    cluster.workers[0].wait_failpoint("worker.after_build_markers", Duration::from_secs(120));
+    cluster.workers[0].without_env("FAILPOINTS").start();
+    cluster
+        .etl
+        .wait_failpoint("etl.after_build_marker", Duration::from_secs(120));
+    cluster.etl.without_env("FAILPOINTS").start();
+
+    let done = cluster.wait_built(&alias, Duration::from_secs(120)).await;
+    assert_eq!(done["version"], 2, "{done}");
+    let rounds = load.stop().await;
+    assert!(
+        rounds > 100,
+        "the load ran through the snapshot ({rounds} rounds)"
+    );
+    let targets = ctx.stack.es.alias_targets(&alias).await.unwrap();
+    assert_eq!(targets, [format!("{alias}_v2")]);
+    cluster
+        .converges(&ctx, &items.pipeline, Duration::from_secs(90))
+        .await;
     drop(cluster);
     ctx.cleanup().await;
 }

@@ -227,6 +227,8 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
 
     let zombie = Cluster::worker_index(&placed[&task]);
     cluster.workers[zombie].signal("STOP");
+    // The zombie cannot have read past this.
+    let stopped_at = ctx.binlog_end().await;
     let moved = time_until(
         "the task runs on another worker",
         Duration::from_secs(30),
@@ -250,31 +252,25 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
         "taken over before the zombie's session could expire: {moved:?}"
     );
 
-    // Let the new owner confirm a position past anything the zombie had, then wake it.
+    // Let the new owner confirm a position past anything the zombie read, then wake it.
     let zk = ctx.coordinator().await;
-    let confirmed = |zk: &sluice_zk::Coordinator| {
-        let (zk, task) = (zk.clone(), task.clone());
-        async move {
-            zk.read_checkpoint(&task)
-                .await
-                .unwrap()
-                .map(|b| sluice_core::Checkpoint::from_json(&b).unwrap().position)
-        }
-    };
-    let at_takeover = confirmed(zk).await;
     eventually(
-        "the new owner confirms a position",
+        "the new owner confirms a position past the zombie's",
         Duration::from_secs(30),
         || async {
-            let now = confirmed(zk).await;
-            if now > at_takeover {
-                Ok(())
-            } else {
-                Err(format!("still {now:?}"))
+            let now = zk
+                .read_checkpoint(&task)
+                .await
+                .unwrap()
+                .map(|b| sluice_core::Checkpoint::from_json(&b).unwrap().position);
+            match now {
+                Some(p) if p >= stopped_at => Ok(()),
+                other => Err(format!("{other:?}, the zombie stopped before {stopped_at}")),
             }
         },
     )
     .await;
+    let woke_ms = sluice_core::now_ms();
     let mark = cluster.workers[zombie].log_mark();
     let woke = Instant::now();
     cluster.workers[zombie].signal("CONT");
@@ -301,6 +297,44 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
     assert!(
         samples > 20,
         "the checkpoint was sampled only {samples} times"
+    );
+
+    // In Kafka: what arrived after the zombie woke for a change it could have read (before
+    // it stopped) is the zombie's: the new owner had published those, acknowledged, before
+    // the wake. Its producer still held messages queued before the stop and sends them
+    // when the process runs again; nothing fences a producer in Kafka short of
+    // transactions. Each of them must repeat, byte for byte, an event the new owner
+    // published (same change, same version): the zombie adds nothing of its own.
+    let topic = sluice_kafka::TopicConfig::default().rows_topic(&task, &ctx.db, "a");
+    let records = ctx.read_topic(&topic, 1, Duration::from_secs(60)).await;
+    let mut copies: std::collections::HashMap<&[u8], usize> = Default::default();
+    for r in &records {
+        *copies.entry(&r.payload).or_default() += 1;
+    }
+    let (mut late, mut since_woke) = (Vec::new(), 0);
+    for r in records
+        .iter()
+        .filter(|r| r.ts_ms.is_some_and(|ts| ts >= woke_ms))
+    {
+        since_woke += 1;
+        let e: sluice_core::ChangeEvent =
+            serde_json::from_slice(&r.payload).expect("a change event");
+        let at = sluice_core::BinlogPosition::new(e.source.file.clone(), e.source.pos);
+        if at < stopped_at {
+            late.push((at.to_string(), copies[r.payload.as_slice()]));
+        }
+    }
+    eprintln!(
+        "zombie worker: {} of its queued events reached Kafka after it woke",
+        late.len()
+    );
+    assert!(
+        late.iter().all(|(_, n)| *n >= 2),
+        "the zombie published events the new owner did not (position, copies): {late:?}"
+    );
+    assert!(
+        since_woke > late.len(),
+        "the new owner published nothing after the zombie woke: the check saw no contrast"
     );
     drop(cluster);
     ctx.cleanup().await;

@@ -12,18 +12,25 @@ use tokio_util::sync::CancellationToken;
 use crate::ddl::Rewritten;
 use crate::pipeline::{Active, Verdict};
 
-/// Documents DDL changed, to record; the answer comes once they are.
-pub(crate) type RewritesTx = mpsc::UnboundedSender<(Vec<Rewritten>, oneshot::Sender<()>)>;
+/// What the etl has the follower record in ZooKeeper before it commits the offsets of the
+/// batch that found it: committed first, a crash would lose it for good (the messages
+/// that carried it are not read again).
+pub(crate) enum Note {
+    /// Documents DDL changed (`pipelines/<name>/needs_rebuild`).
+    Rewrites(Vec<Rewritten>),
+    /// A build marker applied on `partition` (`builds/<name>/caught_up/<partition>`): every
+    /// document of the build before it on that partition is in Elasticsearch.
+    CaughtUp { marker: Marker, partition: i32 },
+}
 
-/// Has the follower record `rewritten` in ZooKeeper and waits until it has; `false` when
+/// Notes to record; each is answered once it is.
+pub(crate) type NotesTx = mpsc::UnboundedSender<(Note, oneshot::Sender<()>)>;
+
+/// Has the follower record `note` in ZooKeeper and waits until it has; `false` when
 /// shutdown came first (the batch is then left uncommitted: it is read again).
-pub(crate) async fn record_rewrites(
-    tx: &RewritesTx,
-    rewritten: Vec<Rewritten>,
-    shutdown: &CancellationToken,
-) -> bool {
+pub(crate) async fn record(tx: &NotesTx, note: Note, shutdown: &CancellationToken) -> bool {
     let (done, recorded) = oneshot::channel();
-    if tx.send((rewritten, done)).is_err() {
+    if tx.send((note, done)).is_err() {
         return false;
     }
     tokio::select! {
@@ -47,14 +54,12 @@ pub(crate) struct Follow {
     /// In: the versions being built this member writes to (published in `etls/<member>`,
     /// which the leader waits on before a build reads anything).
     pub applied: watch::Receiver<EtlRecord>,
-    /// In: build markers applied, with their partition.
-    pub caught_up: mpsc::UnboundedReceiver<(Marker, i32)>,
     /// In: whether index versions need a rebuild, recorded in
     /// `pipelines/<name>/needs_rebuild` for the center's pipelines.
     pub verdicts: mpsc::UnboundedReceiver<Verdict>,
-    /// In: documents DDL changed, recorded in `pipelines/<name>/needs_rebuild` for the
-    /// center's pipelines, each answered once recorded.
-    pub rewrites: mpsc::UnboundedReceiver<(Vec<Rewritten>, oneshot::Sender<()>)>,
+    /// In: what to record before a batch's offsets are committed, each answered once
+    /// recorded.
+    pub notes: mpsc::UnboundedReceiver<(Note, oneshot::Sender<()>)>,
 }
 
 /// Keeps the pipelines equal to the file's plus the center's (a center pipeline with the
@@ -62,7 +67,7 @@ pub(crate) struct Follow {
 /// it applies, and records applied build markers; until `shutdown`.
 pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
     // Rewrites not recorded yet (ZooKeeper unavailable): tried again until they are.
-    let mut pending: Vec<(Vec<Rewritten>, oneshot::Sender<()>)> = Vec::new();
+    let mut pending: Vec<(Note, oneshot::Sender<()>)> = Vec::new();
     while !shutdown.is_cancelled() {
         let coord = match Coordinator::connect(&f.zk).await {
             Ok(c) => c,
@@ -106,18 +111,9 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
             record_pending(&coord, &f.from_file, &mut pending).await;
             tokio::select! {
                 _ = coord.wait_any(watches, &shutdown) => {}
-                Some(r) = f.rewrites.recv() => pending.push(r),
+                Some(n) = f.notes.recv() => pending.push(n),
                 _ = tokio::time::sleep(Duration::from_secs(1)), if !pending.is_empty() => {}
                 _ = f.applied.changed() => {}
-                Some((marker, partition)) = f.caught_up.recv() => {
-                    let rel = format!("{}/{partition}", sluice_zk::layout::build_caught_up(&marker.pipeline));
-                    let data = marker.version.to_string();
-                    if let Err(e) = coord.put(&rel, data.as_bytes(), sluice_zk::Expect::Any).await {
-                        tracing::warn!(error = %e, pipeline = %marker.pipeline, partition, "cannot record the build marker; the build waits");
-                    } else {
-                        tracing::info!(pipeline = %marker.pipeline, version = marker.version, partition, "build marker applied");
-                    }
-                }
                 Some(v) = f.verdicts.recv() => {
                     if !f.from_file.iter().any(|p| p.spec.name == v.pipeline) {
                         if let Err(e) = record_verdict(&coord, &v).await {
@@ -131,32 +127,55 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
     }
 }
 
-/// Records what it can of `pending` and answers those recorded.
+/// Records what it can of `pending` and answers those recorded; the rest is tried again
+/// on the next pass.
 async fn record_pending(
     coord: &Coordinator,
     from_file: &[Active],
-    pending: &mut Vec<(Vec<Rewritten>, oneshot::Sender<()>)>,
+    pending: &mut Vec<(Note, oneshot::Sender<()>)>,
 ) {
     let mut left = Vec::new();
-    for (rewritten, done) in pending.drain(..) {
-        let mut recorded = true;
-        for r in rewritten
-            .iter()
-            .filter(|r| !from_file.iter().any(|p| p.spec.name == r.pipeline))
-        {
-            if let Err(e) = record_rewrite(coord, r).await {
-                tracing::warn!(error = %e, pipeline = %r.pipeline, "cannot record that DDL changed the documents yet; the batch waits");
-                recorded = false;
-                break;
+    for (note, done) in pending.drain(..) {
+        match record_note(coord, from_file, &note).await {
+            Ok(()) => {
+                let _ = done.send(());
             }
-        }
-        if recorded {
-            let _ = done.send(());
-        } else {
-            left.push((rewritten, done));
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot record what the batch found yet; the batch waits");
+                left.push((note, done));
+            }
         }
     }
     *pending = left;
+}
+
+async fn record_note(
+    coord: &Coordinator,
+    from_file: &[Active],
+    note: &Note,
+) -> Result<(), sluice_zk::ZkError> {
+    match note {
+        Note::Rewrites(rewritten) => {
+            let center_pipelines = rewritten
+                .iter()
+                .filter(|r| !from_file.iter().any(|p| p.spec.name == r.pipeline));
+            for r in center_pipelines {
+                record_rewrite(coord, r).await?;
+            }
+        }
+        Note::CaughtUp { marker, partition } => {
+            let rel = format!(
+                "{}/{partition}",
+                sluice_zk::layout::build_caught_up(&marker.pipeline)
+            );
+            let data = marker.version.to_string();
+            coord
+                .put(&rel, data.as_bytes(), sluice_zk::Expect::Any)
+                .await?;
+            tracing::info!(pipeline = %marker.pipeline, version = marker.version, partition, "build marker applied");
+        }
+    }
+    Ok(())
 }
 
 /// Adds the reason to each version of `r` in `pipelines/<name>/needs_rebuild` (once),

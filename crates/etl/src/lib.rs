@@ -122,9 +122,8 @@ pub async fn run(
     // The pipelines: from the file, and from the center when a [zookeeper] section is set.
     let (pipelines_tx, mut pipelines) = watch::channel(None);
     let (applied_tx, applied) = watch::channel(sluice_zk::layout::EtlRecord::default());
-    let (caught_up_tx, caught_up) = tokio::sync::mpsc::unbounded_channel();
     let (verdict_tx, verdicts) = tokio::sync::mpsc::unbounded_channel();
-    let (rewrites_tx, rewrites) = tokio::sync::mpsc::unbounded_channel();
+    let (notes_tx, notes) = tokio::sync::mpsc::unbounded_channel();
     let follower = match &cfg.zookeeper {
         Some(zk) => Some(tokio::spawn(follow::follow(
             follow::Follow {
@@ -139,9 +138,8 @@ pub async fn run(
                 source_tls: cfg.source_tls.clone(),
                 pipelines: pipelines_tx,
                 applied,
-                caught_up,
                 verdicts,
-                rewrites,
+                notes,
             },
             shutdown.clone(),
         ))),
@@ -201,7 +199,7 @@ pub async fn run(
                 producer: &producer,
                 cfg: &cfg,
                 shutdown: &shutdown,
-                rewrites: follower.is_some().then_some(&rewrites_tx),
+                notes: follower.is_some().then_some(&notes_tx),
             };
             match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
                 Applied::All => {
@@ -216,12 +214,6 @@ pub async fn run(
                         CommitMode::Async
                     };
                     commit(&consumer, &batch, mode);
-                    for m in batch
-                        .iter()
-                        .filter_map(|m| m.marker.clone().map(|k| (k, m.partition)))
-                    {
-                        let _ = caught_up_tx.send(m);
-                    }
                 }
                 Applied::Interrupted => {
                     tracing::info!("shutdown during retries: the unfinished batch is left uncommitted and will be replayed");
@@ -347,8 +339,9 @@ struct Ctx<'a> {
     producer: &'a SharedProducer,
     cfg: &'a EtlConfig,
     shutdown: &'a CancellationToken,
-    /// To the follower (cluster mode): documents DDL changed, answered once recorded.
-    rewrites: Option<&'a follow::RewritesTx>,
+    /// To the follower (cluster mode): what to record before the batch is committed
+    /// (documents DDL changed, build markers applied), answered once recorded.
+    notes: Option<&'a follow::NotesTx>,
 }
 
 /// Applies every message of the batch: written, stale, or dead-lettered.
@@ -365,7 +358,7 @@ async fn apply(
         producer,
         cfg,
         shutdown,
-        rewrites,
+        notes,
     } = *ctx;
     stats.events += batch.len() as u64;
     METRICS.events.add(batch.len() as u64, &[]);
@@ -410,10 +403,27 @@ async fn apply(
             return Ok(Applied::Interrupted);
         }
     }
-    if let (Some(tx), false) = (rewrites, rewritten.is_empty()) {
-        if !follow::record_rewrites(tx, rewritten, shutdown).await {
+    let Some(tx) = notes else {
+        return Ok(Applied::All);
+    };
+    let markers = batch.iter().filter_map(|m| {
+        let marker = m.marker.clone()?;
+        Some(follow::Note::CaughtUp {
+            marker,
+            partition: m.partition,
+        })
+    });
+    let rewrites = (!rewritten.is_empty()).then_some(follow::Note::Rewrites(rewritten));
+    let mut recorded_marker = false;
+    for note in rewrites.into_iter().chain(markers) {
+        recorded_marker |= matches!(note, follow::Note::CaughtUp { .. });
+        if !follow::record(tx, note, shutdown).await {
             return Ok(Applied::Interrupted);
         }
+    }
+    if recorded_marker {
+        // A crash here: the build's marker is recorded, its offset not committed.
+        sluice_core::failpoint("etl.after_build_marker");
     }
     Ok(Applied::All)
 }
