@@ -172,18 +172,19 @@ async fn elasticsearch_over_tls_with_a_custom_ca_and_a_client_certificate() {
         ca: None,
         ..tls.clone()
     };
-    // The error shows the cause, so an operator knows which side to fix.
+    // Refused, each, and the error shows the cause where the client finds it (an unknown
+    // CA), so an operator knows which side to fix. Without a certificate, TLS 1.3 has the
+    // server refuse after the client's side of the handshake is done: the client sees an
+    // alert or a closed connection, by timing; the front counts the refusal.
     for (what, files, cause) in [
-        (
-            "no client certificate",
-            Some(no_cert),
-            "CertificateRequired",
-        ),
-        ("the system's roots", Some(no_ca), "UnknownIssuer"),
-        ("no TLS settings", None, "UnknownIssuer"),
+        ("no client certificate", Some(no_cert), None),
+        ("the system's roots", Some(no_ca), Some("UnknownIssuer")),
+        ("no TLS settings", None, Some("UnknownIssuer")),
     ] {
         let refused = pings(files).await.expect_err(what);
-        assert!(refused.contains(cause), "{what}: {refused}");
+        if let Some(cause) = cause {
+            assert!(refused.contains(cause), "{what}: {refused}");
+        }
     }
     eventually(
         "the front counts three refused handshakes",
