@@ -154,6 +154,9 @@ pub async fn run(
     let mut last_report = Instant::now();
     let mut reroute = false;
     let mut retry_reroute: Option<Instant> = None;
+    // A starting etl most often finds a backlog (a restart, a rebalance): it fills its
+    // first batch, then finds out.
+    let mut loaded = true;
     loop {
         let retry_due = retry_reroute.is_some_and(|at| Instant::now() >= at);
         if reroute || retry_due || pipelines.has_changed().unwrap_or(false) {
@@ -190,9 +193,17 @@ pub async fn run(
         for v in router.verdicts.drain(..) {
             let _ = verdict_tx.send(v);
         }
-        let (batch, stop);
-        (batch, stop, reroute) =
-            collect(&consumer, &cfg, &mut pipelines, retry_reroute, &shutdown).await;
+        let (collected, stop);
+        (collected, stop, reroute) = collect(
+            &consumer,
+            &cfg,
+            &mut pipelines,
+            retry_reroute,
+            &mut loaded,
+            &shutdown,
+        )
+        .await;
+        let batch = collected.msgs;
         if !batch.is_empty() {
             let ctx = Ctx {
                 es: &es,
@@ -203,6 +214,11 @@ pub async fn run(
             };
             match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
                 Applied::All => {
+                    if let Some(first) = collected.first {
+                        METRICS
+                            .index_latency
+                            .record(first.elapsed().as_secs_f64(), &[]);
+                    }
                     // A crash here: Elasticsearch has the batch, Kafka not its offsets.
                     sluice_core::failpoint("etl.before_commit");
                     // The last commit before exiting waits for its answer; the others do
@@ -274,28 +290,49 @@ async fn subscribe(
     Ok(router)
 }
 
-/// Fills a batch up to the document or byte bound, or until `linger` after its first
-/// message. Returns the batch, `stop` (shutdown came; the batch holds what was
+/// A lingered batch with at least this many messages says the load goes on.
+const LOADED_BATCH: usize = 10;
+
+/// Fills a batch up to the document or byte bound. When the etl is keeping up (no message
+/// was waiting when it came back for this batch, and the last batch did not show a load),
+/// the batch is written as soon as the consumer has nothing more buffered, so a lone
+/// change waits for nothing. Under a load (messages were waiting, or the last lingered
+/// batch gathered [`LOADED_BATCH`] or more), it waits up to `linger` after its first
+/// message to fill: fewer, larger bulks, which a sink with a cost per request needs to
+/// keep up. Returns the batch, `stop` (shutdown came; the batch holds what was
 /// collected) and `reroute` (the pipelines changed: re-subscribe after this batch).
 async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
     pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
     retry_reroute: Option<Instant>,
+    loaded: &mut bool,
     shutdown: &CancellationToken,
-) -> (Vec<Msg>, bool, bool) {
-    let mut batch = Vec::new();
-    let mut bytes = 0usize;
-    let mut deadline: Option<Instant> = None;
+) -> (Batch, bool, bool) {
+    use futures::FutureExt as _;
+    let mut batch = Batch::default();
+    let waiting = match consumer.recv().now_or_never() {
+        Some(Ok(m)) => {
+            batch.push(&m);
+            true
+        }
+        _ => false,
+    };
+    let behind = waiting || *loaded;
+    let mut deadline = waiting.then(|| Instant::now() + cfg.etl.linger);
     let mut following = true;
     loop {
-        if batch.len() >= cfg.etl.max_batch_docs || bytes >= cfg.etl.max_batch_bytes {
+        if batch.full(cfg) {
+            *loaded = true;
             return (batch, false, false);
         }
         let received = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return (batch, true, false),
-            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return (batch, false, false),
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                *loaded = batch.msgs.len() >= LOADED_BATCH;
+                return (batch, false, false);
+            }
             // A pipeline change that failed is due again.
             _ = tokio::time::sleep_until(retry_reroute.unwrap_or_else(Instant::now)), if retry_reroute.is_some() => return (batch, false, true),
             // The pipelines changed: apply what is in hand, then re-route.
@@ -307,24 +344,62 @@ async fn collect(
         };
         match received {
             Ok(m) => {
-                let payload = m.payload().unwrap_or_default().to_vec();
-                bytes += payload.len();
-                let marker = marker_of(&m, &payload);
-                batch.push(Msg {
-                    topic: m.topic().to_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload,
-                    marker,
-                });
+                batch.push(&m);
                 deadline.get_or_insert_with(|| Instant::now() + cfg.etl.linger);
+                if behind {
+                    continue;
+                }
+                // Keeping up: what is already buffered joins, and the batch goes.
+                while !batch.full(cfg) {
+                    match consumer.recv().now_or_never() {
+                        Some(Ok(m)) => batch.push(&m),
+                        Some(Err(_)) | None => break,
+                    }
+                }
+                return (batch, false, false);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "Kafka consumer error");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+    }
+}
+
+/// Messages collected for one batch, and their payloads' size.
+#[derive(Default)]
+struct Batch {
+    msgs: Vec<Msg>,
+    bytes: usize,
+    /// When its first message was consumed.
+    first: Option<Instant>,
+}
+
+impl Batch {
+    fn full(&self, cfg: &EtlConfig) -> bool {
+        self.msgs.len() >= cfg.etl.max_batch_docs || self.bytes >= cfg.etl.max_batch_bytes
+    }
+
+    fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) {
+        if self.first.is_none() {
+            self.first = Some(Instant::now());
+            // Kafka's timestamp: when the worker queued the message.
+            if let Some(published) = m.timestamp().to_millis() {
+                let waited = (sluice_core::now_ms() - published).max(0) as f64 / 1000.0;
+                METRICS.consume_latency.record(waited, &[]);
+            }
+        }
+        let payload = m.payload().unwrap_or_default().to_vec();
+        self.bytes += payload.len();
+        let marker = marker_of(m, &payload);
+        self.msgs.push(Msg {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload,
+            marker,
+        });
     }
 }
 

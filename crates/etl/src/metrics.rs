@@ -5,7 +5,10 @@
 //! retry: 5xx items, rejected: items refused for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
 //! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
 //! (documents read back from MySQL, and the queries that found and read them), and
-//! `sluice_etl_consumer_lag_messages{topic,partition}`.
+//! `sluice_etl_consumer_lag_messages{topic,partition}`. The stages of commit to searchable
+//! after the worker's: `sluice_etl_consume_latency_seconds` (Kafka's timestamp of a
+//! batch's oldest message to its consumption) and `sluice_etl_index_latency_seconds`
+//! (a batch's first message consumed to Elasticsearch acknowledging all of it).
 
 use std::sync::LazyLock;
 
@@ -16,6 +19,8 @@ pub(crate) struct Metrics {
     pub events: Counter<u64>,
     pub documents: Counter<u64>,
     pub bulk_duration: Histogram<f64>,
+    pub consume_latency: Histogram<f64>,
+    pub index_latency: Histogram<f64>,
     pub bulk_documents: Histogram<u64>,
     pub bulk_errors: Counter<u64>,
     pub dead_letters: Counter<u64>,
@@ -56,6 +61,18 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .with_boundaries(vec![
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             ])
+            .build(),
+        consume_latency: m
+            .f64_histogram("sluice.etl.consume.latency")
+            .with_unit("s")
+            .with_description("Per batch, from Kafka's timestamp of its oldest message (the worker published it) to its consumption")
+            .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
+            .build(),
+        index_latency: m
+            .f64_histogram("sluice.etl.index.latency")
+            .with_unit("s")
+            .with_description("Per batch, from consuming its first message to Elasticsearch acknowledging all of it")
+            .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
             .build(),
         bulk_documents: m
             .u64_histogram("sluice.etl.bulk.documents")

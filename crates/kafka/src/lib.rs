@@ -189,9 +189,17 @@ pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
 
 /// A consumer in `group` that never commits by itself: the caller commits offsets only
 /// for messages that were applied or dead-lettered.
+///
+/// Fetches return after at most 10 ms without data (librdkafka waits 500 ms): a broker
+/// answers a fetch as soon as it has a byte for it, but some Kafka-protocol brokers hold
+/// every fetch for its whole wait, and that wait was nearly all of the commit-to-
+/// searchable latency. When idle, that is 100 small fetches a second per broker, which no
+/// broker notices; `kafka.properties` can set `fetch.wait.max.ms` back.
 pub fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> {
     let mut c = cfg.client_config();
     c.set("group.id", group)
+        .set("fetch.wait.max.ms", "10")
+        .set("fetch.min.bytes", "1")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")

@@ -1,13 +1,14 @@
 //! The worker's metrics (names as Prometheus shows them):
 //! `sluice_worker_events_total{source,database,table,op}`,
-//! `sluice_worker_snapshot_rows_total{pipeline}`, and read from the tasks' progress at
+//! `sluice_worker_snapshot_rows_total{pipeline}`, `sluice_worker_publish_latency_seconds`
+//! (binlog read to Kafka acknowledgement, per transaction), and read from the tasks' progress at
 //! each scrape: `sluice_worker_binlog_lag_seconds{source}`,
 //! `sluice_worker_binlog_lag_bytes{source}`, `sluice_worker_tasks{state}`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
-use opentelemetry::metrics::{Counter, Meter};
+use opentelemetry::metrics::{Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
 
 use crate::report::Reports;
@@ -15,6 +16,7 @@ use crate::report::Reports;
 pub(crate) struct Metrics {
     pub events: Counter<u64>,
     pub snapshot_rows: Counter<u64>,
+    pub publish_latency: Histogram<f64>,
 }
 
 fn meter() -> Meter {
@@ -32,6 +34,12 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         snapshot_rows: m
             .u64_counter("sluice.worker.snapshot.rows")
             .with_description("Rows read by build snapshots and published")
+            .build(),
+        publish_latency: m
+            .f64_histogram("sluice.worker.publish.latency")
+            .with_unit("s")
+            .with_description("Per transaction, from reading its first row event in the binlog to Kafka acknowledging its last (the first stage of commit to searchable)")
+            .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
             .build(),
     }
 });

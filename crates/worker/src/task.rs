@@ -35,7 +35,8 @@ struct SessionExpired;
 
 /// What the publisher hands the acknowledger, in binlog order.
 enum Entry {
-    Delivery(Delivery),
+    /// A row event's delivery, and when its event was read.
+    Delivery(Delivery, Instant),
     Commit(Checkpoint),
 }
 
@@ -450,6 +451,7 @@ async fn publish_loop(
             }
         };
         open = true;
+        let read_at = Instant::now();
         wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
         ensure_topic(ctx, &record.topic).await?;
         let delivery =
@@ -457,7 +459,7 @@ async fn publish_loop(
                 .await
                 .with_context(|| format!("cannot publish to {}", record.topic))?;
         ctx.progress.published();
-        tx.send(Entry::Delivery(delivery))
+        tx.send(Entry::Delivery(delivery, read_at))
             .await
             .map_err(|_| anyhow!("acknowledger stopped"))?;
     }
@@ -564,6 +566,8 @@ async fn acknowledge(
 ) -> anyhow::Result<()> {
     let mut ready: Option<Checkpoint> = None;
     let mut last_write = Instant::now();
+    // When the first event of the open transaction was read.
+    let mut first_read: Option<Instant> = None;
     loop {
         let step = tokio::select! {
             entry = rx.recv() => Step::Entry(entry),
@@ -579,8 +583,16 @@ async fn acknowledge(
                 }
                 return Ok(());
             }
-            Step::Entry(Some(Entry::Commit(cp))) => ready = Some(cp),
-            Step::Entry(Some(Entry::Delivery(delivery))) => {
+            Step::Entry(Some(Entry::Commit(cp))) => {
+                if let Some(read) = first_read.take() {
+                    crate::metrics::METRICS
+                        .publish_latency
+                        .record(read.elapsed().as_secs_f64(), &[]);
+                }
+                ready = Some(cp);
+            }
+            Step::Entry(Some(Entry::Delivery(delivery, read_at))) => {
+                first_read.get_or_insert(read_at);
                 delivery
                     .acknowledged()
                     .await
