@@ -9,11 +9,13 @@
 //! 3. The ceiling: as many similar documents `_bulk`-indexed straight into a scratch index
 //!    of the same server, 2000 per request, one request at a time.
 //! 4. Commit-to-indexed latency: single-row transactions at a steady rate, each polled by
-//!    id (a real-time read) until it is visible.
+//!    id (a real-time read) until it is visible; once light (20/s), once under load
+//!    (1,000/s).
 //! 5. Peak RSS (`VmHWM`) of the worker, the etl and the stack's services.
 //!
 //! Environment: `BENCH_ROWS` (default 50000), `BENCH_LATENCY_SAMPLES` (200),
-//! `BENCH_LATENCY_RATE` (rows/s, 20), `SLUICE_BIN_DIR` (which build of the services runs),
+//! `BENCH_LATENCY_RATE` (rows/s, 20), `BENCH_LOADED_SAMPLES` (10000), `BENCH_LOADED_RATE`
+//! (rows/s, 1000), `SLUICE_BIN_DIR` (which build of the services runs),
 //! and the stack endpoints the tests use (`MYSQL_URL`, `ZOOKEEPER`, `KAFKA_BROKERS`, `ES_URL`).
 
 use std::collections::BTreeMap;
@@ -41,6 +43,9 @@ struct Settings {
     rows: u64,
     latency_samples: usize,
     latency_rate: f64,
+    /// The latency under load: single-row transactions at this rate.
+    loaded_samples: usize,
+    loaded_rate: f64,
 }
 
 impl Settings {
@@ -49,9 +54,16 @@ impl Settings {
             rows: env_num("BENCH_ROWS", 50_000)?,
             latency_samples: env_num("BENCH_LATENCY_SAMPLES", 200)?,
             latency_rate: env_num("BENCH_LATENCY_RATE", 20.0)?,
+            loaded_samples: env_num("BENCH_LOADED_SAMPLES", 10_000)?,
+            loaded_rate: env_num("BENCH_LOADED_RATE", 1000.0)?,
         };
-        if s.rows == 0 || s.latency_samples == 0 || s.latency_rate <= 0.0 {
-            bail!("BENCH_ROWS, BENCH_LATENCY_SAMPLES and BENCH_LATENCY_RATE must be positive");
+        if s.rows == 0
+            || s.latency_samples == 0
+            || s.latency_rate <= 0.0
+            || s.loaded_samples == 0
+            || s.loaded_rate <= 0.0
+        {
+            bail!("BENCH_ROWS, BENCH_LATENCY_SAMPLES, BENCH_LATENCY_RATE, BENCH_LOADED_SAMPLES and BENCH_LOADED_RATE must be positive");
         }
         Ok(s)
     }
@@ -114,6 +126,23 @@ impl Latency {
         let rank = ((p / 100.0) * self.sorted_ms.len() as f64).ceil() as usize;
         self.sorted_ms[rank.clamp(1, self.sorted_ms.len()) - 1]
     }
+
+    /// `p50 …, p99 …, max … (N samples at R/s[, L lost])`.
+    fn describe(&self) -> String {
+        format!(
+            "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} samples at {:.1}/s{})",
+            self.pct(50.0),
+            self.pct(99.0),
+            self.sorted_ms.last().copied().unwrap_or(f64::NAN),
+            self.sorted_ms.len(),
+            self.sent_rate,
+            if self.lost > 0 {
+                format!(", {} never became visible", self.lost)
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 struct Rss {
@@ -133,6 +162,7 @@ struct Report {
     etl_docs: u64,
     raw: Throughput,
     latency: Latency,
+    loaded: Latency,
     rss: Vec<Rss>,
 }
 
@@ -293,19 +323,19 @@ impl Bench {
             raw.rate()
         );
 
-        let latency = self.latency().await?;
+        let latency = self
+            .latency(self.settings.latency_samples, self.settings.latency_rate)
+            .await?;
         println!(
-            "[4/5] commit→indexed latency: {} samples at {:.1}/s: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms{}",
-            latency.sorted_ms.len(),
-            latency.sent_rate,
-            latency.pct(50.0),
-            latency.pct(99.0),
-            latency.sorted_ms.last().copied().unwrap_or(f64::NAN),
-            if latency.lost > 0 {
-                format!(" — {} never became visible", latency.lost)
-            } else {
-                String::new()
-            }
+            "[4/5] commit→indexed latency, light: {}",
+            latency.describe()
+        );
+        let loaded = self
+            .latency(self.settings.loaded_samples, self.settings.loaded_rate)
+            .await?;
+        println!(
+            "[4/5] commit→indexed latency, under load: {}",
+            loaded.describe()
         );
 
         let rss = self.rss();
@@ -331,6 +361,7 @@ impl Bench {
             etl_docs: rows,
             raw,
             latency,
+            loaded,
             rss,
         })
     }
@@ -582,8 +613,9 @@ impl Bench {
     /// Single-row transactions at a steady rate; each is polled by id (`_mget`, a
     /// real-time read like `GET /<alias>/_doc/<id>`, one request for all ids in flight)
     /// from the moment its COMMIT returns until it is visible.
-    async fn latency(&self) -> anyhow::Result<Latency> {
-        let samples = self.settings.latency_samples;
+    /// `samples` single-row transactions at `rate` a second, each timed from its commit
+    /// until a real-time GET through the alias finds it (before any refresh).
+    async fn latency(&self, samples: usize, rate: f64) -> anyhow::Result<Latency> {
         let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
         let es = self.ctx.stack.es.clone();
         let alias = self.pipeline.alias.clone();
@@ -634,8 +666,7 @@ impl Bench {
 
         let mut conn = self.conn().await?;
         let mut rng = Xorshift(0x5eed_1234_abcd_0003);
-        let mut tick =
-            tokio::time::interval(Duration::from_secs_f64(1.0 / self.settings.latency_rate));
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let started = Instant::now();
         for _ in 0..samples {
@@ -825,21 +856,10 @@ impl Report {
                     100.0 * self.etl.rate() / self.raw.rate()
                 ),
             ),
+            ("commit→indexed latency, light".into(), self.latency.describe()),
             (
-                "commit→indexed latency".into(),
-                format!(
-                    "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} samples at {:.1}/s{})",
-                    self.latency.pct(50.0),
-                    self.latency.pct(99.0),
-                    self.latency.sorted_ms.last().copied().unwrap_or(f64::NAN),
-                    self.latency.sorted_ms.len(),
-                    self.latency.sent_rate,
-                    if self.latency.lost > 0 {
-                        format!(", {} lost", self.latency.lost)
-                    } else {
-                        String::new()
-                    }
-                ),
+                "commit→indexed, under load".into(),
+                self.loaded.describe(),
             ),
         ];
         for (name, value) in rows {
