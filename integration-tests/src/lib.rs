@@ -12,6 +12,7 @@ pub mod ceiling;
 pub mod checker;
 pub mod cluster;
 pub mod documents;
+pub mod figures;
 pub mod kafka;
 pub mod mariadb;
 pub mod services;

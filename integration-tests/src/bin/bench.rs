@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 const TABLE: &str = "bench";
 const ROWS_PER_TXN: u64 = 1000;
 use sluice_integration_tests::ceiling::RAW_BATCH;
+use sluice_integration_tests::figures::{self, Figure, Figures};
 const POLL: Duration = Duration::from_millis(50);
 
 struct Settings {
@@ -202,6 +203,7 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(Ok(report)) => {
             report.print();
+            report.judge();
             ExitCode::SUCCESS
         }
         Ok(Err(e)) => {
@@ -806,6 +808,79 @@ async fn delete_zk_root(connect: &str, root: &str) -> anyhow::Result<()> {
 }
 
 impl Report {
+    /// The figures, each with its ceiling where the run measured one or the issue set one
+    /// (100 ms p99 latency; 64 MiB for the worker and 128 MiB for the etl).
+    fn figures(&self) -> Figures {
+        let mut f = Figures::new();
+        f.insert(
+            "worker_events_per_s".into(),
+            Figure::higher(self.worker.rate(), "events/s", None),
+        );
+        f.insert(
+            "etl_docs_per_s".into(),
+            Figure::higher(self.etl.rate(), "docs/s", Some(self.raw.rate())),
+        );
+        for (name, l) in [("light", &self.latency), ("loaded", &self.loaded)] {
+            f.insert(
+                format!("latency_{name}_p50_ms"),
+                Figure::lower(l.pct(50.0), "ms", None),
+            );
+            f.insert(
+                format!("latency_{name}_p99_ms"),
+                Figure::lower(l.pct(99.0), "ms", Some(100.0)),
+            );
+        }
+        for (name, ceiling) in [("sluice-worker", 64.0), ("sluice-etl", 128.0)] {
+            if let Some(kb) = self
+                .rss
+                .iter()
+                .find(|r| r.name == name)
+                .and_then(|r| r.peak_kb)
+            {
+                f.insert(
+                    format!("rss_{}_mib", name.trim_start_matches("sluice-")),
+                    Figure::lower(kb as f64 / 1024.0, "MiB", Some(ceiling)),
+                );
+            }
+        }
+        f
+    }
+
+    /// Prints each ratio, writes the figures under `target/bench/`, and says loudly which
+    /// ratios fell against the committed baseline.
+    fn judge(&self) {
+        let figures = self.figures();
+        println!();
+        println!(
+            "{:<30} {:>12} {:>12} {:>8}",
+            "figure", "value", "ceiling", "ratio"
+        );
+        for (name, f) in &figures {
+            println!(
+                "{name:<30} {:>12.1} {:>12} {:>8}  {}",
+                f.value,
+                f.ceiling.map_or("-".into(), |c| format!("{c:.1}")),
+                f.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+                f.unit
+            );
+        }
+        match figures::write("bench", &figures) {
+            Ok(path) => println!("figures: {}", path.display()),
+            Err(e) => eprintln!("bench: cannot write the figures: {e}"),
+        }
+        match figures::regressions("bench", &figures) {
+            Ok(found) if found.is_empty() => {
+                println!("no ratio fell more than 20 % against the baseline")
+            }
+            Ok(found) => {
+                for line in found {
+                    println!("!!! {line}");
+                }
+            }
+            Err(why) => println!("baseline: {why}"),
+        }
+    }
+
     fn print(&self) {
         let l = &self.load;
         println!();
