@@ -2,8 +2,9 @@
 //! says so, for the tests of crash windows that cannot be reached from outside (after
 //! Elasticsearch acknowledged a batch but before its offsets are committed; between a
 //! TABLE_MAP event and its rows event; at a build's hand-off from snapshot to stream,
-//! after its markers are written and after one is recorded as applied). `FAILPOINTS=name[@n],…` aborts at the `n`-th pass
-//! of `name` (default: the first). Release builds compile them to nothing.
+//! after its markers are written and after one is recorded as applied).
+//! `FAILPOINTS=name[@n],…` aborts at the `n`-th pass of `name` (default: the first).
+//! Release builds compile them to nothing.
 
 /// Aborts the process here if the failpoint `name` is armed and its count is reached.
 #[cfg(debug_assertions)]

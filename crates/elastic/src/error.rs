@@ -111,14 +111,13 @@ pub enum EsError {
     },
 
     /// No HTTP answer: connect error, timeout, connection reset. Transient.
-    #[error("{call} on {target}: no answer from Elasticsearch ({kind}: {cause})")]
+    /// The message ends with the innermost cause (`Connection refused`, `invalid peer
+    /// certificate: UnknownIssuer`...): what tells an operator which side to fix.
+    #[error("{call} on {target}: no answer from Elasticsearch ({kind}: {})", innermost(.source))]
     Transport {
         call: &'static str,
         target: String,
         kind: &'static str,
-        /// The innermost cause (`Connection refused`, `invalid peer certificate:
-        /// UnknownIssuer`...): what tells an operator which side to fix.
-        cause: String,
         #[source]
         source: reqwest::Error,
     },
@@ -194,16 +193,10 @@ impl EsError {
         } else {
             "request error"
         };
-        let mut cause: &dyn std::error::Error = &source;
-        while let Some(inner) = cause.source() {
-            cause = inner;
-        }
-        let cause = cause.to_string();
         EsError::Transport {
             call,
             target: target.to_owned(),
             kind,
-            cause,
             // The URL never holds credentials (rejected in `EsClient::new`), but it is
             // already in `target`; keep messages short.
             source: source.without_url(),
@@ -231,6 +224,15 @@ impl EsError {
 /// Statuses worth retrying: request timeout, too many requests, server errors.
 pub(crate) fn is_transient_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..=599).contains(&status)
+}
+
+/// The last error of `e`'s source chain.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ pub(crate) struct Follow {
 /// name of a file pipeline is ignored: the file wins), registers this member with what
 /// it applies, and records applied build markers; until `shutdown`.
 pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
-    // Rewrites not recorded yet (ZooKeeper unavailable): tried again until they are.
+    // Notes not recorded yet (ZooKeeper unavailable): tried again until they are.
     let mut pending: Vec<(Note, oneshot::Sender<()>)> = Vec::new();
     while !shutdown.is_cancelled() {
         let coord = match Coordinator::connect(&f.zk).await {

@@ -345,8 +345,8 @@ async fn collect(
         match received {
             Ok(m) => {
                 batch.push(&m);
-                deadline.get_or_insert_with(|| Instant::now() + cfg.etl.linger);
                 if behind {
+                    deadline.get_or_insert_with(|| Instant::now() + cfg.etl.linger);
                     continue;
                 }
                 // Keeping up: what is already buffered joins, and the batch goes.
@@ -383,7 +383,7 @@ impl Batch {
     fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) {
         if self.first.is_none() {
             self.first = Some(Instant::now());
-            // Kafka's timestamp: when the worker queued the message.
+            // Kafka's timestamp: when the worker queued the batch's first message.
             if let Some(published) = m.timestamp().to_millis() {
                 let waited = (sluice_core::now_ms() - published).max(0) as f64 / 1000.0;
                 METRICS.consume_latency.record(waited, &[]);
@@ -481,22 +481,26 @@ async fn apply(
     let Some(tx) = notes else {
         return Ok(Applied::All);
     };
-    let markers = batch.iter().filter_map(|m| {
-        let marker = m.marker.clone()?;
-        Some(follow::Note::CaughtUp {
+    if !rewritten.is_empty()
+        && !follow::record(tx, follow::Note::Rewrites(rewritten), shutdown).await
+    {
+        return Ok(Applied::Interrupted);
+    }
+    let mut markers = 0;
+    for m in batch {
+        let Some(marker) = m.marker.clone() else {
+            continue;
+        };
+        let note = follow::Note::CaughtUp {
             marker,
             partition: m.partition,
-        })
-    });
-    let rewrites = (!rewritten.is_empty()).then_some(follow::Note::Rewrites(rewritten));
-    let mut recorded_marker = false;
-    for note in rewrites.into_iter().chain(markers) {
-        recorded_marker |= matches!(note, follow::Note::CaughtUp { .. });
+        };
         if !follow::record(tx, note, shutdown).await {
             return Ok(Applied::Interrupted);
         }
+        markers += 1;
     }
-    if recorded_marker {
+    if markers > 0 {
         // A crash here: the build's marker is recorded, its offset not committed.
         sluice_core::failpoint("etl.after_build_marker");
     }

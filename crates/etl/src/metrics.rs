@@ -7,7 +7,7 @@
 //! (documents read back from MySQL, and the queries that found and read them), and
 //! `sluice_etl_consumer_lag_messages{topic,partition}`. The stages of commit to searchable
 //! after the worker's: `sluice_etl_consume_latency_seconds` (Kafka's timestamp of a
-//! batch's oldest message to its consumption) and `sluice_etl_index_latency_seconds`
+//! batch's first message to its consumption) and `sluice_etl_index_latency_seconds`
 //! (a batch's first message consumed to Elasticsearch acknowledging all of it).
 
 use std::sync::LazyLock;
@@ -65,7 +65,7 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         consume_latency: m
             .f64_histogram("sluice.etl.consume.latency")
             .with_unit("s")
-            .with_description("Per batch, from Kafka's timestamp of its oldest message (the worker published it) to its consumption")
+            .with_description("Per batch, from Kafka's timestamp of its first message (the worker published it) to its consumption")
             .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
             .build(),
         index_latency: m

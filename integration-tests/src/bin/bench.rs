@@ -325,20 +325,13 @@ impl Bench {
             raw.rate()
         );
 
+        let s = &self.settings;
         let latency = self
-            .latency(self.settings.latency_samples, self.settings.latency_rate)
+            .latency("light", s.latency_samples, s.latency_rate)
             .await?;
-        println!(
-            "[4/5] commit→indexed latency, light: {}",
-            latency.describe()
-        );
         let loaded = self
-            .latency(self.settings.loaded_samples, self.settings.loaded_rate)
+            .latency("under load", s.loaded_samples, s.loaded_rate)
             .await?;
-        println!(
-            "[4/5] commit→indexed latency, under load: {}",
-            loaded.describe()
-        );
 
         let rss = self.rss();
         println!(
@@ -616,8 +609,9 @@ impl Bench {
     /// real-time read like `GET /<alias>/_doc/<id>`, one request for all ids in flight)
     /// from the moment its COMMIT returns until it is visible.
     /// `samples` single-row transactions at `rate` a second, each timed from its commit
-    /// until a real-time GET through the alias finds it (before any refresh).
-    async fn latency(&self, samples: usize, rate: f64) -> anyhow::Result<Latency> {
+    /// until a real-time GET through the alias finds it (before any refresh); printed as
+    /// the latency `what`.
+    async fn latency(&self, what: &str, samples: usize, rate: f64) -> anyhow::Result<Latency> {
         let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
         let es = self.ctx.stack.es.clone();
         let alias = self.pipeline.alias.clone();
@@ -688,11 +682,16 @@ impl Bench {
         let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
         drop(tx);
         let (sorted_ms, lost) = poller.await??;
-        Ok(Latency {
+        let latency = Latency {
             sorted_ms,
             lost,
             sent_rate,
-        })
+        };
+        println!(
+            "[4/5] commit→indexed latency, {what}: {}",
+            latency.describe()
+        );
+        Ok(latency)
     }
 
     fn rss(&self) -> Vec<Rss> {
