@@ -2,7 +2,8 @@
 //! bursts of 429 (retried with backoff and counted as throttling, not as failures), 503
 //! answers, a `_bulk` lost before the server had it whole and one lost after the server
 //! applied it. While a bulk keeps failing, no Kafka offset passes its items; an etl killed
-//! then, once Elasticsearch is back, writes them. Every phase ends with the checker.
+//! then, once Elasticsearch is back, writes them. Every phase ends with the checker. And
+//! with several bulks in flight, one held back holds every offset behind it.
 
 use std::time::Duration;
 
@@ -68,10 +69,18 @@ async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
         bulk_errors(&run.etl, "throttled").await,
         bulk_errors(&run.etl, "request").await,
     );
+    let mark = run.etl.log_mark();
     proxy.inject(HttpFault::Answer(429), 4);
     change(&ctx, 2).await;
     served(&proxy, &run).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
+    // ...and fewer bulks are sent at once while it lasts.
+    run.etl
+        .logged_since(
+            mark,
+            &["Elasticsearch is throttling: fewer bulks in flight"],
+        )
+        .expect("a throttled batch halves the bulks in flight");
     assert!(
         bulk_errors(&run.etl, "throttled").await >= throttled + 4.0,
         "4 answers of 429 are counted as throttling"
@@ -147,4 +156,93 @@ async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
 
     let dead = run.etl.metric("sluice_etl_dead_letters_total", &[]).await;
     assert_eq!(dead, 0.0, "nothing was dead-lettered\n{}", run.logs());
+}
+
+/// Several batches are written at once, and they land in the order they were consumed:
+/// while the oldest batch's bulk is held, later batches are written but no offset is
+/// committed; an etl killed then replays from the last commit and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it() {
+    let ctx = TestCtx::new("esflight").await;
+    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        .await;
+    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
+    ctx.route_elasticsearch(&proxy.url());
+    let pipeline: Pipeline = ctx.pipeline("item");
+    let etl = ctx
+        .etl(std::slice::from_ref(&pipeline))
+        .with_env("SLUICE_ETL__MAX_BATCH_DOCS", "100")
+        .with_env("SLUICE_ETL__MAX_IN_FLIGHT", "4");
+    let mut run = ctx.run(ctx.worker(), etl).await;
+    change(&ctx, 1).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    let topic = ctx.topic("item");
+    ctx.wait_streamed(&run.worker).await;
+    let ends = sluice_integration_tests::kafka::ends(&ctx.read_topic(&topic, 1, WITHIN).await);
+    eventually("the etl committed all it applied", WITHIN, || async {
+        ctx.etl_committed_up_to(&topic, &ends).await
+    })
+    .await;
+    let es = &ctx.stack.es;
+    let indexed = |es: &sluice_elastic::EsClient| {
+        let es = es.clone();
+        let alias = pipeline.alias.clone();
+        async move {
+            let _ = es.refresh(&alias).await;
+            es.count(&alias).await.unwrap_or(0)
+        }
+    };
+    let before = indexed(es).await;
+
+    // The next bulk is held; 1,000 new rows follow, in transactions of 100.
+    proxy.inject(HttpFault::Hold, 1);
+    for t in 0..10 {
+        let values: Vec<String> = (0..100)
+            .map(|i| 10_000 + t * 100 + i)
+            .map(|id| format!("({id}, {t}, 'flight')"))
+            .collect();
+        ctx.exec(&format!("INSERT INTO item VALUES {}", values.join(", ")))
+            .await;
+    }
+    ctx.wait_streamed(&run.worker).await;
+    eventually("a bulk held", WITHIN, || async {
+        match proxy.held() {
+            1 => Ok(()),
+            n => Err(format!("{n} bulks held\n{}", run.logs())),
+        }
+    })
+    .await;
+    // Later batches are written while the oldest waits...
+    eventually(
+        "later batches written past the held one",
+        WITHIN,
+        || async {
+            match indexed(es).await - before {
+                n if n >= 100 => Ok(()),
+                n => Err(format!("{n} new documents\n{}", run.logs())),
+            }
+        },
+    )
+    .await;
+    let written = indexed(es).await - before;
+    assert!(
+        written < 1000,
+        "the held batch's documents are not there yet ({written} new documents)"
+    );
+    // ...and none of them commits: the oldest is not finished.
+    assert_eq!(
+        ctx.committed(&topic).await,
+        ends,
+        "no offset passes the held batch, in any partition"
+    );
+
+    // Killed with the bulk still held: the restarted etl replays every uncommitted batch.
+    run.etl.kill9();
+    proxy.release();
+    run.etl.start();
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    let dead = run.etl.metric("sluice_etl_dead_letters_total", &[]).await;
+    assert_eq!(dead, 0.0, "nothing was dead-lettered\n{}", run.logs());
+    drop(run);
+    ctx.cleanup().await;
 }

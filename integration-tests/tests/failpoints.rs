@@ -31,10 +31,12 @@ async fn a_crash_after_elasticsearch_acknowledged_and_before_the_offset_commit_o
     ctx.wait_streamed(&worker).await;
 
     // The first batch (500 documents) is written, acknowledged, and its offsets never
-    // committed.
+    // committed. One batch in flight, so that none other is half-written at the crash
+    // and the count below is exactly what is replayed.
     let mut etl = ctx
         .etl(std::slice::from_ref(&pipeline))
         .with_env("SLUICE_ETL__MAX_BATCH_DOCS", "500")
+        .with_env("SLUICE_ETL__MAX_IN_FLIGHT", "1")
         .with_env("FAILPOINTS", "etl.before_commit");
     etl.start();
     etl.wait_failpoint("etl.before_commit", Duration::from_secs(90));

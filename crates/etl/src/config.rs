@@ -61,6 +61,10 @@ pub struct EtlSection {
     /// First pause before retrying a bulk item answered 429/5xx (doubles up to 30 s).
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// At most this many batches' bulks in flight at once (halved while Elasticsearch
+    /// answers 429, raised back as it stops). 1 writes one batch at a time.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
 }
 
 impl Default for EtlSection {
@@ -73,6 +77,7 @@ impl Default for EtlSection {
             max_batch_bytes: default_max_bytes(),
             linger: default_linger(),
             retry_backoff: default_retry_backoff(),
+            max_in_flight: default_max_in_flight(),
         }
     }
 }
@@ -88,6 +93,9 @@ fn default_max_bytes() -> usize {
 }
 fn default_linger() -> Duration {
     Duration::from_millis(100)
+}
+fn default_max_in_flight() -> usize {
+    4
 }
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(200)
@@ -125,6 +133,9 @@ impl EtlConfig {
         }
         if self.etl.max_batch_docs == 0 {
             p.push("etl.max_batch_docs: must be at least 1".into());
+        }
+        if self.etl.max_in_flight == 0 {
+            p.push("etl.max_in_flight: must be at least 1".into());
         }
         if self.etl.max_batch_bytes < 1024 {
             p.push("etl.max_batch_bytes: must be at least 1024".into());

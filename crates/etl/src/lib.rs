@@ -5,10 +5,13 @@
 //! offsets are committed: every item is either written, found stale (409: a newer version
 //! is already there), or dead-lettered with its reason; 429/5xx items are retried with
 //! backoff. A crash before the commit only replays events, which versions make harmless.
+//! Several batches are written at once and commit in the order they were consumed
+//! ([`flight`]).
 
 pub mod config;
 mod ddl;
 mod docs;
+mod flight;
 mod follow;
 mod index;
 mod mapping;
@@ -36,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::EtlConfig;
 pub use mapping::{field_mapping, index_body, IndexSettings};
 
+use flight::{Flight, Landed};
 use metrics::METRICS;
 use pipeline::{Active, Router};
 use sluice_core::telemetry::Readiness;
@@ -87,15 +91,22 @@ pub(crate) struct DeadLetter {
     pub index: Option<String>,
 }
 
+/// What the etl did, for its progress lines.
 #[derive(Default)]
-pub(crate) struct Stats {
+struct Stats {
     events: u64,
-    pub written: u64,
-    pub stale: u64,
-    pub retried: u64,
-    /// When a superseded write was last logged (at most one line a minute).
-    pub superseded_warned: Option<Instant>,
+    written: u64,
+    stale: u64,
+    retried: u64,
     dead_lettered: u64,
+}
+
+impl Stats {
+    fn add(&mut self, t: &write::Tally) {
+        self.written += t.written;
+        self.stale += t.stale;
+        self.retried += t.retried;
+    }
 }
 
 /// Runs until `shutdown` is cancelled, then applies and commits the batch in hand.
@@ -150,6 +161,15 @@ pub async fn run(
     };
     let mut router = Router::new(&[], &cfg.topics);
     let mut sources = docs::Sources::default();
+    let mut flight = Flight::new(cfg.etl.max_in_flight);
+    let ctx = Ctx {
+        es: &es,
+        producer: &producer,
+        consumer: &consumer,
+        cfg: &cfg,
+        shutdown: &shutdown,
+        notes: follower.is_some().then_some(&notes_tx),
+    };
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     let mut reroute = false;
@@ -160,6 +180,11 @@ pub async fn run(
     loop {
         let retry_due = retry_reroute.is_some_and(|at| Instant::now() >= at);
         if reroute || retry_due || pipelines.has_changed().unwrap_or(false) {
+            // What is in flight was planned with the pipelines in force: it lands first.
+            if !drain(&ctx, &router, &mut flight, &mut stats, CommitMode::Async).await? {
+                interrupted();
+                break;
+            }
             let list = pipelines.borrow_and_update().clone().unwrap_or_default();
             match subscribe(&consumer, &cfg, &list).await {
                 Ok(mut r) => {
@@ -193,49 +218,57 @@ pub async fn run(
         for v in router.verdicts.drain(..) {
             let _ = verdict_tx.send(v);
         }
-        let (collected, stop);
-        (collected, stop, reroute) = collect(
-            &consumer,
-            &cfg,
-            &mut pipelines,
-            retry_reroute,
-            &mut loaded,
-            &shutdown,
-        )
-        .await;
-        let batch = collected.msgs;
-        if !batch.is_empty() {
-            let ctx = Ctx {
-                es: &es,
-                producer: &producer,
-                cfg: &cfg,
-                shutdown: &shutdown,
-                notes: follower.is_some().then_some(&notes_tx),
-            };
-            match apply(&ctx, &mut router, &mut sources, &batch, &mut stats).await? {
-                Applied::All => {
-                    if let Some(first) = collected.first {
-                        METRICS
-                            .index_latency
-                            .record(first.elapsed().as_secs_f64(), &[]);
+        // The next batch is collected while earlier ones are written; those land as
+        // their writes finish.
+        let collected = {
+            let collecting = collect(
+                &consumer,
+                &cfg,
+                &mut pipelines,
+                retry_reroute,
+                &mut loaded,
+                &shutdown,
+            );
+            tokio::pin!(collecting);
+            loop {
+                tokio::select! {
+                    biased;
+                    landed = flight.land(), if !flight.is_empty() => {
+                        if !land(&ctx, &router, landed?, &mut stats, CommitMode::Async).await? {
+                            break None;
+                        }
                     }
-                    // A crash here: Elasticsearch has the batch, Kafka not its offsets.
-                    sluice_core::failpoint("etl.before_commit");
-                    // The last commit before exiting waits for its answer; the others do
-                    // not hold the loop (nor a runtime thread) while the group coordinator
-                    // is slow or being found again after an outage.
-                    let mode = if stop {
-                        CommitMode::Sync
-                    } else {
-                        CommitMode::Async
-                    };
-                    commit(&consumer, &batch, mode);
-                }
-                Applied::Interrupted => {
-                    tracing::info!("shutdown during retries: the unfinished batch is left uncommitted and will be replayed");
-                    break;
+                    c = &mut collecting => break Some(c),
                 }
             }
+        };
+        let Some((batch, stop, r)) = collected else {
+            interrupted();
+            break;
+        };
+        reroute = r;
+        // The last commit before exiting waits for its answer; the others do not hold
+        // the loop (nor a runtime thread) while the group coordinator is slow or being
+        // found again after an outage.
+        let mode = if stop {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if !batch.msgs.is_empty()
+            && !apply(
+                &ctx,
+                &mut router,
+                &mut sources,
+                &mut flight,
+                batch,
+                &mut stats,
+                mode,
+            )
+            .await?
+        {
+            interrupted();
+            break;
         }
         if last_report.elapsed() >= Duration::from_secs(10) && stats.events > 0 {
             tracing::info!(
@@ -249,15 +282,25 @@ pub async fn run(
             last_report = Instant::now();
         }
         if stop {
+            if !drain(&ctx, &router, &mut flight, &mut stats, mode).await? {
+                interrupted();
+            }
             break;
         }
     }
+    drop(flight);
     if let Some(follower) = follower {
         let _ = follower.await;
     }
     sources.close().await;
     tracing::info!("etl stopped");
     Ok(())
+}
+
+fn interrupted() {
+    tracing::info!(
+        "shutdown during retries: the unfinished batches are left uncommitted and will be replayed"
+    );
 }
 
 /// Subscribes to the change topics of `pipelines` (every table of each one's tree,
@@ -403,15 +446,11 @@ impl Batch {
     }
 }
 
-enum Applied {
-    All,
-    Interrupted,
-}
-
-/// What applying a batch works with.
+/// What applying and landing batches work with.
 struct Ctx<'a> {
     es: &'a EsClient,
     producer: &'a SharedProducer,
+    consumer: &'a Consumer,
     cfg: &'a EtlConfig,
     shutdown: &'a CancellationToken,
     /// To the follower (cluster mode): what to record before the batch is committed
@@ -419,48 +458,117 @@ struct Ctx<'a> {
     notes: Option<&'a follow::NotesTx>,
 }
 
-/// Applies every message of the batch: written, stale, or dead-lettered.
-#[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.len()))]
+/// What a batch carries from its planning to its landing: the pipelines whose documents
+/// DDL changed, to record before its commit.
+type InFlight = Flight<Vec<ddl::Rewritten>>;
+
+/// Plans a batch and sets its writes going. Flat pipelines' writes join the flight, once
+/// the limit allows and no batch in flight writes the same documents; documents read back
+/// from MySQL are written here, after every batch before has landed, and the batch lands
+/// at once. `false` when shutdown interrupted it: nothing more may be committed.
+#[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.msgs.len()))]
 async fn apply(
     ctx: &Ctx<'_>,
     router: &mut Router,
     sources: &mut docs::Sources,
-    batch: &[Msg],
+    flight: &mut InFlight,
+    batch: Batch,
     stats: &mut Stats,
-) -> anyhow::Result<Applied> {
-    let Ctx {
-        es,
-        producer,
-        cfg,
-        shutdown,
-        notes,
-    } = *ctx;
-    stats.events += batch.len() as u64;
-    METRICS.events.add(batch.len() as u64, &[]);
+    mode: CommitMode,
+) -> anyhow::Result<bool> {
+    stats.events += batch.msgs.len() as u64;
+    METRICS.events.add(batch.msgs.len() as u64, &[]);
     let Some(Plan {
         ops,
         origins,
         dirty,
         dead,
         rewritten,
-    }) = plan(router, es, cfg, batch, shutdown).await?
+    }) = plan(router, ctx.es, ctx.cfg, &batch.msgs, ctx.shutdown).await?
     else {
-        return Ok(Applied::Interrupted);
+        return Ok(false);
     };
+    if dirty.is_empty() {
+        let docs = flight.docs(&ops);
+        while flight.must_wait(&docs) {
+            let landed = flight.land().await?;
+            if !land(ctx, router, landed, stats, CommitMode::Async).await? {
+                return Ok(false);
+            }
+        }
+        let write = flight::Write {
+            es: ctx.es.clone(),
+            retry_backoff: ctx.cfg.etl.retry_backoff,
+            shutdown: ctx.shutdown.clone(),
+            ops,
+            origins,
+        };
+        flight.launch(batch, docs, write, dead, rewritten);
+        return Ok(true);
+    }
+    if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
+        return Ok(false);
+    }
     let mut writer = write::Writer {
-        es,
-        retry_backoff: cfg.etl.retry_backoff,
-        shutdown,
-        stats,
+        es: ctx.es,
+        retry_backoff: ctx.cfg.etl.retry_backoff,
+        shutdown: ctx.shutdown,
+        tally: write::Tally::default(),
         dead,
     };
-    if !writer.write(ops, origins).await? {
-        return Ok(Applied::Interrupted);
+    let complete = writer.write(ops, origins).await?
+        && docs::rebuild(router, sources, &mut writer, dirty, ctx.shutdown).await?;
+    let written = flight::Written {
+        complete,
+        throttled: writer.tally.throttled,
+        dead: writer.dead,
+        tally: writer.tally,
+    };
+    let landed = flight::Landed {
+        batch,
+        written,
+        rest: rewritten,
+    };
+    land(ctx, router, landed, stats, mode).await
+}
+
+/// Lands every batch in flight, oldest first. `false` when shutdown interrupted one.
+async fn drain(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    flight: &mut InFlight,
+    stats: &mut Stats,
+    mode: CommitMode,
+) -> anyhow::Result<bool> {
+    while !flight.is_empty() {
+        let landed = flight.land().await?;
+        if !land(ctx, router, landed, stats, mode).await? {
+            return Ok(false);
+        }
     }
-    if !dirty.is_empty() && !docs::rebuild(router, sources, &mut writer, dirty, shutdown).await? {
-        return Ok(Applied::Interrupted);
+    Ok(true)
+}
+
+/// Finishes a batch whose writes are done, every batch before it having landed: its dead
+/// letters in Kafka, what it tells the center recorded, then its offsets committed.
+/// `false` when shutdown interrupted it: nothing more may be committed.
+async fn land(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    landed: Landed<Vec<ddl::Rewritten>>,
+    stats: &mut Stats,
+    mode: CommitMode,
+) -> anyhow::Result<bool> {
+    let Landed {
+        batch,
+        written,
+        rest: rewritten,
+    } = landed;
+    stats.add(&written.tally);
+    if !written.complete {
+        return Ok(false);
     }
-    let mut dead = writer.dead;
+    let mut dead = written.dead;
     for d in &mut dead {
         if let (None, Some(index)) = (&d.pipeline, &d.index) {
             d.pipeline = router.owner_of(index);
@@ -474,20 +582,42 @@ async fn apply(
                 .dead_letters
                 .add(1, &[opentelemetry::KeyValue::new("pipeline", pipeline)]);
         }
-        if !dead_letter(producer, cfg, batch, &dead, shutdown).await? {
-            return Ok(Applied::Interrupted);
+        if !dead_letter(ctx.producer, ctx.cfg, &batch.msgs, &dead, ctx.shutdown).await? {
+            return Ok(false);
         }
     }
-    let Some(tx) = notes else {
-        return Ok(Applied::All);
-    };
+    if let Some(tx) = ctx.notes {
+        if !record(tx, &batch.msgs, rewritten, ctx.shutdown).await {
+            return Ok(false);
+        }
+    }
+    if let Some(first) = batch.first {
+        METRICS
+            .index_latency
+            .record(first.elapsed().as_secs_f64(), &[]);
+    }
+    // A crash here: Elasticsearch has the batch, Kafka not its offsets.
+    sluice_core::failpoint("etl.before_commit");
+    commit(ctx.consumer, &batch.msgs, mode);
+    Ok(true)
+}
+
+/// Records, for the center, the documents DDL changed and the build markers the batch
+/// holds (every batch before it has landed, so each marker's partition is applied up to
+/// it). `false` when shutdown came first.
+async fn record(
+    tx: &follow::NotesTx,
+    msgs: &[Msg],
+    rewritten: Vec<ddl::Rewritten>,
+    shutdown: &CancellationToken,
+) -> bool {
     if !rewritten.is_empty()
         && !follow::record(tx, follow::Note::Rewrites(rewritten), shutdown).await
     {
-        return Ok(Applied::Interrupted);
+        return false;
     }
     let mut markers = 0;
-    for m in batch {
+    for m in msgs {
         let Some(marker) = m.marker.clone() else {
             continue;
         };
@@ -496,7 +626,7 @@ async fn apply(
             partition: m.partition,
         };
         if !follow::record(tx, note, shutdown).await {
-            return Ok(Applied::Interrupted);
+            return false;
         }
         markers += 1;
     }
@@ -504,7 +634,7 @@ async fn apply(
         // A crash here: the build's marker is recorded, its offset not committed.
         sluice_core::failpoint("etl.after_build_marker");
     }
-    Ok(Applied::All)
+    true
 }
 
 /// A batch as what to write: flat pipelines' operations — the newest version of each

@@ -5,14 +5,15 @@
 //! retry: 5xx items, rejected: items refused for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
 //! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
 //! (documents read back from MySQL, and the queries that found and read them), and
-//! `sluice_etl_consumer_lag_messages{topic,partition}`. The stages of commit to searchable
+//! `sluice_etl_consumer_lag_messages{topic,partition}`, `sluice_etl_bulks_in_flight` and
+//! `sluice_etl_bulk_concurrency` (batches being written at once, and how many may be). The stages of commit to searchable
 //! after the worker's: `sluice_etl_consume_latency_seconds` (Kafka's timestamp of a
 //! batch's first message to its consumption) and `sluice_etl_index_latency_seconds`
 //! (a batch's first message consumed to Elasticsearch acknowledging all of it).
 
 use std::sync::LazyLock;
 
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::{Counter, Gauge, Histogram};
 use opentelemetry::KeyValue;
 
 pub(crate) struct Metrics {
@@ -23,6 +24,8 @@ pub(crate) struct Metrics {
     pub index_latency: Histogram<f64>,
     pub bulk_documents: Histogram<u64>,
     pub bulk_errors: Counter<u64>,
+    pub bulks_in_flight: Gauge<u64>,
+    pub bulk_concurrency: Gauge<u64>,
     pub dead_letters: Counter<u64>,
     pub documents_read: Counter<u64>,
     pub source_queries: Counter<u64>,
@@ -84,6 +87,14 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         bulk_errors: m
             .u64_counter("sluice.etl.bulk.errors")
             .with_description("Bulk retries and failures by class: throttled (429 items or requests, retried), retry (5xx items), rejected (items refused for good), request (whole requests failed)")
+            .build(),
+        bulks_in_flight: m
+            .u64_gauge("sluice.etl.bulks.in_flight")
+            .with_description("Batches being written to Elasticsearch at once")
+            .build(),
+        bulk_concurrency: m
+            .u64_gauge("sluice.etl.bulk.concurrency")
+            .with_description("How many batches may be in flight: etl.max_in_flight, halved while Elasticsearch throttles (429)")
             .build(),
         dead_letters: m
             .u64_counter("sluice.etl.dead_letters")

@@ -13,7 +13,21 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{self, METRICS};
-use crate::{DeadLetter, Stats};
+use crate::DeadLetter;
+
+/// What a writer's items came to.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub written: u64,
+    pub stale: u64,
+    pub retried: u64,
+    /// Elasticsearch answered 429 to a request or an item.
+    pub throttled: bool,
+}
+
+/// When a superseded write was last logged: at most one line a minute, however many
+/// writers there are.
+static SUPERSEDED_WARNED: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
 
 /// The messages an operation comes from: dead-lettered if the server rejects it.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +55,7 @@ pub(crate) struct Writer<'a> {
     pub es: &'a EsClient,
     pub retry_backoff: Duration,
     pub shutdown: &'a CancellationToken,
-    pub stats: &'a mut Stats,
+    pub tally: Tally,
     /// Messages to dead-letter once the batch is through, with why.
     pub dead: Vec<DeadLetter>,
 }
@@ -76,7 +90,7 @@ impl Writer<'_> {
                     (ops, origins) = (retry_ops, retry_origins);
                 }
                 Err(e) if e.is_transient() => {
-                    let class = retried_class(e.status(), "request");
+                    let class = self.retried(e.status(), "request");
                     METRICS.bulk_errors.add(1, &metrics::class(class));
                     tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
                 }
@@ -87,7 +101,7 @@ impl Writer<'_> {
                 }
             }
             if !ops.is_empty() {
-                self.stats.retried += ops.len() as u64;
+                self.tally.retried += ops.len() as u64;
                 if !sluice_core::shutdown::pause(backoff, self.shutdown).await {
                     return Ok(false);
                 }
@@ -101,27 +115,27 @@ impl Writer<'_> {
     fn settle(&mut self, op: BulkOp, origin: &Origin, outcome: ItemOutcome) -> Option<BulkOp> {
         match outcome {
             ItemOutcome::Applied => {
-                self.stats.written += 1;
+                self.tally.written += 1;
                 METRICS
                     .documents
                     .add(1, &[KeyValue::new("result", "written")]);
                 None
             }
             ItemOutcome::Stale => {
-                self.stats.stale += 1;
+                self.tally.stale += 1;
                 METRICS
                     .documents
                     .add(1, &[KeyValue::new("result", "stale")]);
                 None
             }
             ItemOutcome::Superseded => {
-                self.stats.stale += 1;
+                self.tally.stale += 1;
                 METRICS
                     .documents
                     .add(1, &[KeyValue::new("result", "superseded")]);
-                let warned = self.stats.superseded_warned;
+                let mut warned = SUPERSEDED_WARNED.lock().unwrap_or_else(|e| e.into_inner());
                 if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
-                    self.stats.superseded_warned = Some(Instant::now());
+                    *warned = Some(Instant::now());
                     let (BulkOp::Index {
                         index, id, version, ..
                     }
@@ -135,7 +149,7 @@ impl Writer<'_> {
                 None
             }
             ItemOutcome::Retry { status, reason } => {
-                let class = retried_class(Some(status), "retry");
+                let class = self.retried(Some(status), "retry");
                 METRICS.bulk_errors.add(1, &metrics::class(class));
                 tracing::debug!(status, %reason, "bulk item will be retried");
                 Some(op)
@@ -156,14 +170,16 @@ impl Writer<'_> {
             }
         }
     }
-}
 
-/// The `bulk_errors` class of something retried: a 429 is the server asking for less, not
-/// a failure, and is counted apart as `throttled`; anything else is `otherwise`.
-fn retried_class(status: Option<u16>, otherwise: &'static str) -> &'static str {
-    if status == Some(429) {
-        "throttled"
-    } else {
-        otherwise
+    /// The `bulk_errors` class of something retried: a 429 is the server asking for
+    /// less, not a failure, and is counted apart as `throttled`; anything else is
+    /// `otherwise`.
+    fn retried(&mut self, status: Option<u16>, otherwise: &'static str) -> &'static str {
+        if status == Some(429) {
+            self.tally.throttled = true;
+            "throttled"
+        } else {
+            otherwise
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! requests whose path contains a given piece, answer a status of its own (429, 503)
 //! without forwarding, or drop the connection in the middle of the exchange: before the
 //! server has the whole request (nothing applied) or after it answered (applied, but the
-//! client never hears). [`TlsFront`] terminates TLS for a server that speaks none, and
+//! client never hears), or hold a request until released. [`TlsFront`] terminates TLS for a server that speaks none, and
 //! admits only clients with a certificate its CA signed.
 
 use std::collections::VecDeque;
@@ -239,6 +239,8 @@ pub enum HttpFault {
     /// Forward the request, read the server's whole answer, then close the client's
     /// connection without a byte of it: applied, and the client cannot know.
     DropAfterForward,
+    /// Hold the request (nothing forwarded) until [`HttpProxy::release`], then forward it.
+    Hold,
 }
 
 struct HttpRules {
@@ -246,6 +248,8 @@ struct HttpRules {
     faults: VecDeque<HttpFault>,
     /// Matching requests seen.
     matched: u64,
+    /// Requests being held now.
+    held: usize,
 }
 
 /// An HTTP/1.1 proxy to `upstream` (host:port) that injects queued faults into requests
@@ -253,6 +257,8 @@ struct HttpRules {
 pub struct HttpProxy {
     addr: SocketAddr,
     rules: Arc<Mutex<HttpRules>>,
+    /// Bumped by each release: held requests go on.
+    releases: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -271,17 +277,35 @@ impl HttpProxy {
             path_contains: path_contains.to_owned(),
             faults: VecDeque::new(),
             matched: 0,
+            held: 0,
         }));
+        let (releases, released) = watch::channel(0);
         let shared = rules.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                tokio::spawn(serve(client, upstream.clone(), shared.clone()));
+                let released = released.clone();
+                tokio::spawn(serve(client, upstream.clone(), shared.clone(), released));
             }
         });
-        HttpProxy { addr, rules, task }
+        HttpProxy {
+            addr,
+            rules,
+            releases,
+            task,
+        }
+    }
+
+    /// Lets every request held now go on to the server.
+    pub fn release(&self) {
+        self.releases.send_modify(|n| *n += 1);
+    }
+
+    /// Requests being held now.
+    pub fn held(&self) -> usize {
+        self.rules.lock().expect("rules").held
     }
 
     /// `http://127.0.0.1:port`, to give the service instead of the real URL.
@@ -324,14 +348,19 @@ struct Request {
     path: String,
 }
 
-async fn serve(mut client: TcpStream, upstream: String, rules: Arc<Mutex<HttpRules>>) {
+async fn serve(
+    mut client: TcpStream,
+    upstream: String,
+    rules: Arc<Mutex<HttpRules>>,
+    mut released: watch::Receiver<u64>,
+) {
     let _ = client.set_nodelay(true);
     let mut pending = Vec::new();
     loop {
         let Some(request) = read_request(&mut client, &mut pending).await else {
             return;
         };
-        let fault = {
+        let mut fault = {
             let mut r = rules.lock().expect("rules");
             if request.path.contains(&r.path_contains) {
                 r.matched += 1;
@@ -340,6 +369,13 @@ async fn serve(mut client: TcpStream, upstream: String, rules: Arc<Mutex<HttpRul
                 None
             }
         };
+        if fault == Some(HttpFault::Hold) {
+            let before = *released.borrow_and_update();
+            rules.lock().expect("rules").held += 1;
+            let _ = released.wait_for(|n| *n > before).await;
+            rules.lock().expect("rules").held -= 1;
+            fault = None;
+        }
         match fault {
             Some(HttpFault::Answer(status)) => {
                 if client.write_all(&canned(status)).await.is_err() {
@@ -359,7 +395,7 @@ async fn serve(mut client: TcpStream, upstream: String, rules: Arc<Mutex<HttpRul
                 let _ = forward(&upstream, &request).await;
                 return;
             }
-            None => {
+            Some(HttpFault::Hold) | None => {
                 let Some(answer) = forward(&upstream, &request).await else {
                     return;
                 };

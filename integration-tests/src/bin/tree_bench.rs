@@ -6,8 +6,9 @@
 //!    timed until its group committed every topic. Printed: the documents it read back per
 //!    second, the MySQL queries per rebuilt document, and rows per second.
 //! 2. The ceiling: the index's final documents `_bulk`-indexed straight into a scratch
-//!    index of the same server, 2000 per request, then again with newer versions (a
-//!    rebuild replaces a document that exists); the rebuild rate as a share of the second.
+//!    index of the same server (the etl's batch size and requests in flight), then again
+//!    with newer versions (a rebuild replaces a document that exists); the rebuild rate as
+//!    a share of the second.
 //! 3. A brand renamed under `BENCH_TREE_BRAND` documents (default 2000): seconds from
 //!    COMMIT until every one of them shows the new name.
 
@@ -129,7 +130,7 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     };
     // Rebuilds replace documents that exist: time that too (a second pass, newer versions).
     let created = Instant::now();
-    for chunk in ops(1).chunks(sluice_integration_tests::ceiling::RAW_BATCH) {
+    for chunk in ops(1).chunks(sluice_integration_tests::ceiling::raw_batch()) {
         es.bulk(chunk).await?;
     }
     let created = created.elapsed();

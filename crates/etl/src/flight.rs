@@ -1,0 +1,230 @@
+//! Several batches' bulks in flight at once, landed in the order they were consumed.
+//!
+//! While batches are being written, the next one is collected and planned. A planned
+//! batch is written by a task of its own, so up to the concurrency limit of bulks travel
+//! at once; they land (are dead-lettered, recorded and committed) strictly in consumption
+//! order, so no partition's committed offset passes a message of an unfinished batch, and
+//! a build's catch-up marker is recorded only once everything before it is applied.
+//!
+//! Per-document order is kept: a batch that writes a document an earlier batch still in
+//! flight also writes waits for that batch to land first. External versions would make a
+//! reordering harmless anyway (the higher version wins, a delete's tombstone outlives any
+//! retry by days), but kept order also keeps the counts of stale writes meaningful.
+//! Documents read back from MySQL (pipelines with relations or a filter) are only known
+//! once read, so such a batch is applied after every batch before it has landed.
+//!
+//! The limit adapts: a batch whose writes met a 429 halves it, a window of batches
+//! without one raises it by one, up to `etl.max_in_flight`.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasher as _, RandomState};
+
+use anyhow::Context as _;
+use sluice_elastic::{BulkOp, EsClient};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::METRICS;
+use crate::write::{Origin, Tally, Writer};
+use crate::{Batch, DeadLetter};
+
+/// What a batch's writes came to.
+pub(crate) struct Written {
+    /// `false`: shutdown interrupted the retries; nothing from here on may be committed.
+    pub complete: bool,
+    pub dead: Vec<DeadLetter>,
+    pub tally: Tally,
+    pub throttled: bool,
+}
+
+/// A batch whose writes are done, with what it still needs before its commit.
+pub(crate) struct Landed<T> {
+    pub batch: Batch,
+    pub written: Written,
+    pub rest: T,
+}
+
+struct Flying<T> {
+    batch: Batch,
+    /// Hashes of (index, id) of the documents it writes.
+    docs: HashSet<u64>,
+    task: JoinHandle<anyhow::Result<Written>>,
+    rest: T,
+}
+
+/// The batches in flight, oldest first; `T` is what a batch carries to its landing.
+pub(crate) struct Flight<T> {
+    queue: VecDeque<Flying<T>>,
+    limit: Limit,
+    hasher: RandomState,
+}
+
+impl<T> Flight<T> {
+    pub fn new(max: usize) -> Self {
+        let limit = Limit {
+            max,
+            now: max,
+            clean: 0,
+        };
+        METRICS.bulk_concurrency.record(max as u64, &[]);
+        Flight {
+            queue: VecDeque::new(),
+            limit,
+            hasher: RandomState::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The document hashes of `ops`.
+    pub fn docs(&self, ops: &[BulkOp]) -> HashSet<u64> {
+        ops.iter()
+            .map(|op| self.hasher.hash_one((op.index(), op.id())))
+            .collect()
+    }
+
+    /// Whether a batch writing `docs` must wait for the oldest batch to land first: the
+    /// limit is reached, or a batch in flight writes one of its documents.
+    pub fn must_wait(&self, docs: &HashSet<u64>) -> bool {
+        !self.queue.is_empty()
+            && (self.queue.len() >= self.limit.now
+                || self.queue.iter().any(|f| !f.docs.is_disjoint(docs)))
+    }
+
+    /// Starts writing `ops` (each from the messages `origins[i]`) in a task of its own.
+    pub fn launch(
+        &mut self,
+        batch: Batch,
+        docs: HashSet<u64>,
+        write: Write,
+        dead: Vec<DeadLetter>,
+        rest: T,
+    ) {
+        let task = tokio::spawn(write.run(dead));
+        self.queue.push_back(Flying {
+            batch,
+            docs,
+            task,
+            rest,
+        });
+        METRICS.bulks_in_flight.record(self.queue.len() as u64, &[]);
+    }
+
+    /// Waits for the oldest batch to land. Cancel-safe: a batch leaves the queue only once
+    /// its task is done. Call only when not empty.
+    pub async fn land(&mut self) -> anyhow::Result<Landed<T>> {
+        let front = self.queue.front_mut().context("no batch in flight")?;
+        let written = (&mut front.task).await.context("a bulk task panicked")??;
+        let flying = self.queue.pop_front().context("no batch in flight")?;
+        METRICS.bulks_in_flight.record(self.queue.len() as u64, &[]);
+        self.limit.after(written.throttled);
+        Ok(Landed {
+            batch: flying.batch,
+            written,
+            rest: flying.rest,
+        })
+    }
+}
+
+impl<T> Drop for Flight<T> {
+    /// Batches never landed are never committed: their writes need not finish.
+    fn drop(&mut self) {
+        for f in &self.queue {
+            f.task.abort();
+        }
+    }
+}
+
+/// A batch's writes, detached from the loop that planned them.
+pub(crate) struct Write {
+    pub es: EsClient,
+    pub retry_backoff: std::time::Duration,
+    pub shutdown: CancellationToken,
+    pub ops: Vec<BulkOp>,
+    pub origins: Vec<Origin>,
+}
+
+impl Write {
+    async fn run(self, dead: Vec<DeadLetter>) -> anyhow::Result<Written> {
+        let mut writer = Writer {
+            es: &self.es,
+            retry_backoff: self.retry_backoff,
+            shutdown: &self.shutdown,
+            tally: Tally::default(),
+            dead,
+        };
+        let complete = writer.write(self.ops, self.origins).await?;
+        Ok(Written {
+            complete,
+            throttled: writer.tally.throttled,
+            dead: writer.dead,
+            tally: writer.tally,
+        })
+    }
+}
+
+/// How many batches may be in flight: halved by a throttled batch, raised by one after a
+/// window's worth of batches without throttling.
+struct Limit {
+    max: usize,
+    now: usize,
+    /// Batches landed without throttling since the last change.
+    clean: usize,
+}
+
+impl Limit {
+    fn after(&mut self, throttled: bool) {
+        let before = self.now;
+        if throttled {
+            self.now = (self.now / 2).max(1);
+            self.clean = 0;
+        } else {
+            self.clean += 1;
+            if self.clean >= self.now {
+                self.now = (self.now + 1).min(self.max);
+                self.clean = 0;
+            }
+        }
+        if self.now != before {
+            if self.now < before {
+                tracing::info!(
+                    from = before,
+                    to = self.now,
+                    "Elasticsearch is throttling: fewer bulks in flight"
+                );
+            }
+            METRICS.bulk_concurrency.record(self.now as u64, &[]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttling_halves_the_limit_and_clean_windows_raise_it_back() {
+        let mut l = Limit {
+            max: 4,
+            now: 4,
+            clean: 0,
+        };
+        l.after(true);
+        assert_eq!(l.now, 2);
+        l.after(true);
+        l.after(true);
+        assert_eq!(l.now, 1, "never below one");
+        l.after(false);
+        assert_eq!(l.now, 2, "one clean batch is a window of one");
+        l.after(false);
+        assert_eq!(l.now, 2);
+        l.after(false);
+        assert_eq!(l.now, 3, "a window of two clean batches");
+        for _ in 0..10 {
+            l.after(false);
+        }
+        assert_eq!(l.now, 4, "never above the maximum");
+    }
+}
