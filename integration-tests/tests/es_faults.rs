@@ -5,6 +5,7 @@
 //! then, once Elasticsearch is back, writes them. Every phase ends with the checker. And
 //! with several bulks in flight, one held back holds every offset behind it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sluice_integration_tests::proxy::{HttpFault, HttpProxy};
@@ -50,6 +51,32 @@ async fn served(proxy: &HttpProxy, run: &Running) {
         }
     })
     .await;
+}
+
+/// Waits until the etl committed everything the worker published to `topic` so far;
+/// where each partition ends.
+async fn all_committed(ctx: &TestCtx, run: &Running, topic: &str) -> BTreeMap<i32, i64> {
+    ctx.wait_streamed(&run.worker).await;
+    let ends = sluice_integration_tests::kafka::ends(&ctx.read_topic(topic, 1, WITHIN).await);
+    eventually("the etl committed all it applied", WITHIN, || async {
+        ctx.etl_committed_up_to(topic, &ends).await
+    })
+    .await;
+    ends
+}
+
+/// Kills the etl with `kill -9`, lets Elasticsearch answer again (`heal`), restarts the
+/// etl and waits until the index equals the table.
+async fn restart_converges(
+    ctx: &TestCtx,
+    run: &mut Running,
+    pipeline: &Pipeline,
+    heal: impl FnOnce(),
+) {
+    run.etl.kill9();
+    heal();
+    run.etl.start();
+    ctx.converges(run, pipeline, WITHIN).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,12 +128,7 @@ async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
     // A bulk that keeps failing: its items' offsets are never committed. Everything so
     // far is committed first.
     let topic = ctx.topic("item");
-    ctx.wait_streamed(&run.worker).await;
-    let ends = sluice_integration_tests::kafka::ends(&ctx.read_topic(&topic, 1, WITHIN).await);
-    eventually("the etl committed all it applied", WITHIN, || async {
-        ctx.etl_committed_up_to(&topic, &ends).await
-    })
-    .await;
+    let ends = all_committed(&ctx, &run, &topic).await;
     proxy.inject(HttpFault::Answer(503), 100_000);
     let seen = proxy.requests();
     change(&ctx, 4).await;
@@ -125,10 +147,7 @@ async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
     );
     // Killed while retrying, restarted once Elasticsearch answers again: the items come
     // again from the committed offsets.
-    run.etl.kill9();
-    proxy.clear();
-    run.etl.start();
-    ctx.converges(&run, &pipeline, WITHIN).await;
+    restart_converges(&ctx, &mut run, &pipeline, || proxy.clear()).await;
 
     // A bulk lost before the server had all of it, then one lost after it was applied
     // (the retry finds its items already there: stale, harmless).
@@ -177,12 +196,7 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
     change(&ctx, 1).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
     let topic = ctx.topic("item");
-    ctx.wait_streamed(&run.worker).await;
-    let ends = sluice_integration_tests::kafka::ends(&ctx.read_topic(&topic, 1, WITHIN).await);
-    eventually("the etl committed all it applied", WITHIN, || async {
-        ctx.etl_committed_up_to(&topic, &ends).await
-    })
-    .await;
+    let ends = all_committed(&ctx, &run, &topic).await;
     let es = &ctx.stack.es;
     let indexed = |es: &sluice_elastic::EsClient| {
         let es = es.clone();
@@ -237,10 +251,7 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
     );
 
     // Killed with the bulk still held: the restarted etl replays every uncommitted batch.
-    run.etl.kill9();
-    proxy.release();
-    run.etl.start();
-    ctx.converges(&run, &pipeline, WITHIN).await;
+    restart_converges(&ctx, &mut run, &pipeline, || proxy.release()).await;
     let dead = run.etl.metric("sluice_etl_dead_letters_total", &[]).await;
     assert_eq!(dead, 0.0, "nothing was dead-lettered\n{}", run.logs());
     drop(run);
