@@ -687,7 +687,7 @@ impl TestCtx {
         let mut all_topics: Vec<String> = tables.iter().map(|t| self.topic(t)).collect();
         // Builds' topics (pipelines are named like their alias in the tests).
         for alias in tables.iter().map(|t| self.pipeline_alias(t)) {
-            all_topics.extend((2..=4).map(|v| topics.build_topic(&alias, v)));
+            all_topics.push(topics.build_topic(&alias));
         }
         all_topics.extend([
             self.dlq_topic.clone(),

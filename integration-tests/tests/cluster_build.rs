@@ -232,7 +232,10 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
     )
     .await;
 
-    // The next build takes a new version and completes.
+    // The next build takes a new version and completes, in the topic the reset build
+    // left its documents in; the etl, subscribed to that topic all along, changes no
+    // subscription (no consumer-group rebalance) to start or end it.
+    let mark = cluster.etl.log_mark();
     let started = cluster
         .ctl(&["pipelines", "build", &alias, "--chunk-rows", "1000"])
         .unwrap();
@@ -241,6 +244,11 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
         "versions are never reused: {started}"
     );
     cluster.wait_built(&alias, Duration::from_secs(120)).await;
+    assert!(
+        cluster.etl.logged_since(mark, &["etl consuming"]).is_err(),
+        "a build changes no subscription of the etl:\n{}",
+        cluster.etl.log_tail()
+    );
     assert_eq!(
         es.alias_targets(&alias).await.unwrap(),
         [format!("{alias}_v3")]

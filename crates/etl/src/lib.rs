@@ -174,6 +174,7 @@ pub async fn run(
     let mut last_report = Instant::now();
     let mut reroute = false;
     let mut retry_reroute: Option<Instant> = None;
+    let mut subscribed = None;
     // A starting etl most often finds a backlog (a restart, a rebalance): it fills its
     // first batch, then finds out.
     let mut loaded = true;
@@ -186,7 +187,7 @@ pub async fn run(
                 break;
             }
             let list = pipelines.borrow_and_update().clone().unwrap_or_default();
-            match subscribe(&consumer, &cfg, &list).await {
+            match subscribe(&consumer, &cfg, &list, &mut subscribed).await {
                 Ok(mut r) => {
                     r.check_known(&es, &router.seen_columns()).await;
                     router = r;
@@ -303,13 +304,16 @@ fn interrupted() {
     );
 }
 
-/// Subscribes to the change topics of `pipelines` (every table of each one's tree,
-/// creating missing topics) and returns their router. Offsets of topics that stay are
-/// kept by the group.
+/// Subscribes to the topics of `pipelines` (every table of each one's tree, its schema
+/// and build topics, creating missing topics) and returns their router. Offsets of
+/// topics that stay are kept by the group. When the topics are those of `subscribed`
+/// (a build started or ended, a spec changed in place), the subscription is left alone:
+/// no consumer-group rebalance.
 async fn subscribe(
     consumer: &Consumer,
     cfg: &EtlConfig,
     pipelines: &[Active],
+    subscribed: &mut Option<Vec<String>>,
 ) -> anyhow::Result<Router> {
     let router = Router::new(pipelines, &cfg.topics);
     let mut topics: Vec<String> = router
@@ -319,6 +323,9 @@ async fn subscribe(
         .collect();
     topics.sort();
     topics.dedup();
+    if subscribed.as_ref() == Some(&topics) {
+        return Ok(router);
+    }
     if topics.is_empty() {
         consumer.unsubscribe();
         tracing::info!("no pipelines: consuming nothing until one is added");
@@ -330,6 +337,7 @@ async fn subscribe(
         consumer.subscribe(&names).context("cannot subscribe")?;
         tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
     }
+    *subscribed = Some(topics);
     Ok(router)
 }
 
@@ -587,7 +595,15 @@ async fn land(
         }
     }
     if let Some(tx) = ctx.notes {
-        if !record(tx, &batch.msgs, rewritten, ctx.shutdown).await {
+        // Markers of builds this etl is not making (reset or finished ones, in the
+        // pipeline's build topic) say nothing.
+        let markers = batch.msgs.iter().filter_map(|m| {
+            let marker = m.marker.as_ref()?;
+            router
+                .building(&marker.pipeline, marker.version)
+                .then(|| (marker.clone(), m.partition))
+        });
+        if !record(tx, markers, rewritten, ctx.shutdown).await {
             return Ok(false);
         }
     }
@@ -607,7 +623,7 @@ async fn land(
 /// it). `false` when shutdown came first.
 async fn record(
     tx: &follow::NotesTx,
-    msgs: &[Msg],
+    markers: impl Iterator<Item = (sluice_zk::layout::Marker, i32)>,
     rewritten: Vec<ddl::Rewritten>,
     shutdown: &CancellationToken,
 ) -> bool {
@@ -616,21 +632,15 @@ async fn record(
     {
         return false;
     }
-    let mut markers = 0;
-    for m in msgs {
-        let Some(marker) = m.marker.clone() else {
-            continue;
-        };
-        let note = follow::Note::CaughtUp {
-            marker,
-            partition: m.partition,
-        };
+    let mut recorded = 0;
+    for (marker, partition) in markers {
+        let note = follow::Note::CaughtUp { marker, partition };
         if !follow::record(tx, note, shutdown).await {
             return false;
         }
-        markers += 1;
+        recorded += 1;
     }
-    if markers > 0 {
+    if recorded > 0 {
         // A crash here: the build's marker is recorded, its offset not committed.
         sluice_core::failpoint("etl.after_build_marker");
     }

@@ -41,8 +41,8 @@ pub(crate) struct Pipeline {
     pub(crate) unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
     pub(crate) building_index: Option<String>,
-    /// The topic of the build of that version.
-    build_topic: Option<String>,
+    /// The topic of its builds.
+    build_topic: String,
     /// Pipelines read back from MySQL: their compiled documents.
     tree: Option<Tree>,
 }
@@ -107,7 +107,7 @@ impl Pipeline {
         Pipeline {
             tables: cfg.spec.tables(),
             building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
-            build_topic: cfg.building.map(|v| topics.build_topic(&cfg.spec.name, v)),
+            build_topic: topics.build_topic(&cfg.spec.name),
             tree: (!cfg.spec.is_flat()).then_some(Tree::Unloaded),
             cfg: cfg.clone(),
             targets: None,
@@ -173,7 +173,7 @@ impl Router {
         let by_build = pipelines
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| Some((p.build_topic.clone()?, i)))
+            .map(|(i, p)| (p.build_topic.clone(), i))
             .collect();
         let mut by_schema: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, p) in pipelines.iter().enumerate() {
@@ -233,6 +233,13 @@ impl Router {
     /// The pipelines whose source's DDL `topic` carries, if it is a schema topic.
     pub fn schema_of(&self, topic: &str) -> Option<Arc<[usize]>> {
         self.by_schema.get(topic).cloned()
+    }
+
+    /// Whether pipeline `name` is building index version `version`.
+    pub fn building(&self, name: &str, version: u32) -> bool {
+        self.pipelines
+            .iter()
+            .any(|p| p.cfg.spec.name == name && p.cfg.building == Some(version))
     }
 
     /// The pipeline a build topic belongs to, if `topic` is one.
@@ -397,14 +404,14 @@ impl Router {
 }
 
 impl Pipeline {
-    /// The topics it consumes: the change topic of each table of its tree, and while a
-    /// version is being built, the build's.
+    /// The topics it consumes: the change topic of each table of its tree, and its
+    /// builds' (always: a build then starts without a consumer-group rebalance).
     pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
         let spec = &self.cfg.spec;
         spec.tables()
             .iter()
             .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
-            .chain(self.build_topic.clone())
+            .chain([self.build_topic.clone()])
             // DDL that changes rows without row events marks the pipeline.
             .chain([topics.schema_topic(&spec.source)])
             .collect()

@@ -278,10 +278,25 @@ mod tests {
             "sluice.m1.shop.order_items"
         );
     }
+
+    #[test]
+    fn every_build_of_a_pipeline_shares_one_topic() {
+        let t = TopicConfig::default();
+        assert_eq!(t.build_topic("shop"), "sluice.build.shop");
+        assert!(t.problems("topics").is_empty());
+        let per_version = TopicConfig {
+            build: "sluice.build.{pipeline}.v{version}".into(),
+            ..TopicConfig::default()
+        };
+        let problems = per_version.problems("topics");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("topics.build: "), "{problems:?}");
+        assert!(problems[0].contains("{version} is no longer used"));
+    }
 }
 
-/// Topic names, as templates over `{instance}`, `{db}` and `{table}` (a build's over
-/// `{pipeline}` and `{version}`). Shared by the worker (which publishes) and the etl
+/// Topic names, as templates over `{instance}`, `{db}` and `{table}` (the builds' over
+/// `{pipeline}`). Shared by the worker (which publishes) and the etl
 /// (which subscribes), so both agree by construction.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -299,8 +314,10 @@ pub struct TopicConfig {
     /// replays them. Default `sluice.dlq`.
     #[serde(default = "default_dead_letter_topic")]
     pub dead_letter: String,
-    /// The documents a build of a pipeline's index version read, and its catch-up
-    /// markers. Default `sluice.build.{pipeline}.v{version}`.
+    /// The documents the builds of a pipeline's index versions read, and their catch-up
+    /// markers; each carries its version. One topic per pipeline, which the etl stays
+    /// subscribed to, so a build starts without a consumer-group rebalance. Default
+    /// `sluice.build.{pipeline}`.
     #[serde(default = "default_build_topic")]
     pub build: String,
 }
@@ -322,7 +339,7 @@ fn default_dead_letter_topic() -> String {
 }
 
 fn default_build_topic() -> String {
-    "sluice.build.{pipeline}.v{version}".into()
+    "sluice.build.{pipeline}".into()
 }
 
 impl Default for TopicConfig {
@@ -350,13 +367,9 @@ impl TopicConfig {
         render_topic(&self.source_dead_letter, instance, "", "")
     }
 
-    /// The topic of the build of `pipeline`'s index version `version`.
-    pub fn build_topic(&self, pipeline: &str, version: u32) -> String {
-        let template = self
-            .build
-            .replace("{pipeline}", pipeline)
-            .replace("{version}", &version.to_string());
-        render_topic(&template, "", "", "")
+    /// The topic of the builds of `pipeline`'s index versions.
+    pub fn build_topic(&self, pipeline: &str) -> String {
+        render_topic(&self.build.replace("{pipeline}", pipeline), "", "", "")
     }
 
     /// Problems with the templates, each naming its key under `prefix`.
@@ -368,9 +381,15 @@ impl TopicConfig {
                 self.rows
             ));
         }
-        if !self.build.contains("{pipeline}") || !self.build.contains("{version}") {
+        if !self.build.contains("{pipeline}") {
             out.push(format!(
-                "{prefix}.build: `{}` must contain {{pipeline}} and {{version}} so each build gets its own topic",
+                "{prefix}.build: `{}` must contain {{pipeline}} so each pipeline's builds get their own topic",
+                self.build
+            ));
+        }
+        if self.build.contains("{version}") {
+            out.push(format!(
+                "{prefix}.build: `{}`: {{version}} is no longer used; every build of a pipeline shares one topic (its documents carry their version), so that starting a build changes no subscription (write `sluice.build.{{pipeline}}`)",
                 self.build
             ));
         }

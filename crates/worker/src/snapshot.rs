@@ -309,7 +309,7 @@ async fn chunk(
                 b.spec.source
             );
         }
-        let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
+        let topic = jobs.cfg.topics.build_topic(&b.spec.name);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
         // A pipeline whose documents are its rows: the etl maps the index from them.
         let columns = b.spec.is_flat().then(|| plan.root.table.infos.clone());
@@ -399,7 +399,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     {
         return Ok(());
     }
-    let topic = jobs.cfg.topics.build_topic(&b.spec.name, b.version);
+    let topic = jobs.cfg.topics.build_topic(&b.spec.name);
     sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
     let partitions = sluice_kafka::partitions(&jobs.producer.get(), &topic).await?;
     if partitions == 0 {
