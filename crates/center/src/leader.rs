@@ -24,6 +24,9 @@ type RebalanceRequests = mpsc::Receiver<oneshot::Sender<Vec<Move>>>;
 /// One reconcile pass may take this long before it is abandoned and retried.
 const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How soon the leader looks again while a build is under way.
+const BUILD_POLL: Duration = Duration::from_millis(150);
+
 /// Connects, campaigns and leads, again after every lost session or leadership, until
 /// shutdown.
 pub(crate) async fn campaign_forever(
@@ -445,7 +448,10 @@ async fn reconcile(
         shared.nudge.notify_one();
     }
     if crate::build::drive(shared, coord, epoch, &acting, &pipelines, &worker_ids).await? {
-        let soon = Duration::from_millis(500);
+        // Each phase of a build waits for this pass: a short one keeps the phases'
+        // hand-offs (etls confirmed, plan made, chunks read, markers applied) to a
+        // fraction of a second, for a few ZooKeeper reads per build.
+        let soon = BUILD_POLL;
         wake = Some(wake.map_or(soon, |w| w.min(soon)));
     }
     Ok((moves, wake, watch))
