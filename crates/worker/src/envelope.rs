@@ -1,5 +1,10 @@
 //! Turns decoded binlog events into Kafka records (topic, key, JSON payload).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sluice_mysql::decode::TableSchema;
+
 use sluice_core::dead_letter::{RowsAt, RowsLetter, LETTER_VERSION};
 use sluice_core::event::DdlEvent;
 use sluice_core::position::file_seq;
@@ -8,20 +13,52 @@ use sluice_kafka::TopicConfig;
 use sluice_mysql::{Ddl, RowChange, Unreadable};
 
 pub(crate) struct Record {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub key: Vec<u8>,
     pub payload: Vec<u8>,
 }
 
+/// The change topic of each table a task has seen, rendered once (not once per row).
+/// Keyed by the table's schema as decoded: a new schema (after DDL) is a new entry.
+#[derive(Default)]
+pub(crate) struct RowTopics {
+    /// By the schema's address (as a number: the map is sent across threads).
+    by_schema: HashMap<usize, (Arc<TableSchema>, Arc<str>)>,
+}
+
+impl RowTopics {
+    /// The topic of `schema`'s table, and whether it is the first time it is asked for.
+    fn of(
+        &mut self,
+        topics: &TopicConfig,
+        instance: &str,
+        schema: &Arc<TableSchema>,
+    ) -> (Arc<str>, bool) {
+        let at = Arc::as_ptr(schema) as usize;
+        if let Some((_, topic)) = self.by_schema.get(&at) {
+            return (topic.clone(), false);
+        }
+        let topic: Arc<str> = topics
+            .rows_topic(instance, &schema.db, &schema.table)
+            .into();
+        // The schema is kept with its entry, so its address is never reused by another.
+        self.by_schema.insert(at, (schema.clone(), topic.clone()));
+        (topic, true)
+    }
+}
+
+/// A row change as a record; `true` with it when its topic is new to this task (it may
+/// need creating).
 pub(crate) fn row(
     topics: &TopicConfig,
+    seen: &mut RowTopics,
     instance: &str,
     epoch: u16,
     rc: RowChange,
-) -> anyhow::Result<Record> {
+) -> anyhow::Result<(Record, bool)> {
     let seq = file_seq(&rc.file)?;
     let version = ExternalVersion::new(epoch as u64, seq, rc.pos + rc.row as u64)?;
-    let topic = topics.rows_topic(instance, &rc.schema.db, &rc.schema.table);
+    let (topic, new_topic) = seen.of(topics, instance, &rc.schema);
     // Key = primary key, so each row's changes stay ordered in one partition.
     let key = serde_json::to_vec(&rc.key)?;
     let event = ChangeEvent {
@@ -44,11 +81,17 @@ pub(crate) fn row(
         columns: rc.schema.infos.clone(),
         version: version.get(),
     };
-    Ok(Record {
-        topic,
-        key,
-        payload: serde_json::to_vec(&event)?,
-    })
+    // Sized for a typical row: one allocation rather than a series of regrowths.
+    let mut payload = Vec::with_capacity(1024);
+    serde_json::to_writer(&mut payload, &event)?;
+    Ok((
+        Record {
+            topic,
+            key,
+            payload,
+        },
+        new_topic,
+    ))
 }
 
 pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> anyhow::Result<Record> {
@@ -67,7 +110,7 @@ pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> anyhow::Resul
         ddl: d.query,
     };
     Ok(Record {
-        topic: topics.schema_topic(instance),
+        topic: topics.schema_topic(instance).into(),
         key: d.db.into_bytes(),
         payload: serde_json::to_vec(&event)?,
     })
@@ -92,7 +135,7 @@ pub(crate) fn unreadable(
         table: u.table.clone(),
     };
     Ok(Record {
-        topic: topics.source_dead_letter_topic(instance),
+        topic: topics.source_dead_letter_topic(instance).into(),
         key: format!("{}.{}", u.db, u.table).into_bytes(),
         payload: serde_json::to_vec(&payload)?,
     })

@@ -44,10 +44,20 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
-/// The labels of `sluice_worker_events_total` per table, made once per table: the counter
-/// is bumped for every row change, which must not allocate.
+/// `sluice_worker_events_total`, with its labels made once per table. Row events are
+/// added up here per table and operation and handed to the counter at each commit (or
+/// every [`FLUSH_EVERY`] events), not once per row: the counter's attribute lookup cost
+/// as much as encoding the row.
 #[derive(Default)]
-pub(crate) struct EventLabels(HashMap<String, HashMap<String, [[KeyValue; 4]; 4]>>);
+pub(crate) struct EventLabels {
+    labels: HashMap<String, HashMap<String, [[KeyValue; 4]; 4]>>,
+    /// Counts not yet added: (db, table, op) → events.
+    pending: Vec<((String, String), usize, u64)>,
+    unflushed: u64,
+}
+
+/// Events counted between two hand-overs to the counter, at most.
+const FLUSH_EVERY: u64 = 4096;
 
 impl EventLabels {
     pub fn count(&mut self, source: &str, rc: &sluice_mysql::RowChange) {
@@ -58,7 +68,20 @@ impl EventLabels {
             sluice_core::Op::Delete => 2,
             sluice_core::Op::Read => 3,
         };
-        if !self.0.get(db).is_some_and(|t| t.contains_key(table)) {
+        self.unflushed += 1;
+        if self.unflushed >= FLUSH_EVERY {
+            self.flush();
+        }
+        // Most rows are of a table and operation the transaction already had.
+        if let Some((_, _, n)) = self
+            .pending
+            .iter_mut()
+            .find(|((d, t), o, _)| *o == op && d == db && t == table)
+        {
+            *n += 1;
+            return;
+        }
+        if !self.labels.get(db).is_some_and(|t| t.contains_key(table)) {
             let labels = ["insert", "update", "delete", "snapshot"].map(|op| {
                 [
                     KeyValue::new("source", source.to_owned()),
@@ -67,12 +90,20 @@ impl EventLabels {
                     KeyValue::new("op", op),
                 ]
             });
-            self.0
+            self.labels
                 .entry(db.clone())
                 .or_default()
                 .insert(table.clone(), labels);
         }
-        METRICS.events.add(1, &self.0[db][table][op]);
+        self.pending.push(((db.clone(), table.clone()), op, 1));
+    }
+
+    /// Hands the counts so far to the counter.
+    pub fn flush(&mut self) {
+        for ((db, table), op, n) in self.pending.drain(..) {
+            METRICS.events.add(n, &self.labels[&db][&table][op]);
+        }
+        self.unflushed = 0;
     }
 }
 

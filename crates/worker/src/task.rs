@@ -388,6 +388,7 @@ async fn publish_loop(
     // drain bound.
     let mut events = crate::metrics::EventLabels::default();
     let mut told = DeadLetterNotices::default();
+    let mut row_topics = envelope::RowTopics::default();
     let mut open = false;
     let mut finish_by: Option<Instant> = None;
     loop {
@@ -414,7 +415,7 @@ async fn publish_loop(
                 next = reader.next() => next,
             },
         };
-        let record = match next? {
+        let (record, new_topic) = match next? {
             None => bail!(
                 "the server ended the binlog stream at {}",
                 reader.position()
@@ -422,15 +423,16 @@ async fn publish_loop(
             Some(SourceEvent::Row(rc)) => {
                 events.count(&src.name, &rc);
                 told.keyless(ctx, &src.name, &rc);
-                envelope::row(topics, &src.name, stamp.epoch, rc)?
+                envelope::row(topics, &mut row_topics, &src.name, stamp.epoch, rc)?
             }
-            Some(SourceEvent::Ddl(d)) => envelope::ddl(topics, &src.name, d)?,
+            Some(SourceEvent::Ddl(d)) => (envelope::ddl(topics, &src.name, d)?, true),
             Some(SourceEvent::Unreadable(u)) => {
                 let record = envelope::unreadable(topics, &src.name, &u)?;
                 told.unreadable(ctx, &src.name, &u, &record.topic);
-                record
+                (record, true)
             }
             Some(SourceEvent::Commit(cp)) => {
+                events.flush();
                 ctx.progress.read_commit(cp.ts_ms);
                 let cp = Checkpoint {
                     position: cp.position,
@@ -453,7 +455,9 @@ async fn publish_loop(
         open = true;
         let read_at = Instant::now();
         wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
-        ensure_topic(ctx, &record.topic).await?;
+        if new_topic {
+            ensure_topic(ctx, &record.topic).await?;
+        }
         let delivery =
             sluice_kafka::queue(&producer, &record.topic, Some(&record.key), &record.payload)
                 .await
@@ -475,7 +479,9 @@ struct DeadLetterNotices {
 
 impl DeadLetterNotices {
     fn keyless(&mut self, ctx: &TaskCtx, task: &str, rc: &RowChange) {
-        if sluice_core::event::document_id(&rc.key).is_some()
+        // As `document_id(&rc.key).is_some()`, without making the id for every row.
+        let has_id = !rc.key.is_empty() && rc.key.values().all(|v| !v.is_null());
+        if has_id
             || !self
                 .keyless
                 .insert((rc.schema.db.clone(), rc.schema.table.clone()))
