@@ -59,6 +59,40 @@ pub fn write(bench: &str, figures: &Figures) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Prints each figure with its ceiling and ratio, writes them under `target/bench/`, and
+/// says loudly which ratios fell against the committed baseline.
+pub fn report(bench: &str, figures: &Figures) {
+    println!();
+    println!(
+        "{:<30} {:>12} {:>12} {:>8}",
+        "figure", "value", "ceiling", "ratio"
+    );
+    for (name, f) in figures {
+        println!(
+            "{name:<30} {:>12.1} {:>12} {:>8}  {}",
+            f.value,
+            f.ceiling.map_or("-".into(), |c| format!("{c:.1}")),
+            f.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+            f.unit
+        );
+    }
+    match write(bench, figures) {
+        Ok(path) => println!("figures: {}", path.display()),
+        Err(e) => eprintln!("{bench}: cannot write the figures: {e}"),
+    }
+    match regressions(bench, figures) {
+        Ok(found) if found.is_empty() => {
+            println!("no ratio fell more than 20 % against the baseline")
+        }
+        Ok(found) => {
+            for line in found {
+                println!("!!! {line}");
+            }
+        }
+        Err(why) => println!("baseline: {why}"),
+    }
+}
+
 /// The committed baseline: benchmark → figures.
 pub fn baseline_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench-baseline.json")

@@ -864,36 +864,7 @@ impl Report {
     /// Prints each ratio, writes the figures under `target/bench/`, and says loudly which
     /// ratios fell against the committed baseline.
     fn judge(&self) {
-        let figures = self.figures();
-        println!();
-        println!(
-            "{:<30} {:>12} {:>12} {:>8}",
-            "figure", "value", "ceiling", "ratio"
-        );
-        for (name, f) in &figures {
-            println!(
-                "{name:<30} {:>12.1} {:>12} {:>8}  {}",
-                f.value,
-                f.ceiling.map_or("-".into(), |c| format!("{c:.1}")),
-                f.ratio.map_or("-".into(), |r| format!("{r:.2}")),
-                f.unit
-            );
-        }
-        match figures::write("bench", &figures) {
-            Ok(path) => println!("figures: {}", path.display()),
-            Err(e) => eprintln!("bench: cannot write the figures: {e}"),
-        }
-        match figures::regressions("bench", &figures) {
-            Ok(found) if found.is_empty() => {
-                println!("no ratio fell more than 20 % against the baseline")
-            }
-            Ok(found) => {
-                for line in found {
-                    println!("!!! {line}");
-                }
-            }
-            Err(why) => println!("baseline: {why}"),
-        }
+        figures::report("bench", &self.figures());
     }
 
     fn print(&self) {

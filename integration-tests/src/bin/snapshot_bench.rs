@@ -8,8 +8,12 @@
 //!    is done. The build is then reset.
 //! 2. End to end into Elasticsearch: a table of `BENCH_SNAPSHOT_E2E_ROWS` (default
 //!    100,000; the local Elasticsearch stand-in holds every document in RAM) is built with
-//!    the etl running, timed until the alias moved to the new version — next to the raw
-//!    `_bulk` ceiling of the same server for as many similar documents.
+//!    the etl running, once the etl applies the pipeline (a streamed row is indexed; the
+//!    time that took, a consumer-group rebalance, is printed apart), timed until the alias
+//!    moved to the new version — next to the raw `_bulk` ceiling of the same server for as
+//!    many similar documents, with the etl's batch size and requests in flight.
+//!
+//! The figures go to `target/bench/snapshot.json` and are compared with the baseline.
 //!
 //! `BENCH_CHUNK_ROWS` (default 20000) sets the chunk size.
 
@@ -20,6 +24,7 @@ use anyhow::bail;
 use serde_json::{Map, Value};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::ceiling::bulk_ceiling;
+use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::{env_num, Cluster, TestCtx};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -114,12 +119,12 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     )
     .await?;
     let took = started.elapsed();
+    let workers_rate = s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64();
     println!(
-        "[snapshot 2/3] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {:.0} rows/s",
+        "[snapshot 2/3] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {workers_rate:.0} rows/s",
         s["rows_done"],
         s["chunks"],
         took.as_secs_f64(),
-        s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64()
     );
     cluster
         .ctl(&["pipelines", "reset", &alias])
@@ -138,6 +143,30 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     let mid = ctx.add_source(&cluster, "mid", 2).await;
     cluster.wait_running(&[&mid], Duration::from_secs(60)).await;
     let alias = mid.pipeline.alias.clone();
+    // A build rebuilds a pipeline the etl already applies: one streamed row shows it does
+    // (a new pipeline's topics cost the etl a consumer-group rebalance, timed apart).
+    let added = Instant::now();
+    ctx.exec(&format!(
+        "INSERT INTO mid VALUES ({}, 0, 'streamed', 'p', NOW(6))",
+        e2e_rows + 1
+    ))
+    .await;
+    let e2e_rows = e2e_rows + 1;
+    let es = &ctx.stack.es;
+    let joined = loop {
+        let _ = es.refresh(&alias).await;
+        if es.count(&alias).await.unwrap_or(0) >= 1 {
+            break added.elapsed();
+        }
+        if added.elapsed() > Duration::from_secs(120) {
+            bail!("the etl did not index a streamed row of the new pipeline within 2 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    };
+    println!(
+        "[snapshot 3/3] the new pipeline's first streamed row indexed {:.1} s after its insert (the etl's subscription grew: a consumer-group rebalance)",
+        joined.as_secs_f64()
+    );
     cluster
         .ctl(&["pipelines", "build", &alias, "--chunk-rows", &chunk_arg])
         .map_err(anyhow::Error::msg)?;
@@ -162,7 +191,6 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     }
 
     // The ceiling: the same server, as many similar documents.
-    let es = &ctx.stack.es;
     let index = format!("snapbench_raw_{}", ctx.suffix).to_ascii_lowercase();
     es.create_index(
         &index,
@@ -189,10 +217,26 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     let raw = bulk_ceiling(es, &index, &ops).await?;
     let raw_rate = e2e_rows as f64 / raw.as_secs_f64();
     println!(
-        "[snapshot 3/3] raw _bulk ceiling of the same Elasticsearch: {e2e_rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
+        "[snapshot 3/3] raw _bulk ceiling of the same Elasticsearch ({}): {e2e_rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
+        sluice_integration_tests::ceiling::describe(),
         raw.as_secs_f64(),
         100.0 * e2e_rate / raw_rate
     );
+    let figures = Figures::from([
+        (
+            "workers_rows_per_s".to_owned(),
+            Figure::higher(workers_rate, "rows/s", None),
+        ),
+        (
+            "build_docs_per_s".to_owned(),
+            Figure::higher(e2e_rate, "docs/s", Some(raw_rate)),
+        ),
+        (
+            "new_pipeline_first_row_s".to_owned(),
+            Figure::lower(joined.as_secs_f64(), "s", None),
+        ),
+    ]);
+    figures::report("snapshot", &figures);
     drop(cluster);
     Ok(())
 }
