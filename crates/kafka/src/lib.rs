@@ -171,10 +171,11 @@ pub type Consumer = StreamConsumer<TracingContext>;
 /// backpressure on the binlog reader (README invariant 6); past the timeout they fail,
 /// and the caller resumes from what was acknowledged.
 ///
-/// No linger: a lone change is sent at once. Under load batches fill by themselves, from
-/// what is queued while earlier requests are in flight (measured: a million row events
-/// went through faster than with librdkafka's 5 ms, and a light load's commit to
-/// searchable dropped by ~6 ms at the median).
+/// A 1 ms linger, not librdkafka's 5: a lone change waits for almost nothing, and under
+/// load batches fill from what queues while earlier requests are in flight. Measured over
+/// a million row events: 5 ms gave 110k events/s and a light load's commit-to-searchable
+/// p50 of 20 ms; 1 ms 113k/s and 15 ms; no linger 124k/s and 14 ms, but twice the
+/// worker's memory (69 MiB peak against 33) in many more, smaller requests.
 pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
     let mut c = cfg.client_config();
     c.set("enable.idempotence", "true")
@@ -184,7 +185,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
             "message.timeout.ms",
             cfg.message_timeout.as_millis().max(1).to_string(),
         )
-        .set("linger.ms", "0")
+        .set("linger.ms", "1")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "200000")
         .set("compression.type", "none");
