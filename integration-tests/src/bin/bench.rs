@@ -12,7 +12,8 @@
 //!    of the same server, with the etl's default batch size and requests in flight.
 //! 4. Commit-to-indexed latency: single-row transactions at a steady rate, each polled by
 //!    id (a real-time read) until it is visible; once light (20/s), once under load
-//!    (1,000/s).
+//!    (1,000/s). Its ceiling under load: as many documents at the same rate handed
+//!    straight to a raw `_bulk` writer on the same server, probed the same way.
 //! 5. Peak RSS (`VmHWM`) of the worker, the etl and the stack's services.
 //!
 //! Environment: `BENCH_ROWS` (default 50000), `BENCH_WORKER_EVENTS` (1000000),
@@ -163,6 +164,8 @@ struct Report {
     raw: Throughput,
     latency: Latency,
     loaded: Latency,
+    /// The same load's documents written straight to the same server.
+    loaded_raw: Latency,
     rss: Vec<Rss>,
 }
 
@@ -344,12 +347,14 @@ impl Bench {
         );
 
         let s = &self.settings;
+        let (loaded_samples, loaded_rate) = (s.loaded_samples, s.loaded_rate);
         let latency = self
             .latency("light", s.latency_samples, s.latency_rate)
             .await?;
         let loaded = self
-            .latency("under load", s.loaded_samples, s.loaded_rate)
+            .latency("under load", loaded_samples, loaded_rate)
             .await?;
+        let loaded_raw = self.raw_latency(loaded_samples, loaded_rate).await?;
 
         let rss = self.rss();
         println!(
@@ -375,6 +380,7 @@ impl Bench {
             raw,
             latency,
             loaded,
+            loaded_raw,
             rss,
         })
     }
@@ -627,54 +633,7 @@ impl Bench {
     /// until a real-time GET through the alias finds it (before any refresh); printed as
     /// the latency `what`.
     async fn latency(&self, what: &str, samples: usize, rate: f64) -> anyhow::Result<Latency> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
-        let es = self.ctx.stack.es.clone();
-        let alias = self.pipeline.alias.clone();
-        let poller = tokio::spawn(async move {
-            let give_up = Duration::from_secs(30);
-            let mut pending: Vec<(String, Instant)> = Vec::new();
-            let mut seen_ms = Vec::new();
-            let mut lost = 0usize;
-            let mut open = true;
-            loop {
-                if pending.is_empty() {
-                    if !open {
-                        break;
-                    }
-                    match rx.recv().await {
-                        Some(p) => pending.push(p),
-                        None => break,
-                    }
-                }
-                while let Ok(p) = rx.try_recv() {
-                    pending.push(p);
-                }
-                if rx.is_closed() && rx.is_empty() {
-                    open = false;
-                }
-                let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
-                let found = es.mget(&alias, &ids).await?;
-                let now = Instant::now();
-                let mut i = 0;
-                pending.retain(|(_, committed)| {
-                    let visible = found[i].is_some();
-                    i += 1;
-                    if visible {
-                        seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
-                    } else if now - *committed > give_up {
-                        lost += 1;
-                        return false;
-                    }
-                    !visible
-                });
-                if !pending.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-            seen_ms.sort_by(f64::total_cmp);
-            anyhow::Ok((seen_ms, lost))
-        });
-
+        let (tx, poller) = probe(self.ctx.stack.es.clone(), self.pipeline.alias.clone());
         let mut conn = self.conn().await?;
         let mut rng = Xorshift(0x5eed_1234_abcd_0003);
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
@@ -704,6 +663,63 @@ impl Bench {
         };
         println!(
             "[4/5] commit→indexed latency, {what}: {}",
+            latency.describe()
+        );
+        Ok(latency)
+    }
+
+    /// The latency's ceiling under load: documents like the bench's handed at `rate` a
+    /// second straight to a raw `_bulk` writer (whatever is queued goes in the next
+    /// request, with the etl's batch size and requests in flight) on a scratch index of the
+    /// same server, each probed the same way from the moment it is handed over.
+    async fn raw_latency(&mut self, samples: usize, rate: f64) -> anyhow::Result<Latency> {
+        let es = self.ctx.stack.es.clone();
+        let index = format!("bench_rawlat_{}", self.ctx.suffix).to_ascii_lowercase();
+        es.create_index(
+            &index,
+            &serde_json::json!({"settings": {"number_of_replicas": 0}}),
+        )
+        .await?;
+        self.raw_index = Some(index.clone());
+        let (docs, writes) = mpsc::unbounded_channel::<BulkOp>();
+        let writer = tokio::spawn(raw_writer(es.clone(), writes));
+        let (tx, poller) = probe(es.clone(), index.clone());
+        let mut rng = Xorshift(0x5eed_1234_abcd_0004);
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let started = Instant::now();
+        for n in 1..=samples as u64 {
+            tick.tick().await;
+            let mut doc = Map::new();
+            doc.insert("id".into(), n.into());
+            doc.insert("k".into(), rng.below(1_000_000).into());
+            doc.insert("c".into(), rng.text(60, 100).into());
+            doc.insert("pad".into(), rng.text(40, 60).into());
+            let op = BulkOp::Index {
+                index: index.clone(),
+                id: n.to_string(),
+                version: n,
+                routing: None,
+                doc: Value::Object(doc),
+            };
+            if docs.send(op).is_err() {
+                break;
+            }
+            let _ = tx.send((n.to_string(), Instant::now()));
+        }
+        let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
+        drop((docs, tx));
+        writer.await??;
+        let (sorted_ms, lost) = poller.await??;
+        es.delete_index(&index).await?;
+        self.raw_index = None;
+        let latency = Latency {
+            sorted_ms,
+            lost,
+            sent_rate,
+        };
+        println!(
+            "[4/5] handed-to-indexed latency of a raw _bulk writer, same load (ceiling): {}",
             latency.describe()
         );
         Ok(latency)
@@ -775,6 +791,102 @@ impl Bench {
 }
 
 /// (`VmHWM`, `VmRSS`) in kB.
+/// The latencies a probe saw, in ms and sorted, and how many never became visible.
+type Probed = tokio::task::JoinHandle<anyhow::Result<(Vec<f64>, usize)>>;
+
+/// Polls `alias` by id (`_mget`, a real-time read, one request for every id in flight)
+/// for each `(id, handed over at)` sent, until it is visible or 30 s passed.
+fn probe(
+    es: sluice_elastic::EsClient,
+    alias: String,
+) -> (mpsc::UnboundedSender<(String, Instant)>, Probed) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
+    let poller = tokio::spawn(async move {
+        let give_up = Duration::from_secs(30);
+        let mut pending: Vec<(String, Instant)> = Vec::new();
+        let mut seen_ms = Vec::new();
+        let mut lost = 0usize;
+        let mut open = true;
+        loop {
+            if pending.is_empty() {
+                if !open {
+                    break;
+                }
+                match rx.recv().await {
+                    Some(p) => pending.push(p),
+                    None => break,
+                }
+            }
+            while let Ok(p) = rx.try_recv() {
+                pending.push(p);
+            }
+            if rx.is_closed() && rx.is_empty() {
+                open = false;
+            }
+            let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
+            let found = es.mget(&alias, &ids).await?;
+            let now = Instant::now();
+            let mut i = 0;
+            pending.retain(|(_, committed)| {
+                let visible = found[i].is_some();
+                i += 1;
+                if visible {
+                    seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
+                } else if now - *committed > give_up {
+                    lost += 1;
+                    return false;
+                }
+                !visible
+            });
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        seen_ms.sort_by(f64::total_cmp);
+        anyhow::Ok((seen_ms, lost))
+    });
+    (tx, poller)
+}
+
+/// Writes what `docs` brings as raw `_bulk` requests: whatever is queued goes in the next
+/// request (up to the etl's batch size), with at most the etl's requests in flight.
+async fn raw_writer(
+    es: sluice_elastic::EsClient,
+    mut docs: mpsc::UnboundedReceiver<BulkOp>,
+) -> anyhow::Result<()> {
+    use futures::stream::{FuturesUnordered, StreamExt as _};
+    let mut in_flight = FuturesUnordered::new();
+    let mut queued: Vec<BulkOp> = Vec::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            op = docs.recv(), if open => match op {
+                Some(op) => queued.push(op),
+                None => open = false,
+            },
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                let outcomes: Vec<sluice_elastic::ItemOutcome> = done?;
+                if let Some(bad) = outcomes.iter().find(|o| **o != sluice_elastic::ItemOutcome::Applied) {
+                    bail!("raw _bulk: an item was not applied: {bad:?}");
+                }
+            }
+        }
+        while let Ok(op) = docs.try_recv() {
+            queued.push(op);
+        }
+        while !queued.is_empty() && in_flight.len() < ceiling::raw_concurrency() {
+            let batch: Vec<BulkOp> = queued
+                .drain(..queued.len().min(ceiling::raw_batch()))
+                .collect();
+            let es = es.clone();
+            in_flight.push(async move { es.bulk(&batch).await });
+        }
+        if !open && queued.is_empty() && in_flight.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
 fn proc_rss(pid: u32) -> (Option<u64>, Option<u64>) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
@@ -835,7 +947,11 @@ impl Report {
             "etl_docs_per_s".into(),
             Figure::higher(self.etl.rate(), "docs/s", Some(self.raw.rate())),
         );
-        for (name, l) in [("light", &self.latency), ("loaded", &self.loaded)] {
+        for (name, l) in [
+            ("light", &self.latency),
+            ("loaded", &self.loaded),
+            ("loaded_raw", &self.loaded_raw),
+        ] {
             f.insert(
                 format!("latency_{name}_p50_ms"),
                 Figure::lower(l.pct(50.0), "ms", None),
@@ -920,6 +1036,10 @@ impl Report {
             (
                 "commit→indexed, under load".into(),
                 self.loaded.describe(),
+            ),
+            (
+                "same load, raw _bulk (ceiling)".into(),
+                self.loaded_raw.describe(),
             ),
         ];
         for (name, value) in rows {
