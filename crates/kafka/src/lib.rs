@@ -161,7 +161,32 @@ pub fn consumer_lag() -> Vec<(String, i32, i64)> {
         .collect()
 }
 
-impl ConsumerContext for TracingContext {}
+/// Every rebalance is logged with the partitions it moves, so a consumer that stops
+/// receiving after a group outage shows whether it holds any partition.
+impl ConsumerContext for TracingContext {
+    fn post_rebalance(
+        &self,
+        _consumer: &rdkafka::consumer::BaseConsumer<Self>,
+        rebalance: &rdkafka::consumer::Rebalance<'_>,
+    ) {
+        use rdkafka::consumer::Rebalance;
+        let partitions = |tpl: &rdkafka::TopicPartitionList| {
+            tpl.elements()
+                .iter()
+                .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                .collect::<Vec<_>>()
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                tracing::info!(partitions = ?partitions(tpl), "consumer group: partitions assigned")
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(partitions = ?partitions(tpl), "consumer group: partitions revoked")
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group: rebalance failed"),
+        }
+    }
+}
 
 pub type Producer = FutureProducer<TracingContext>;
 pub type Consumer = StreamConsumer<TracingContext>;
