@@ -208,8 +208,18 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
     };
     let before = indexed(es).await;
 
-    // The next bulk is held; 1,000 new rows follow, in transactions of 100.
+    // The next bulk is held: a lone row's, so that the held batch is the oldest (bulks
+    // of batches in flight together may reach the server in any order). 1,000 new rows
+    // follow, in transactions of 100.
     proxy.inject(HttpFault::Hold, 1);
+    ctx.exec("INSERT INTO item VALUES (9999, 0, 'held')").await;
+    eventually("the lone row's bulk held", WITHIN, || async {
+        match proxy.held() {
+            1 => Ok(()),
+            n => Err(format!("{n} bulks held\n{}", run.logs())),
+        }
+    })
+    .await;
     for t in 0..10 {
         let values: Vec<String> = (0..100)
             .map(|i| 10_000 + t * 100 + i)
@@ -219,13 +229,6 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
             .await;
     }
     ctx.wait_streamed(&run.worker).await;
-    eventually("a bulk held", WITHIN, || async {
-        match proxy.held() {
-            1 => Ok(()),
-            n => Err(format!("{n} bulks held\n{}", run.logs())),
-        }
-    })
-    .await;
     // Later batches are written while the oldest waits...
     eventually(
         "later batches written past the held one",
