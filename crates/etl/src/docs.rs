@@ -187,7 +187,7 @@ impl Sources {
 pub(crate) async fn rebuild(
     router: &Router,
     sources: &mut Sources,
-    writer: &mut Writer<'_>,
+    writer: &mut Writer,
     dirty: Dirty,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {

@@ -20,22 +20,12 @@ use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher as _, RandomState};
 
 use anyhow::Context as _;
-use sluice_elastic::{BulkOp, EsClient};
+use sluice_elastic::BulkOp;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::metrics::METRICS;
-use crate::write::{Origin, Tally, Writer};
-use crate::{Batch, DeadLetter};
-
-/// What a batch's writes came to.
-pub(crate) struct Written {
-    /// `false`: shutdown interrupted the retries; nothing from here on may be committed.
-    pub complete: bool,
-    pub dead: Vec<DeadLetter>,
-    pub tally: Tally,
-    pub throttled: bool,
-}
+use crate::write::{Origin, Writer, Written};
+use crate::Batch;
 
 /// A batch whose writes are done, with what it still needs before its commit.
 pub(crate) struct Landed<T> {
@@ -93,16 +83,20 @@ impl<T> Flight<T> {
                 || self.queue.iter().any(|f| !f.docs.is_disjoint(docs)))
     }
 
-    /// Starts writing `ops` (each from the messages `origins[i]`) in a task of its own.
+    /// Starts `writer` writing `ops` (each from the messages `origins[i]`) in a task of
+    /// its own.
     pub fn launch(
         &mut self,
         batch: Batch,
         docs: HashSet<u64>,
-        write: Write,
-        dead: Vec<DeadLetter>,
+        mut writer: Writer,
+        (ops, origins): (Vec<BulkOp>, Vec<Origin>),
         rest: T,
     ) {
-        let task = tokio::spawn(write.run(dead));
+        let task = tokio::spawn(async move {
+            let complete = writer.write(ops, origins).await?;
+            Ok(writer.finish(complete))
+        });
         self.queue.push_back(Flying {
             batch,
             docs,
@@ -119,7 +113,7 @@ impl<T> Flight<T> {
         let written = (&mut front.task).await.context("a bulk task panicked")??;
         let flying = self.queue.pop_front().context("no batch in flight")?;
         METRICS.bulks_in_flight.record(self.queue.len() as u64, &[]);
-        self.limit.after(written.throttled);
+        self.limit.after(written.tally.throttled);
         Ok(Landed {
             batch: flying.batch,
             written,
@@ -134,34 +128,6 @@ impl<T> Drop for Flight<T> {
         for f in &self.queue {
             f.task.abort();
         }
-    }
-}
-
-/// A batch's writes, detached from the loop that planned them.
-pub(crate) struct Write {
-    pub es: EsClient,
-    pub retry_backoff: std::time::Duration,
-    pub shutdown: CancellationToken,
-    pub ops: Vec<BulkOp>,
-    pub origins: Vec<Origin>,
-}
-
-impl Write {
-    async fn run(self, dead: Vec<DeadLetter>) -> anyhow::Result<Written> {
-        let mut writer = Writer {
-            es: &self.es,
-            retry_backoff: self.retry_backoff,
-            shutdown: &self.shutdown,
-            tally: Tally::default(),
-            dead,
-        };
-        let complete = writer.write(self.ops, self.origins).await?;
-        Ok(Written {
-            complete,
-            throttled: writer.tally.throttled,
-            dead: writer.dead,
-            tally: writer.tally,
-        })
     }
 }
 

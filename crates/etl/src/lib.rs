@@ -466,6 +466,13 @@ struct Ctx<'a> {
     notes: Option<&'a follow::NotesTx>,
 }
 
+impl Ctx<'_> {
+    /// A writer for a batch whose unmappable messages are `dead`.
+    fn writer(&self, dead: Vec<DeadLetter>) -> write::Writer {
+        write::Writer::new(self.es, self.cfg.etl.retry_backoff, self.shutdown, dead)
+    }
+}
+
 /// What a batch carries from its planning to its landing: the pipelines whose documents
 /// DDL changed, to record before its commit.
 type InFlight = Flight<Vec<ddl::Rewritten>>;
@@ -504,37 +511,18 @@ async fn apply(
                 return Ok(false);
             }
         }
-        let write = flight::Write {
-            es: ctx.es.clone(),
-            retry_backoff: ctx.cfg.etl.retry_backoff,
-            shutdown: ctx.shutdown.clone(),
-            ops,
-            origins,
-        };
-        flight.launch(batch, docs, write, dead, rewritten);
+        flight.launch(batch, docs, ctx.writer(dead), (ops, origins), rewritten);
         return Ok(true);
     }
     if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
         return Ok(false);
     }
-    let mut writer = write::Writer {
-        es: ctx.es,
-        retry_backoff: ctx.cfg.etl.retry_backoff,
-        shutdown: ctx.shutdown,
-        tally: write::Tally::default(),
-        dead,
-    };
+    let mut writer = ctx.writer(dead);
     let complete = writer.write(ops, origins).await?
         && docs::rebuild(router, sources, &mut writer, dirty, ctx.shutdown).await?;
-    let written = flight::Written {
-        complete,
-        throttled: writer.tally.throttled,
-        dead: writer.dead,
-        tally: writer.tally,
-    };
-    let landed = flight::Landed {
+    let landed = Landed {
         batch,
-        written,
+        written: writer.finish(complete),
         rest: rewritten,
     };
     land(ctx, router, landed, stats, mode).await

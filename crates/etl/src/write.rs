@@ -50,17 +50,51 @@ impl Origin {
     }
 }
 
-/// Writes a batch's operations, collecting what must be dead-lettered.
-pub(crate) struct Writer<'a> {
-    pub es: &'a EsClient,
-    pub retry_backoff: Duration,
-    pub shutdown: &'a CancellationToken,
+/// What a batch's writes came to.
+pub(crate) struct Written {
+    /// `false`: shutdown interrupted the retries; nothing from here on may be committed.
+    pub complete: bool,
+    pub dead: Vec<DeadLetter>,
     pub tally: Tally,
+}
+
+/// Writes a batch's operations, collecting what must be dead-lettered. Owns its handles,
+/// so that it can write in a task of its own.
+pub(crate) struct Writer {
+    es: EsClient,
+    retry_backoff: Duration,
+    shutdown: CancellationToken,
+    tally: Tally,
     /// Messages to dead-letter once the batch is through, with why.
     pub dead: Vec<DeadLetter>,
 }
 
-impl Writer<'_> {
+impl Writer {
+    /// A writer starting with the batch's messages already found unmappable (`dead`).
+    pub fn new(
+        es: &EsClient,
+        retry_backoff: Duration,
+        shutdown: &CancellationToken,
+        dead: Vec<DeadLetter>,
+    ) -> Self {
+        Writer {
+            es: es.clone(),
+            retry_backoff,
+            shutdown: shutdown.clone(),
+            tally: Tally::default(),
+            dead,
+        }
+    }
+
+    /// What the writes came to; `complete` as the last [`Writer::write`] said.
+    pub fn finish(self, complete: bool) -> Written {
+        Written {
+            complete,
+            dead: self.dead,
+            tally: self.tally,
+        }
+    }
+
     /// Sends `ops` (each from the messages `origins[i]`), retrying 429/5xx items and
     /// failed requests with backoff until every item is written, stale or rejected
     /// (rejections join `dead`). `false` when shutdown interrupted the retries.
@@ -102,7 +136,7 @@ impl Writer<'_> {
             }
             if !ops.is_empty() {
                 self.tally.retried += ops.len() as u64;
-                if !sluice_core::shutdown::pause(backoff, self.shutdown).await {
+                if !sluice_core::shutdown::pause(backoff, &self.shutdown).await {
                     return Ok(false);
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));
