@@ -170,6 +170,64 @@ impl Limit {
 mod tests {
     use super::*;
 
+    fn delete(index: &str, id: &str) -> BulkOp {
+        BulkOp::Delete {
+            index: index.into(),
+            id: id.into(),
+            version: 1,
+            routing: None,
+        }
+    }
+
+    /// A writer that needs no server: the batches below write nothing.
+    fn writer() -> Writer {
+        let section: sluice_elastic::EsSection =
+            serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9"})).unwrap();
+        let es = section.client().unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        Writer::new(&es, std::time::Duration::ZERO, &shutdown, Vec::new())
+    }
+
+    #[tokio::test]
+    async fn a_document_in_flight_and_the_limit_hold_a_batch_back_and_batches_land_in_order() {
+        let mut flight: Flight<u32> = Flight::new(2);
+        let first = flight.docs(&[delete("i", "a")]);
+        flight.launch(
+            Batch::default(),
+            first,
+            writer(),
+            (Vec::new(), Vec::new()),
+            1,
+        );
+        assert!(
+            flight.must_wait(&flight.docs(&[delete("i", "a")])),
+            "a document of a batch in flight waits for it"
+        );
+        assert!(
+            !flight.must_wait(&flight.docs(&[delete("j", "a"), delete("i", "b")])),
+            "other documents go at once, below the limit"
+        );
+        let second = flight.docs(&[delete("i", "b")]);
+        flight.launch(
+            Batch::default(),
+            second,
+            writer(),
+            (Vec::new(), Vec::new()),
+            2,
+        );
+        assert!(
+            flight.must_wait(&flight.docs(&[delete("i", "c")])),
+            "the limit holds the next batch back"
+        );
+        assert_eq!(
+            flight.land().await.unwrap().rest,
+            1,
+            "the oldest lands first"
+        );
+        assert_eq!(flight.land().await.unwrap().rest, 2);
+        assert!(flight.is_empty());
+    }
+
     #[test]
     fn throttling_halves_the_limit_and_clean_windows_raise_it_back() {
         let mut l = Limit {
