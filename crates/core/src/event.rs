@@ -113,6 +113,11 @@ pub fn document_id(key: &Map<String, Value>) -> Option<String> {
     id_of(key.values())
 }
 
+/// Whether [`document_id`] has an id for `key`, without making it (for every row).
+pub fn has_document_id(key: &Map<String, Value>) -> bool {
+    !key.is_empty() && key.values().all(|v| !v.is_null())
+}
+
 /// The `_id` of a document from its key values, in key order: a single value as text,
 /// several joined by `:` with `\` and `:` escaped. `None` when empty or one is null.
 pub fn id_of<'a>(values: impl IntoIterator<Item = &'a Value>) -> Option<String> {
@@ -193,6 +198,14 @@ mod tests {
         assert_eq!(document_id(&composite).unwrap(), "x\\:y:7");
         let null = json!({"a": null}).as_object().unwrap().clone();
         assert_eq!(document_id(&null), None);
+        let partly_null = json!({"a": 1, "b": null}).as_object().unwrap().clone();
+        for key in [single, composite, null, partly_null, Map::new()] {
+            assert_eq!(
+                has_document_id(&key),
+                document_id(&key).is_some(),
+                "{key:?}"
+            );
+        }
     }
 
     #[test]

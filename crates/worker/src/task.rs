@@ -479,9 +479,7 @@ struct DeadLetterNotices {
 
 impl DeadLetterNotices {
     fn keyless(&mut self, ctx: &TaskCtx, task: &str, rc: &RowChange) {
-        // As `document_id(&rc.key).is_some()`, without making the id for every row.
-        let has_id = !rc.key.is_empty() && rc.key.values().all(|v| !v.is_null());
-        if has_id
+        if sluice_core::event::has_document_id(&rc.key)
             || !self
                 .keyless
                 .insert((rc.schema.db.clone(), rc.schema.table.clone()))
