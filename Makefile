@@ -20,8 +20,8 @@ stack-status:
 # ----- end local stack --------------------------------------------------------------
 
 # ----- benchmark (integration-tests/src/bin/bench.rs) --------------------------------
-# Release builds of the services and the bench; sizes: BENCH_ROWS, BENCH_LATENCY_SAMPLES,
-# BENCH_LOADED_SAMPLES (the latency under load, at BENCH_LOADED_RATE).
+# Release builds of the services and the bench; sizes: BENCH_ROWS, BENCH_WORKER_EVENTS,
+# BENCH_LATENCY_SAMPLES, BENCH_LOADED_SAMPLES (the latency under load, at BENCH_LOADED_RATE).
 .PHONY: bench
 
 # Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):

@@ -212,13 +212,13 @@ async fn metrics(registry: prometheus::Registry) -> impl IntoResponse {
     }
 }
 
-/// The log filter when `RUST_LOG` is unset (the Helm chart's `log.level` default too).
 /// Bucket bounds, in seconds, of the stage-latency histograms (commit to searchable is
 /// meant to stay under 0.1 s, so the buckets are fine below it).
 pub const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// The log filter when `RUST_LOG` is unset (the Helm chart's `log.level` default too).
 /// The ZooKeeper client logs a WARN for every failed reconnect attempt, hundreds a second
 /// while the server is down; the session's own log lines say when the connection is lost,
 /// confirmed again, or the session expired.

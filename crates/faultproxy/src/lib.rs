@@ -7,8 +7,9 @@
 //! requests whose path contains a given piece, answer a status of its own (429, 503)
 //! without forwarding, or drop the connection in the middle of the exchange: before the
 //! server has the whole request (nothing applied) or after it answered (applied, but the
-//! client never hears), or hold a request until released. [`TlsFront`] terminates TLS for a server that speaks none, and
-//! admits only clients with a certificate its CA signed.
+//! client never hears), or hold a request until released. [`TlsFront`] terminates TLS
+//! for a server that speaks none, and admits only clients with a certificate its CA
+//! signed.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -360,7 +361,7 @@ async fn serve(
         let Some(request) = read_request(&mut client, &mut pending).await else {
             return;
         };
-        let mut fault = {
+        let fault = {
             let mut r = rules.lock().expect("rules");
             if request.path.contains(&r.path_contains) {
                 r.matched += 1;
@@ -374,7 +375,6 @@ async fn serve(
             rules.lock().expect("rules").held += 1;
             let _ = released.wait_for(|n| *n > before).await;
             rules.lock().expect("rules").held -= 1;
-            fault = None;
         }
         match fault {
             Some(HttpFault::Answer(status)) => {
