@@ -5,8 +5,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use futures::stream::FuturesUnordered;
 use futures::{StreamExt as _, TryStreamExt as _};
 use sluice_elastic::{BulkOp, EsClient, ItemOutcome};
+use tokio::sync::mpsc;
 
 /// Documents per request: the etl's `max_batch_docs`.
 pub fn raw_batch() -> usize {
@@ -31,12 +33,7 @@ pub async fn bulk_ceiling(es: &EsClient, index: &str, ops: &[BulkOp]) -> anyhow:
         .map(|chunk| es.bulk(chunk))
         .buffer_unordered(raw_concurrency())
         .map_err(anyhow::Error::from)
-        .try_for_each(|outcomes| async move {
-            match outcomes.iter().find(|o| **o != ItemOutcome::Applied) {
-                Some(bad) => bail!("raw _bulk: an item was not applied: {bad:?}"),
-                None => Ok(()),
-            }
-        })
+        .try_for_each(|outcomes| async move { all_applied(&outcomes) })
         .await?;
     let total = started.elapsed();
     es.refresh(index).await?;
@@ -49,4 +46,47 @@ pub async fn bulk_ceiling(es: &EsClient, index: &str, ops: &[BulkOp]) -> anyhow:
     }
     es.delete_index(index).await?;
     Ok(total)
+}
+
+/// Writes what `docs` brings as raw `_bulk` requests until it closes: whatever is queued
+/// goes in the next request (up to [`raw_batch`]), with at most [`raw_concurrency`]
+/// requests in flight, as the etl writes a stream.
+pub async fn raw_writer(
+    es: EsClient,
+    mut docs: mpsc::UnboundedReceiver<BulkOp>,
+) -> anyhow::Result<()> {
+    let mut in_flight = FuturesUnordered::new();
+    let mut queued: Vec<BulkOp> = Vec::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            op = docs.recv(), if open => match op {
+                Some(op) => queued.push(op),
+                None => open = false,
+            },
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                let outcomes: Vec<ItemOutcome> = done?;
+                all_applied(&outcomes)?;
+            }
+        }
+        while let Ok(op) = docs.try_recv() {
+            queued.push(op);
+        }
+        while !queued.is_empty() && in_flight.len() < raw_concurrency() {
+            let batch: Vec<BulkOp> = queued.drain(..queued.len().min(raw_batch())).collect();
+            let es = es.clone();
+            in_flight.push(async move { es.bulk(&batch).await });
+        }
+        if !open && queued.is_empty() && in_flight.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
+/// A raw client's items must all be applied (a fresh index, one version per document).
+fn all_applied(outcomes: &[ItemOutcome]) -> anyhow::Result<()> {
+    match outcomes.iter().find(|o| **o != ItemOutcome::Applied) {
+        Some(bad) => bail!("raw _bulk: an item was not applied: {bad:?}"),
+        None => Ok(()),
+    }
 }

@@ -562,10 +562,10 @@ impl Bench {
         }
     }
 
-    /// `docs` documents shaped like the etl's, `_bulk`-indexed into a scratch index.
-    async fn raw_bulk(&mut self, docs: u64) -> anyhow::Result<Throughput> {
-        let es = self.ctx.stack.es.clone();
-        let index = format!("bench_raw_{}", self.ctx.suffix).to_ascii_lowercase();
+    /// A scratch index `<name>_<suffix>` mapped as the etl maps the bench's table (deleted
+    /// at cleanup if the run stops before it is).
+    async fn scratch_index(&mut self, name: &str) -> anyhow::Result<String> {
+        let index = format!("{name}_{}", self.ctx.suffix).to_ascii_lowercase();
         let props: Map<String, Value> = [
             ("id", "bigint"),
             ("k", "int"),
@@ -583,40 +583,22 @@ impl Bench {
             tombstone_retention: "60s".into(),
             refresh_interval: String::new(),
         };
-        es.create_index(&index, &sluice_etl::index_body(props, &settings))
+        self.ctx
+            .stack
+            .es
+            .create_index(&index, &sluice_etl::index_body(props, &settings))
             .await?;
+        Ok(index)
+    }
 
+    /// `docs` documents shaped like the etl's, `_bulk`-indexed into a scratch index.
+    async fn raw_bulk(&mut self, docs: u64) -> anyhow::Result<Throughput> {
+        let es = self.ctx.stack.es.clone();
+        let index = self.scratch_index("bench_raw").await?;
         let mut rng = Xorshift(0x5eed_1234_abcd_0002);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs() as i64;
         let ops: Vec<BulkOp> = (1..=docs)
-            .map(|id| {
-                let mut doc = Map::new();
-                doc.insert("id".into(), id.into());
-                doc.insert("k".into(), rng.below(1_000_000).into());
-                doc.insert("c".into(), rng.text(60, 100).into());
-                doc.insert("pad".into(), rng.text(40, 60).into());
-                doc.insert(
-                    "ts".into(),
-                    format!(
-                        "{}.{:06}",
-                        sluice_mysql::decode::utc_datetime(now - rng.below(3600) as i64),
-                        rng.below(1_000_000)
-                    )
-                    .into(),
-                );
-                BulkOp::Index {
-                    index: index.clone(),
-                    id: id.to_string(),
-                    version: id,
-                    routing: None,
-                    doc: Value::Object(doc),
-                }
-            })
+            .map(|id| bench_doc(&mut rng, &index, id))
             .collect();
-
         let total = ceiling::bulk_ceiling(&es, &index, &ops).await?;
         self.raw_index = None;
         Ok(Throughput {
@@ -626,14 +608,11 @@ impl Bench {
         })
     }
 
-    /// Single-row transactions at a steady rate; each is polled by id (`_mget`, a
-    /// real-time read like `GET /<alias>/_doc/<id>`, one request for all ids in flight)
-    /// from the moment its COMMIT returns until it is visible.
     /// `samples` single-row transactions at `rate` a second, each timed from its commit
     /// until a real-time GET through the alias finds it (before any refresh); printed as
     /// the latency `what`.
     async fn latency(&self, what: &str, samples: usize, rate: f64) -> anyhow::Result<Latency> {
-        let (tx, poller) = probe(self.ctx.stack.es.clone(), self.pipeline.alias.clone());
+        let probe = Probe::start(self.ctx.stack.es.clone(), self.pipeline.alias.clone());
         let mut conn = self.conn().await?;
         let mut rng = Xorshift(0x5eed_1234_abcd_0003);
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
@@ -651,16 +630,9 @@ impl Bench {
             .await?;
             let id = t.last_insert_id().context("no insert id")?;
             t.commit().await?;
-            let _ = tx.send((id.to_string(), Instant::now()));
+            probe.watch(id.to_string());
         }
-        let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
-        drop(tx);
-        let (sorted_ms, lost) = poller.await??;
-        let latency = Latency {
-            sorted_ms,
-            lost,
-            sent_rate,
-        };
+        let latency = probe.finish(samples, started).await?;
         println!(
             "[4/5] commit→indexed latency, {what}: {}",
             latency.describe()
@@ -674,50 +646,26 @@ impl Bench {
     /// same server, each probed the same way from the moment it is handed over.
     async fn raw_latency(&mut self, samples: usize, rate: f64) -> anyhow::Result<Latency> {
         let es = self.ctx.stack.es.clone();
-        let index = format!("bench_rawlat_{}", self.ctx.suffix).to_ascii_lowercase();
-        es.create_index(
-            &index,
-            &serde_json::json!({"settings": {"number_of_replicas": 0}}),
-        )
-        .await?;
-        self.raw_index = Some(index.clone());
+        let index = self.scratch_index("bench_rawlat").await?;
         let (docs, writes) = mpsc::unbounded_channel::<BulkOp>();
-        let writer = tokio::spawn(raw_writer(es.clone(), writes));
-        let (tx, poller) = probe(es.clone(), index.clone());
+        let writer = tokio::spawn(ceiling::raw_writer(es.clone(), writes));
+        let probe = Probe::start(es.clone(), index.clone());
         let mut rng = Xorshift(0x5eed_1234_abcd_0004);
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let started = Instant::now();
         for n in 1..=samples as u64 {
             tick.tick().await;
-            let mut doc = Map::new();
-            doc.insert("id".into(), n.into());
-            doc.insert("k".into(), rng.below(1_000_000).into());
-            doc.insert("c".into(), rng.text(60, 100).into());
-            doc.insert("pad".into(), rng.text(40, 60).into());
-            let op = BulkOp::Index {
-                index: index.clone(),
-                id: n.to_string(),
-                version: n,
-                routing: None,
-                doc: Value::Object(doc),
-            };
-            if docs.send(op).is_err() {
+            if docs.send(bench_doc(&mut rng, &index, n)).is_err() {
                 break;
             }
-            let _ = tx.send((n.to_string(), Instant::now()));
+            probe.watch(n.to_string());
         }
-        let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
-        drop((docs, tx));
+        drop(docs);
+        let latency = probe.finish(samples, started).await?;
         writer.await??;
-        let (sorted_ms, lost) = poller.await??;
         es.delete_index(&index).await?;
         self.raw_index = None;
-        let latency = Latency {
-            sorted_ms,
-            lost,
-            sent_rate,
-        };
         println!(
             "[4/5] handed-to-indexed latency of a raw _bulk writer, same load (ceiling): {}",
             latency.describe()
@@ -791,99 +739,116 @@ impl Bench {
 }
 
 /// (`VmHWM`, `VmRSS`) in kB.
-/// The latencies a probe saw, in ms and sorted, and how many never became visible.
-type Probed = tokio::task::JoinHandle<anyhow::Result<(Vec<f64>, usize)>>;
-
 /// Polls `alias` by id (`_mget`, a real-time read, one request for every id in flight)
-/// for each `(id, handed over at)` sent, until it is visible or 30 s passed.
-fn probe(
-    es: sluice_elastic::EsClient,
-    alias: String,
-) -> (mpsc::UnboundedSender<(String, Instant)>, Probed) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
-    let poller = tokio::spawn(async move {
-        let give_up = Duration::from_secs(30);
-        let mut pending: Vec<(String, Instant)> = Vec::new();
-        let mut seen_ms = Vec::new();
-        let mut lost = 0usize;
-        let mut open = true;
-        loop {
-            if pending.is_empty() {
-                if !open {
-                    break;
-                }
-                match rx.recv().await {
-                    Some(p) => pending.push(p),
-                    None => break,
-                }
-            }
-            while let Ok(p) = rx.try_recv() {
-                pending.push(p);
-            }
-            if rx.is_closed() && rx.is_empty() {
-                open = false;
-            }
-            let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
-            let found = es.mget(&alias, &ids).await?;
-            let now = Instant::now();
-            let mut i = 0;
-            pending.retain(|(_, committed)| {
-                let visible = found[i].is_some();
-                i += 1;
-                if visible {
-                    seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
-                } else if now - *committed > give_up {
-                    lost += 1;
-                    return false;
-                }
-                !visible
-            });
-            if !pending.is_empty() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        seen_ms.sort_by(f64::total_cmp);
-        anyhow::Ok((seen_ms, lost))
-    });
-    (tx, poller)
+/// for each id it is told to watch, from that moment until it is visible or 30 s passed.
+struct Probe {
+    tx: mpsc::UnboundedSender<(String, Instant)>,
+    /// The latencies seen, in ms and sorted, and how many never became visible.
+    poller: tokio::task::JoinHandle<anyhow::Result<(Vec<f64>, usize)>>,
 }
 
-/// Writes what `docs` brings as raw `_bulk` requests: whatever is queued goes in the next
-/// request (up to the etl's batch size), with at most the etl's requests in flight.
-async fn raw_writer(
+impl Probe {
+    fn start(es: sluice_elastic::EsClient, alias: String) -> Probe {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let poller = tokio::spawn(poll(es, alias, rx));
+        Probe { tx, poller }
+    }
+
+    /// Times document `id` from now until it is visible.
+    fn watch(&self, id: String) {
+        let _ = self.tx.send((id, Instant::now()));
+    }
+
+    /// Once every watched document is seen (or given up on): the latencies of the
+    /// `samples` handed over since `started`.
+    async fn finish(self, samples: usize, started: Instant) -> anyhow::Result<Latency> {
+        let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
+        drop(self.tx);
+        let (sorted_ms, lost) = self.poller.await??;
+        Ok(Latency {
+            sorted_ms,
+            lost,
+            sent_rate,
+        })
+    }
+}
+
+/// A [`Probe`]'s poller, until its sender is dropped and every id is seen or given up.
+async fn poll(
     es: sluice_elastic::EsClient,
-    mut docs: mpsc::UnboundedReceiver<BulkOp>,
-) -> anyhow::Result<()> {
-    use futures::stream::{FuturesUnordered, StreamExt as _};
-    let mut in_flight = FuturesUnordered::new();
-    let mut queued: Vec<BulkOp> = Vec::new();
+    alias: String,
+    mut rx: mpsc::UnboundedReceiver<(String, Instant)>,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    let give_up = Duration::from_secs(30);
+    let mut pending: Vec<(String, Instant)> = Vec::new();
+    let mut seen_ms = Vec::new();
+    let mut lost = 0usize;
     let mut open = true;
     loop {
-        tokio::select! {
-            op = docs.recv(), if open => match op {
-                Some(op) => queued.push(op),
-                None => open = false,
-            },
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                let outcomes: Vec<sluice_elastic::ItemOutcome> = done?;
-                if let Some(bad) = outcomes.iter().find(|o| **o != sluice_elastic::ItemOutcome::Applied) {
-                    bail!("raw _bulk: an item was not applied: {bad:?}");
-                }
+        if pending.is_empty() {
+            if !open {
+                break;
+            }
+            match rx.recv().await {
+                Some(p) => pending.push(p),
+                None => break,
             }
         }
-        while let Ok(op) = docs.try_recv() {
-            queued.push(op);
+        while let Ok(p) = rx.try_recv() {
+            pending.push(p);
         }
-        while !queued.is_empty() && in_flight.len() < ceiling::raw_concurrency() {
-            let batch: Vec<BulkOp> = queued
-                .drain(..queued.len().min(ceiling::raw_batch()))
-                .collect();
-            let es = es.clone();
-            in_flight.push(async move { es.bulk(&batch).await });
+        if rx.is_closed() && rx.is_empty() {
+            open = false;
         }
-        if !open && queued.is_empty() && in_flight.is_empty() {
-            return Ok(());
+        let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
+        let found = es.mget(&alias, &ids).await?;
+        let now = Instant::now();
+        let mut i = 0;
+        pending.retain(|(_, committed)| {
+            let visible = found[i].is_some();
+            i += 1;
+            if visible {
+                seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
+            } else if now - *committed > give_up {
+                lost += 1;
+                return false;
+            }
+            !visible
+        });
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+    seen_ms.sort_by(f64::total_cmp);
+    anyhow::Ok((seen_ms, lost))
+}
+
+/// Document `id` of `index`, shaped like the etl's documents of the bench's table.
+fn bench_doc(rng: &mut Xorshift, index: &str, id: u64) -> BulkOp {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs() as i64;
+    let mut doc = Map::new();
+    doc.insert("id".into(), id.into());
+    doc.insert("k".into(), rng.below(1_000_000).into());
+    doc.insert("c".into(), rng.text(60, 100).into());
+    doc.insert("pad".into(), rng.text(40, 60).into());
+    doc.insert(
+        "ts".into(),
+        format!(
+            "{}.{:06}",
+            sluice_mysql::decode::utc_datetime(now - rng.below(3600) as i64),
+            rng.below(1_000_000)
+        )
+        .into(),
+    );
+    BulkOp::Index {
+        index: index.to_owned(),
+        id: id.to_string(),
+        version: id,
+        routing: None,
+        doc: Value::Object(doc),
     }
 }
 
