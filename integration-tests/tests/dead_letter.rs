@@ -236,3 +236,53 @@ async fn dead_letters_are_listed_and_replayed_through_the_normal_path_once_the_c
         "the replay is recorded: {events}"
     );
 }
+
+/// A row the worker cannot decode (here an update one session logged with only its key
+/// and changed columns, `binlog_row_image=MINIMAL`) goes to the source's dead-letter topic
+/// with the reason and where it was; the rows around it flow, and the row's next complete
+/// change brings its document back in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_logged_without_its_full_image_is_dead_lettered_with_the_reason() {
+    use mysql_async::prelude::Queryable as _;
+    let ctx = TestCtx::new("minimal").await;
+    ctx.exec("CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(40), n INT)")
+        .await;
+    let pipelines = [ctx.pipeline("notes")];
+    let run = ctx.start(&pipelines).await;
+    ctx.exec("INSERT INTO notes VALUES (1, 'one', 1), (2, 'two', 2)")
+        .await;
+    let mut minimal = ctx.stack.conn().await;
+    for sql in [
+        format!("USE {}", ctx.db),
+        "SET SESSION binlog_row_image = 'MINIMAL'".into(),
+        "UPDATE notes SET n = 10 WHERE id = 1".into(),
+    ] {
+        minimal.query_drop(&sql).await.expect(&sql);
+    }
+    ctx.exec("INSERT INTO notes VALUES (3, 'three', 3)").await;
+
+    let topic = sluice_kafka::TopicConfig::default().source_dead_letter_topic(&ctx.instance);
+    let dead = ctx.read_topic(&topic, 1, Duration::from_secs(60)).await;
+    assert_eq!(
+        dead.len(),
+        1,
+        "the one undecodable rows event is dead-lettered"
+    );
+    let letter: Value = serde_json::from_slice(&dead[0].payload).unwrap();
+    assert_eq!(letter["table"], "notes", "{letter}");
+    let reason = letter["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("binlog_row_image must be FULL"),
+        "the reason names the fix: {letter}"
+    );
+    assert!(
+        letter["source"]["pos"].as_u64().unwrap_or(0) > 0,
+        "{letter}"
+    );
+
+    // The row's next change is logged in full and carries the whole row.
+    ctx.exec("UPDATE notes SET body = 'one, again' WHERE id = 1")
+        .await;
+    ctx.converges(&run, &pipelines[0], Duration::from_secs(60))
+        .await;
+}

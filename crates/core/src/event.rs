@@ -80,9 +80,10 @@ pub struct ColumnInfo {
     pub key: bool,
 }
 
-/// A row change.
+/// A row change. `R` is a row's form: a JSON object read back, or whatever the worker
+/// serializes as one without building it (its decoded values beside the column names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChangeEvent {
+pub struct ChangeEvent<R = Map<String, Value>> {
     pub v: u8,
     pub source: SourceInfo,
     pub db: String,
@@ -91,16 +92,16 @@ pub struct ChangeEvent {
     /// Primary-key columns and their values (from `after`, or `before` for deletes).
     pub key: Map<String, Value>,
     #[serde(default)]
-    pub before: Option<Map<String, Value>>,
+    pub before: Option<R>,
     #[serde(default)]
-    pub after: Option<Map<String, Value>>,
+    pub after: Option<R>,
     /// Shared by every event of one table map: publishing an event does not copy it.
     pub columns: Arc<[ColumnInfo]>,
     /// The external version for Elasticsearch (see [`crate::version`]).
     pub version: u64,
 }
 
-impl ChangeEvent {
+impl<R> ChangeEvent<R> {
     /// The Elasticsearch `_id` of the row: the key's single value as text, or for a
     /// composite key the values joined by `:` with `\` and `:` escaped.
     pub fn document_id(&self) -> Option<String> {

@@ -13,6 +13,7 @@ use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
 use mysql_async::Value;
+use mysql_common::io::ParseBuf;
 use serde_json::{Map, Number, Value as Json};
 use sluice_core::ColumnInfo;
 
@@ -69,7 +70,23 @@ pub struct TableSchema {
     /// The same columns in the envelope's form, shared by every event of this table map.
     pub infos: Arc<[ColumnInfo]>,
     pub key_columns: Vec<usize>,
+    /// How each column's values are encoded in a row image, in column order.
+    wire: Vec<Wire>,
 }
+
+/// A column's binlog encoding, from its TABLE_MAP entry.
+#[derive(Debug, Clone)]
+struct Wire {
+    ty: ColumnType,
+    meta: Box<[u8]>,
+    unsigned: bool,
+}
+
+/// A row image decoded: one JSON value per column of its [`TableSchema`], in column order.
+pub type RowValues = Vec<Json>;
+
+/// Set in a partial update's value options: JSON columns may hold diffs.
+const PARTIAL_JSON_UPDATES: u64 = 1;
 
 impl TableSchema {
     /// Builds the schema from a TABLE_MAP event. Fails when the event lacks column names
@@ -163,6 +180,7 @@ impl TableSchema {
         let mut nd_iter = non_default_charsets.into_iter().peekable();
         let mut columns = Vec::with_capacity(n);
         let mut infos = Vec::with_capacity(n);
+        let mut wire = Vec::with_capacity(n);
         for (i, name) in names.into_iter().enumerate() {
             let ty = tme
                 .get_column_type(i)
@@ -203,6 +221,11 @@ impl TableSchema {
                 (ColumnType::MYSQL_TYPE_STRING, Kind::Bytes) => Fixup::PadTo(string_length(meta)),
                 _ => Fixup::None,
             };
+            wire.push(Wire {
+                ty,
+                meta: meta.into(),
+                unsigned,
+            });
             infos.push(ColumnInfo {
                 name: name.clone(),
                 sql_type,
@@ -224,41 +247,76 @@ impl TableSchema {
             columns,
             infos: infos.into(),
             key_columns,
+            wire,
         })
     }
 
-    /// Converts one binlog row image into a JSON object keyed by column name.
-    pub fn row_to_json(
+    /// Decodes the row image at the front of `data` (the rest of a rows event's data), and
+    /// moves `data` past it:
+    /// a NULL bitmap over the image's columns, then each non-NULL value in its binlog
+    /// encoding. `present` is the event's column bitmap for this image; `shared` is set
+    /// for the after image of a partial update, which starts with its value options.
+    /// Values are decoded straight from the event's bytes, with the column encodings read
+    /// once per TABLE_MAP.
+    pub fn decode_image(
         &self,
-        values: Vec<BinlogValue<'static>>,
-    ) -> Result<Map<String, Json>, String> {
-        if values.len() != self.columns.len() {
+        present: &bitvec::slice::BitSlice<u8>,
+        shared: bool,
+        data: &mut &[u8],
+    ) -> Result<RowValues, String> {
+        const SHORT: &str = "row image ends early";
+        let mut buf = ParseBuf(data);
+        let n = self.columns.len();
+        let partial = match shared {
+            true => {
+                let options = buf.checked_eat_lenenc_int().ok_or(SHORT)?;
+                if options & PARTIAL_JSON_UPDATES != 0 {
+                    let json = self
+                        .wire
+                        .iter()
+                        .filter(|w| w.ty == ColumnType::MYSQL_TYPE_JSON)
+                        .count();
+                    Some(buf.checked_eat(json.div_ceil(8)).ok_or(SHORT)?)
+                } else {
+                    None
+                }
+            }
+            false => None,
+        };
+        let count = present.iter().by_vals().filter(|&p| p).count();
+        if count != n || present.iter().by_vals().take(n).any(|p| !p) {
             return Err(format!(
-                "row has {} values for {} columns (binlog_row_image must be FULL)",
-                values.len(),
-                self.columns.len()
+                "row has {count} values for {n} columns (binlog_row_image must be FULL)"
             ));
         }
-        let mut out = Map::with_capacity(values.len());
-        for (col, value) in self.columns.iter().zip(values) {
-            let json =
-                value_to_json(col, value).map_err(|e| format!("column `{}`: {e}", col.name))?;
-            out.insert(col.name.clone(), json);
+        let nulls = buf.checked_eat(n.div_ceil(8)).ok_or(SHORT)?;
+        let bit = |bits: &[u8], i: usize| bits[i / 8] >> (i % 8) & 1 == 1;
+        let mut json_index = 0;
+        let mut out = Vec::with_capacity(n);
+        for (i, (col, wire)) in self.columns.iter().zip(&self.wire).enumerate() {
+            let is_partial = wire.ty == ColumnType::MYSQL_TYPE_JSON && {
+                json_index += 1;
+                partial.is_some_and(|p| bit(p, json_index - 1))
+            };
+            if bit(nulls, i) {
+                out.push(Json::Null);
+                continue;
+            }
+            let value = buf
+                .parse::<BinlogValue<'_>>((wire.ty, &wire.meta, wire.unsigned, is_partial))
+                .map_err(|e| format!("column `{}`: {e}", col.name))?;
+            out.push(value_to_json(col, value).map_err(|e| format!("column `{}`: {e}", col.name))?);
         }
+        *data = &data[data.len() - buf.len()..];
         Ok(out)
     }
 
-    /// The primary-key columns of a decoded row, in key order.
-    pub fn key_of(&self, row: &Map<String, Json>) -> Map<String, Json> {
+    /// The primary-key columns of a decoded row, by name in key order.
+    pub fn key_of(&self, row: &[Json]) -> Map<String, Json> {
         self.key_columns
             .iter()
-            .filter_map(|&i| self.columns.get(i))
-            .map(|c| {
-                (
-                    c.name.clone(),
-                    row.get(&c.name).cloned().unwrap_or(Json::Null),
-                )
-            })
+            .filter_map(|&i| Some((self.columns.get(i)?, row.get(i)?)))
+            .map(|(c, v)| (c.name.clone(), v.clone()))
             .collect()
     }
 }
@@ -348,7 +406,7 @@ fn with_fsp(name: &str, fsp: u8) -> String {
     }
 }
 
-fn value_to_json(col: &ColumnSchema, value: BinlogValue<'static>) -> Result<Json, String> {
+fn value_to_json(col: &ColumnSchema, value: BinlogValue<'_>) -> Result<Json, String> {
     let value = match value {
         BinlogValue::Value(v) => v,
         BinlogValue::Jsonb(j) => {
@@ -575,6 +633,67 @@ mod tests {
             "café 🚀"
         );
         assert!(decode_text(vec![0xff, 0xfe], 45).is_err());
+    }
+
+    /// `(id INT PRIMARY KEY, body VARCHAR(40))`, as its TABLE_MAP would describe it.
+    fn notes() -> TableSchema {
+        let column = |name: &str, kind, key| ColumnSchema {
+            name: name.into(),
+            key,
+            ..col(kind, 0, &[])
+        };
+        TableSchema {
+            db: "d".into(),
+            table: "notes".into(),
+            columns: vec![
+                column("id", Kind::Int, true),
+                column("body", Kind::Text, false),
+            ],
+            infos: Arc::new([]),
+            key_columns: vec![0],
+            wire: vec![
+                Wire {
+                    ty: ColumnType::MYSQL_TYPE_LONG,
+                    meta: Box::new([]),
+                    unsigned: false,
+                },
+                Wire {
+                    ty: ColumnType::MYSQL_TYPE_VARCHAR,
+                    meta: Box::new([40, 0]),
+                    unsigned: false,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn row_images_decode_in_sequence_and_a_short_or_partial_one_is_an_error() {
+        let schema = notes();
+        let all = bitvec::bitvec![u8, bitvec::order::Lsb0; 1, 1];
+        // Two images: (7, "hé") and (8, NULL), each a NULL bitmap and its values.
+        let mut bytes = vec![0b00, 7, 0, 0, 0, 3, b'h', 0xc3, 0xa9];
+        bytes.extend([0b10, 8, 0, 0, 0]);
+        let mut data = &bytes[..];
+        let first = schema.decode_image(&all, false, &mut data).unwrap();
+        assert_eq!(first, vec![Json::from(7), Json::from("hé")]);
+        assert_eq!(
+            schema.key_of(&first),
+            serde_json::json!({"id": 7}).as_object().unwrap().clone()
+        );
+        let second = schema.decode_image(&all, false, &mut data).unwrap();
+        assert_eq!(second, vec![Json::from(8), Json::Null]);
+        assert!(data.is_empty(), "each image is consumed exactly");
+
+        let mut short = &bytes[..7];
+        let err = schema.decode_image(&all, false, &mut short).unwrap_err();
+        assert!(err.contains("body"), "{err}");
+
+        let key_only = bitvec::bitvec![u8, bitvec::order::Lsb0; 1, 0];
+        let mut data = &[0u8, 7, 0, 0, 0][..];
+        let err = schema
+            .decode_image(&key_only, false, &mut data)
+            .unwrap_err();
+        assert!(err.contains("binlog_row_image must be FULL"), "{err}");
     }
 
     fn col(kind: Kind, fsp: u8, labels: &[&str]) -> ColumnSchema {

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use sluice_core::position::MariaDbGtid;
 use sluice_core::{BinlogPosition, GtidSet, Op};
 
-use crate::decode::TableSchema;
+use crate::decode::{RowValues, TableSchema};
 use crate::error::{At, MysqlError};
 use crate::preflight::{connect, query_err, Flavor};
 use crate::source::{SourceConfig, TableFilter};
@@ -52,8 +52,9 @@ pub struct RowChange {
     pub schema: Arc<TableSchema>,
     pub op: Op,
     pub key: Map<String, Value>,
-    pub before: Option<Map<String, Value>>,
-    pub after: Option<Map<String, Value>>,
+    /// The row before and after the change, one value per column of `schema`.
+    pub before: Option<RowValues>,
+    pub after: Option<RowValues>,
     pub file: Arc<str>,
     /// Start offset of the rows event (for compressed MySQL transactions: of the payload
     /// event, with `row` counting every row in the payload).
@@ -469,37 +470,8 @@ impl BinlogReader {
             RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
             _ => Op::Update,
         };
-        let Some(tme) = self.stream.get_tme(id) else {
-            return Err(self.decode_err(
-                Some(format!("{}.{}", schema.db, schema.table)),
-                format!("table map {id} vanished"),
-            ));
-        };
         let gtid = self.pending_gtid.as_ref().map(PendingGtid::text);
-        let mut decoded = Vec::new();
-        let mut failure = None;
-        for (i, row) in rows.rows(tme).enumerate() {
-            let decoded_row = row.map_err(|e| e.to_string()).and_then(|(before, after)| {
-                let to_json = |r: Option<mysql_async::binlog::row::BinlogRow>| {
-                    r.map(|r| schema.row_to_json(r.unwrap())).transpose()
-                };
-                Ok((to_json(before)?, to_json(after)?))
-            });
-            match decoded_row {
-                Ok((before, after)) => {
-                    let key = after
-                        .as_ref()
-                        .or(before.as_ref())
-                        .map(|r| schema.key_of(r))
-                        .unwrap_or_default();
-                    decoded.push((key, before, after));
-                }
-                Err(detail) => {
-                    failure = Some(format!("row {i}: {detail}"));
-                    break;
-                }
-            }
-        }
+        let (decoded, failure) = decode_rows(&schema, rows);
         if let Some(reason) = failure {
             // The whole event is dead-lettered: its rows cannot be split reliably once one
             // of them fails to parse.
@@ -636,6 +608,48 @@ fn mysql_sids(
             Ok(mysql_async::Sid::new(bytes).with_intervals(intervals))
         })
         .collect()
+}
+
+/// A row change decoded: its key, and its images before and after.
+type Decoded = (Map<String, Value>, Option<RowValues>, Option<RowValues>);
+
+/// Decodes every row of a rows event, stopping at the first that cannot be: what was
+/// decoded, and why the rest could not be.
+fn decode_rows(schema: &TableSchema, rows: &RowsEventData<'_>) -> (Vec<Decoded>, Option<String>) {
+    let shared_after = matches!(rows, RowsEventData::PartialUpdateRowsEvent(_));
+    let (before_cols, after_cols) = (rows.columns_before_image(), rows.columns_after_image());
+    let mut data = rows.rows_data();
+    let mut decoded = Vec::new();
+    if rows.num_columns() as usize != schema.columns.len() {
+        let why = format!(
+            "rows event has {} columns, its TABLE_MAP {}",
+            rows.num_columns(),
+            schema.columns.len()
+        );
+        return (decoded, Some(why));
+    }
+    while !data.is_empty() {
+        let mut image = |cols: Option<&bitvec::slice::BitSlice<u8>>, shared| {
+            cols.map(|c| schema.decode_image(c, shared, &mut data))
+                .transpose()
+        };
+        let row = image(before_cols, false).and_then(|b| Ok((b, image(after_cols, shared_after)?)));
+        match row {
+            Ok((before, after)) => {
+                let key = after
+                    .as_deref()
+                    .or(before.as_deref())
+                    .map(|r| schema.key_of(r))
+                    .unwrap_or_default();
+                decoded.push((key, before, after));
+            }
+            Err(detail) => {
+                let why = format!("row {}: {detail}", decoded.len());
+                return (decoded, Some(why));
+            }
+        }
+    }
+    (decoded, None)
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_mysql::decode::TableSchema;
+use sluice_mysql::decode::{RowValues, TableSchema};
 
 use sluice_core::dead_letter::{RowsAt, RowsLetter, LETTER_VERSION};
 use sluice_core::event::DdlEvent;
 use sluice_core::position::file_seq;
-use sluice_core::{ChangeEvent, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
+use sluice_core::{ChangeEvent, ColumnInfo, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
 use sluice_kafka::TopicConfig;
 use sluice_mysql::{Ddl, RowChange, Unreadable};
 
@@ -66,7 +66,7 @@ pub(crate) fn row(
         source: SourceInfo {
             instance: instance.to_owned(),
             server_id: rc.server_id,
-            file: rc.file.to_string(),
+            file: String::from(&*rc.file),
             pos: rc.pos,
             row: rc.row,
             gtid: rc.gtid,
@@ -76,8 +76,8 @@ pub(crate) fn row(
         table: rc.schema.table.clone(),
         op: rc.op,
         key: rc.key,
-        before: rc.before,
-        after: rc.after,
+        before: Named::of(&rc.schema.infos, &rc.before),
+        after: Named::of(&rc.schema.infos, &rc.after),
         columns: rc.schema.infos.clone(),
         version: version.get(),
     };
@@ -92,6 +92,31 @@ pub(crate) fn row(
         },
         new_topic,
     ))
+}
+
+/// A decoded row serialized as the JSON object of its column names and values, without
+/// building that object first.
+struct Named<'a> {
+    columns: &'a [ColumnInfo],
+    values: &'a [serde_json::Value],
+}
+
+impl<'a> Named<'a> {
+    fn of(columns: &'a [ColumnInfo], values: &'a Option<RowValues>) -> Option<Self> {
+        let values = values.as_deref()?;
+        Some(Named { columns, values })
+    }
+}
+
+impl serde::Serialize for Named<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = s.serialize_map(Some(self.values.len()))?;
+        for (c, v) in self.columns.iter().zip(self.values) {
+            map.serialize_entry(&c.name, v)?;
+        }
+        map.end()
+    }
 }
 
 pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> anyhow::Result<Record> {
