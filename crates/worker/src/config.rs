@@ -108,8 +108,10 @@ fn default_id() -> String {
         .unwrap_or_else(|| format!("worker-{}", std::process::id()))
 }
 
+/// Over a million row events on the local stack: 10,000 gave 231k events/s at a 55 MiB
+/// peak, 20,000 240k events/s at 69 MiB.
 fn default_max_in_flight() -> usize {
-    20_000
+    10_000
 }
 
 fn default_confirm_interval() -> Duration {
