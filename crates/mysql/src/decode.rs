@@ -291,13 +291,12 @@ impl TableSchema {
         }
         let nulls = buf.checked_eat(n.div_ceil(8)).ok_or(SHORT)?;
         let bit = |bits: &[u8], i: usize| bits[i / 8] >> (i % 8) & 1 == 1;
-        let mut json_index = 0;
+        // A partial update's bits are over the JSON columns alone, in column order.
+        let mut json_partial = (0..).map(|j| partial.is_some_and(|p| bit(p, j)));
         let mut out = Vec::with_capacity(n);
         for (i, (col, wire)) in self.columns.iter().zip(&self.wire).enumerate() {
-            let is_partial = wire.ty == ColumnType::MYSQL_TYPE_JSON && {
-                json_index += 1;
-                partial.is_some_and(|p| bit(p, json_index - 1))
-            };
+            let is_partial =
+                wire.ty == ColumnType::MYSQL_TYPE_JSON && json_partial.next().unwrap_or(false);
             if bit(nulls, i) {
                 out.push(Json::Null);
                 continue;
