@@ -226,11 +226,17 @@ pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
 /// every fetch for its whole wait, and that wait was nearly all of the commit-to-
 /// searchable latency. When idle, that is 100 small fetches a second per broker, which no
 /// broker notices; `kafka.properties` can set `fetch.wait.max.ms` back.
+///
+/// Read-ahead is bounded at 16 MiB (librdkafka's default is 64 MiB of prefetched messages,
+/// up to 50 MiB per fetch): a backlog, such as one 100,000-row transaction, then costs the
+/// etl that much memory at most, and the etl applies far less than 16 MiB a second.
 pub fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> {
     let mut c = cfg.client_config();
     c.set("group.id", group)
         .set("fetch.wait.max.ms", "10")
         .set("fetch.min.bytes", "1")
+        .set("queued.max.messages.kbytes", "16384")
+        .set("fetch.max.bytes", "8388608")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
