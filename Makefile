@@ -20,7 +20,7 @@ stack-status:
 # ----- end local stack --------------------------------------------------------------
 
 # ----- benchmark (integration-tests/src/bin/bench.rs) --------------------------------
-# Release builds of the services and the bench; sizes: BENCH_ROWS, BENCH_WORKER_EVENTS,
+# Release builds of the services and the bench; sizes: BENCH_ROWS, BENCH_WORKER_EVENTS, BENCH_BIG_TXN_ROWS,
 # BENCH_LATENCY_SAMPLES, BENCH_LOADED_SAMPLES (the latency under load, at BENCH_LOADED_RATE).
 .PHONY: bench
 

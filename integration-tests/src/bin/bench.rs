@@ -14,9 +14,12 @@
 //!    id (a real-time read) until it is visible; once light (20/s), once under load
 //!    (1,000/s). Its ceiling under load: as many documents at the same rate handed
 //!    straight to a raw `_bulk` writer on the same server, probed the same way.
-//! 5. Peak RSS (`VmHWM`) of the worker, the etl and the stack's services.
+//! 5. One transaction of `BENCH_BIG_TXN_ROWS` rows (100,000), timed until indexed; then the
+//!    peak RSS (`VmHWM`) of the worker, the etl and the stack's services, which therefore
+//!    covers that transaction.
 //!
 //! Environment: `BENCH_ROWS` (default 50000), `BENCH_WORKER_EVENTS` (1000000),
+//! `BENCH_BIG_TXN_ROWS` (100000),
 //! `BENCH_LATENCY_SAMPLES` (200),
 //! `BENCH_LATENCY_RATE` (rows/s, 20), `BENCH_LOADED_SAMPLES` (10000), `BENCH_LOADED_RATE`
 //! (rows/s, 1000), `SLUICE_BIN_DIR` (which build of the services runs),
@@ -55,6 +58,8 @@ struct Settings {
     /// The latency under load: single-row transactions at this rate.
     loaded_samples: usize,
     loaded_rate: f64,
+    /// Rows of the one big transaction (0: none).
+    big_txn_rows: u64,
 }
 
 impl Settings {
@@ -66,6 +71,7 @@ impl Settings {
             latency_rate: env_num("BENCH_LATENCY_RATE", 20.0)?,
             loaded_samples: env_num("BENCH_LOADED_SAMPLES", 10_000)?,
             loaded_rate: env_num("BENCH_LOADED_RATE", 1000.0)?,
+            big_txn_rows: env_num("BENCH_BIG_TXN_ROWS", 100_000)?,
         };
         if s.rows == 0
             || s.latency_samples == 0
@@ -347,15 +353,30 @@ impl Bench {
         );
 
         let s = &self.settings;
-        let (loaded_samples, loaded_rate) = (s.loaded_samples, s.loaded_rate);
+        let (loaded_samples, loaded_rate, big_txn_rows) =
+            (s.loaded_samples, s.loaded_rate, s.big_txn_rows);
         let latency = self
             .latency("light", s.latency_samples, s.latency_rate)
             .await?;
+        let before = self.stage_samples().await;
         let loaded = self
             .latency("under load", loaded_samples, loaded_rate)
             .await?;
+        let after = self.stage_samples().await;
+        println!(
+            "[4/5] the stages under load, by the services' histograms: {}",
+            stages(&before, &after)
+        );
         let loaded_raw = self.raw_latency(loaded_samples, loaded_rate).await?;
 
+        if big_txn_rows > 0 {
+            let rows = big_txn_rows;
+            let took = self.big_transaction(rows).await?;
+            println!(
+                "[5/5] one transaction of {rows} rows: indexed {:.2} s after its commit",
+                took.as_secs_f64()
+            );
+        }
         let rss = self.rss();
         println!(
             "[5/5] peak RSS: {}",
@@ -455,6 +476,42 @@ impl Bench {
         let file: String = row.get("File").context("File")?;
         let pos: u64 = row.get("Position").context("Position")?;
         Ok(BinlogPosition::new(file, pos))
+    }
+
+    /// The worker's and the etl's `/metrics` (empty when unreadable).
+    async fn stage_samples(&self) -> BTreeMap<String, f64> {
+        let mut all = BTreeMap::new();
+        for s in [&self.worker, &self.etl].into_iter().flatten() {
+            all.extend(s.metrics().await.unwrap_or_default());
+        }
+        all
+    }
+
+    /// Inserts `rows` rows in one statement (one transaction) and waits until the index
+    /// holds every row of the table; how long that took from the commit.
+    async fn big_transaction(&self, rows: u64) -> anyhow::Result<Duration> {
+        let mut conn = self.conn().await?;
+        conn.query_drop(format!(
+            "INSERT INTO {TABLE} (k, c, pad, ts) SELECT seq % 1000, CONCAT('big ', seq), \
+             REPEAT('p', 60), NOW(6) FROM seq_1_to_{rows}"
+        ))
+        .await?;
+        let committed = Instant::now();
+        let want = self.mysql_rows().await?;
+        let (es, alias) = (&self.ctx.stack.es, &self.pipeline.alias);
+        let deadline = Duration::from_secs(120 + rows / 200);
+        loop {
+            es.refresh(alias).await?;
+            let count = es.count(alias).await?;
+            if count == want {
+                return Ok(committed.elapsed());
+            }
+            if committed.elapsed() > deadline {
+                let etl = self.etl.as_ref().map(|e| e.log_tail()).unwrap_or_default();
+                bail!("the index holds {count} of {want} rows {deadline:?} after the big transaction:\n{etl}");
+            }
+            tokio::time::sleep(POLL * 2).await;
+        }
     }
 
     async fn mysql_rows(&self) -> anyhow::Result<u64> {
@@ -850,6 +907,53 @@ fn bench_doc(rng: &mut Xorshift, index: &str, id: u64) -> BulkOp {
         routing: None,
         doc: Value::Object(doc),
     }
+}
+
+/// The latency stages of commit to searchable between two scrapes of the services'
+/// metrics: each histogram's p50 and p99 as the bucket bounds they fall within.
+fn stages(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    const STAGES: [(&str, &str); 3] = [
+        ("read→published", "sluice_worker_publish_latency_seconds"),
+        ("published→consumed", "sluice_etl_consume_latency_seconds"),
+        ("consumed→indexed", "sluice_etl_index_latency_seconds"),
+    ];
+    let stage = |name: &str| {
+        let prefix = format!("{name}_bucket{{");
+        let mut buckets: Vec<(f64, f64)> = after
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .filter_map(|(k, v)| {
+                let le = k.split("le=\"").nth(1)?.split('"').next()?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                Some((le, v - before.get(k).copied().unwrap_or(0.0)))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last().map_or(0.0, |b| b.1);
+        let at = |q: f64| {
+            buckets
+                .iter()
+                .find(|(_, n)| *n >= q * total)
+                .map_or(f64::NAN, |(le, _)| le * 1000.0)
+        };
+        match total > 0.0 {
+            true => format!(
+                "p50 ≤ {:.0} ms, p99 ≤ {:.0} ms ({total:.0})",
+                at(0.5),
+                at(0.99)
+            ),
+            false => "no samples".into(),
+        }
+    };
+    STAGES
+        .iter()
+        .map(|(what, name)| format!("{what} {}", stage(name)))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn proc_rss(pid: u32) -> (Option<u64>, Option<u64>) {
