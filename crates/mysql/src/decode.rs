@@ -267,21 +267,16 @@ impl TableSchema {
         const SHORT: &str = "row image ends early";
         let mut buf = ParseBuf(data);
         let n = self.columns.len();
-        let partial = match shared {
-            true => {
-                let options = buf.checked_eat_lenenc_int().ok_or(SHORT)?;
-                if options & PARTIAL_JSON_UPDATES != 0 {
-                    let json = self
-                        .wire
-                        .iter()
-                        .filter(|w| w.ty == ColumnType::MYSQL_TYPE_JSON)
-                        .count();
-                    Some(buf.checked_eat(json.div_ceil(8)).ok_or(SHORT)?)
-                } else {
-                    None
-                }
-            }
-            false => None,
+        let partial = if shared {
+            let options = buf.checked_eat_lenenc_int().ok_or(SHORT)?;
+            let json = (self.wire.iter())
+                .filter(|w| w.ty == ColumnType::MYSQL_TYPE_JSON)
+                .count();
+            (options & PARTIAL_JSON_UPDATES != 0)
+                .then(|| buf.checked_eat(json.div_ceil(8)).ok_or(SHORT))
+                .transpose()?
+        } else {
+            None
         };
         let count = present.iter().by_vals().filter(|&p| p).count();
         if count != n || present.iter().by_vals().take(n).any(|p| !p) {
@@ -303,8 +298,9 @@ impl TableSchema {
             }
             let value = buf
                 .parse::<BinlogValue<'_>>((wire.ty, &wire.meta, wire.unsigned, is_partial))
-                .map_err(|e| format!("column `{}`: {e}", col.name))?;
-            out.push(value_to_json(col, value).map_err(|e| format!("column `{}`: {e}", col.name))?);
+                .map_err(|e| e.to_string())
+                .and_then(|v| value_to_json(col, v));
+            out.push(value.map_err(|e| format!("column `{}`: {e}", col.name))?);
         }
         *data = &data[data.len() - buf.len()..];
         Ok(out)
