@@ -41,7 +41,10 @@ impl RowTopics {
         let topic: Arc<str> = topics
             .rows_topic(instance, &schema.db, &schema.table)
             .into();
-        // The schema is kept with its entry, so its address is never reused by another.
+        // The schema is kept with its entry, so its address is never reused by another;
+        // the table's earlier schema (before a DDL) goes, so the map holds one per table.
+        self.by_schema
+            .retain(|_, (s, _)| s.db != schema.db || s.table != schema.table);
         self.by_schema.insert(at, (schema.clone(), topic.clone()));
         (topic, true)
     }
