@@ -188,17 +188,22 @@ mod tests {
         Writer::new(&es, std::time::Duration::ZERO, &shutdown, Vec::new())
     }
 
+    /// Launches an empty batch over `docs`, tagged `tag`.
+    fn launch(flight: &mut Flight<u32>, docs: HashSet<u64>, tag: u32) {
+        flight.launch(
+            Batch::default(),
+            docs,
+            writer(),
+            (Vec::new(), Vec::new()),
+            tag,
+        );
+    }
+
     #[tokio::test]
     async fn a_document_in_flight_and_the_limit_hold_a_batch_back_and_batches_land_in_order() {
         let mut flight: Flight<u32> = Flight::new(2);
         let first = flight.docs(&[delete("i", "a")]);
-        flight.launch(
-            Batch::default(),
-            first,
-            writer(),
-            (Vec::new(), Vec::new()),
-            1,
-        );
+        launch(&mut flight, first, 1);
         assert!(
             flight.must_wait(&flight.docs(&[delete("i", "a")])),
             "a document of a batch in flight waits for it"
@@ -208,13 +213,7 @@ mod tests {
             "other documents go at once, below the limit"
         );
         let second = flight.docs(&[delete("i", "b")]);
-        flight.launch(
-            Batch::default(),
-            second,
-            writer(),
-            (Vec::new(), Vec::new()),
-            2,
-        );
+        launch(&mut flight, second, 2);
         assert!(
             flight.must_wait(&flight.docs(&[delete("i", "c")])),
             "the limit holds the next batch back"
