@@ -235,6 +235,10 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
     // The next build takes a new version and completes, in the topic the reset build
     // left its documents in; the etl, subscribed to that topic all along, changes no
     // subscription (no consumer-group rebalance) to start or end it.
+    cluster
+        .etl
+        .logged_since(0, &["etl consuming"])
+        .expect("the etl says so when it subscribes (what the assertion below looks for)");
     let mark = cluster.etl.log_mark();
     let started = cluster
         .ctl(&["pipelines", "build", &alias, "--chunk-rows", "1000"])
