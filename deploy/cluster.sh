@@ -46,6 +46,7 @@ listen = "127.0.0.1:$((9470 + n))"
 [center]
 id = "center-$n"
 listen = "127.0.0.1:${ports[$n]}"
+dictionary_listen = "127.0.0.1:$((9460 + n))"
 [zookeeper]
 connect = "$ZOOKEEPER"
 root = "/sluice-local/$run_id"

@@ -54,6 +54,22 @@ pub fn free_port() -> u16 {
     panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
+/// Where the test center whose API listens on `api_port` serves the IK dictionaries: the
+/// port above it ([`free_center_port`] makes sure it is free too).
+pub fn dictionary_port(api_port: u16) -> u16 {
+    api_port.wrapping_add(1)
+}
+
+/// A port for a center's API whose [`dictionary_port`] is free as well.
+pub fn free_center_port() -> u16 {
+    loop {
+        let port = free_port();
+        if std::net::TcpListener::bind(("127.0.0.1", dictionary_port(port))).is_ok() {
+            return port;
+        }
+    }
+}
+
 impl TestCtx {
     pub fn meta_db(&self) -> String {
         format!("{}_meta", self.db)
@@ -84,7 +100,10 @@ impl TestCtx {
             .meta
             .unwrap_or_else(|| self.stack.mysql_url.clone());
         let opts = mysql_async::Opts::from_url(&url).expect("MYSQL_URL");
-        let center = format!("[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\n");
+        let center = format!(
+            "[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\ndictionary_listen = \"127.0.0.1:{}\"\n",
+            dictionary_port(port)
+        );
         let meta = format!(
             "[meta]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\npassword = \"{}\"\ndatabase = \"{}\"\n",
             opts.ip_or_hostname(),
@@ -149,7 +168,7 @@ impl TestCtx {
             etl: self.cluster_etl(),
         };
         for n in 0..centers {
-            let port = free_port();
+            let port = free_center_port();
             let mut center = self.center_config(n, port);
             center.start();
             cluster.centers.push(center);

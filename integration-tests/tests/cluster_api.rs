@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use sluice_integration_tests::cluster::free_port;
+use sluice_integration_tests::cluster::free_center_port;
 use sluice_integration_tests::{eventually, Service, TestCtx};
 use sluice_proto::v1::admin_client::AdminClient;
 use sluice_proto::v1::Source;
@@ -268,7 +268,7 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
     let dir = ctx.dir.join("tls");
     std::fs::create_dir_all(&dir).unwrap();
     certificates(&dir);
-    let port = free_port();
+    let port = free_center_port();
     let api = format!(
         "[api]\nauth = \"mtls\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\nclient_ca = \"{d}/sluice-it-ca.pem\"\n",
         d = dir.display()

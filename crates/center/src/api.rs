@@ -25,6 +25,7 @@ use sluice_mysql::SourceConfig;
 use sluice_proto::convert::{self, PipelineState};
 
 use crate::config::AuthMode;
+use crate::dict::{self, Dictionary};
 use crate::meta::{MetaError, StoredPipeline};
 use crate::Shared;
 
@@ -930,6 +931,90 @@ impl Admin for AdminApi {
             replayed,
             refused,
         }))
+    }
+
+    async fn list_words(
+        &self,
+        req: Request<ListWordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        let dictionary =
+            dict::requested(&req.into_inner().dictionary).map_err(Status::invalid_argument)?;
+        let words = self.shared.meta.words(dictionary).await.map_err(meta_err)?;
+        Ok(Response::new(words_message(&words)))
+    }
+
+    async fn add_words(
+        &self,
+        req: Request<WordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        let (dictionary, words) = words_request(req.into_inner())?;
+        let epoch = self.writable().await?;
+        let meta = &self.shared.meta;
+        let added = meta.add_words(epoch, dictionary, &words).await;
+        Ok(Response::new(words_message(&refused(added)?)))
+    }
+
+    async fn edit_word(&self, req: Request<EditWordRequest>) -> Result<Response<Word>, Status> {
+        let req = req.into_inner();
+        let dictionary = Dictionary::parse(&req.dictionary).map_err(Status::invalid_argument)?;
+        let [word, replacement] = [&req.word, &req.replacement]
+            .map(|w| dict::check_word(w).map_err(Status::invalid_argument));
+        let (word, replacement) = (word?, replacement?);
+        let epoch = self.writable().await?;
+        let meta = &self.shared.meta;
+        let edited = meta.edit_word(epoch, dictionary, &word, &replacement).await;
+        Ok(Response::new(word_message(&refused(edited)?)))
+    }
+
+    async fn publish_words(
+        &self,
+        req: Request<WordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        let (dictionary, words) = words_request(req.into_inner())?;
+        let epoch = self.writable().await?;
+        let meta = &self.shared.meta;
+        let published = meta.publish_words(epoch, dictionary, &words).await;
+        Ok(Response::new(words_message(&refused(published)?)))
+    }
+
+    async fn delete_words(
+        &self,
+        req: Request<WordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        let (dictionary, words) = words_request(req.into_inner())?;
+        let epoch = self.writable().await?;
+        let meta = &self.shared.meta;
+        let deleted = meta.delete_words(epoch, dictionary, &words).await;
+        Ok(Response::new(words_message(&refused(deleted)?)))
+    }
+}
+
+/// A dictionary change's outcome: a refusal names what is wrong.
+fn refused<T>(outcome: Result<Result<T, String>, MetaError>) -> Result<T, Status> {
+    outcome
+        .map_err(meta_err)?
+        .map_err(Status::failed_precondition)
+}
+
+fn words_request(req: WordsRequest) -> Result<(Dictionary, Vec<String>), Status> {
+    let dictionary = Dictionary::parse(&req.dictionary).map_err(Status::invalid_argument)?;
+    let words = dict::checked(&req.words).map_err(Status::invalid_argument)?;
+    Ok((dictionary, words))
+}
+
+fn word_message(w: &dict::Word) -> Word {
+    Word {
+        dictionary: w.dictionary.name().into(),
+        word: w.word.clone(),
+        state: if w.published { "published" } else { "draft" }.into(),
+        added_at_ms: w.added_at_ms,
+        published_at_ms: w.published_at_ms,
+    }
+}
+
+fn words_message(words: &[dict::Word]) -> ListWordsResponse {
+    ListWordsResponse {
+        words: words.iter().map(word_message).collect(),
     }
 }
 

@@ -47,6 +47,9 @@ pub struct CenterSection {
     /// The address others reach this replica at. Default: `listen`.
     #[serde(default)]
     pub advertise: Option<String>,
+    /// Where the IK dictionaries are served over HTTP (`/dict/ext`, `/dict/stop`).
+    #[serde(default = "default_dictionary_listen")]
+    pub dictionary_listen: SocketAddr,
 }
 
 impl Default for CenterSection {
@@ -55,6 +58,7 @@ impl Default for CenterSection {
             id: default_id(),
             listen: default_listen(),
             advertise: None,
+            dictionary_listen: default_dictionary_listen(),
         }
     }
 }
@@ -77,6 +81,10 @@ fn default_id() -> String {
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 7070))
+}
+
+fn default_dictionary_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 7071))
 }
 
 /// The MySQL meta database (sources, pipelines, assignment history, events). The center

@@ -13,6 +13,7 @@ pub mod api;
 pub mod balance;
 mod build;
 pub mod config;
+pub mod dict;
 pub mod dlq;
 mod leader;
 pub mod meta;
@@ -91,10 +92,23 @@ pub async fn run(
         rebalance: rebalance_tx,
         ready,
     });
+    let dictionaries = dict::bind(shared.cfg.center.dictionary_listen).await?;
     let mut server = {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { api::serve(shared, shutdown).await })
+        tokio::spawn(async move {
+            let dictionaries = dict::serve(shared.meta.clone(), dictionaries, shutdown.clone());
+            let api = api::serve(shared, shutdown);
+            tokio::pin!(api, dictionaries);
+            // Either endpoint failing ends the center; at shutdown the API drains last.
+            tokio::select! {
+                served = &mut api => served,
+                served = &mut dictionaries => match served {
+                    Ok(()) => api.await,
+                    Err(e) => Err(e),
+                },
+            }
+        })
     };
     // The API failing (a port in use, an unreadable certificate) ends the center: a
     // leader nobody can reach must not go on leading.

@@ -2,6 +2,8 @@
 //! default, `--output json` for scripts. Writes go to the leader: a follower's answer
 //! names it, and sluicectl follows.
 
+mod dict;
+
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -77,6 +79,9 @@ enum Command {
     /// Dead letters: events the etl could not apply, rows a worker could not decode.
     #[command(subcommand)]
     Dlq(DlqCmd),
+    /// The IK analyzer's dynamic dictionaries: extension words and stop words.
+    #[command(subcommand)]
+    Dict(dict::DictCmd),
 }
 
 #[derive(Subcommand)]
@@ -1066,6 +1071,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             );
         }
         Command::Dlq(cmd) => dlq(&mut conn, out, cmd).await?,
+        Command::Dict(cmd) => dict::run(&mut conn, out, cmd).await?,
     }
     Ok(())
 }

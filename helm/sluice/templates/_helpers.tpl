@@ -97,6 +97,7 @@ username = {{ . | toJson }}
 {{- define "sluice.centerToml" -}}
 [center]
 listen = {{ printf "0.0.0.0:%v" .Values.center.grpcPort | toJson }}
+dictionary_listen = {{ printf "0.0.0.0:%v" .Values.center.dictionaryPort | toJson }}
 
 {{ include "sluice.commonToml" . }}
 

@@ -16,6 +16,8 @@ use sluice_proto::v1::{Event, TaskProgress};
 
 use crate::config::MetaSection;
 
+mod dict;
+
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
     #[error("meta database: {0}")]
@@ -150,6 +152,26 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             epoch BIGINT UNSIGNED NOT NULL,
             at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
         )"],
+    ),
+    // The IK dynamic dictionary (`dict`): its words, and when each dictionary's published
+    // set last changed (its `Last-Modified`).
+    (
+        7,
+        &[
+            "CREATE TABLE dict_words (
+                id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+                dictionary VARCHAR(8) NOT NULL,
+                word VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+                published TINYINT(1) NOT NULL DEFAULT 0,
+                added_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+                published_at TIMESTAMP(3) NULL,
+                UNIQUE KEY dictionary_word (dictionary, word)
+            )",
+            "CREATE TABLE dict_changes (
+                dictionary VARCHAR(8) PRIMARY KEY,
+                changed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+            )",
+        ],
     ),
 ];
 
