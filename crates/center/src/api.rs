@@ -287,7 +287,8 @@ impl AdminApi {
         let state = PipelineState {
             live_version: p.live_version,
             building_version: p.building_version,
-            history: p.history.clone(),
+            history: p.history.kept.clone(),
+            current_history: p.history.current.clone(),
             needs_rebuild: self.needs_rebuild(p).await?,
         };
         Ok(convert::pipeline(&p.spec, &state))
@@ -612,7 +613,7 @@ impl Admin for AdminApi {
         let mut doomed = Vec::new();
         if let Some(p) = self.pipeline(&name).await? {
             let alias = &p.spec.alias;
-            let mut versions: Vec<u32> = p.history.clone();
+            let mut versions: Vec<u32> = p.history.kept.clone();
             versions.extend([1, p.live_version, p.building_version]);
             if let Some(es) = &self.shared.es {
                 for index in es.alias_targets(alias).await.map_err(internal)? {
@@ -691,6 +692,45 @@ impl Admin for AdminApi {
             .map_err(meta_err)?;
         self.changed();
         Ok(Response::new(self.pipeline_message(&name).await?))
+    }
+
+    async fn rollback_pipeline(
+        &self,
+        req: Request<RollbackRequest>,
+    ) -> Result<Response<Pipeline>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        let es = self.shared.es.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "rollbacks need the center's [elasticsearch] section (to move the alias)",
+            )
+        })?;
+        let p = self
+            .pipeline(&req.name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{}`", req.name)))?;
+        let to = (req.to_version > 0).then_some(req.to_version);
+        crate::rollback::rollback(&self.shared, es, &self.coord()?, epoch, &p, to)
+            .await
+            .map_err(|e| Status::unavailable(format!("{e:#}")))?
+            .map_err(Status::failed_precondition)?;
+        self.changed();
+        Ok(Response::new(self.pipeline_message(&req.name).await?))
+    }
+
+    async fn drop_version(
+        &self,
+        req: Request<DropVersionRequest>,
+    ) -> Result<Response<Pipeline>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        let p = self
+            .pipeline(&req.name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{}`", req.name)))?;
+        refused(self.shared.meta.drop_version(epoch, &p, req.version).await)?;
+        self.changed();
+        Ok(Response::new(self.pipeline_message(&req.name).await?))
     }
 
     async fn get_build(

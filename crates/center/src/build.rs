@@ -10,7 +10,9 @@
 //! 4. **catching up** — a worker writes a marker to every partition of the change topic;
 //!    once the etl applied the marker on each, every snapshot row is in the new index.
 //! 5. **swap** — the alias moves to the new version in one `_aliases` call; the versions it
-//!    pointed to become history. Until then searches use the old version untouched.
+//!    pointed to become history, kept current for rollback when the etl was writing them
+//!    as history (step 1 waits for that too; see `crate::history`). Until then searches
+//!    use the old version untouched.
 //!
 //! A reset abandons the build: its index is deleted once no etl writes to it.
 
@@ -267,10 +269,14 @@ async fn progress(
     }
     let mut etls = 0;
     let mut unaware = Vec::new();
+    // The version the alias leaves must be written as history before it leaves.
+    let history = p.announced_history();
     for member in coord.children("etls").await? {
         etls += 1;
         let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await.ok().flatten();
-        if rec.is_none_or(|r| r.building.get(&p.spec.name) != Some(&v)) {
+        if rec.is_none_or(|r| {
+            r.building.get(&p.spec.name) != Some(&v) || !r.writes_history(&p.spec.name, &history)
+        }) {
             unaware.push(member);
         }
     }
@@ -403,11 +409,8 @@ async fn swap(
         .filter_map(|i| sluice_elastic::index_version(&p.spec.alias, i))
         .filter(|o| *o != v)
         .collect();
-    shared
-        .meta
-        .finish_build(epoch, &p.spec.name, v, &previous)
-        .await?;
-    tracing::info!(pipeline = %p.spec.name, version = v, from = ?old, "alias moved: the new version is live");
+    let dropped = shared.meta.finish_build(epoch, p, v, &previous).await?;
+    tracing::info!(pipeline = %p.spec.name, version = v, from = ?old, ?dropped, "alias moved: the new version is live");
     acting()?;
     coord
         .delete(&layout::build(&p.spec.name), None, true)
@@ -447,6 +450,7 @@ async fn delete_doomed(
         let deleted = !existing.contains(&pipeline.as_str());
         let written = records.iter().any(|r| {
             r.building.get(&pipeline) == Some(&version)
+                || r.writes_history(&pipeline, &[version])
                 || (deleted && r.pipelines.contains(&pipeline))
         });
         if written {

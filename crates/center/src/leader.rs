@@ -528,6 +528,7 @@ pub(crate) fn pipeline_record(p: &StoredPipeline, epoch: u64) -> PipelineRecord 
         epoch,
         spec: p.spec.clone(),
         building: (p.building_version > 0).then_some(p.building_version),
+        history: p.announced_history(),
     }
 }
 
@@ -563,7 +564,7 @@ mod tests {
             spec,
             live_version: 0,
             building_version: 0,
-            history: vec![],
+            history: Default::default(),
         };
         let record = source_record(&source, &[stored(spec), stored(other)], 3);
         assert_eq!(

@@ -15,10 +15,12 @@ mod build;
 pub mod config;
 pub mod dict;
 pub mod dlq;
+pub mod history;
 mod leader;
 pub mod meta;
 mod metrics;
 mod rebuild;
+mod rollback;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};

@@ -187,6 +187,18 @@ enum PipelineCmd {
     Reset {
         name: String,
     },
+    /// Move the alias back to a kept version that was kept current (default: the newest).
+    Rollback {
+        name: String,
+        /// The version to go back to.
+        #[arg(long)]
+        to: Option<u32>,
+    },
+    /// Drop a kept version (no longer a rollback target; its index is deleted).
+    DropVersion {
+        name: String,
+        version: u32,
+    },
     /// A build's progress (`--wait` follows it to the end).
     Status {
         name: String,
@@ -226,6 +238,9 @@ struct PipelineArgs {
     replicas: Option<u32>,
     #[arg(long)]
     tombstone_retention: Option<String>,
+    /// Earlier versions kept current for rollback (default 1; 0: none).
+    #[arg(long)]
+    keep_history: Option<u32>,
     /// The index's refresh_interval (`1s`, `30s`, `-1`: off); default: the server's.
     #[arg(long)]
     refresh_interval: Option<String>,
@@ -288,6 +303,9 @@ impl PipelineArgs {
         }
         if let Some(r) = &self.refresh_interval {
             spec.refresh_interval = r.clone();
+        }
+        if let Some(n) = self.keep_history {
+            spec.keep_history = n;
         }
         spec.auto_rebuild |= self.auto_rebuild;
         Ok(spec)
@@ -607,6 +625,33 @@ fn source_json(s: &Source) -> Value {
 }
 
 /// A pipeline as JSON: its spec as a spec file would say it, and the center's state.
+/// Where a pipeline's versions stand: live, kept (`*`: kept current, a rollback target).
+fn print_versions(out: Output, p: &Pipeline) {
+    let kept: Vec<String> = p
+        .history
+        .iter()
+        .map(|v| {
+            let current = if p.current_history.contains(v) {
+                "*"
+            } else {
+                ""
+            };
+            format!("{v}{current}")
+        })
+        .collect();
+    print(
+        out,
+        &["pipeline", "state", "live version", "kept (* current)"],
+        vec![vec![
+            p.name.clone(),
+            p.state.clone(),
+            p.live_version.to_string(),
+            or_dash(&kept.join(",")),
+        ]],
+        pipeline_json(p),
+    );
+}
+
 fn pipeline_json(p: &Pipeline) -> Value {
     let mut v = match sluice_proto::convert::pipeline_spec(p.clone()) {
         Ok(spec) => serde_json::to_value(spec).expect("a spec serializes"),
@@ -617,6 +662,7 @@ fn pipeline_json(p: &Pipeline) -> Value {
         ("live_version", json!(p.live_version)),
         ("building_version", json!(p.building_version)),
         ("history", json!(p.history)),
+        ("current_history", json!(p.current_history)),
         ("needs_rebuild", json!(p.needs_rebuild)),
     ] {
         v[key] = value;
@@ -881,16 +927,33 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                     async move { c.reset_pipeline(req).await }
                 })
                 .await?;
-            print(
-                out,
-                &["pipeline", "state", "live version"],
-                vec![vec![
-                    p.name.clone(),
-                    p.state.clone(),
-                    p.live_version.to_string(),
-                ]],
-                pipeline_json(&p),
-            );
+            print_versions(out, &p);
+        }
+        Command::Pipelines(PipelineCmd::Rollback { name, to }) => {
+            let req = RollbackRequest {
+                name: name.clone(),
+                to_version: to.unwrap_or(0),
+            };
+            let p = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.rollback_pipeline(req).await }
+                })
+                .await?;
+            print_versions(out, &p);
+        }
+        Command::Pipelines(PipelineCmd::DropVersion { name, version }) => {
+            let req = DropVersionRequest {
+                name: name.clone(),
+                version: *version,
+            };
+            let p = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.drop_version(req).await }
+                })
+                .await?;
+            print_versions(out, &p);
         }
         Command::Pipelines(PipelineCmd::List) => {
             let r = conn

@@ -282,6 +282,7 @@ async fn look(
                 list.push(Active {
                     spec: r.spec,
                     building: r.building,
+                    history: r.history,
                     source,
                 });
             }

@@ -148,6 +148,14 @@ impl Router {
                 targets.push(index);
             }
         }
+        // Earlier versions kept for rollback take live changes too; one that is gone
+        // (dropped, deleted by hand) is not made again.
+        for v in &p.cfg.history {
+            let index = versioned_index(&alias, *v);
+            if !targets.contains(&index) && es.index_exists(&index).await? {
+                targets.push(index);
+            }
+        }
         p.live.clear();
         p.unfit_settings.clear();
         for index in &targets {

@@ -65,6 +65,7 @@ fn file_pipelines(cfg: &EtlConfig) -> Vec<Active> {
         .map(|spec| Active {
             spec: spec.clone(),
             building: None,
+            history: Vec::new(),
             source: cfg.source(&spec.source),
         })
         .collect()
@@ -201,6 +202,11 @@ pub async fn run(
                             .filter_map(|p| p.building.map(|v| (p.spec.name.clone(), v)))
                             .collect(),
                         pipelines: list.iter().map(|p| p.spec.name.clone()).collect(),
+                        history: list
+                            .iter()
+                            .filter(|p| !p.history.is_empty())
+                            .map(|p| (p.spec.name.clone(), p.history.clone()))
+                            .collect(),
                     });
                 }
                 Err(e) => {

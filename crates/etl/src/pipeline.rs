@@ -15,12 +15,15 @@ use sluice_mysql::{MysqlError, SourceConfig};
 use crate::mapping;
 
 /// A pipeline the etl applies: its spec, the version being built, if any (from the
-/// center: written to as well as the alias's), and how to reach its source (pipelines
+/// center: written to as well as the alias's), the versions kept for rollback, and how to reach its source (pipelines
 /// read back from MySQL need it; `Err` says why it cannot be reached).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Active {
     pub spec: PipelineSpec,
     pub building: Option<u32>,
+    /// Earlier versions kept current for rollback (the live one among them): written
+    /// with live changes as long as their index exists.
+    pub history: Vec<u32>,
     pub source: Result<SourceConfig, String>,
 }
 
@@ -446,6 +449,7 @@ mod tests {
         spec.id = vec!["code".into()];
         let router = Router::new(
             &[Active {
+                history: vec![],
                 spec,
                 building: None,
                 source: Err("not needed".into()),

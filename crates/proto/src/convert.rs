@@ -14,6 +14,8 @@ pub struct PipelineState {
     pub live_version: u32,
     pub building_version: u32,
     pub history: Vec<u32>,
+    /// The history versions live changes are still applied to.
+    pub current_history: Vec<u32>,
     /// Why the live (or building) version needs a rebuild; empty: it does not.
     pub needs_rebuild: String,
 }
@@ -62,6 +64,8 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
             parent: j.parent.clone(),
         }),
         auto_rebuild: spec.auto_rebuild,
+        keep_history: Some(spec.keep_history),
+        current_history: state.current_history.clone(),
     }
 }
 
@@ -95,6 +99,9 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
         tombstone_retention: p.tombstone_retention,
         refresh_interval: p.refresh_interval,
         auto_rebuild: p.auto_rebuild,
+        keep_history: p
+            .keep_history
+            .unwrap_or(sluice_core::pipeline::DEFAULT_KEEP_HISTORY),
     })
 }
 

@@ -54,6 +54,10 @@ pub struct PipelineRecord {
     /// indexes behind the alias.
     #[serde(default)]
     pub building: Option<u32>,
+    /// Earlier versions kept current for rollback: the etl writes live changes to them
+    /// too (never creating one that is gone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<u32>,
 }
 
 /// `builds/<pipeline>`: a build in progress, driven by the leader.
@@ -114,6 +118,20 @@ pub struct EtlRecord {
     /// Every pipeline it routes.
     #[serde(default)]
     pub pipelines: Vec<String>,
+    /// The history versions it writes live changes to, by pipeline (an index is deleted
+    /// only once no member writes to it).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub history: std::collections::BTreeMap<String, Vec<u32>>,
+}
+
+impl EtlRecord {
+    /// Whether this member writes every one of `versions` of `pipeline` as history.
+    pub fn writes_history(&self, pipeline: &str, versions: &[u32]) -> bool {
+        let written = self.history.get(pipeline);
+        versions
+            .iter()
+            .all(|v| written.is_some_and(|w| w.contains(v)))
+    }
 }
 
 /// `pipelines/<name>/needs_rebuild` (written by the etl): the index versions whose

@@ -15,6 +15,7 @@ use sluice_core::{Coordinates, PipelineSpec, Restart, SourceSpec};
 use sluice_proto::v1::{Event, TaskProgress};
 
 use crate::config::MetaSection;
+use crate::history::History;
 
 mod dict;
 
@@ -173,6 +174,12 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             )",
         ],
     ),
+    // Which kept versions the etl keeps current (`crate::history`); versions kept before
+    // are not.
+    (
+        8,
+        &["ALTER TABLE pipelines ADD COLUMN current_history_json TEXT NULL"],
+    ),
 ];
 
 /// A pipeline as the meta database keeps it: the spec, and where its versions stand.
@@ -181,7 +188,7 @@ pub struct StoredPipeline {
     pub spec: PipelineSpec,
     pub live_version: u32,
     pub building_version: u32,
-    pub history: Vec<u32>,
+    pub history: History,
 }
 
 impl StoredPipeline {
@@ -193,6 +200,12 @@ impl StoredPipeline {
 
     pub fn state(&self) -> &'static str {
         sluice_proto::convert::state_of(self.live_version, self.building_version)
+    }
+
+    /// The versions the etl writes as history (see [`History::announced`]).
+    pub fn announced_history(&self) -> Vec<u32> {
+        self.history
+            .announced(self.live_or_first(), self.spec.keep_history)
     }
 }
 
@@ -425,27 +438,20 @@ impl Meta {
     pub async fn pipelines(&self) -> Result<Vec<StoredPipeline>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
-            .query("SELECT name, spec_json, live_version, building_version, history_json FROM pipelines ORDER BY name")
+            .query("SELECT name, spec_json, live_version, building_version, history_json, current_history_json FROM pipelines ORDER BY name")
             .await?;
         rows.into_iter()
             .map(|row| {
                 let name: String = row.get(0).unwrap_or_default();
                 let spec: String = row.get(1).unwrap_or_default();
-                let history: Option<String> = row.get(4).unwrap_or_default();
                 let spec: PipelineSpec = serde_json::from_str(&spec).map_err(|e| {
                     MetaError::Corrupt(format!("pipelines.spec_json of {name}: {e}"))
                 })?;
-                let history: Vec<u32> = match history {
-                    Some(h) => serde_json::from_str(&h).map_err(|e| {
-                        MetaError::Corrupt(format!("pipelines.history_json of {name}: {e}"))
-                    })?,
-                    None => Vec::new(),
-                };
                 Ok(StoredPipeline {
                     spec,
                     live_version: row.get(2).unwrap_or_default(),
                     building_version: row.get(3).unwrap_or_default(),
-                    history,
+                    history: history_of(&name, row.get(4).flatten(), row.get(5).flatten())?,
                 })
             })
             .collect()
@@ -558,42 +564,31 @@ impl Meta {
             .await?)
     }
 
-    /// The build of `version` is live: the alias moved to it from `previous` versions.
+    /// The build of `version` is live: the alias moved to it from `previous` versions,
+    /// which join the history (current if the etl wrote them as `announced` history).
+    /// Versions beyond the pipeline's `keep_history` are doomed; returns them.
     pub async fn finish_build(
         &self,
         epoch: u64,
-        name: &str,
+        p: &StoredPipeline,
         version: u32,
         previous: &[u32],
-    ) -> Result<(), MetaError> {
+    ) -> Result<Vec<u32>, MetaError> {
+        let name = &p.spec.name;
         let mut tx = self.fenced(epoch).await?;
-        let history: Option<Option<String>> = tx
-            .exec_first(
-                "SELECT history_json FROM pipelines WHERE name = ? FOR UPDATE",
-                (name,),
-            )
-            .await?;
-        let mut history: Vec<u32> = history
-            .flatten()
-            .and_then(|h| serde_json::from_str(&h).ok())
-            .unwrap_or_default();
-        history.extend(
-            previous
-                .iter()
-                .filter(|v| !history.contains(v))
-                .copied()
-                .collect::<Vec<_>>(),
-        );
-        history.sort_unstable();
+        let mut history = locked_history(&mut tx, name).await?.unwrap_or_default();
+        history.remove(version);
+        // Version 1, made by the etl before any build, holds only what streamed into it:
+        // never whole, so never a rollback target.
+        let mut whole = p.announced_history();
+        if p.live_version == 0 {
+            whole.retain(|v| *v != p.live_or_first());
+        }
+        let dropped = history.retire(previous, &whole, p.spec.keep_history);
+        store_history(&mut tx, name, &history).await?;
         tx.exec_drop(
-            "UPDATE pipelines SET live_version = ?, building_version = 0, history_json = ?
-             WHERE name = ? AND building_version = ?",
-            (
-                version,
-                serde_json::to_string(&history).expect("serializes"),
-                name,
-                version,
-            ),
+            "UPDATE pipelines SET live_version = ?, building_version = 0 WHERE name = ? AND building_version = ?",
+            (version, name, version),
         )
         .await?;
         tx.exec_drop(
@@ -601,16 +596,98 @@ impl Meta {
             (name, version),
         )
         .await?;
+        for v in &dropped {
+            let index = sluice_elastic::versioned_index(&p.spec.alias, *v);
+            doom(&mut tx, &index, name, *v, "beyond keep_history").await?;
+        }
         insert_event(
             &mut tx,
             &self.origin,
             "build",
             name,
-            &format!("version {version} is live (alias moved)"),
+            &format!(
+                "version {version} is live (alias moved){}",
+                dropped_note(&dropped)
+            ),
         )
         .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(dropped)
+    }
+
+    /// The alias moved back from the live version to `to`, a current history version;
+    /// the one it left joins the history, current. Returns the versions doomed.
+    pub async fn rolled_back(
+        &self,
+        epoch: u64,
+        p: &StoredPipeline,
+        to: u32,
+    ) -> Result<Vec<u32>, MetaError> {
+        let name = &p.spec.name;
+        let from = p.live_or_first();
+        let mut tx = self.fenced(epoch).await?;
+        let mut history = locked_history(&mut tx, name).await?.unwrap_or_default();
+        history.remove(to);
+        let dropped = history.retire(&[from], &p.announced_history(), p.spec.keep_history);
+        store_history(&mut tx, name, &history).await?;
+        tx.exec_drop(
+            "UPDATE pipelines SET live_version = ? WHERE name = ?",
+            (to, name),
+        )
+        .await?;
+        for v in &dropped {
+            let index = sluice_elastic::versioned_index(&p.spec.alias, *v);
+            doom(&mut tx, &index, name, *v, "beyond keep_history").await?;
+        }
+        insert_event(
+            &mut tx,
+            &self.origin,
+            "rollback",
+            name,
+            &format!(
+                "alias moved back from version {from} to {to}{}",
+                dropped_note(&dropped)
+            ),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(dropped)
+    }
+
+    /// Drops kept version `version`: no longer a rollback target, its index doomed.
+    pub async fn drop_version(
+        &self,
+        epoch: u64,
+        p: &StoredPipeline,
+        version: u32,
+    ) -> Result<Result<(), String>, MetaError> {
+        let name = &p.spec.name;
+        let mut tx = self.fenced(epoch).await?;
+        let Some(mut history) = locked_history(&mut tx, name).await? else {
+            tx.rollback().await?;
+            return Ok(Err(format!("no pipeline `{name}`")));
+        };
+        if !history.kept.contains(&version) {
+            tx.rollback().await?;
+            return Ok(Err(format!(
+                "version {version} is not a kept version of `{name}` (kept: {:?}; the live and the building one cannot be dropped)",
+                history.kept
+            )));
+        }
+        history.remove(version);
+        store_history(&mut tx, name, &history).await?;
+        let index = sluice_elastic::versioned_index(&p.spec.alias, version);
+        doom(&mut tx, &index, name, version, "dropped").await?;
+        insert_event(
+            &mut tx,
+            &self.origin,
+            "version",
+            name,
+            &format!("version {version} dropped; its index is deleted once no etl writes to it"),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
     }
 
     /// Abandons the pipeline's build; its index is doomed. Returns the abandoned version.
@@ -852,6 +929,65 @@ impl Meta {
 
     pub async fn close(self) {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.pool.disconnect()).await;
+    }
+}
+
+async fn locked_history(
+    tx: &mut Transaction<'static>,
+    name: &str,
+) -> Result<Option<History>, MetaError> {
+    let row: Option<(Option<String>, Option<String>)> = tx
+        .exec_first(
+            "SELECT history_json, current_history_json FROM pipelines WHERE name = ? FOR UPDATE",
+            (name,),
+        )
+        .await?;
+    row.map(|(kept, current)| history_of(name, kept, current))
+        .transpose()
+}
+
+async fn store_history(
+    tx: &mut Transaction<'static>,
+    name: &str,
+    history: &History,
+) -> Result<(), MetaError> {
+    tx.exec_drop(
+        "UPDATE pipelines SET history_json = ?, current_history_json = ? WHERE name = ?",
+        (
+            serde_json::to_string(&history.kept).expect("serializes"),
+            serde_json::to_string(&history.current).expect("serializes"),
+            name,
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+fn history_of(
+    name: &str,
+    kept: Option<String>,
+    current: Option<String>,
+) -> Result<History, MetaError> {
+    let parse = |column: &str, text: Option<String>| -> Result<Vec<u32>, MetaError> {
+        let mut versions: Vec<u32> = match text {
+            Some(t) => serde_json::from_str(&t)
+                .map_err(|e| MetaError::Corrupt(format!("pipelines.{column} of {name}: {e}")))?,
+            None => Vec::new(),
+        };
+        versions.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(versions)
+    };
+    Ok(History {
+        kept: parse("history_json", kept)?,
+        current: parse("current_history_json", current)?,
+    })
+}
+
+fn dropped_note(dropped: &[u32]) -> String {
+    if dropped.is_empty() {
+        String::new()
+    } else {
+        format!("; versions {dropped:?} are beyond keep_history and will be deleted")
     }
 }
 

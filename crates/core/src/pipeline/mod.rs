@@ -93,6 +93,11 @@ pub struct PipelineSpec {
     /// (otherwise the pipeline is only marked as needing one).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub auto_rebuild: bool,
+    /// How many earlier versions a build keeps, written with live changes like the live
+    /// one, so the alias can move back to them (`pipelines rollback`); older ones are
+    /// deleted. Each costs the etl one more write per change.
+    #[serde(default = "default_keep_history")]
+    pub keep_history: u32,
 }
 
 /// Rows of another table joined below a parent (the root or another relation).
@@ -199,6 +204,11 @@ fn default_shards() -> u32 {
 fn default_replicas() -> u32 {
     1
 }
+/// Earlier versions kept current for rollback unless a pipeline says otherwise.
+pub const DEFAULT_KEEP_HISTORY: u32 = 1;
+fn default_keep_history() -> u32 {
+    DEFAULT_KEEP_HISTORY
+}
 fn default_tombstones() -> String {
     "7d".into()
 }
@@ -249,6 +259,7 @@ impl PipelineSpec {
             tombstone_retention: default_tombstones(),
             refresh_interval: String::new(),
             auto_rebuild: false,
+            keep_history: DEFAULT_KEEP_HISTORY,
         }
     }
 

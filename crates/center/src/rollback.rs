@@ -1,0 +1,90 @@
+//! `pipelines rollback`: the alias moves back to a kept version the etl kept current.
+//! Refused, with the reason, when that would serve anything but the table as it is: a
+//! build under way (its swap would move the alias again), a version not kept current, one
+//! whose mapping cannot take what the pipeline now asks for, one an etl member does not
+//! write yet, one whose index is gone.
+
+use sluice_elastic::{AliasAction, EsClient};
+use sluice_zk::layout::{self, EtlRecord, NeedsRebuild};
+use sluice_zk::Coordinator;
+
+use crate::meta::StoredPipeline;
+use crate::Shared;
+
+/// Moves `p`'s alias to `to` (`None`: the newest current version). `Ok(Err(why))` is a
+/// refusal; `Ok(Ok(v))` the version now live. Safe to repeat after a failure halfway: the
+/// alias move is idempotent and the meta database is written after it.
+pub(crate) async fn rollback(
+    shared: &Shared,
+    es: &EsClient,
+    coord: &Coordinator,
+    epoch: u64,
+    p: &StoredPipeline,
+    to: Option<u32>,
+) -> anyhow::Result<Result<u32, String>> {
+    let name = &p.spec.name;
+    let live = p.live_or_first();
+    if p.building_version > 0 {
+        return Ok(Err(format!(
+            "a build of version {} is under way and would move the alias again; reset it first (`pipelines reset {name}`)",
+            p.building_version
+        )));
+    }
+    let to = match p.history.rollback_target(to, live) {
+        Ok(v) => v,
+        Err(why) => return Ok(Err(why)),
+    };
+    let verdicts: NeedsRebuild = coord
+        .get_json(&layout::needs_rebuild(name))
+        .await?
+        .unwrap_or_default();
+    if verdicts.versions.contains_key(&to) || verdicts.rewritten.contains_key(&to) {
+        return Ok(Err(format!(
+            "version {to} cannot take what the pipeline now asks for ({}); put back the spec it was built with, or build",
+            verdicts.reasons(to)
+        )));
+    }
+    // Every etl member must already write both as history: the target (so it is
+    // current) and the live one (so it stays current once the alias leaves it).
+    let mut behind = Vec::new();
+    for member in coord.children("etls").await? {
+        let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await?;
+        if !rec.is_some_and(|r| r.writes_history(name, &[to, live])) {
+            behind.push(member);
+        }
+    }
+    if !behind.is_empty() {
+        return Ok(Err(format!(
+            "etl member(s) {} do not write versions {to} and {live} as history yet; retry in a moment",
+            behind.join(", ")
+        )));
+    }
+    let alias = &p.spec.alias;
+    let target = sluice_elastic::versioned_index(alias, to);
+    if !es.index_exists(&target).await? {
+        return Ok(Err(format!(
+            "the index {target} is gone; drop the version (`pipelines drop-version {name} {to}`) and build instead"
+        )));
+    }
+    let mut actions: Vec<AliasAction> = es
+        .alias_targets(alias)
+        .await?
+        .into_iter()
+        .filter(|i| *i != target)
+        .map(|index| AliasAction::Remove {
+            index,
+            alias: alias.clone(),
+        })
+        .collect();
+    actions.push(AliasAction::Add {
+        index: target.clone(),
+        alias: alias.clone(),
+    });
+    if shared.leading_epoch() != Some(epoch) {
+        anyhow::bail!("this center stopped leading; send the rollback to the new leader");
+    }
+    es.update_aliases(&actions).await?;
+    let dropped = shared.meta.rolled_back(epoch, p, to).await?;
+    tracing::info!(pipeline = %name, from = live, to, ?dropped, "alias moved back");
+    Ok(Ok(to))
+}
