@@ -177,3 +177,88 @@ async fn build(cluster: &Cluster, alias: &str) {
         .expect("build starts");
     cluster.wait_built(alias, Duration::from_secs(120)).await;
 }
+
+/// A build whose job keeps failing with an error only an operator can fix (here: a
+/// relation's table renamed away) is marked failed with the reason after a few tries and
+/// cleaned up, the alias untouched; fixed, the next build goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_failing_for_good_is_marked_failed_and_the_alias_stays() {
+    let ctx = TestCtx::new("buildfail").await;
+    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
+        .await;
+    ctx.exec("CREATE TABLE notes (id BIGINT PRIMARY KEY, item_id BIGINT, body VARCHAR(40))")
+        .await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    let alias = items.pipeline.alias.clone();
+    let spec = serde_json::json!({
+        "source": items.name, "database": ctx.db, "table": "items",
+        "relations": [{"name": "notes", "kind": "one_to_many", "table": "notes",
+                       "on": {"id": "item_id"}}]
+    });
+    let path = ctx.dir.join("items.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    cluster
+        .ctl(&["pipelines", "put", &alias, "--spec", path.to_str().unwrap()])
+        .expect("the tree pipeline is put");
+    cluster
+        .wait_running(&[&items], Duration::from_secs(30))
+        .await;
+    ctx.exec("INSERT INTO items VALUES (1, 'one', 1)").await;
+    ctx.exec("INSERT INTO notes VALUES (10, 1, 'a note')").await;
+    eventually(
+        "version 1 has the document",
+        Duration::from_secs(60),
+        || async {
+            match ctx.stack.es.count(&alias).await {
+                Ok(1) => Ok(()),
+                other => Err(format!("{other:?}\n{}", cluster.logs())),
+            }
+        },
+    )
+    .await;
+
+    ctx.exec("RENAME TABLE notes TO notes_gone").await;
+    cluster
+        .ctl(&["pipelines", "build", &alias])
+        .expect("build starts");
+    let failed = eventually("the build fails", Duration::from_secs(120), || async {
+        let s = cluster.ctl(&["pipelines", "status", &alias])?;
+        if s["phase"] == "failed" {
+            Ok(s)
+        } else {
+            Err(format!("{s}\n{}", cluster.logs()))
+        }
+    })
+    .await;
+    let reason = failed["message"].as_str().unwrap();
+    assert!(
+        reason.contains("failed 3 times") && reason.contains("notes"),
+        "{failed}"
+    );
+    assert_eq!(failed["version"], 2, "{failed}");
+    cluster
+        .wait_event(&alias, "build", &["version 2 failed"])
+        .await;
+    assert_eq!(
+        ctx.stack.es.alias_targets(&alias).await.unwrap(),
+        [format!("{alias}_v1")],
+        "the alias is untouched"
+    );
+    let p = cluster.ctl(&["pipelines", "get", &alias]).unwrap();
+    assert_eq!(p["building_version"], 0, "{p}");
+    index_gone(&ctx, &format!("{alias}_v2")).await;
+    let e = cluster
+        .ctl(&["pipelines", "status", &alias, "--wait"])
+        .unwrap_err();
+    assert!(e.contains("failed"), "--wait ends with the failure: {e}");
+
+    // Fixed, a new build (version 3: versions are never reused) goes through.
+    ctx.exec("RENAME TABLE notes_gone TO notes").await;
+    build(&cluster, &alias).await;
+    assert_eq!(
+        ctx.stack.es.alias_targets(&alias).await.unwrap(),
+        [format!("{alias}_v3")]
+    );
+    assert_eq!(ctx.stack.es.count(&alias).await.unwrap(), 1);
+}

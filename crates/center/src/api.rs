@@ -745,9 +745,16 @@ impl Admin for AdminApi {
         let mut status = crate::build::status(&self.coord()?, &p)
             .await
             .map_err(internal)?;
-        if p.building_version == 0 && p.live_version > 0 {
-            status.phase = "done".into();
-            status.version = p.live_version;
+        if p.building_version == 0 {
+            let last = self.shared.meta.last_build(&name).await.map_err(meta_err)?;
+            if let Some((version, _, reason)) = last.filter(|(_, s, _)| s == "failed") {
+                status.phase = "failed".into();
+                status.version = version;
+                status.message = reason.unwrap_or_default();
+            } else if p.live_version > 0 {
+                status.phase = "done".into();
+                status.version = p.live_version;
+            }
         }
         status.needs_rebuild = self.needs_rebuild(&p).await?;
         Ok(Response::new(status))

@@ -14,7 +14,10 @@
 //!    as history (step 1 waits for that too; see `crate::history`). Until then searches
 //!    use the old version untouched.
 //!
-//! A reset abandons the build: its index is deleted once no etl writes to it.
+//! A reset abandons the build: its index is deleted once no etl writes to it. So does a
+//! failure: a job that fails [`MAX_DEFINITE_FAILURES`] times with an error only an
+//! operator can fix (the workers count them) fails the build, with the reason, the alias
+//! untouched. Transient errors are retried without end.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +25,9 @@ use anyhow::Context as _;
 use serde_json::json;
 use sluice_elastic::{AliasAction, EsClient};
 use sluice_proto::v1::BuildStatus;
-use sluice_zk::layout::{self, BuildRecord, ChunkCursor, EtlRecord, JobRecord, PlanRecord};
+use sluice_zk::layout::{
+    self, BuildRecord, ChunkCursor, EtlRecord, JobFailure, JobRecord, PlanRecord,
+};
 use sluice_zk::{Coordinator, Expect};
 
 use crate::meta::StoredPipeline;
@@ -30,6 +35,9 @@ use crate::Shared;
 
 /// Default rows per chunk.
 pub const DEFAULT_CHUNK_ROWS: u64 = 10_000;
+
+/// Failures of one job, each an error retrying cannot fix, that fail the whole build.
+pub const MAX_DEFINITE_FAILURES: u32 = 3;
 
 /// Build jobs a worker runs at once (each holds a MySQL connection).
 const JOBS_PER_WORKER: usize = 2;
@@ -197,6 +205,14 @@ async fn drive_one(
             )
             .await?;
     }
+    if let Some(reason) = failed_for_good(coord, p).await? {
+        tracing::warn!(pipeline = %p.spec.name, version = v, %reason, "build failed");
+        shared
+            .meta
+            .fail_build(epoch, &p.spec.name, &p.spec.alias, &reason)
+            .await?;
+        return Ok(());
+    }
     let (status, chunk_done) = progress(coord, p).await?;
     crate::metrics::update(|g| {
         g.builds.insert(p.spec.name.clone(), status.clone());
@@ -238,6 +254,31 @@ async fn drive_one(
         "swap" => swap(shared, coord, epoch, acting, p).await,
         _ => Ok(()),
     }
+}
+
+/// Why the build must stop: a job of it failed [`MAX_DEFINITE_FAILURES`] times with an
+/// error retrying cannot fix (as the workers count them).
+async fn failed_for_good(
+    coord: &Coordinator,
+    p: &StoredPipeline,
+) -> anyhow::Result<Option<String>> {
+    let name = &p.spec.name;
+    for job in coord.children(&layout::build_failures(name)).await? {
+        let failure: Option<JobFailure> = coord
+            .get_json(&layout::build_failure(name, &job))
+            .await
+            .ok()
+            .flatten();
+        if let Some(f) =
+            failure.filter(|f| f.version == p.building_version && f.count >= MAX_DEFINITE_FAILURES)
+        {
+            return Ok(Some(format!(
+                "job {job} failed {} times: {}",
+                f.count, f.reason
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Where a pipeline's build stands (any replica can compute it).

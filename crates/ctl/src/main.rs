@@ -571,6 +571,10 @@ async fn follow_build(conn: &mut Conn<'_>, name: &str, out: Output) -> anyhow::R
                 async move { c.get_build(req).await }
             })
             .await?;
+        if b.phase == "failed" {
+            print_build(out, &b);
+            bail!("the build of version {} failed: {}", b.version, b.message);
+        }
         if out == Output::Json {
             if matches!(b.phase.as_str(), "done" | "none") {
                 print_build(out, &b);

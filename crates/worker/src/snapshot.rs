@@ -93,6 +93,11 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(job = %name, error = format!("{e:#}"), "build job failed; retrying");
+                        if is_definite(&e) {
+                            if let Err(z) = count_failure(&coord, &name, &e).await {
+                                tracing::warn!(job = %name, error = %z, "cannot record the job's failure");
+                            }
+                        }
                         if let Some(why) = jobs.producer.renew_after(e.as_ref()) {
                             tracing::warn!(job = %name, %why, "Kafka refused documents: the producer is replaced with a new one");
                         }
@@ -133,6 +138,52 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     for (_, r) in running {
         r.stop.cancel();
         let _ = r.handle.await;
+    }
+}
+
+/// A build job's failure that retrying cannot fix (the spec no longer fits the tables, a
+/// table without a primary key): counted, so the leader can fail the build.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Definite(String);
+
+fn is_definite(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<Definite>().is_some()
+            || c.downcast_ref::<sluice_mysql::MysqlError>()
+                .is_some_and(|m| !m.is_transient())
+    })
+}
+
+/// Counts a definite failure of job `name` (`<pipeline>~<job>`) of the build under way.
+async fn count_failure(coord: &Coordinator, name: &str, e: &anyhow::Error) -> Result<(), ZkError> {
+    let Some((pipeline, job)) = name.split_once('~') else {
+        return Ok(());
+    };
+    let Some(build) = coord
+        .get_json::<BuildRecord>(&layout::build(pipeline))
+        .await?
+    else {
+        return Ok(());
+    };
+    let at = layout::build_failure(pipeline, job);
+    loop {
+        let node = coord.get(&at).await?;
+        let mut failure = node
+            .as_ref()
+            .and_then(|n| serde_json::from_slice::<layout::JobFailure>(&n.data).ok())
+            .filter(|f| f.version == build.version)
+            .unwrap_or_default();
+        failure.version = build.version;
+        failure.count += 1;
+        failure.reason = format!("{e:#}");
+        let expect = node.map_or(Expect::Absent, |n| Expect::Version(n.version));
+        let data = serde_json::to_vec(&failure).expect("serializes");
+        match coord.put(&at, &data, expect).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -186,11 +237,11 @@ async fn compile(
     sluice_mysql::docs::load(src, &b.spec)
         .await?
         .map_err(|problems| {
-            anyhow!(
+            anyhow!(Definite(format!(
                 "pipeline {} does not fit its tables: {}",
                 b.spec.name,
                 problems.join("; ")
-            )
+            )))
         })
 }
 
@@ -214,11 +265,10 @@ async fn plan(
     for (kind, doc) in plans.iter().enumerate() {
         let table = &doc.root.table;
         if table.key_names().is_empty() {
-            bail!(
+            bail!(Definite(format!(
                 "table {}.{} has no primary key: a build reads it in chunks of its primary key (add one)",
-                table.db,
-                table.table
-            );
+                table.db, table.table
+            )));
         }
         estimated_rows += table.estimated_rows(src, &mut conn).await?;
         let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;

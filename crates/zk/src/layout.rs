@@ -227,6 +227,23 @@ pub fn build_partitions(pipeline: &str) -> String {
     format!("builds/{pipeline}/partitions")
 }
 
+/// `builds/<pipeline>/failures/<job>`: how often a build job failed with an error only
+/// an operator can fix (written by the workers; the leader fails the build past a bound).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobFailure {
+    pub version: u32,
+    pub count: u32,
+    pub reason: String,
+}
+
+pub fn build_failures(pipeline: &str) -> String {
+    format!("builds/{pipeline}/failures")
+}
+
+pub fn build_failure(pipeline: &str, job: &str) -> String {
+    format!("builds/{pipeline}/failures/{job}")
+}
+
 pub fn jobs(worker: &str) -> String {
     format!("snapshots/{worker}")
 }

@@ -180,6 +180,8 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
         8,
         &["ALTER TABLE pipelines ADD COLUMN current_history_json TEXT NULL"],
     ),
+    // Why a build failed (state `failed`).
+    (9, &["ALTER TABLE builds ADD COLUMN reason TEXT NULL"]),
 ];
 
 /// A pipeline as the meta database keeps it: the spec, and where its versions stand.
@@ -697,6 +699,28 @@ impl Meta {
         name: &str,
         alias: &str,
     ) -> Result<Option<u32>, MetaError> {
+        self.end_build(epoch, name, alias, None).await
+    }
+
+    /// The pipeline's build failed for `reason`: abandoned like a reset (the alias
+    /// untouched, its index doomed), and recorded as failed with the reason.
+    pub async fn fail_build(
+        &self,
+        epoch: u64,
+        name: &str,
+        alias: &str,
+        reason: &str,
+    ) -> Result<Option<u32>, MetaError> {
+        self.end_build(epoch, name, alias, Some(reason)).await
+    }
+
+    async fn end_build(
+        &self,
+        epoch: u64,
+        name: &str,
+        alias: &str,
+        failure: Option<&str>,
+    ) -> Result<Option<u32>, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let row: Option<u32> = tx
             .exec_first(
@@ -714,9 +738,17 @@ impl Meta {
         )
         .await?;
         if building > 0 {
+            let (state, why, message) = match failure {
+                None => ("reset", "build reset", format!("build of version {building} reset")),
+                Some(reason) => (
+                    "failed",
+                    "build failed",
+                    format!("build of version {building} failed: {reason}; the alias is untouched, fix the cause and build again"),
+                ),
+            };
             tx.exec_drop(
-                "UPDATE builds SET state = 'reset', finished_at = CURRENT_TIMESTAMP(3) WHERE pipeline = ? AND version = ?",
-                (name, building),
+                "UPDATE builds SET state = ?, reason = ?, finished_at = CURRENT_TIMESTAMP(3) WHERE pipeline = ? AND version = ?",
+                (state, failure, name, building),
             )
             .await?;
             doom(
@@ -724,20 +756,27 @@ impl Meta {
                 &sluice_elastic::versioned_index(alias, building),
                 name,
                 building,
-                "build reset",
+                why,
             )
             .await?;
-            insert_event(
-                &mut tx,
-                &self.origin,
-                "build",
-                name,
-                &format!("build of version {building} reset"),
-            )
-            .await?;
+            insert_event(&mut tx, &self.origin, "build", name, &message).await?;
         }
         tx.commit().await?;
         Ok((building > 0).then_some(building))
+    }
+
+    /// The pipeline's last build: (version, state, why it failed).
+    pub async fn last_build(
+        &self,
+        name: &str,
+    ) -> Result<Option<(u32, String, Option<String>)>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        Ok(conn
+            .exec_first(
+                "SELECT version, state, reason FROM builds WHERE pipeline = ? ORDER BY id DESC LIMIT 1",
+                (name,),
+            )
+            .await?)
     }
 
     /// Indexes to delete once no etl writes to them: (index, pipeline, version).
