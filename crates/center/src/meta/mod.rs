@@ -204,10 +204,15 @@ impl StoredPipeline {
         sluice_proto::convert::state_of(self.live_version, self.building_version)
     }
 
-    /// The versions the etl writes as history (see [`History::announced`]).
+    /// The versions the etl writes as history (see [`History::announced`]). Before any
+    /// build there are none: version 1, made by the etl, holds only what streamed into
+    /// it, so it is never whole and never becomes a rollback target.
     pub fn announced_history(&self) -> Vec<u32> {
+        if self.live_version == 0 {
+            return Vec::new();
+        }
         self.history
-            .announced(self.live_or_first(), self.spec.keep_history)
+            .announced(self.live_version, self.spec.keep_history)
     }
 }
 
@@ -580,13 +585,7 @@ impl Meta {
         let mut tx = self.fenced(epoch).await?;
         let mut history = locked_history(&mut tx, name).await?.unwrap_or_default();
         history.remove(version);
-        // Version 1, made by the etl before any build, holds only what streamed into it:
-        // never whole, so never a rollback target.
-        let mut whole = p.announced_history();
-        if p.live_version == 0 {
-            whole.retain(|v| *v != p.live_or_first());
-        }
-        let dropped = history.retire(previous, &whole, p.spec.keep_history);
+        let dropped = history.retire(previous, &p.announced_history(), p.spec.keep_history);
         store_history(&mut tx, name, &history).await?;
         tx.exec_drop(
             "UPDATE pipelines SET live_version = ?, building_version = 0 WHERE name = ? AND building_version = ?",
