@@ -585,8 +585,7 @@ impl Meta {
         let mut tx = self.fenced(epoch).await?;
         let mut history = locked_history(&mut tx, name).await?.unwrap_or_default();
         history.remove(version);
-        let dropped = history.retire(previous, &p.announced_history(), p.spec.keep_history);
-        store_history(&mut tx, name, &history).await?;
+        let dropped = retire(&mut tx, p, history, previous).await?;
         tx.exec_drop(
             "UPDATE pipelines SET live_version = ?, building_version = 0 WHERE name = ? AND building_version = ?",
             (version, name, version),
@@ -597,10 +596,6 @@ impl Meta {
             (name, version),
         )
         .await?;
-        for v in &dropped {
-            let index = sluice_elastic::versioned_index(&p.spec.alias, *v);
-            doom(&mut tx, &index, name, *v, "beyond keep_history").await?;
-        }
         insert_event(
             &mut tx,
             &self.origin,
@@ -629,17 +624,12 @@ impl Meta {
         let mut tx = self.fenced(epoch).await?;
         let mut history = locked_history(&mut tx, name).await?.unwrap_or_default();
         history.remove(to);
-        let dropped = history.retire(&[from], &p.announced_history(), p.spec.keep_history);
-        store_history(&mut tx, name, &history).await?;
+        let dropped = retire(&mut tx, p, history, &[from]).await?;
         tx.exec_drop(
             "UPDATE pipelines SET live_version = ? WHERE name = ?",
             (to, name),
         )
         .await?;
-        for v in &dropped {
-            let index = sluice_elastic::versioned_index(&p.spec.alias, *v);
-            doom(&mut tx, &index, name, *v, "beyond keep_history").await?;
-        }
         insert_event(
             &mut tx,
             &self.origin,
@@ -1019,6 +1009,23 @@ fn history_of(
         kept: parse("history_json", kept)?,
         current: parse("current_history_json", current)?,
     })
+}
+
+/// The alias left `previous`: they join `p`'s history (current if the etl wrote them as
+/// history), which is stored; versions beyond its `keep_history` are doomed and returned.
+async fn retire(
+    tx: &mut Transaction<'static>,
+    p: &StoredPipeline,
+    mut history: History,
+    previous: &[u32],
+) -> Result<Vec<u32>, MetaError> {
+    let dropped = history.retire(previous, &p.announced_history(), p.spec.keep_history);
+    store_history(tx, &p.spec.name, &history).await?;
+    for v in &dropped {
+        let index = sluice_elastic::versioned_index(&p.spec.alias, *v);
+        doom(tx, &index, &p.spec.name, *v, "beyond keep_history").await?;
+    }
+    Ok(dropped)
 }
 
 fn dropped_note(dropped: &[u32]) -> String {
