@@ -38,10 +38,9 @@ pub(crate) async fn rollback(
         .get_json(&layout::needs_rebuild(name))
         .await?
         .unwrap_or_default();
-    if verdicts.versions.contains_key(&to) || verdicts.rewritten.contains_key(&to) {
+    if let Some(why) = verdicts.of(to) {
         return Ok(Err(format!(
-            "version {to} cannot take what the pipeline now asks for ({}); put back the spec it was built with, or build",
-            verdicts.reasons(to)
+            "version {to} cannot take what the pipeline now asks for ({why}); put back the spec it was built with, or build"
         )));
     }
     // Every etl member must already write both as history: the target (so it is

@@ -153,7 +153,6 @@ impl NeedsRebuild {
     /// Why version `live` or a newer one needs a rebuild (`v<N>: why; …`); empty when
     /// none does.
     pub fn reasons(&self, live: u32) -> String {
-        let mut out = Vec::new();
         let versions: std::collections::BTreeSet<u32> = self
             .versions
             .keys()
@@ -161,23 +160,29 @@ impl NeedsRebuild {
             .copied()
             .filter(|v| *v >= live)
             .collect();
-        for v in versions {
-            let why: Vec<&str> = self
-                .versions
-                .get(&v)
-                .map(String::as_str)
-                .into_iter()
-                .chain(
-                    self.rewritten
-                        .get(&v)
-                        .into_iter()
-                        .flatten()
-                        .map(String::as_str),
-                )
-                .collect();
-            out.push(format!("v{v}: {}", why.join("; ")));
-        }
-        out.join("; ")
+        versions
+            .into_iter()
+            .filter_map(|v| Some(format!("v{v}: {}", self.of(v)?)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Why version `v` itself needs a rebuild, if it does.
+    pub fn of(&self, v: u32) -> Option<String> {
+        let why: Vec<&str> = self
+            .versions
+            .get(&v)
+            .map(String::as_str)
+            .into_iter()
+            .chain(
+                self.rewritten
+                    .get(&v)
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str),
+            )
+            .collect();
+        (!why.is_empty()).then(|| why.join("; "))
     }
 
     /// Whether DDL changed the documents of version `live` (or a newer one).
@@ -289,4 +294,29 @@ pub fn lock(task: &str) -> String {
 
 pub fn checkpoint(task: &str) -> String {
     format!("tasks/{task}/checkpoint")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_versions_reasons_are_its_own() {
+        let mut r = NeedsRebuild::default();
+        r.versions.insert(2, "title changed type".into());
+        r.versions.insert(3, "analyzer changed".into());
+        r.rewritten.insert(3, vec!["a column was dropped".into()]);
+        assert_eq!(r.of(2).as_deref(), Some("title changed type"));
+        assert_eq!(
+            r.of(3).as_deref(),
+            Some("analyzer changed; a column was dropped")
+        );
+        assert_eq!(r.of(1), None);
+        assert_eq!(
+            r.reasons(3),
+            "v3: analyzer changed; a column was dropped",
+            "older versions no longer matter"
+        );
+        assert_eq!(r.reasons(4), "");
+    }
 }
