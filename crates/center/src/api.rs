@@ -276,6 +276,13 @@ impl AdminApi {
         }
     }
 
+    /// The pipeline named, or `NOT_FOUND` naming it.
+    async fn existing(&self, name: &str) -> Result<StoredPipeline, Status> {
+        self.pipeline(name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))
+    }
+
     async fn pipeline(&self, name: &str) -> Result<Option<StoredPipeline>, Status> {
         let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
         Ok(pipelines.into_iter().find(|p| p.spec.name == name))
@@ -346,10 +353,7 @@ impl AdminApi {
 
     /// The pipeline named, as the API shows it.
     async fn pipeline_message(&self, name: &str) -> Result<Pipeline, Status> {
-        let p = self
-            .pipeline(name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        let p = self.existing(name).await?;
         self.message(&p).await
     }
 }
@@ -665,10 +669,7 @@ impl Admin for AdminApi {
             .map_err(Status::failed_precondition)?;
         tracing::info!(pipeline = %req.name, version, chunk_rows, "build started");
         self.changed();
-        let p = self
-            .pipeline(&req.name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{}`", req.name)))?;
+        let p = self.existing(&req.name).await?;
         let status = crate::build::status(&self.coord()?, &p)
             .await
             .map_err(internal)?;
@@ -681,10 +682,7 @@ impl Admin for AdminApi {
     ) -> Result<Response<Pipeline>, Status> {
         let name = req.into_inner().name;
         let epoch = self.writable().await?;
-        let p = self
-            .pipeline(&name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        let p = self.existing(&name).await?;
         self.shared
             .meta
             .reset_build(epoch, &name, &p.spec.alias)
@@ -705,10 +703,7 @@ impl Admin for AdminApi {
                 "rollbacks need the center's [elasticsearch] section (to move the alias)",
             )
         })?;
-        let p = self
-            .pipeline(&req.name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{}`", req.name)))?;
+        let p = self.existing(&req.name).await?;
         let to = (req.to_version > 0).then_some(req.to_version);
         crate::rollback::rollback(&self.shared, es, &self.coord()?, epoch, &p, to)
             .await
@@ -724,10 +719,7 @@ impl Admin for AdminApi {
     ) -> Result<Response<Pipeline>, Status> {
         let req = req.into_inner();
         let epoch = self.writable().await?;
-        let p = self
-            .pipeline(&req.name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{}`", req.name)))?;
+        let p = self.existing(&req.name).await?;
         refused(self.shared.meta.drop_version(epoch, &p, req.version).await)?;
         self.changed();
         Ok(Response::new(self.pipeline_message(&req.name).await?))
@@ -738,10 +730,7 @@ impl Admin for AdminApi {
         req: Request<GetBuildRequest>,
     ) -> Result<Response<BuildStatus>, Status> {
         let name = req.into_inner().name;
-        let p = self
-            .pipeline(&name)
-            .await?
-            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))?;
+        let p = self.existing(&name).await?;
         let mut status = crate::build::status(&self.coord()?, &p)
             .await
             .map_err(internal)?;
@@ -1036,7 +1025,8 @@ impl Admin for AdminApi {
     }
 }
 
-/// A dictionary change's outcome: a refusal names what is wrong.
+/// A meta-database change that the state can refuse: a refusal (`Ok(Err(why))`) is
+/// `FAILED_PRECONDITION` with the reason.
 fn refused<T>(outcome: Result<Result<T, String>, MetaError>) -> Result<T, Status> {
     outcome
         .map_err(meta_err)?
