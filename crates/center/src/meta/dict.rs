@@ -130,20 +130,15 @@ impl Meta {
         dictionary: Dictionary,
         words: &[String],
     ) -> Result<Result<Vec<Word>, String>, MetaError> {
-        let mut tx = self.fenced(epoch).await?;
-        let present = locked(&mut tx, dictionary, words).await?;
-        if let Some(refusal) = unknown(dictionary, words, &present) {
-            tx.rollback().await?;
-            return Ok(Err(refusal));
-        }
-        let drafts: Vec<&String> = words
-            .iter()
-            .filter(|w| present.iter().any(|p| &p.word == *w && !p.published))
-            .collect();
+        let (mut tx, present) = match self.known(epoch, dictionary, words).await? {
+            Ok(known) => known,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let drafts: Vec<&Word> = present.iter().filter(|w| !w.published).collect();
         tx.exec_batch(
             "UPDATE dict_words SET published = 1, published_at = CURRENT_TIMESTAMP(3)
              WHERE dictionary = ? AND word = ?",
-            drafts.iter().map(|w| (dictionary.name(), *w)),
+            drafts.iter().map(|w| (dictionary.name(), &w.word)),
         )
         .await?;
         if !drafts.is_empty() {
@@ -161,12 +156,10 @@ impl Meta {
         dictionary: Dictionary,
         words: &[String],
     ) -> Result<Result<Vec<Word>, String>, MetaError> {
-        let mut tx = self.fenced(epoch).await?;
-        let present = locked(&mut tx, dictionary, words).await?;
-        if let Some(refusal) = unknown(dictionary, words, &present) {
-            tx.rollback().await?;
-            return Ok(Err(refusal));
-        }
+        let (mut tx, present) = match self.known(epoch, dictionary, words).await? {
+            Ok(known) => known,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
         tx.exec_batch(
             "DELETE FROM dict_words WHERE dictionary = ? AND word = ?",
             words.iter().map(|w| (dictionary.name(), w)),
@@ -186,6 +179,23 @@ impl Meta {
         .await?;
         tx.commit().await?;
         Ok(Ok(present))
+    }
+
+    /// A fenced transaction holding every one of `words` locked, with their rows; a
+    /// refusal naming those that are not in the dictionary.
+    async fn known(
+        &self,
+        epoch: u64,
+        dictionary: Dictionary,
+        words: &[String],
+    ) -> Result<Result<(Transaction<'static>, Vec<Word>), String>, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        let present = locked(&mut tx, dictionary, words).await?;
+        if let Some(refusal) = unknown(dictionary, words, &present) {
+            tx.rollback().await?;
+            return Ok(Err(refusal));
+        }
+        Ok(Ok((tx, present)))
     }
 }
 
