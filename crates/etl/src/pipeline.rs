@@ -15,8 +15,9 @@ use sluice_mysql::{MysqlError, SourceConfig};
 use crate::mapping;
 
 /// A pipeline the etl applies: its spec, the version being built, if any (from the
-/// center: written to as well as the alias's), the versions kept for rollback, and how to reach its source (pipelines
-/// read back from MySQL need it; `Err` says why it cannot be reached).
+/// center: written to as well as the alias's), the versions kept for rollback, and how
+/// to reach its source (pipelines read back from MySQL need it; `Err` says why it cannot
+/// be reached).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Active {
     pub spec: PipelineSpec,
@@ -449,9 +450,9 @@ mod tests {
         spec.id = vec!["code".into()];
         let router = Router::new(
             &[Active {
-                history: vec![],
                 spec,
                 building: None,
+                history: vec![],
                 source: Err("not needed".into()),
             }],
             &TopicConfig::default(),
