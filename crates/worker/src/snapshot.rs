@@ -94,7 +94,7 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
                     Ok(Err(e)) => {
                         tracing::warn!(job = %name, error = format!("{e:#}"), "build job failed; retrying");
                         if is_definite(&e) {
-                            if let Err(z) = count_failure(&coord, &name, &e).await {
+                            if let Err(z) = count_failure(&coord, &me, &name, &e).await {
                                 tracing::warn!(job = %name, error = %z, "cannot record the job's failure");
                             }
                         }
@@ -155,15 +155,18 @@ fn is_definite(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Counts a definite failure of job `name` (`<pipeline>~<job>`) of the build under way.
-async fn count_failure(coord: &Coordinator, name: &str, e: &anyhow::Error) -> Result<(), ZkError> {
+/// Counts a definite failure of this worker's job `name` (`<pipeline>~<job>`) against
+/// the build version the job is for; a job already withdrawn counts for nothing.
+async fn count_failure(
+    coord: &Coordinator,
+    me: &str,
+    name: &str,
+    e: &anyhow::Error,
+) -> Result<(), ZkError> {
     let Some((pipeline, job)) = name.split_once('~') else {
         return Ok(());
     };
-    let Some(build) = coord
-        .get_json::<BuildRecord>(&layout::build(pipeline))
-        .await?
-    else {
+    let Some(assigned) = coord.get_json::<JobRecord>(&layout::job(me, name)).await? else {
         return Ok(());
     };
     let at = layout::build_failure(pipeline, job);
@@ -172,9 +175,9 @@ async fn count_failure(coord: &Coordinator, name: &str, e: &anyhow::Error) -> Re
         let mut failure = node
             .as_ref()
             .and_then(|n| serde_json::from_slice::<layout::JobFailure>(&n.data).ok())
-            .filter(|f| f.version == build.version)
+            .filter(|f| f.version == assigned.version)
             .unwrap_or_default();
-        failure.version = build.version;
+        failure.version = assigned.version;
         failure.count += 1;
         failure.reason = format!("{e:#}");
         let expect = node.map_or(Expect::Absent, |n| Expect::Version(n.version));
