@@ -359,6 +359,20 @@ impl TestCtx {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// `items (id, name, qty)` holding rows 1..=`rows` (`item <id>`, `id % 97`): the
+    /// table the build and version-history tests stream and rebuild.
+    pub async fn items_table(&self, rows: u64) {
+        self.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
+            .await;
+        if rows > 0 {
+            let values: Vec<String> = (1..=rows)
+                .map(|i| format!("({i}, 'item {i}', {})", i % 97))
+                .collect();
+            self.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
+                .await;
+        }
+    }
+
     /// The `[zookeeper]` section of every service of this test (its own root).
     pub(crate) fn zookeeper_section(&self) -> String {
         let connect = (self.routes().zookeeper).unwrap_or_else(|| self.stack.zookeeper.clone());

@@ -32,13 +32,7 @@ async fn streaming_items_armed(
     for (bin, armed) in failpoints {
         ctx.env_for(bin, "FAILPOINTS", armed);
     }
-    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
-        .await;
-    let values: Vec<String> = (1..=ROWS)
-        .map(|i| format!("({i}, 'item {i}', {})", i % 97))
-        .collect();
-    ctx.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
-        .await;
+    ctx.items_table(ROWS).await;
     let cluster = ctx.start_cluster(3, workers).await;
     let items = ctx.add_source(&cluster, "items", 1).await;
     cluster

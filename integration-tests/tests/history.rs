@@ -76,13 +76,7 @@ async fn index_gone(ctx: &TestCtx, index: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_version_is_kept_current_and_the_alias_rolls_back_and_forth() {
     let ctx = TestCtx::new("history").await;
-    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
-        .await;
-    let values: Vec<String> = (1..=ROWS)
-        .map(|i| format!("({i}, 'item {i}', {})", i % 97))
-        .collect();
-    ctx.exec(&format!("INSERT INTO items VALUES {}", values.join(", ")))
-        .await;
+    ctx.items_table(ROWS).await;
     let cluster = ctx.start_cluster(1, 2).await;
     let items = ctx.add_source(&cluster, "items", 1).await;
     let alias = items.pipeline.alias.clone();
@@ -184,8 +178,7 @@ async fn build(cluster: &Cluster, alias: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_failing_for_good_is_marked_failed_and_the_alias_stays() {
     let ctx = TestCtx::new("buildfail").await;
-    ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT)")
-        .await;
+    ctx.items_table(0).await;
     ctx.exec("CREATE TABLE notes (id BIGINT PRIMARY KEY, item_id BIGINT, body VARCHAR(40))")
         .await;
     let cluster = ctx.start_cluster(1, 1).await;
