@@ -142,6 +142,7 @@ impl TestCtx {
                 &worker,
                 &self.zookeeper_section(),
                 &self.kafka_section(),
+                &self.elasticsearch_section(),
                 &center,
             ],
         )

@@ -377,22 +377,18 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                     );
                 }
             }
-            // TLS to Elasticsearch: the etl and the centers trust its CA and present the
-            // client certificate; workers, which never write to it, do not get them.
+            // TLS to Elasticsearch: every component trusts its CA and presents the client
+            // certificate (the etl writes, the centers move aliases, the workers compare
+            // the index with MySQL in consistency checks).
             let es_secret = str_of(s(&values, &["elasticsearch", "tlsSecret"]));
             if !es_secret.is_empty() {
                 let env_of =
                     |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-                let writes = component != "worker";
                 let client =
                     s(&values, &["elasticsearch", "clientCertificate"]).as_bool() == Some(true);
                 for (key, file, wanted) in [
-                    ("SLUICE_ELASTICSEARCH__TLS__CA", "ca.pem", writes),
-                    (
-                        "SLUICE_ELASTICSEARCH__TLS__KEY",
-                        "client.key",
-                        writes && client,
-                    ),
+                    ("SLUICE_ELASTICSEARCH__TLS__CA", "ca.pem", true),
+                    ("SLUICE_ELASTICSEARCH__TLS__KEY", "client.key", client),
                 ] {
                     let path = format!("/etc/sluice/es-tls/{file}");
                     assert_eq!(
@@ -408,7 +404,7 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                 let mounted = mounts
                     .filter_map(|v| v.get("secret"))
                     .any(|secret| str_of(&secret["secretName"]) == es_secret);
-                assert_eq!(mounted, writes, "{name}: {wname} mounts {es_secret}");
+                assert!(mounted, "{name}: {wname} mounts {es_secret}");
             }
             // Workers get their own report-only token when the values name one.
             let worker_secret = str_of(s(&values, &["api", "workerTokenSecret", "name"]));

@@ -259,6 +259,16 @@ impl AdminApi {
         Err(status)
     }
 
+    async fn check_message(&self, id: u64) -> Result<Check, Status> {
+        self.shared
+            .meta
+            .check(id)
+            .await
+            .map_err(meta_err)?
+            .map(|c| check_message(&c))
+            .ok_or_else(|| Status::not_found(format!("no check {id}")))
+    }
+
     fn changed(&self) {
         self.shared.nudge.notify_one();
     }
@@ -713,6 +723,50 @@ impl Admin for AdminApi {
         Ok(Response::new(self.pipeline_message(&req.name).await?))
     }
 
+    async fn start_check(&self, req: Request<CheckRequest>) -> Result<Response<Check>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        let p = self.existing(&req.pipeline).await?;
+        let id = crate::check::start(
+            &self.shared,
+            epoch,
+            &p,
+            req.since.trim(),
+            req.repair,
+            "operator",
+        )
+        .await
+        .map_err(|e| Status::unavailable(format!("{e:#}")))?
+        .map_err(Status::failed_precondition)?;
+        tracing::info!(pipeline = %req.pipeline, check = id, "check started");
+        self.changed();
+        self.check_message(id).await.map(Response::new)
+    }
+
+    async fn list_checks(
+        &self,
+        req: Request<ListChecksRequest>,
+    ) -> Result<Response<ListChecksResponse>, Status> {
+        let req = req.into_inner();
+        self.existing(&req.pipeline).await?;
+        let limit = if req.limit == 0 { 20 } else { req.limit };
+        let checks = self
+            .shared
+            .meta
+            .checks(&req.pipeline, limit)
+            .await
+            .map_err(meta_err)?;
+        Ok(Response::new(ListChecksResponse {
+            checks: checks.iter().map(check_message).collect(),
+        }))
+    }
+
+    async fn get_check(&self, req: Request<GetCheckRequest>) -> Result<Response<Check>, Status> {
+        self.check_message(req.into_inner().id)
+            .await
+            .map(Response::new)
+    }
+
     async fn drop_version(
         &self,
         req: Request<DropVersionRequest>,
@@ -1149,5 +1203,39 @@ impl WorkerReports for AdminApi {
                 .map_err(meta_err)?;
         }
         Ok(Response::new(ReportAck {}))
+    }
+}
+
+/// A check as the API shows it.
+fn check_message(c: &crate::meta::CheckRun) -> Check {
+    let t = &c.tally;
+    Check {
+        id: c.id,
+        pipeline: c.pipeline.clone(),
+        version: c.version,
+        since: c.since.clone(),
+        repair: c.repair,
+        state: c.state.clone(),
+        trigger: c.started_by.clone(),
+        started_at_ms: c.started_at_ms,
+        finished_at_ms: c.finished_at_ms,
+        chunks: c.chunks,
+        chunks_done: c.chunks_done,
+        keys: t.keys,
+        missing: t.missing,
+        extra: t.extra,
+        different: t.different,
+        skipped: t.skipped,
+        repaired: t.repaired,
+        examples: t
+            .examples
+            .iter()
+            .map(|e| CheckExample {
+                kind: e.kind.clone(),
+                id: e.id.clone(),
+                detail: e.detail.clone(),
+            })
+            .collect(),
+        error: t.error.clone().unwrap_or_default(),
     }
 }

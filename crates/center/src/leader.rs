@@ -447,7 +447,10 @@ async fn reconcile(
         // Builds started: publish them (and their pipelines' versions) at once.
         shared.nudge.notify_one();
     }
-    if crate::build::drive(shared, coord, epoch, &acting, &pipelines, &worker_ids).await? {
+    let checking = crate::check::drive(shared, coord, epoch, &acting, &pipelines).await?;
+    if crate::build::drive(shared, coord, epoch, &acting, &pipelines, &worker_ids).await?
+        || checking
+    {
         // Each phase of a build waits for this pass: a short one keeps the phases'
         // hand-offs (etls confirmed, plan made, chunks read, markers applied) to a
         // fraction of a second, for a few ZooKeeper reads per build.

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod balance;
 mod build;
+mod check;
 pub mod config;
 pub mod dict;
 pub mod dlq;

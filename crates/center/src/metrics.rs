@@ -7,7 +7,12 @@
 //! `sluice_center_build_rows_done{pipeline}`, `sluice_center_build_rows_estimated{pipeline}`,
 //! `sluice_center_build_chunks{pipeline}`, `sluice_center_build_chunks_done{pipeline}` and
 //! `sluice_center_build_running{pipeline}` (1 while building, 0 once done);
-//! `sluice_center_pipeline_needs_rebuild{pipeline}` (1: its documents need a build); and
+//! `sluice_center_pipeline_needs_rebuild{pipeline}` (1: its documents need a build);
+//! per pipeline, of its running or else last consistency check,
+//! `sluice_center_check_drift{pipeline,kind}` (documents found `missing`, `extra` or
+//! `different`), `sluice_center_check_keys{pipeline}`, `sluice_center_check_skipped`,
+//! `sluice_center_check_chunks`, `sluice_center_check_chunks_done` and
+//! `sluice_center_check_running` (1 while it runs); and
 //! `sluice_center_events_total{kind}`, the events this replica recorded (leader changes,
 //! assignments, builds, workers' task events, operators' changes).
 
@@ -36,6 +41,17 @@ pub(crate) struct Gauges {
     pub source_lag: BTreeMap<String, f64>,
     /// Per pipeline, 1 when its live (or building) version needs a rebuild.
     pub needs_rebuild: BTreeMap<String, u64>,
+    /// Per pipeline, its running or last consistency check.
+    pub checks: BTreeMap<String, CheckGauge>,
+}
+
+/// A consistency check as the gauges show it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CheckGauge {
+    pub running: bool,
+    pub chunks: u32,
+    pub chunks_done: u32,
+    pub tally: sluice_zk::layout::CheckTally,
 }
 
 pub(crate) static GAUGES: Mutex<Gauges> = Mutex::new(Gauges {
@@ -47,6 +63,7 @@ pub(crate) static GAUGES: Mutex<Gauges> = Mutex::new(Gauges {
     builds: BTreeMap::new(),
     source_lag: BTreeMap::new(),
     needs_rebuild: BTreeMap::new(),
+    checks: BTreeMap::new(),
 });
 
 pub(crate) fn update(f: impl FnOnce(&mut Gauges)) {
@@ -55,6 +72,11 @@ pub(crate) fn update(f: impl FnOnce(&mut Gauges)) {
 
 fn read<T>(f: impl FnOnce(&Gauges) -> T) -> T {
     f(&GAUGES.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The checks the gauges show, by pipeline.
+pub(crate) fn read_checks() -> BTreeMap<String, CheckGauge> {
+    read(|g| g.checks.clone())
 }
 
 /// Registers the gauges; call once, after telemetry is installed.
@@ -66,6 +88,7 @@ pub(crate) fn observe() {
         "pipeline",
         "source",
         "rebuild",
+        "check",
     ] {
         EVENTS.add(0, &[KeyValue::new("kind", kind)]);
     }
@@ -119,6 +142,59 @@ pub(crate) fn observe() {
             }
         })
         .build();
+    m.u64_observable_gauge("sluice.center.check.drift")
+        .with_description("Documents the pipeline's running or last consistency check found wrong, by kind: missing, extra, different")
+        .with_callback(|o| {
+            for (pipeline, c) in read_checks() {
+                for (kind, n) in [
+                    ("missing", c.tally.missing),
+                    ("extra", c.tally.extra),
+                    ("different", c.tally.different),
+                ] {
+                    o.observe(
+                        n,
+                        &[KeyValue::new("pipeline", pipeline.clone()), KeyValue::new("kind", kind)],
+                    );
+                }
+            }
+        })
+        .build();
+    type CheckField = fn(&CheckGauge) -> u64;
+    let checks: [(&'static str, &'static str, CheckField); 5] = [
+        (
+            "sluice.center.check.keys",
+            "Documents the check compared so far",
+            |c| c.tally.keys,
+        ),
+        (
+            "sluice.center.check.skipped",
+            "Documents the stream changed while the check read them (not judged)",
+            |c| c.tally.skipped,
+        ),
+        (
+            "sluice.center.check.chunks",
+            "Chunks the check was cut into",
+            |c| c.chunks.into(),
+        ),
+        ("sluice.center.check.chunks_done", "Chunks compared", |c| {
+            c.chunks_done.into()
+        }),
+        (
+            "sluice.center.check.running",
+            "1 while the pipeline's check runs",
+            |c| u64::from(c.running),
+        ),
+    ];
+    for (name, description, field) in checks {
+        m.u64_observable_gauge(name)
+            .with_description(description)
+            .with_callback(move |o| {
+                for (pipeline, c) in read_checks() {
+                    o.observe(field(&c), &[KeyValue::new("pipeline", pipeline)]);
+                }
+            })
+            .build();
+    }
     type Field = fn(&BuildStatus) -> u64;
     let builds: [(&'static str, &'static str, Field); 5] = [
         (

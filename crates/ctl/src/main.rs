@@ -2,6 +2,7 @@
 //! default, `--output json` for scripts. Writes go to the leader: a follower's answer
 //! names it, and sluicectl follows.
 
+mod check;
 mod dict;
 
 use std::time::Duration;
@@ -204,6 +205,32 @@ enum PipelineCmd {
         name: String,
         #[arg(long)]
         wait: bool,
+    },
+    /// Compare the live index with MySQL (through the document builder), chunk by chunk
+    /// on the workers: documents missing, extra (orphans) or different, with examples.
+    Check {
+        name: String,
+        /// Only roots changed this recently by the spec's `check.updated_column` (`24h`);
+        /// orphans are found by a full check only.
+        #[arg(long, conflicts_with = "full")]
+        since: Option<String>,
+        /// Every row (the default).
+        #[arg(long)]
+        full: bool,
+        /// Put right what differs: rewrite documents, delete orphans (through the etl,
+        /// at the version of the read, so a newer change always wins).
+        #[arg(long)]
+        repair: bool,
+        /// Follow it with a progress bar; exit 1 when it failed or found drift it did not
+        /// repair.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// A pipeline's checks, newest first, with examples of what they found.
+    Checks {
+        name: String,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
     },
 }
 
@@ -922,6 +949,23 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                     .await?;
                 print_build(out, &b);
             }
+        }
+        Command::Pipelines(PipelineCmd::Check {
+            name,
+            since,
+            full: _,
+            repair,
+            wait,
+        }) => {
+            let req = CheckRequest {
+                pipeline: name.clone(),
+                since: since.clone().unwrap_or_default(),
+                repair: *repair,
+            };
+            check::start(&mut conn, out, req, *wait).await?;
+        }
+        Command::Pipelines(PipelineCmd::Checks { name, limit }) => {
+            check::list(&mut conn, out, name, *limit).await?;
         }
         Command::Pipelines(PipelineCmd::Reset { name }) => {
             let req = ResetRequest { name: name.clone() };

@@ -20,6 +20,23 @@ use crate::error::EsError;
 /// Where the cluster is and how to authenticate.
 ///
 /// `Debug` never shows the password.
+/// A document as a search or a multi-get found it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Hit {
+    #[serde(rename = "_id", default)]
+    pub id: String,
+    /// Its version (the external version it was last written with).
+    #[serde(rename = "_version", default)]
+    pub version: u64,
+    #[serde(rename = "_routing", default)]
+    pub routing: Option<String>,
+    #[serde(rename = "_source", default)]
+    pub source: Value,
+    /// A search's sort values (for `search_after`).
+    #[serde(default)]
+    pub sort: Vec<Value>,
+}
+
 #[derive(Clone)]
 pub struct EsClientConfig {
     /// Base URL, e.g. `https://es.internal:9200` or `https://proxy/es/` (a path prefix
@@ -480,8 +497,8 @@ impl EsClient {
     /// exist, in the order of `ids`. Reads are real-time (no refresh needed).
     /// Documents written with a routing value need [`Self::mget_routed`].
     pub async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<Value>>, EsError> {
-        let docs: Vec<Value> = ids.iter().map(|id| json!({"_id": id})).collect();
-        self.mget_docs(index, docs).await
+        let docs: Vec<(String, Option<String>)> = ids.iter().map(|id| (id.clone(), None)).collect();
+        self.mget_routed(index, &docs).await
     }
 
     /// Like [`Self::mget`], with a routing value per document.
@@ -490,6 +507,25 @@ impl EsClient {
         index: &str,
         docs: &[(String, Option<String>)],
     ) -> Result<Vec<Option<Value>>, EsError> {
+        Ok(self
+            .mget_hits(index, docs)
+            .await?
+            .into_iter()
+            .map(|hit| hit.map(|h| h.source))
+            .collect())
+    }
+
+    /// Like [`Self::mget_routed`], each found document with its version and routing.
+    pub async fn mget_hits(
+        &self,
+        index: &str,
+        docs: &[(String, Option<String>)],
+    ) -> Result<Vec<Option<Hit>>, EsError> {
+        const CALL: &str = "mget";
+        check_name(CALL, index)?;
+        if docs.is_empty() {
+            return Ok(Vec::new());
+        }
         let docs: Vec<Value> = docs
             .iter()
             .map(|(id, routing)| match routing {
@@ -497,19 +533,6 @@ impl EsClient {
                 None => json!({"_id": id}),
             })
             .collect();
-        self.mget_docs(index, docs).await
-    }
-
-    async fn mget_docs(
-        &self,
-        index: &str,
-        docs: Vec<Value>,
-    ) -> Result<Vec<Option<Value>>, EsError> {
-        const CALL: &str = "mget";
-        check_name(CALL, index)?;
-        if docs.is_empty() {
-            return Ok(Vec::new());
-        }
         let expected = docs.len();
         let answer = self
             .send(
@@ -530,9 +553,9 @@ impl EsClient {
             #[serde(default)]
             found: bool,
             #[serde(default)]
-            _source: Option<Value>,
-            #[serde(default)]
             error: Option<Value>,
+            #[serde(flatten)]
+            hit: Hit,
         }
         let mget: Mget = parse(CALL, index, &body)?;
         if mget.docs.len() != expected {
@@ -560,9 +583,9 @@ impl EsClient {
                         error,
                     });
                 }
-                match (doc.found, doc._source) {
-                    (true, Some(source)) => Ok(Some(source)),
-                    (true, None) => Err(EsError::malformed(
+                match (doc.found, doc.hit.source.is_null()) {
+                    (true, false) => Ok(Some(doc.hit)),
+                    (true, true) => Err(EsError::malformed(
                         CALL,
                         index,
                         "a found document has no _source (is _source disabled?)",
@@ -571,6 +594,23 @@ impl EsClient {
                 }
             })
             .collect()
+    }
+
+    /// `POST /{index}/_search` with `body`, which should ask for `"version": true`: the
+    /// hits, each with its version, routing and sort values.
+    pub async fn search_hits(&self, index: &str, body: &Value) -> Result<Vec<Hit>, EsError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            hits: Hits,
+        }
+        #[derive(Deserialize)]
+        struct Hits {
+            hits: Vec<Hit>,
+        }
+        let answer = self.search(index, body).await?;
+        serde_json::from_value::<Answer>(answer)
+            .map(|a| a.hits.hits)
+            .map_err(|e| EsError::malformed("search", index, e.to_string()))
     }
 
     /// `GET /{index}/_settings`: the answer as the server gives it, keyed by concrete

@@ -28,7 +28,7 @@ pub use bulk::{
     classify_bulk_response, encode_bulk, validate_op, BulkOp, ItemOutcome, MAX_ID_BYTES,
     MAX_VERSION,
 };
-pub use client::{AliasAction, Distribution, EsClient, EsClientConfig, ServerInfo};
+pub use client::{AliasAction, Distribution, EsClient, EsClientConfig, Hit, ServerInfo};
 pub use config::EsSection;
 pub use error::{EsError, ServerError};
 pub use versions::{index_version, versioned_index};

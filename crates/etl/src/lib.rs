@@ -207,6 +207,7 @@ pub async fn run(
                             .filter(|p| !p.history.is_empty())
                             .map(|p| (p.spec.name.clone(), p.history.clone()))
                             .collect(),
+                        group: cfg.etl.group_id.clone(),
                     });
                 }
                 Err(e) => {

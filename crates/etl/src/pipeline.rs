@@ -319,18 +319,33 @@ impl Router {
     }
 
     /// The write of a build's document: into the version being built only. `None` when
-    /// the document is of another build (a leftover of an earlier one).
+    /// the document is of another build (a leftover of an earlier one). A check's repair
+    /// goes to the version it names, if this etl writes it; an orphan's is a delete.
     pub fn build_op(&self, idx: usize, doc: BuildDocument) -> Option<BulkOp> {
         let p = &self.pipelines[idx];
-        if p.cfg.building != Some(doc.build) {
+        let index = if doc.repair {
+            let index = versioned_index(&p.cfg.spec.alias(), doc.build);
+            p.targets.as_ref()?.contains(&index).then_some(index)?
+        } else if p.cfg.building == Some(doc.build) {
+            p.building_index.clone()?
+        } else {
             return None;
-        }
-        Some(BulkOp::Index {
-            index: p.building_index.clone()?,
-            id: doc.id,
-            version: doc.version,
-            routing: doc.routing,
-            doc: Value::Object(doc.doc),
+        };
+        Some(if doc.deleted {
+            BulkOp::Delete {
+                index,
+                id: doc.id,
+                version: doc.version,
+                routing: doc.routing,
+            }
+        } else {
+            BulkOp::Index {
+                index,
+                id: doc.id,
+                version: doc.version,
+                routing: doc.routing,
+                doc: Value::Object(doc.doc),
+            }
         })
     }
 

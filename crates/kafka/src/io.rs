@@ -288,3 +288,37 @@ fn read_blocking(
     }
     Ok(out)
 }
+
+/// The offsets `group` committed on each of `partitions` (`(topic, partition)`), in that
+/// order: `None` where it committed none. Asks the group's coordinator without joining
+/// the group, so its members are not disturbed.
+pub async fn committed(
+    cfg: &KafkaConfig,
+    group: &str,
+    partitions: &[(String, i32)],
+) -> Result<Vec<Option<i64>>, KafkaError> {
+    let mut c = cfg.client_config();
+    c.set("group.id", group).set("enable.auto.commit", "false");
+    cfg.apply_overrides(&mut c);
+    let consumer: BaseConsumer<crate::TracingContext> =
+        c.create_with_context(crate::TracingContext)?;
+    let mut tpl = TopicPartitionList::new();
+    for (topic, p) in partitions {
+        tpl.add_partition(topic, *p);
+    }
+    let partitions = partitions.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let found = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        Ok(partitions
+            .iter()
+            .map(
+                |(t, p)| match found.find_partition(t, *p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => Some(o),
+                    _ => None,
+                },
+            )
+            .collect())
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
+}

@@ -15,8 +15,8 @@ use serde::Deserialize;
 mod io;
 
 pub use io::{
-    partitions, queue, queue_with, read_all, Delivery, ReadBack, Received, Refused, SharedProducer,
-    Stored,
+    committed, partitions, queue, queue_with, read_all, Delivery, ReadBack, Received, Refused,
+    SharedProducer, Stored,
 };
 pub use rdkafka;
 

@@ -16,6 +16,6 @@ pub mod tls;
 pub use error::MysqlError;
 pub use preflight::{bytes_behind, preflight, Flavor, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
-pub use snapshot::{Key, SnapshotTable};
+pub use snapshot::{Key, KeyPart, SnapshotTable};
 pub use source::{SourceConfig, TableFilter};
 pub use tls::ssl_opts;

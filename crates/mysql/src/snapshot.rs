@@ -87,6 +87,22 @@ impl KeyPart {
         }
     }
 
+    /// The value as a document holds it: numbers and UTF-8 strings (`None` for other
+    /// kinds, which a document does not hold as given).
+    pub fn to_json(&self) -> Option<serde_json::Value> {
+        match self {
+            KeyPart::Int(i) => Some((*i).into()),
+            KeyPart::Uint(u) => Some((*u).into()),
+            KeyPart::Float(f) => serde_json::Number::from_f64(*f).map(Into::into),
+            KeyPart::Bytes(b) => base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .map(Into::into),
+            KeyPart::Null | KeyPart::Date(_) | KeyPart::Time(..) => None,
+        }
+    }
+
     pub(crate) fn to_value(&self) -> Value {
         match self {
             KeyPart::Null => Value::NULL,

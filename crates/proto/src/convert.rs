@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::pipeline::{JoinField, DEFAULT_JOIN_FIELD};
+use sluice_core::pipeline::{CheckSpec, JoinField, DEFAULT_JOIN_FIELD};
 use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
 
 use crate::v1;
@@ -66,6 +66,12 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
         auto_rebuild: spec.auto_rebuild,
         keep_history: Some(spec.keep_history),
         current_history: state.current_history.clone(),
+        check: (!spec.check.is_empty()).then(|| v1::PipelineCheck {
+            updated_column: spec.check.updated_column.clone(),
+            daily_at: spec.check.daily_at.clone(),
+            since: spec.check.since.clone(),
+            repair: spec.check.repair,
+        }),
     }
 }
 
@@ -102,6 +108,12 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
         keep_history: p
             .keep_history
             .unwrap_or(sluice_core::pipeline::DEFAULT_KEEP_HISTORY),
+        check: p.check.map_or_else(CheckSpec::default, |c| CheckSpec {
+            updated_column: c.updated_column,
+            daily_at: c.daily_at,
+            since: c.since,
+            repair: c.repair,
+        }),
     })
 }
 

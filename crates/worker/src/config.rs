@@ -26,6 +26,10 @@ pub struct WorkerConfig {
     /// TLS to the sources the center assigns (file sources have their own `tls`).
     #[serde(default)]
     pub source_tls: Option<sluice_core::TlsFiles>,
+    /// The Elasticsearch the etl writes to: consistency checks compare the index with
+    /// MySQL. A worker without it takes no check chunks.
+    #[serde(default)]
+    pub elasticsearch: Option<sluice_elastic::EsSection>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -169,6 +173,9 @@ impl WorkerConfig {
         }
         problems.extend(self.kafka.problems("kafka"));
         problems.extend(self.topics.problems("topics"));
+        if let Some(es) = &self.elasticsearch {
+            problems.extend(es.problems("elasticsearch"));
+        }
         problems.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
         if self.worker.capacity == 0 {
             problems.push("worker.capacity: must be at least 1".into());

@@ -8,6 +8,7 @@
 //! never move a position again.
 
 mod assigned;
+mod check;
 pub mod config;
 mod envelope;
 mod metrics;
@@ -53,6 +54,14 @@ pub async fn run(
     let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
         .context("cannot create the Kafka producer")?;
     let known_topics = Arc::new(Mutex::new(HashSet::new()));
+    let es = match &cfg.elasticsearch {
+        Some(section) => Some(
+            section
+                .client()
+                .context("cannot make the Elasticsearch client (elasticsearch)")?,
+        ),
+        None => None,
+    };
     let reports = Arc::new(report::Reports::default());
     metrics::observe(reports.clone());
     let cluster = cfg.sources.is_empty();
@@ -113,7 +122,20 @@ pub async fn run(
                         producer: producer.clone(),
                         reports: reports.clone(),
                     });
+                    let checks = es.clone().map(|es| {
+                        Arc::new(check::Checks {
+                            cfg: cfg.clone(),
+                            coord: coord.clone(),
+                            producer: producer.clone(),
+                            es,
+                        })
+                    });
                     tokio::join!(
+                        async {
+                            if let Some(checks) = checks {
+                                check::follow(checks, &shutdown).await;
+                            }
+                        },
                         assigned::follow(
                             &coord,
                             &cfg.worker.id,

@@ -404,6 +404,8 @@ async fn chunk(
                     doc: built.doc.unwrap_or_default(),
                     columns: columns.clone(),
                     id: built.id,
+                    repair: false,
+                    deleted: false,
                 };
                 let payload = serde_json::to_vec(&doc)?;
                 let delivery =

@@ -122,6 +122,10 @@ pub struct EtlRecord {
     /// only once no member writes to it).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub history: std::collections::BTreeMap<String, Vec<u32>>,
+    /// Its Kafka consumer group: a check waits until the group's committed offsets pass
+    /// what the stream had published when a chunk was read.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
 }
 
 impl EtlRecord {
@@ -247,6 +251,106 @@ pub fn build_failures(pipeline: &str) -> String {
 
 pub fn build_failure(pipeline: &str, job: &str) -> String {
     format!("builds/{pipeline}/failures/{job}")
+}
+
+/// `checks/<pipeline>`: a consistency check in progress, written by the leader with its
+/// chunks (`checks/<pipeline>/chunks/<n>`, [`ChunkRecord`]s of the root table). Workers
+/// claim a chunk (`claims/<n>`, ephemeral: a dead worker's chunk is claimed again) and
+/// write what they found (`results/<n>`, [`CheckTally`]); the leader adds them up into
+/// the meta database and removes the check once every chunk has a result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CheckRecord {
+    pub id: u64,
+    pub spec: sluice_core::PipelineSpec,
+    /// The index version compared (the live one when the check started).
+    pub version: u32,
+    /// Only roots whose `check.updated_column` is at least this (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<i64>,
+    pub repair: bool,
+    pub chunks: u32,
+}
+
+/// What a check found in one chunk (or, added up, in the whole check).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckTally {
+    pub keys: u64,
+    pub missing: u64,
+    pub extra: u64,
+    pub different: u64,
+    pub skipped: u64,
+    pub repaired: u64,
+    /// A few of each kind, to start looking from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<CheckExample>,
+    /// Why the chunk could not be checked at all (the check fails with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckExample {
+    /// `missing`, `extra` or `different`.
+    pub kind: String,
+    pub id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl CheckTally {
+    /// Examples kept per kind.
+    pub const EXAMPLES: usize = 5;
+
+    pub fn add(&mut self, other: &CheckTally) {
+        self.keys += other.keys;
+        self.missing += other.missing;
+        self.extra += other.extra;
+        self.different += other.different;
+        self.skipped += other.skipped;
+        self.repaired += other.repaired;
+        for e in &other.examples {
+            self.example(&e.kind, &e.id, &e.detail);
+        }
+        if self.error.is_none() {
+            self.error.clone_from(&other.error);
+        }
+    }
+
+    /// Keeps `id` as an example of `kind` while there are fewer than [`Self::EXAMPLES`].
+    pub fn example(&mut self, kind: &str, id: &str, detail: &str) {
+        if self.examples.iter().filter(|e| e.kind == kind).count() < Self::EXAMPLES {
+            self.examples.push(CheckExample {
+                kind: kind.to_owned(),
+                id: id.to_owned(),
+                detail: detail.to_owned(),
+            });
+        }
+    }
+
+    /// Documents found wrong.
+    pub fn drift(&self) -> u64 {
+        self.missing + self.extra + self.different
+    }
+}
+
+pub fn check(pipeline: &str) -> String {
+    format!("checks/{pipeline}")
+}
+
+pub fn check_chunk(pipeline: &str, n: u32) -> String {
+    format!("checks/{pipeline}/chunks/{n:05}")
+}
+
+pub fn check_claim(pipeline: &str, n: u32) -> String {
+    format!("checks/{pipeline}/claims/{n:05}")
+}
+
+pub fn check_results(pipeline: &str) -> String {
+    format!("checks/{pipeline}/results")
+}
+
+pub fn check_result(pipeline: &str, n: u32) -> String {
+    format!("checks/{pipeline}/results/{n:05}")
 }
 
 pub fn jobs(worker: &str) -> String {

@@ -336,6 +336,29 @@ impl Coordinator {
         }
     }
 
+    /// Claims `rel` for this session: creates it ephemeral, holding `data`. `false` when
+    /// it exists already (someone else's claim, or this session's own).
+    pub async fn claim(&self, rel: &str, data: &[u8]) -> Result<bool, ZkError> {
+        let path = self.path(rel);
+        self.ensure_parent(&path).await?;
+        match self
+            .call(
+                "create",
+                &path,
+                self.zk()
+                    .create(&path, data.to_vec(), self.acl(), CreateMode::Ephemeral),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ZkError::Zk {
+                source: ZkCode::NodeExists,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn ensure_parent(&self, path: &str) -> Result<(), ZkError> {
         match path
             .rsplit_once('/')

@@ -136,6 +136,9 @@ drain_timeout = {{ .Values.worker.drainTimeout | toJson }}
 {{ include "sluice.commonToml" . }}
 
 {{ include "sluice.kafkaToml" . }}
+
+{{/* Consistency checks compare the index with MySQL. */}}
+{{ include "sluice.esToml" . }}
 {{- if .Values.api.tlsSecret }}
 
 [center]

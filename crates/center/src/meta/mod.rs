@@ -17,7 +17,10 @@ use sluice_proto::v1::{Event, TaskProgress};
 use crate::config::MetaSection;
 use crate::history::History;
 
+mod checks;
 mod dict;
+
+pub use checks::{CheckRun, NewCheck};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
@@ -182,6 +185,27 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
     ),
     // Why a build failed (state `failed`).
     (9, &["ALTER TABLE builds ADD COLUMN reason TEXT NULL"]),
+    // Consistency checks: what each compared and found (`tally_json`, a `CheckTally`).
+    (
+        10,
+        &["CREATE TABLE checks (
+            id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+            pipeline VARCHAR(128) NOT NULL,
+            version INT UNSIGNED NOT NULL,
+            since VARCHAR(32) NOT NULL DEFAULT '',
+            since_ms BIGINT NULL,
+            repair BOOL NOT NULL,
+            state VARCHAR(16) NOT NULL,
+            started_by VARCHAR(16) NOT NULL,
+            chunks INT UNSIGNED NOT NULL DEFAULT 0,
+            chunks_done INT UNSIGNED NOT NULL DEFAULT 0,
+            tally_json TEXT NULL,
+            started_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+            finished_at TIMESTAMP(3) NULL,
+            KEY pipeline (pipeline, id),
+            KEY state (state)
+        )"],
+    ),
 ];
 
 /// A pipeline as the meta database keeps it: the spec, and where its versions stand.

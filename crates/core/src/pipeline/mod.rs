@@ -98,6 +98,80 @@ pub struct PipelineSpec {
     /// deleted. Each costs the etl one more write per change.
     #[serde(default = "default_keep_history")]
     pub keep_history: u32,
+    /// The consistency check's settings (`pipelines check`): its daily schedule, and the
+    /// root's change-time column that `--since` selects by.
+    #[serde(default, skip_serializing_if = "CheckSpec::is_empty")]
+    pub check: CheckSpec,
+}
+
+/// How a pipeline's documents are checked against MySQL (`pipelines check`).
+///
+/// ```toml
+/// [check]
+/// updated_column = "updated_at"   # the root's last-change time: what `--since` selects by
+/// daily_at = "03:00"              # UTC; empty: no schedule
+/// since = "24h"                   # a scheduled check looks this far back; empty: every row
+/// repair = true                   # a scheduled check repairs what it finds
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSpec {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub updated_column: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub daily_at: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub since: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repair: bool,
+}
+
+impl CheckSpec {
+    pub fn is_empty(&self) -> bool {
+        *self == CheckSpec::default()
+    }
+
+    /// The scheduled time of day as minutes after midnight UTC; `None` without a schedule.
+    pub fn daily_minute(&self) -> Option<u32> {
+        parse_time_of_day(&self.daily_at).ok()
+    }
+
+    /// What is wrong with the settings, each naming its key.
+    fn problems(&self, p: &mut Vec<String>) {
+        if !self.daily_at.is_empty() {
+            if let Err(why) = parse_time_of_day(&self.daily_at) {
+                p.push(format!("check.daily_at: {why}"));
+            }
+        }
+        if !self.since.is_empty() {
+            if humantime::parse_duration(&self.since).is_err() {
+                p.push(format!(
+                    "check.since: `{}` is not a duration like 24h or 7d",
+                    self.since
+                ));
+            }
+            if self.updated_column.is_empty() {
+                p.push("check.since: needs check.updated_column (the root column holding a row's last change time)".into());
+            }
+        }
+        if !self.updated_column.is_empty() && !is_column_name(&self.updated_column) {
+            p.push(format!(
+                "check.updated_column: `{}` is not a column name",
+                self.updated_column
+            ));
+        }
+    }
+}
+
+/// `HH:MM` (24-hour) as minutes after midnight.
+fn parse_time_of_day(s: &str) -> Result<u32, String> {
+    let bad = || format!("`{s}` is not a time of day like 03:00 (HH:MM, UTC)");
+    let (h, m) = s.split_once(':').ok_or_else(bad)?;
+    let (h, m): (u32, u32) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+    if h > 23 || m > 59 || s.len() != 5 {
+        return Err(bad());
+    }
+    Ok(h * 60 + m)
 }
 
 /// Rows of another table joined below a parent (the root or another relation).
@@ -260,6 +334,7 @@ impl PipelineSpec {
             refresh_interval: String::new(),
             auto_rebuild: false,
             keep_history: DEFAULT_KEEP_HISTORY,
+            check: CheckSpec::default(),
         }
     }
 
@@ -437,6 +512,7 @@ impl PipelineSpec {
         let root = (self.database.clone(), self.table.clone());
         self.relation_problems("", &self.relations, 1, &[root], &mut p);
         self.join_problems(&mut p);
+        self.check.problems(&mut p);
         p
     }
 
@@ -757,6 +833,38 @@ mod tests {
         assert_eq!(back, s);
         // Defaults stay out of the JSON.
         assert!(!json.contains("distinct"), "{json}");
+    }
+
+    #[test]
+    fn check_settings_are_checked_by_key() {
+        let mut s = shop();
+        s.check = CheckSpec {
+            updated_column: String::new(),
+            daily_at: "3:00".into(),
+            since: "a day".into(),
+            repair: true,
+        };
+        let p = s.problems();
+        for (prefix, word) in [
+            ("check.daily_at:", "HH:MM"),
+            ("check.since:", "duration"),
+            ("check.since:", "check.updated_column"),
+        ] {
+            assert!(
+                p.iter().any(|x| x.starts_with(prefix) && x.contains(word)),
+                "no `{prefix}…{word}` in {p:#?}"
+            );
+        }
+        s.check.daily_at = "23:59".into();
+        s.check.since = "24h".into();
+        s.check.updated_column = "updated_at".into();
+        assert!(s.problems().is_empty(), "{:?}", s.problems());
+        assert_eq!(s.check.daily_minute(), Some(23 * 60 + 59));
+        let text = serde_json::to_string(&PipelineSpec::table("p", "s", "d", "t")).unwrap();
+        assert!(
+            !text.contains("check"),
+            "no check settings, none written: {text}"
+        );
     }
 
     #[test]

@@ -1,0 +1,342 @@
+//! Consistency checks, driven by the leader: a check (started by an operator, or by a
+//! pipeline's `check.daily_at` schedule) is cut into chunks of the root table's primary
+//! key and published in ZooKeeper (`checks/<pipeline>`); workers claim the chunks and
+//! compare them (see the worker's `check` module); each pass adds up their results into
+//! the meta database, and the check ends once every chunk has one. A chunk that cannot
+//! be checked at all fails the check with its reason.
+
+use anyhow::Context as _;
+use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord};
+use sluice_zk::{Coordinator, Expect};
+
+use crate::meta::{CheckRun, NewCheck, StoredPipeline};
+use crate::Shared;
+
+/// Root rows per check chunk.
+const CHUNK_ROWS: u64 = 5_000;
+
+/// Starts a check of `p`'s live version; `Err` says why it cannot start.
+pub(crate) async fn start(
+    shared: &Shared,
+    epoch: u64,
+    p: &StoredPipeline,
+    since: &str,
+    repair: bool,
+    started_by: &str,
+) -> anyhow::Result<Result<u64, String>> {
+    let since_ms = if since.is_empty() {
+        None
+    } else {
+        let Ok(window) = humantime::parse_duration(since) else {
+            return Ok(Err(format!(
+                "since: `{since}` is not a duration like 24h or 7d"
+            )));
+        };
+        if p.spec.check.updated_column.is_empty() {
+            return Ok(Err(format!(
+                "since: pipeline `{}` has no check.updated_column (the root column holding a row's last change time); check it whole, or set one",
+                p.spec.name
+            )));
+        }
+        Some(sluice_core::now_ms() - window.as_millis() as i64)
+    };
+    let check = NewCheck {
+        pipeline: &p.spec.name,
+        version: p.live_or_first(),
+        since,
+        since_ms,
+        repair,
+        started_by,
+    };
+    Ok(shared.meta.start_check(epoch, &check).await?)
+}
+
+/// One pass over every running check; starts the scheduled ones that are due. Returns
+/// whether a check runs (the leader then looks again soon: results fire no watch).
+pub(crate) async fn drive(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    pipelines: &[StoredPipeline],
+) -> anyhow::Result<bool> {
+    schedule(shared, epoch, pipelines).await?;
+    let running = shared.meta.running_checks().await?;
+    // Leftovers of checks that ended (or were replaced).
+    for name in coord.children("checks").await? {
+        let rec: Option<CheckRecord> = coord.get_json(&layout::check(&name)).await.ok().flatten();
+        if !rec.is_some_and(|r| running.iter().any(|c| c.id == r.id)) {
+            acting()?;
+            coord.delete(&layout::check(&name), None, true).await?;
+        }
+    }
+    let mut gauges = Vec::new();
+    for run in &running {
+        match drive_one(shared, coord, epoch, acting, run, pipelines).await {
+            Ok(g) => gauges.push(g),
+            Err(e) => {
+                tracing::warn!(pipeline = %run.pipeline, check = run.id, error = format!("{e:#}"), "check step failed; retrying");
+                if crate::leader::is_deposed(&e) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    // A new leader shows the last check of each pipeline from the meta database.
+    let known = crate::metrics::read_checks();
+    for p in pipelines {
+        if !known.contains_key(&p.spec.name) && !gauges.iter().any(|(n, _)| *n == p.spec.name) {
+            if let Some(last) = shared.meta.checks(&p.spec.name, 1).await?.pop() {
+                let g = gauge(&last, last.chunks_done, &last.tally, false);
+                gauges.push((p.spec.name.clone(), g));
+            }
+        }
+    }
+    crate::metrics::update(|g| {
+        for (pipeline, check) in gauges {
+            g.checks.insert(pipeline, check);
+        }
+        g.checks
+            .retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
+    });
+    Ok(!running.is_empty())
+}
+
+/// Plans a check not published yet, or adds up its results (and ends it once complete).
+async fn drive_one(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    run: &CheckRun,
+    pipelines: &[StoredPipeline],
+) -> anyhow::Result<(String, crate::metrics::CheckGauge)> {
+    let name = &run.pipeline;
+    let mut tally = CheckTally::default();
+    let Some(p) = pipelines.iter().find(|p| p.spec.name == *name) else {
+        tally.error = Some("the pipeline was deleted".into());
+        shared
+            .meta
+            .finish_check(epoch, run, run.chunks_done, &tally)
+            .await?;
+        return Ok((name.clone(), gauge(run, run.chunks_done, &tally, false)));
+    };
+    let rec: Option<CheckRecord> = coord.get_json(&layout::check(name)).await?;
+    let Some(rec) = rec.filter(|r| r.id == run.id && r.chunks > 0) else {
+        let chunks = match plan(shared, p).await {
+            Ok(Ok(chunks)) => chunks,
+            Ok(Err(why)) => {
+                tally.error = Some(why);
+                shared.meta.finish_check(epoch, run, 0, &tally).await?;
+                return Ok((name.clone(), gauge(run, 0, &tally, false)));
+            }
+            Err(e) => {
+                tracing::warn!(pipeline = %name, check = run.id, error = format!("{e:#}"), "cannot plan the check; retrying");
+                return Ok((name.clone(), gauge(run, 0, &tally, true)));
+            }
+        };
+        publish(coord, acting, run, p, &chunks).await?;
+        shared
+            .meta
+            .check_progress(epoch, run.id, chunks.len() as u32, 0, &tally)
+            .await?;
+        tracing::info!(pipeline = %name, check = run.id, chunks = chunks.len(), "check planned");
+        return Ok((name.clone(), gauge(run, 0, &tally, true)));
+    };
+    let done = coord.children(&layout::check_results(name)).await?;
+    for n in &done {
+        let at = format!("{}/{n}", layout::check_results(name));
+        if let Some(t) = coord.get_json::<CheckTally>(&at).await? {
+            tally.add(&t);
+        }
+    }
+    let done = done.len() as u32;
+    if done >= rec.chunks || tally.error.is_some() {
+        acting()?;
+        shared.meta.finish_check(epoch, run, done, &tally).await?;
+        coord.delete(&layout::check(name), None, true).await?;
+        tracing::info!(pipeline = %name, check = run.id, keys = tally.keys, drift = tally.drift(), "check ended");
+        return Ok((name.clone(), gauge(run, done, &tally, false)));
+    }
+    if done != run.chunks_done || tally != run.tally {
+        shared
+            .meta
+            .check_progress(epoch, run.id, rec.chunks, done, &tally)
+            .await?;
+    }
+    Ok((name.clone(), gauge(run, done, &tally, true)))
+}
+
+fn gauge(
+    run: &CheckRun,
+    done: u32,
+    tally: &CheckTally,
+    running: bool,
+) -> crate::metrics::CheckGauge {
+    crate::metrics::CheckGauge {
+        running,
+        chunks: run.chunks.max(done),
+        chunks_done: done,
+        tally: tally.clone(),
+    }
+}
+
+/// The root table's (and in parent-child mode each child kind's) primary-key chunks;
+/// `Err` when the pipeline does not fit its tables.
+async fn plan(
+    shared: &Shared,
+    p: &StoredPipeline,
+) -> anyhow::Result<Result<Vec<ChunkRecord>, String>> {
+    let sources = shared.meta.sources().await?;
+    let source = sources
+        .iter()
+        .find(|s| s.name == p.spec.source)
+        .with_context(|| format!("source {} is gone", p.spec.source))?;
+    let src = sluice_mysql::SourceConfig::from_spec(source, shared.cfg.source_tls.as_ref())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let plans = match sluice_mysql::docs::load(&src, &p.spec).await? {
+        Ok(plans) => plans,
+        Err(problems) => {
+            return Ok(Err(format!(
+                "the pipeline does not fit its tables: {}",
+                problems.join("; ")
+            )))
+        }
+    };
+    let mut conn = mysql_async::Conn::new(src.reader_opts())
+        .await
+        .with_context(|| format!("cannot connect to source {}", src.name))?;
+    let mut chunks = Vec::new();
+    for (kind, doc) in plans.iter().enumerate() {
+        let bounds = doc
+            .root
+            .table
+            .chunk_bounds(&src, &mut conn, CHUNK_ROWS)
+            .await?;
+        let mut lower = serde_json::Value::Null;
+        for n in 0..=bounds.len() {
+            let upper = match bounds.get(n) {
+                Some(k) => serde_json::to_value(k)?,
+                None => serde_json::Value::Null,
+            };
+            chunks.push(ChunkRecord {
+                kind,
+                lower: lower.clone(),
+                upper: upper.clone(),
+            });
+            lower = upper;
+        }
+    }
+    let _ = conn.disconnect().await;
+    Ok(Ok(chunks))
+}
+
+/// Writes the check for the workers: its record without chunks first (so a worker that
+/// sees it early claims nothing), the chunks, then the record with their number.
+async fn publish(
+    coord: &Coordinator,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    run: &CheckRun,
+    p: &StoredPipeline,
+    chunks: &[ChunkRecord],
+) -> anyhow::Result<()> {
+    let name = &p.spec.name;
+    let mut rec = CheckRecord {
+        id: run.id,
+        spec: p.spec.clone(),
+        version: run.version,
+        since_ms: run.since_ms,
+        repair: run.repair,
+        chunks: 0,
+    };
+    acting()?;
+    coord.delete(&layout::check(name), None, true).await?;
+    coord
+        .put(
+            &layout::check(name),
+            &serde_json::to_vec(&rec)?,
+            Expect::Any,
+        )
+        .await?;
+    for (n, chunk) in chunks.iter().enumerate() {
+        coord
+            .put(
+                &layout::check_chunk(name, n as u32),
+                &serde_json::to_vec(chunk)?,
+                Expect::Any,
+            )
+            .await?;
+    }
+    rec.chunks = chunks.len() as u32;
+    coord
+        .put(
+            &layout::check(name),
+            &serde_json::to_vec(&rec)?,
+            Expect::Any,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Starts the scheduled checks that are due.
+async fn schedule(shared: &Shared, epoch: u64, pipelines: &[StoredPipeline]) -> anyhow::Result<()> {
+    let now = sluice_core::now_ms();
+    for p in pipelines {
+        let Some(minute) = p.spec.check.daily_minute() else {
+            continue;
+        };
+        let last = shared.meta.last_scheduled_check(&p.spec.name).await?;
+        if !due(now, minute, last) {
+            continue;
+        }
+        let c = &p.spec.check;
+        match start(shared, epoch, p, &c.since, c.repair, "schedule").await? {
+            Ok(id) => {
+                tracing::info!(pipeline = %p.spec.name, check = id, "scheduled check started")
+            }
+            Err(why) => {
+                tracing::debug!(pipeline = %p.spec.name, %why, "scheduled check not started yet")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a check scheduled daily at `minute` (after midnight UTC) is due at `now`,
+/// the last scheduled one having started at `last` (all in ms since the epoch).
+fn due(now: i64, minute: u32, last: Option<i64>) -> bool {
+    const DAY: i64 = 86_400_000;
+    let today = now - now.rem_euclid(DAY) + i64::from(minute) * 60_000;
+    let slot = if today <= now { today } else { today - DAY };
+    last.is_none_or(|l| l < slot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 3_600_000;
+
+    #[test]
+    fn a_daily_check_runs_once_per_day_at_or_after_its_time() {
+        let day = 20_000 * 24 * H; // a midnight
+        let three = 180; // 03:00
+        assert!(due(day + 3 * H, three, None), "never ran: due at its time");
+        assert!(
+            !due(day + 3 * H, three, Some(day + 3 * H)),
+            "ran at 03:00 today"
+        );
+        assert!(
+            due(day + 5 * H, three, Some(day - 21 * H)),
+            "last ran yesterday 03:00"
+        );
+        assert!(
+            !due(day + 2 * H, three, Some(day - 21 * H)),
+            "before today's 03:00"
+        );
+        assert!(
+            due(day + 2 * H, three, Some(day - 30 * H)),
+            "yesterday's slot was missed"
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! Consistency checks (`crate::check`): one row per check, its progress and what it found
+//! kept up to date by the leader as the workers' chunk results come in.
+
+use mysql_async::prelude::*;
+use mysql_async::Row;
+use sluice_zk::layout::CheckTally;
+
+use super::{insert_event, Meta, MetaError};
+
+const COLUMNS: &str = "id, pipeline, version, since, since_ms, repair, state, started_by,
+    chunks, chunks_done, tally_json,
+    CAST(UNIX_TIMESTAMP(started_at) * 1000 AS SIGNED),
+    CAST(COALESCE(UNIX_TIMESTAMP(finished_at) * 1000, 0) AS SIGNED)";
+
+/// A check as the meta database keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRun {
+    pub id: u64,
+    pub pipeline: String,
+    /// The index version compared.
+    pub version: u32,
+    /// The window as asked (`24h`); empty: every row.
+    pub since: String,
+    pub since_ms: Option<i64>,
+    pub repair: bool,
+    /// `running`, `done` or `failed`.
+    pub state: String,
+    /// `operator` or `schedule`.
+    pub started_by: String,
+    pub chunks: u32,
+    pub chunks_done: u32,
+    pub tally: CheckTally,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+}
+
+/// What a new check is to do.
+pub struct NewCheck<'a> {
+    pub pipeline: &'a str,
+    pub version: u32,
+    pub since: &'a str,
+    pub since_ms: Option<i64>,
+    pub repair: bool,
+    pub started_by: &'a str,
+}
+
+fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
+    fn take<T: FromValue>(row: &mut Row, i: usize) -> Result<T, MetaError> {
+        row.take_opt(i)
+            .ok_or_else(|| MetaError::Corrupt(format!("checks row: no column {i}")))?
+            .map_err(|e| MetaError::Corrupt(format!("checks row, column {i}: {e}")))
+    }
+    let id: u64 = take(&mut row, 0)?;
+    let tally = match take::<Option<String>>(&mut row, 10)? {
+        Some(json) => serde_json::from_str(&json)
+            .map_err(|e| MetaError::Corrupt(format!("check {id}'s tally: {e}")))?,
+        None => CheckTally::default(),
+    };
+    Ok(CheckRun {
+        id,
+        pipeline: take(&mut row, 1)?,
+        version: take(&mut row, 2)?,
+        since: take(&mut row, 3)?,
+        since_ms: take(&mut row, 4)?,
+        repair: take(&mut row, 5)?,
+        state: take(&mut row, 6)?,
+        started_by: take(&mut row, 7)?,
+        chunks: take(&mut row, 8)?,
+        chunks_done: take(&mut row, 9)?,
+        tally,
+        started_at_ms: take(&mut row, 11)?,
+        finished_at_ms: take(&mut row, 12)?,
+    })
+}
+
+impl Meta {
+    /// Records a new running check; refused while the pipeline has one running.
+    pub async fn start_check(
+        &self,
+        epoch: u64,
+        c: &NewCheck<'_>,
+    ) -> Result<Result<u64, String>, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        let running: Option<u64> = tx
+            .exec_first(
+                "SELECT id FROM checks WHERE pipeline = ? AND state = 'running' FOR UPDATE",
+                (c.pipeline,),
+            )
+            .await?;
+        if let Some(id) = running {
+            tx.rollback().await?;
+            return Ok(Err(format!(
+                "check {id} of pipeline `{}` is still running (`sluicectl pipelines checks {}`)",
+                c.pipeline, c.pipeline
+            )));
+        }
+        tx.exec_drop(
+            "INSERT INTO checks (pipeline, version, since, since_ms, repair, state, started_by) VALUES (?, ?, ?, ?, ?, 'running', ?)",
+            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by),
+        )
+        .await?;
+        let id = tx.last_insert_id().unwrap_or_default();
+        let what = if c.since.is_empty() {
+            "every row".to_owned()
+        } else {
+            format!("roots changed in the last {}", c.since)
+        };
+        let message = format!(
+            "check {id} of version {} started ({what}{}; by {})",
+            c.version,
+            if c.repair { ", repairing" } else { "" },
+            c.started_by
+        );
+        insert_event(&mut tx, &self.origin, "check", c.pipeline, &message).await?;
+        tx.commit().await?;
+        Ok(Ok(id))
+    }
+
+    /// Checks still running, oldest first.
+    pub async fn running_checks(&self) -> Result<Vec<CheckRun>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<Row> = conn
+            .query(format!(
+                "SELECT {COLUMNS} FROM checks WHERE state = 'running' ORDER BY id"
+            ))
+            .await?;
+        rows.into_iter().map(run_of).collect()
+    }
+
+    /// A pipeline's checks, newest first.
+    pub async fn checks(&self, pipeline: &str, limit: u32) -> Result<Vec<CheckRun>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<Row> = conn
+            .exec(
+                format!("SELECT {COLUMNS} FROM checks WHERE pipeline = ? ORDER BY id DESC LIMIT ?"),
+                (pipeline, limit),
+            )
+            .await?;
+        rows.into_iter().map(run_of).collect()
+    }
+
+    pub async fn check(&self, id: u64) -> Result<Option<CheckRun>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let row: Option<Row> = conn
+            .exec_first(format!("SELECT {COLUMNS} FROM checks WHERE id = ?"), (id,))
+            .await?;
+        row.map(run_of).transpose()
+    }
+
+    /// When the pipeline's last scheduled check started (ms since the epoch).
+    pub async fn last_scheduled_check(&self, pipeline: &str) -> Result<Option<i64>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        Ok(conn
+            .exec_first(
+                "SELECT CAST(UNIX_TIMESTAMP(MAX(started_at)) * 1000 AS SIGNED) FROM checks WHERE pipeline = ? AND started_by = 'schedule'",
+                (pipeline,),
+            )
+            .await?
+            .flatten())
+    }
+
+    /// A running check's progress so far.
+    pub async fn check_progress(
+        &self,
+        epoch: u64,
+        id: u64,
+        chunks: u32,
+        chunks_done: u32,
+        tally: &CheckTally,
+    ) -> Result<(), MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "UPDATE checks SET chunks = ?, chunks_done = ?, tally_json = ? WHERE id = ? AND state = 'running'",
+            (chunks, chunks_done, tally_json(tally), id),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Ends a check: `done`, or `failed` when the tally carries an error.
+    pub async fn finish_check(
+        &self,
+        epoch: u64,
+        run: &CheckRun,
+        chunks_done: u32,
+        tally: &CheckTally,
+    ) -> Result<(), MetaError> {
+        let state = if tally.error.is_some() {
+            "failed"
+        } else {
+            "done"
+        };
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "UPDATE checks SET state = ?, chunks_done = ?, tally_json = ?, finished_at = CURRENT_TIMESTAMP(3) WHERE id = ? AND state = 'running'",
+            (state, chunks_done, tally_json(tally), run.id),
+        )
+        .await?;
+        let message = match &tally.error {
+            Some(e) => format!("check {} failed: {e}", run.id),
+            None => format!(
+                "check {} done: {} documents, {} missing, {} extra, {} different, {} skipped (changed while read){}",
+                run.id,
+                tally.keys,
+                tally.missing,
+                tally.extra,
+                tally.different,
+                tally.skipped,
+                if run.repair {
+                    format!(", {} repairs sent", tally.repaired)
+                } else {
+                    String::new()
+                }
+            ),
+        };
+        insert_event(&mut tx, &self.origin, "check", &run.pipeline, &message).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn tally_json(t: &CheckTally) -> String {
+    serde_json::to_string(t).expect("a tally serializes")
+}

@@ -1,0 +1,177 @@
+//! `sluicectl pipelines check` and `pipelines checks`: consistency checks of an index
+//! against MySQL.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::{json, Value};
+use sluice_proto::v1::*;
+
+use crate::{ago, print, Conn, Output};
+
+/// Starts a check; with `wait`, follows it with a progress bar and fails (exit code 1)
+/// when it failed or found drift it did not repair.
+pub async fn start(
+    conn: &mut Conn<'_>,
+    out: Output,
+    req: CheckRequest,
+    wait: bool,
+) -> anyhow::Result<()> {
+    let c = conn
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.start_check(req).await }
+        })
+        .await?;
+    if !wait {
+        print_checks(out, &[c]);
+        return Ok(());
+    }
+    let c = follow(conn, c.id, out).await?;
+    print_checks(out, std::slice::from_ref(&c));
+    if c.state == "failed" {
+        bail!("check {} failed: {}", c.id, c.error);
+    }
+    let drift = c.missing + c.extra + c.different;
+    if drift > 0 && !c.repair {
+        bail!(
+            "check {} found {drift} documents wrong (repair: sluicectl pipelines check {} --repair)",
+            c.id,
+            c.pipeline
+        );
+    }
+    Ok(())
+}
+
+pub async fn list(
+    conn: &mut Conn<'_>,
+    out: Output,
+    pipeline: &str,
+    limit: u32,
+) -> anyhow::Result<()> {
+    let req = ListChecksRequest {
+        pipeline: pipeline.to_owned(),
+        limit,
+    };
+    let r = conn
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.list_checks(req).await }
+        })
+        .await?;
+    print_checks(out, &r.checks);
+    Ok(())
+}
+
+/// A progress bar until the check ends; returns it as it ended.
+async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Check> {
+    use std::io::Write as _;
+    loop {
+        let c = conn
+            .call(|mut c| async move { c.get_check(GetCheckRequest { id }).await })
+            .await?;
+        if out == Output::Table {
+            let total = c.chunks.max(1);
+            let share = f64::from(c.chunks_done) / f64::from(total);
+            let filled = ((share * 30.0).round() as usize).min(30);
+            let took = (sluice_core::now_ms() - c.started_at_ms).max(1) as f64 / 1000.0;
+            eprint!(
+                "\rcheck {} of {} v{} [{}{}] {:>3.0}% {}/{} chunks, {} documents ({:.0}/s), {} missing, {} extra, {} different {:<10}",
+                c.id,
+                c.pipeline,
+                c.version,
+                "#".repeat(filled),
+                ".".repeat(30 - filled),
+                share * 100.0,
+                c.chunks_done,
+                c.chunks,
+                c.keys,
+                c.keys as f64 / took,
+                c.missing,
+                c.extra,
+                c.different,
+                c.state,
+            );
+            let _ = std::io::stderr().flush();
+        }
+        if c.state != "running" {
+            if out == Output::Table {
+                eprintln!();
+            }
+            return Ok(c);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn print_checks(out: Output, checks: &[Check]) {
+    print(
+        out,
+        &[
+            "id",
+            "version",
+            "scope",
+            "state",
+            "by",
+            "started",
+            "chunks",
+            "documents",
+            "missing",
+            "extra",
+            "different",
+            "skipped",
+            "repaired",
+        ],
+        checks
+            .iter()
+            .map(|c| {
+                vec![
+                    c.id.to_string(),
+                    format!("v{}", c.version),
+                    if c.since.is_empty() {
+                        "full".into()
+                    } else {
+                        format!("since {}", c.since)
+                    },
+                    c.state.clone(),
+                    c.trigger.clone(),
+                    ago(c.started_at_ms),
+                    format!("{}/{}", c.chunks_done, c.chunks),
+                    c.keys.to_string(),
+                    c.missing.to_string(),
+                    c.extra.to_string(),
+                    c.different.to_string(),
+                    c.skipped.to_string(),
+                    if c.repair {
+                        c.repaired.to_string()
+                    } else {
+                        "-".into()
+                    },
+                ]
+            })
+            .collect(),
+        Value::Array(checks.iter().map(check_json).collect()),
+    );
+    if out == Output::Table {
+        for c in checks {
+            if !c.error.is_empty() {
+                println!("check {}: {}", c.id, c.error);
+            }
+            for e in &c.examples {
+                println!("check {}: {} {} {}", c.id, e.kind, e.id, e.detail);
+            }
+        }
+    }
+}
+
+fn check_json(c: &Check) -> Value {
+    json!({
+        "id": c.id, "pipeline": c.pipeline, "version": c.version, "since": c.since,
+        "repair": c.repair, "state": c.state, "trigger": c.trigger,
+        "started_at_ms": c.started_at_ms, "finished_at_ms": c.finished_at_ms,
+        "chunks": c.chunks, "chunks_done": c.chunks_done, "documents": c.keys,
+        "missing": c.missing, "extra": c.extra, "different": c.different,
+        "skipped": c.skipped, "repaired": c.repaired, "error": c.error,
+        "examples": c.examples.iter().map(|e| json!({"kind": e.kind, "id": e.id, "detail": e.detail})).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,823 @@
+//! Consistency checks: workers claim the chunks of root keys a check was cut into
+//! (`checks/<pipeline>/claims/<n>`, ephemeral, so a dead worker's chunk is claimed again)
+//! and compare, per chunk, the documents the document builder makes from MySQL with the
+//! ones the index holds.
+//!
+//! A chunk is judged in two rounds, so that the stream's own changes are never taken for
+//! drift:
+//!
+//! 1. **Survey.** The chunk's root rows are read in batches, each in a consistent snapshot
+//!    at binlog position `P`; the index is scanned over the same key range (`search_after`
+//!    on the key). A document the index holds at a version above `P`'s was written after
+//!    the read: skipped. What else differs is a suspect.
+//! 2. **Confirm** (only suspects). Read them again at `P2`; wait until the source's task
+//!    confirmed `P2` and every etl group consuming the pipeline committed past a probe
+//!    written after it to each partition of the pipeline's change topics (so everything
+//!    up to `P2` is applied); read them from the index (real time); read them from MySQL
+//!    once more at `P3`. A key whose document changed between `P2` and `P3`, or whose
+//!    index copy is newer than `P2`, was touched by the stream while it was read: skipped
+//!    (the low and high watermarks). What still differs is reported.
+//!
+//! A repair sends the document at `P3` (or an orphan's delete) through the etl, by the
+//! pipeline's build topic, with `P3`'s version: a newer change always wins over it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context as _};
+use serde_json::{json, Map, Value as Json};
+use sluice_core::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
+use sluice_elastic::{versioned_index, EsClient, Hit};
+use sluice_kafka::SharedProducer;
+use sluice_mysql::docs::{Built, DocPlan, Reader};
+use sluice_mysql::Key;
+use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, SourceRecord};
+use sluice_zk::{Coordinator, Expect, SessionState, ZkError};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerConfig;
+
+/// Root rows per snapshot read, and documents per index page.
+const BATCH: usize = 1000;
+/// How long confirming waits for the stream and the etl to pass a position.
+const SETTLE_WITHIN: Duration = Duration::from_secs(60);
+
+pub(crate) struct Checks {
+    pub cfg: Arc<WorkerConfig>,
+    pub coord: Coordinator,
+    pub producer: SharedProducer,
+    pub es: EsClient,
+}
+
+/// Claims and checks chunks until the session expires or `shutdown`.
+pub(crate) async fn follow(c: Arc<Checks>, shutdown: &CancellationToken) {
+    let session = c.coord.session();
+    loop {
+        if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
+            return;
+        }
+        let (pipelines, watch) = match c.coord.children_watched("checks").await {
+            Ok(v) => v,
+            Err(ZkError::SessionExpired) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the checks; retrying");
+                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                continue;
+            }
+        };
+        if pipelines.is_empty() {
+            c.coord.wait_any(vec![watch], shutdown).await;
+            continue;
+        }
+        let mut worked = false;
+        for p in &pipelines {
+            match claim_and_check(&c, p, shutdown).await {
+                Ok(did) => worked |= did,
+                Err(e) => {
+                    tracing::warn!(pipeline = %p, error = format!("{e:#}"), "check chunk failed; it is claimed again");
+                    sluice_core::shutdown::pause(Duration::from_secs(2), shutdown).await;
+                }
+            }
+        }
+        if !worked {
+            // Claims of other workers fire no watch here: look again shortly.
+            sluice_core::shutdown::pause(Duration::from_millis(500), shutdown).await;
+        }
+    }
+}
+
+/// Claims one unclaimed chunk of `pipeline`'s check and checks it; `false` when none was
+/// left to claim.
+async fn claim_and_check(
+    c: &Checks,
+    pipeline: &str,
+    stop: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let Some(rec) = c
+        .coord
+        .get_json::<CheckRecord>(&layout::check(pipeline))
+        .await?
+    else {
+        return Ok(false);
+    };
+    let done = c.coord.children(&layout::check_results(pipeline)).await?;
+    for n in 0..rec.chunks {
+        let name = format!("{n:05}");
+        if done.contains(&name) {
+            continue;
+        }
+        let me = json!({ "worker": c.cfg.worker.id, "check": rec.id }).to_string();
+        if !c
+            .coord
+            .claim(&layout::check_claim(pipeline, n), me.as_bytes())
+            .await?
+        {
+            continue;
+        }
+        let result = check_chunk(c, &rec, n, stop).await;
+        let outcome = match result {
+            Ok(tally) => Some(tally),
+            Err(e) if e.chain().any(|c| c.downcast_ref::<Definite>().is_some()) => {
+                Some(CheckTally {
+                    error: Some(format!("chunk {n}: {e:#}")),
+                    ..CheckTally::default()
+                })
+            }
+            Err(e) => {
+                let _ = c
+                    .coord
+                    .delete(&layout::check_claim(pipeline, n), None, false)
+                    .await;
+                return Err(e);
+            }
+        };
+        if let Some(tally) = outcome {
+            // Only for the check it was read for (a new one may have replaced it).
+            let current = c
+                .coord
+                .get_json::<CheckRecord>(&layout::check(pipeline))
+                .await?;
+            if current.is_some_and(|r| r.id == rec.id) && !stop.is_cancelled() {
+                c.coord
+                    .put(
+                        &layout::check_result(pipeline, n),
+                        &serde_json::to_vec(&tally)?,
+                        Expect::Any,
+                    )
+                    .await?;
+            }
+        }
+        let _ = c
+            .coord
+            .delete(&layout::check_claim(pipeline, n), None, false)
+            .await;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// A chunk that can never be checked as the pipeline stands (the check fails with it).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Definite(String);
+
+/// One document on both sides.
+#[derive(Default)]
+struct Pair {
+    /// The key (id values) and the document, with the version of the read that made it.
+    mysql: Option<(Built, u64)>,
+    index: Option<Hit>,
+}
+
+/// What a comparison made of a key.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Equal,
+    /// Written by the stream after the read: not judged.
+    Touched,
+    Missing,
+    Extra,
+    Different(String),
+}
+
+fn judge(mysql: Option<&Map<String, Json>>, read_at: u64, index: Option<&Hit>) -> Verdict {
+    if index.is_some_and(|h| h.version > read_at) {
+        return Verdict::Touched;
+    }
+    match (mysql, index) {
+        (None, None) => Verdict::Equal,
+        (Some(_), None) => Verdict::Missing,
+        (None, Some(_)) => Verdict::Extra,
+        (Some(doc), Some(hit)) => match hit.source.as_object() {
+            Some(src) if src == doc => Verdict::Equal,
+            Some(src) => Verdict::Different(differing_fields(doc, src)),
+            None => Verdict::Different("the index's _source is not an object".into()),
+        },
+    }
+}
+
+/// The first few fields whose values differ.
+fn differing_fields(a: &Map<String, Json>, b: &Map<String, Json>) -> String {
+    let mut names: Vec<&String> = a
+        .iter()
+        .filter(|(k, v)| b.get(*k) != Some(v))
+        .map(|(k, _)| k)
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .collect();
+    names.sort();
+    names.dedup();
+    let more = names.len().saturating_sub(3);
+    let mut s = names
+        .iter()
+        .take(3)
+        .map(|n| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        s.push_str(&format!(" and {more} more"));
+    }
+    format!("fields differ: {s}")
+}
+
+struct Ctx<'a> {
+    rec: &'a CheckRecord,
+    plan: &'a DocPlan,
+    src: &'a sluice_mysql::SourceConfig,
+    epoch: u16,
+    index: String,
+}
+
+async fn check_chunk(
+    c: &Checks,
+    rec: &CheckRecord,
+    n: u32,
+    stop: &CancellationToken,
+) -> anyhow::Result<CheckTally> {
+    let p = &rec.spec.name;
+    let chunk: ChunkRecord = c
+        .coord
+        .get_json(&layout::check_chunk(p, n))
+        .await?
+        .ok_or_else(|| anyhow!("chunk {n} of the check of {p} is not planned"))?;
+    let source: SourceRecord = c
+        .coord
+        .get_json(&layout::mapping(&rec.spec.source))
+        .await?
+        .ok_or_else(|| anyhow!("source {} is gone", rec.spec.source))?;
+    let src = sluice_mysql::SourceConfig::from_spec(&source.spec, c.cfg.source_tls.as_ref())
+        .map_err(|e| anyhow!(e))?;
+    let plans = sluice_mysql::docs::load(&src, &rec.spec)
+        .await?
+        .map_err(|problems| {
+            anyhow!(Definite(format!(
+                "the pipeline does not fit its tables: {}",
+                problems.join("; ")
+            )))
+        })?;
+    let mut plan = plans
+        .get(chunk.kind)
+        .cloned()
+        .ok_or_else(|| anyhow!(Definite(format!("document kind {} is gone", chunk.kind))))?;
+    if let Some(since) = rec.since_ms {
+        restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
+    }
+    let epoch = c
+        .coord
+        .read_checkpoint(&rec.spec.source)
+        .await?
+        .and_then(|cp| Checkpoint::from_json(&cp).ok())
+        .map_or(0, |cp| cp.epoch);
+    let ctx = Ctx {
+        rec,
+        plan: &plan,
+        src: &src,
+        epoch,
+        index: versioned_index(&rec.spec.alias(), rec.version),
+    };
+    let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
+    let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
+    let started = Instant::now();
+    let pairs = survey(c, &ctx, lower.as_ref(), upper.as_ref(), stop).await?;
+    let mut tally = CheckTally {
+        keys: pairs.len() as u64,
+        ..CheckTally::default()
+    };
+    let mut suspects: Vec<String> = Vec::new();
+    for (id, pair) in &pairs {
+        let (doc, at) = match &pair.mysql {
+            Some((b, at)) => (b.doc.as_ref(), *at),
+            None => (None, u64::MAX),
+        };
+        match judge(doc, at, pair.index.as_ref()) {
+            Verdict::Equal => {}
+            Verdict::Touched => tally.skipped += 1,
+            _ => suspects.push(id.clone()),
+        }
+    }
+    if !suspects.is_empty() {
+        confirm(c, &ctx, &pairs, &suspects, &mut tally).await?;
+    }
+    tracing::info!(
+        pipeline = %p, check = rec.id, chunk = n, keys = tally.keys, suspects = suspects.len(),
+        drift = tally.drift(), took_ms = started.elapsed().as_millis() as u64, "check chunk done"
+    );
+    Ok(tally)
+}
+
+/// Narrows the root to rows changed at or after `since_ms` (`check.updated_column`).
+fn restrict_to_recent(plan: &mut DocPlan, column: &str, since_ms: i64) -> anyhow::Result<()> {
+    if column.is_empty() {
+        bail!(Definite(
+            "a check with a window needs check.updated_column".into()
+        ));
+    }
+    let at = utc_datetime(since_ms);
+    let cond = format!("`{}` >= '{at}'", column.replace('`', "``"));
+    plan.root.filter = Some(match plan.root.filter.take() {
+        Some(f) => format!("({f}) AND {cond}"),
+        None => cond,
+    });
+    Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC, as the readers' sessions are) of `ms` since the epoch.
+fn utc_datetime(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Round one: the chunk from MySQL, batch by batch, and the index over the same keys.
+async fn survey(
+    c: &Checks,
+    ctx: &Ctx<'_>,
+    lower: Option<&Key>,
+    upper: Option<&Key>,
+    stop: &CancellationToken,
+) -> anyhow::Result<BTreeMap<String, Pair>> {
+    let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
+    let mut reader = Reader::connect(ctx.src).await?;
+    let mut after = lower.cloned();
+    loop {
+        if stop.is_cancelled() {
+            bail!("stopped");
+        }
+        let position = reader.begin_snapshot().await?;
+        let read = ctx
+            .plan
+            .read_range(&mut reader, after.as_ref(), upper, BATCH)
+            .await;
+        reader.end().await?;
+        let read = read?;
+        let at = version_of(ctx.epoch, &position)?;
+        for b in read.docs {
+            let id = b.id.clone();
+            pairs.entry(id).or_default().mysql = Some((b, at));
+        }
+        if read.rows < BATCH {
+            break;
+        }
+        after = read.last;
+    }
+    reader.close().await;
+    if ctx.rec.since_ms.is_some() {
+        // A window: the index's copies of what MySQL has (orphans are a full check's).
+        let ids: Vec<(String, Option<String>)> = pairs
+            .iter()
+            .map(|(id, p)| {
+                (
+                    id.clone(),
+                    p.mysql.as_ref().and_then(|(b, _)| b.routing.clone()),
+                )
+            })
+            .collect();
+        for part in ids.chunks(BATCH) {
+            let hits = c.es.mget_hits(&ctx.index, part).await?;
+            for ((id, _), hit) in part.iter().zip(hits) {
+                pairs.entry(id.clone()).or_default().index = hit;
+            }
+        }
+        return Ok(pairs);
+    }
+    let query = range_query(ctx, lower, upper)?;
+    let sort = sort_fields(c, ctx).await?;
+    let mut search_after: Option<Vec<Json>> = None;
+    loop {
+        let mut body = json!({
+            "size": BATCH,
+            "version": true,
+            "query": query,
+            "sort": sort.iter().map(|f| json!({ f: "asc" })).collect::<Vec<_>>(),
+        });
+        if let Some(a) = &search_after {
+            body["search_after"] = json!(a);
+        }
+        let hits = c.es.search_hits(&ctx.index, &body).await?;
+        let full = hits.len() == BATCH;
+        search_after = hits.last().map(|h| h.sort.clone());
+        for hit in hits {
+            let id = hit.id.clone();
+            pairs.entry(id).or_default().index = Some(hit);
+        }
+        if !full {
+            return Ok(pairs);
+        }
+    }
+}
+
+/// The index fields of the root's primary key, as sortable fields (a text field's
+/// `keyword` sub-field).
+async fn sort_fields(c: &Checks, ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
+    let mapping = c.es.get_mapping(&ctx.index).await?;
+    let props = mapping
+        .as_object()
+        .and_then(|m| m.values().next())
+        .and_then(|m| m.pointer("/mappings/properties"))
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for name in key_fields(ctx)? {
+        let field = &props[&name];
+        let sortable = match field["type"].as_str() {
+            Some("text") if field.pointer("/fields/keyword").is_some() => format!("{name}.keyword"),
+            Some("text") | None => bail!(Definite(format!(
+                "key column `{name}` is not a sortable field of {} (a text field without a keyword sub-field, or not mapped): a check reads the index in key order",
+                ctx.index
+            ))),
+            Some(_) => name,
+        };
+        out.push(sortable);
+    }
+    Ok(out)
+}
+
+/// The root's primary-key columns, which must be document fields.
+fn key_fields(ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
+    let root = &ctx.plan.root;
+    let output = root.names(&root.output);
+    let keys = root.table.key_names();
+    if let Some(k) = keys.iter().find(|k| !output.contains(k)) {
+        bail!(Definite(format!(
+            "the documents lack key column `{k}` of {}.{}: a check reads the index in key order (add it to `columns`)",
+            root.table.db, root.table.table
+        )));
+    }
+    Ok(keys)
+}
+
+/// The documents of this kind whose key is in `(lower, upper]`, compared in key order
+/// (a composite key lexicographically).
+fn range_query(ctx: &Ctx<'_>, lower: Option<&Key>, upper: Option<&Key>) -> anyhow::Result<Json> {
+    let fields = key_fields(ctx)?;
+    let values = |k: &Key| -> anyhow::Result<Vec<Json>> {
+        k.0.iter()
+            .map(|part| {
+                part.to_json().ok_or_else(|| {
+                    anyhow!(Definite(
+                        "a check reads keys of numbers and strings only (this key has another type)".into()
+                    ))
+                })
+            })
+            .collect()
+    };
+    let mut must = Vec::new();
+    if let Some(k) = lower {
+        must.push(lexicographic(&fields, &values(k)?, "gt"));
+    }
+    if let Some(k) = upper {
+        must.push(lexicographic(&fields, &values(k)?, "lte"));
+    }
+    if let Some(join) = &ctx.plan.join {
+        must.push(json!({ "term": { join.field.clone(): ctx.plan.name.clone() } }));
+    }
+    Ok(json!({ "bool": { "filter": must } }))
+}
+
+/// `(f0, f1, …) <op> (v0, v1, …)` for `op` `gt` or `lte`: for each `i`, the fields before
+/// `i` equal and field `i` strictly beyond; `lte` also the whole tuple equal.
+fn lexicographic(fields: &[String], values: &[Json], op: &str) -> Json {
+    let strict = if op == "gt" { "gt" } else { "lt" };
+    let mut any = Vec::new();
+    for i in 0..fields.len() {
+        let mut all: Vec<Json> = (0..i)
+            .map(|j| json!({ "term": { fields[j].clone(): values[j] } }))
+            .collect();
+        all.push(json!({ "range": { fields[i].clone(): { strict: values[i] } } }));
+        any.push(json!({ "bool": { "filter": all } }));
+    }
+    if op == "lte" {
+        let all: Vec<Json> = fields
+            .iter()
+            .zip(values)
+            .map(|(f, v)| json!({ "term": { f.clone(): v } }))
+            .collect();
+        any.push(json!({ "bool": { "filter": all } }));
+    }
+    json!({ "bool": { "should": any, "minimum_should_match": 1 } })
+}
+
+fn version_of(epoch: u16, position: &sluice_core::BinlogPosition) -> anyhow::Result<u64> {
+    let seq = sluice_core::position::file_seq(&position.file)?;
+    Ok(ExternalVersion::new(epoch as u64, seq, position.pos)?.get())
+}
+
+/// Round two: judges the suspects again between two watermarks, once everything the
+/// stream carried up to the first is applied; reports (and repairs) what still differs.
+async fn confirm(
+    c: &Checks,
+    ctx: &Ctx<'_>,
+    pairs: &BTreeMap<String, Pair>,
+    suspects: &[String],
+    tally: &mut CheckTally,
+) -> anyhow::Result<()> {
+    let id_cols = ctx.plan.root.names(&ctx.plan.id);
+    // The id values of each suspect: from MySQL's side, else from the index's copy.
+    let mut keys: Vec<(String, Vec<Json>, Option<String>)> = Vec::new();
+    for id in suspects {
+        let pair = &pairs[id];
+        let routing = pair
+            .mysql
+            .as_ref()
+            .and_then(|(b, _)| b.routing.clone())
+            .or_else(|| pair.index.as_ref().and_then(|h| h.routing.clone()));
+        let key = match (&pair.mysql, &pair.index) {
+            (Some((b, _)), _) => Some(b.key.clone()),
+            (None, Some(h)) => id_cols
+                .iter()
+                .map(|col| h.source.get(col).cloned())
+                .collect::<Option<Vec<Json>>>(),
+            (None, None) => None,
+        };
+        match key {
+            Some(k) => keys.push((id.clone(), k, routing)),
+            None => {
+                // An orphan without its id fields: it cannot come from any row.
+                tally.extra += 1;
+                tally.example("extra", id, "the document lacks its id fields");
+            }
+        }
+    }
+    let key_values: Vec<Vec<Json>> = keys.iter().map(|(_, k, _)| k.clone()).collect();
+    let mut reader = Reader::connect(ctx.src).await?;
+    let (low, at_low) = read_keys(&mut reader, ctx, &key_values).await?;
+    settle(c, ctx, &low).await?;
+    let refs: Vec<(String, Option<String>)> = keys
+        .iter()
+        .map(|(id, _, r)| (id.clone(), r.clone()))
+        .collect();
+    let mut index: BTreeMap<String, Hit> = BTreeMap::new();
+    for part in refs.chunks(BATCH) {
+        for (r, hit) in part.iter().zip(c.es.mget_hits(&ctx.index, part).await?) {
+            if let Some(h) = hit {
+                index.insert(r.0.clone(), h);
+            }
+        }
+    }
+    let (_, at_high) = read_keys(&mut reader, ctx, &key_values).await?;
+    let high = at_high.1;
+    reader.close().await;
+    let mut repairs = Vec::new();
+    for (id, _, routing) in &keys {
+        let before = at_low.0.get(id).and_then(|b| b.doc.as_ref());
+        let after = at_high.0.get(id).and_then(|b| b.doc.as_ref());
+        if before != after {
+            tally.skipped += 1;
+            continue;
+        }
+        let verdict = judge(before, at_low.1, index.get(id));
+        let (kind, detail) = match verdict {
+            Verdict::Equal => continue,
+            Verdict::Touched => {
+                tally.skipped += 1;
+                continue;
+            }
+            Verdict::Missing => ("missing", String::new()),
+            Verdict::Extra => ("extra", String::new()),
+            Verdict::Different(d) => ("different", d),
+        };
+        match kind {
+            "missing" => tally.missing += 1,
+            "extra" => tally.extra += 1,
+            _ => tally.different += 1,
+        }
+        tally.example(kind, id, &detail);
+        let hit_routing = index.get(id).and_then(|h| h.routing.clone());
+        repairs.push(BuildDocument {
+            v: ENVELOPE_VERSION,
+            pipeline: ctx.rec.spec.name.clone(),
+            build: ctx.rec.version,
+            id: id.clone(),
+            routing: routing.clone().or(hit_routing),
+            version: high,
+            doc: after.cloned().unwrap_or_default(),
+            columns: None,
+            repair: true,
+            deleted: after.is_none(),
+        });
+    }
+    if ctx.rec.repair && !repairs.is_empty() {
+        tally.repaired = repair(c, &ctx.rec.spec.name, repairs).await?;
+    }
+    Ok(())
+}
+
+/// The documents of `keys` in one consistent snapshot: by `_id`, with the snapshot's
+/// position and version.
+async fn read_keys(
+    reader: &mut Reader<'_>,
+    ctx: &Ctx<'_>,
+    keys: &[Vec<Json>],
+) -> anyhow::Result<(sluice_core::BinlogPosition, (BTreeMap<String, Built>, u64))> {
+    let position = reader.begin_snapshot().await?;
+    let read = ctx.plan.read(reader, keys).await;
+    reader.end().await?;
+    let docs = read?.into_iter().map(|b| (b.id.clone(), b)).collect();
+    let at = version_of(ctx.epoch, &position)?;
+    Ok((position, (docs, at)))
+}
+
+/// Waits until every change up to `position` is applied: the source's task confirmed
+/// it (so it is in Kafka), then every etl group consuming the pipeline committed past a
+/// probe written behind it to each partition of the pipeline's change topics.
+async fn settle(
+    c: &Checks,
+    ctx: &Ctx<'_>,
+    position: &sluice_core::BinlogPosition,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SETTLE_WITHIN;
+    let target = version_of(ctx.epoch, position)?;
+    let spec = &ctx.rec.spec;
+    loop {
+        let confirmed = c
+            .coord
+            .read_checkpoint(&spec.source)
+            .await?
+            .and_then(|cp| Checkpoint::from_json(&cp).ok())
+            .and_then(|cp| version_of(cp.epoch, &cp.position).ok());
+        if confirmed.is_some_and(|v| v >= target) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the task of source {} did not confirm position {position} within {SETTLE_WITHIN:?}", spec.source);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let groups = etl_groups(c, &spec.name).await?;
+    let probes = probe(c, ctx).await?;
+    loop {
+        let mut behind = None;
+        for group in &groups {
+            let at = sluice_kafka::committed(
+                &c.cfg.kafka,
+                group,
+                &probes
+                    .iter()
+                    .map(|(t, p, _)| (t.clone(), *p))
+                    .collect::<Vec<_>>(),
+            )
+            .await?;
+            if let Some(((t, p, _), _)) = probes
+                .iter()
+                .zip(at)
+                .find(|((_, _, offset), committed)| committed.is_none_or(|c| c <= *offset))
+            {
+                behind = Some(format!("etl group {group} on {t}/{p}"));
+                break;
+            }
+        }
+        let Some(behind) = behind else {
+            return Ok(());
+        };
+        if Instant::now() > deadline {
+            bail!("{behind} did not apply the changes up to {position} within {SETTLE_WITHIN:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The consumer groups of the etl members applying `pipeline`.
+async fn etl_groups(c: &Checks, pipeline: &str) -> anyhow::Result<Vec<String>> {
+    let mut groups = Vec::new();
+    for member in c.coord.children("etls").await? {
+        if let Some(r) = c.coord.get_json::<EtlRecord>(&layout::etl(&member)).await? {
+            if r.pipelines.iter().any(|p| p == pipeline)
+                && !r.group.is_empty()
+                && !groups.contains(&r.group)
+            {
+                groups.push(r.group);
+            }
+        }
+    }
+    if groups.is_empty() {
+        bail!("no etl member applies pipeline {pipeline}: a check waits for the etl to apply what it reads");
+    }
+    Ok(groups)
+}
+
+/// A marker (which the etl skips) on every partition of the pipeline's change topics:
+/// `(topic, partition, offset)` of each.
+async fn probe(c: &Checks, ctx: &Ctx<'_>) -> anyhow::Result<Vec<(String, i32, i64)>> {
+    let spec = &ctx.rec.spec;
+    let producer = c.producer.get();
+    let payload = serde_json::to_vec(&layout::Marker {
+        pipeline: spec.name.clone(),
+        version: 0,
+    })?;
+    let headers: &[(&str, &[u8])] = &[(layout::MARKER_HEADER, &payload)];
+    let mut sent = Vec::new();
+    for (db, table) in spec.tables() {
+        let topic = c.cfg.topics.rows_topic(&spec.source, &db, &table);
+        let partitions = sluice_kafka::partitions(&producer, &topic).await?;
+        for p in 0..partitions {
+            let d = sluice_kafka::queue_with(&producer, &topic, None, &payload, Some((p, headers)))
+                .await
+                .context("cannot send a check probe")?;
+            sent.push((topic.clone(), d));
+        }
+    }
+    let mut out = Vec::new();
+    for (topic, d) in sent {
+        let stored = d
+            .acknowledged()
+            .await
+            .context("Kafka refused a check probe")?;
+        out.push((topic, stored.partition, stored.offset));
+    }
+    Ok(out)
+}
+
+/// Sends repairs through the etl (the pipeline's build topic); returns how many Kafka
+/// acknowledged.
+async fn repair(c: &Checks, pipeline: &str, docs: Vec<BuildDocument>) -> anyhow::Result<u64> {
+    let topic = c.cfg.topics.build_topic(pipeline);
+    sluice_kafka::ensure_topics(&c.cfg.kafka, std::slice::from_ref(&topic)).await?;
+    let producer = c.producer.get();
+    let mut deliveries = Vec::with_capacity(docs.len());
+    for doc in &docs {
+        let payload = serde_json::to_vec(doc)?;
+        deliveries.push(
+            sluice_kafka::queue(&producer, &topic, Some(doc.id.as_bytes()), &payload)
+                .await
+                .with_context(|| format!("cannot publish a repair to {topic}"))?,
+        );
+    }
+    for d in deliveries {
+        d.acknowledged().await.context("Kafka refused a repair")?;
+    }
+    Ok(docs.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(version: u64, source: Json) -> Hit {
+        Hit {
+            version,
+            source,
+            ..Hit::default()
+        }
+    }
+
+    #[test]
+    fn a_copy_newer_than_the_read_is_not_judged() {
+        let doc = json!({"id": 1, "a": "x"});
+        let doc = doc.as_object().unwrap();
+        assert_eq!(
+            judge(Some(doc), 10, Some(&hit(11, json!({"id": 1})))),
+            Verdict::Touched
+        );
+        assert_eq!(
+            judge(Some(doc), 10, Some(&hit(10, json!({"id": 1, "a": "x"})))),
+            Verdict::Equal
+        );
+        assert_eq!(judge(Some(doc), 10, None), Verdict::Missing);
+        assert_eq!(
+            judge(None, 10, Some(&hit(3, json!({"id": 1})))),
+            Verdict::Extra
+        );
+        assert_eq!(
+            judge(
+                Some(doc),
+                10,
+                Some(&hit(3, json!({"id": 1, "a": "y", "b": 2})))
+            ),
+            Verdict::Different("fields differ: a, b".into())
+        );
+    }
+
+    #[test]
+    fn composite_ranges_compare_lexicographically() {
+        let q = lexicographic(&["a".into(), "b".into()], &[json!(1), json!("x")], "lte");
+        let any = q["bool"]["should"].as_array().unwrap();
+        assert_eq!(any.len(), 3, "a < 1, a = 1 and b < x, or both equal");
+        assert_eq!(any[1]["bool"]["filter"][0], json!({"term": {"a": 1}}));
+        assert_eq!(
+            any[1]["bool"]["filter"][1],
+            json!({"range": {"b": {"lt": "x"}}})
+        );
+    }
+
+    #[test]
+    fn window_starts_print_as_utc_datetimes() {
+        assert_eq!(utc_datetime(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_datetime(1_795_000_000_000), "2026-11-18 11:06:40");
+    }
+}
