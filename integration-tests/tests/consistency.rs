@@ -296,3 +296,80 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
         "{events}"
     );
 }
+
+/// A check of a window (`--since`) looks only at roots whose `check.updated_column` is
+/// that recent: drift in an old row is left to the full check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_check_looks_only_at_recently_changed_roots() {
+    let ctx = TestCtx::new("checkwindow").await;
+    ctx.exec(
+        "CREATE TABLE stamped (id BIGINT PRIMARY KEY, name VARCHAR(40), \
+         updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3))",
+    )
+    .await;
+    let old: Vec<String> = (1..=300)
+        .map(|i| format!("({i}, 'old {i}', '2020-01-01 00:00:00')"))
+        .collect();
+    ctx.exec(&format!("INSERT INTO stamped VALUES {}", old.join(", ")))
+        .await;
+    let recent: Vec<String> = (301..=400)
+        .map(|i| format!("({i}, 'new {i}', NOW(3))"))
+        .collect();
+    ctx.exec(&format!("INSERT INTO stamped VALUES {}", recent.join(", ")))
+        .await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let source = ctx.add_source(&cluster, "stamped", 1).await;
+    let alias = source.pipeline.alias.clone();
+    let spec = json!({
+        "source": source.name, "database": ctx.db, "table": "stamped",
+        "check": {"updated_column": "updated_at"}
+    });
+    let path = ctx.dir.join("stamped.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    cluster
+        .ctl(&["pipelines", "put", &alias, "--spec", path.to_str().unwrap()])
+        .expect("the pipeline with a check column is put");
+    cluster
+        .wait_running(&[&source], Duration::from_secs(30))
+        .await;
+    cluster
+        .ctl(&["pipelines", "build", &alias])
+        .expect("build starts");
+    cluster.wait_built(&alias, Duration::from_secs(120)).await;
+
+    // One old and one recent document altered behind Sluice's back.
+    let es = &ctx.stack.es;
+    let index = format!("{alias}_v2");
+    let ids = ["10".to_owned(), "350".to_owned()];
+    let refs: Vec<(String, Option<String>)> = ids.iter().map(|i| (i.clone(), None)).collect();
+    let mut ops = Vec::new();
+    for (id, hit) in ids.iter().zip(es.mget_hits(&index, &refs).await.unwrap()) {
+        let mut hit = hit.expect("built");
+        hit.source["name"] = json!("tampered");
+        ops.push(BulkOp::Index {
+            index: index.clone(),
+            id: id.clone(),
+            version: hit.version + 1,
+            routing: None,
+            doc: hit.source,
+        });
+    }
+    es.bulk(&ops).await.expect("corruption written");
+
+    let window = check(&cluster, &alias, &["--since", "1h"]).await;
+    assert_eq!(window["state"], "done", "{window}");
+    assert_eq!(
+        window["documents"].as_u64(),
+        Some(100),
+        "only the recent roots: {window}"
+    );
+    assert_eq!(counts(&window), (0, 0, 1), "{window}");
+    assert_eq!(window["examples"][0]["id"], "350", "{window}");
+    let full = check(&cluster, &alias, &[]).await;
+    assert_eq!(counts(&full), (0, 0, 2), "{full}");
+
+    let refused = cluster
+        .ctl(&["pipelines", "check", &alias, "--since", "a while"])
+        .unwrap_err();
+    assert!(refused.contains("not a duration"), "{refused}");
+}

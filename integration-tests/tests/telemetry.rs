@@ -44,6 +44,10 @@ async fn services_export_what_dashboards_and_alerts_query() {
         }
     })
     .await;
+    // A consistency check, so its gauges have values.
+    cluster
+        .ctl(&["pipelines", "check", &parts.pipeline.alias])
+        .unwrap();
 
     let services: Vec<&Service> = cluster
         .centers
@@ -110,6 +114,17 @@ async fn services_export_what_dashboards_and_alerts_query() {
                 (
                     "the build is over",
                     sample(leader, "sluice_center_build_running", &[&pipeline]) == Some(0.0),
+                ),
+                (
+                    "a check found no drift",
+                    sample(
+                        leader,
+                        "sluice_center_check_drift",
+                        &[&pipeline, "kind=\"missing\""],
+                    ) == Some(0.0)
+                        && sample(leader, "sluice_center_check_running", &[&pipeline]) == Some(0.0)
+                        && sample(leader, "sluice_center_check_keys", &[&pipeline])
+                            .is_some_and(|v| v >= 1.0),
                 ),
                 (
                     "the update published",

@@ -251,29 +251,17 @@ async fn publish(
     };
     acting()?;
     coord.delete(&layout::check(name), None, true).await?;
-    coord
-        .put(
-            &layout::check(name),
-            &serde_json::to_vec(&rec)?,
-            Expect::Any,
-        )
-        .await?;
+    put(coord, &layout::check(name), &rec).await?;
     for (n, chunk) in chunks.iter().enumerate() {
-        coord
-            .put(
-                &layout::check_chunk(name, n as u32),
-                &serde_json::to_vec(chunk)?,
-                Expect::Any,
-            )
-            .await?;
+        put(coord, &layout::check_chunk(name, n as u32), chunk).await?;
     }
     rec.chunks = chunks.len() as u32;
+    put(coord, &layout::check(name), &rec).await
+}
+
+async fn put(coord: &Coordinator, at: &str, value: &impl serde::Serialize) -> anyhow::Result<()> {
     coord
-        .put(
-            &layout::check(name),
-            &serde_json::to_vec(&rec)?,
-            Expect::Any,
-        )
+        .put(at, &serde_json::to_vec(value)?, Expect::Any)
         .await?;
     Ok(())
 }

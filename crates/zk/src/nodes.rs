@@ -296,24 +296,10 @@ impl Coordinator {
         cancel: &CancellationToken,
     ) -> Result<(), ZkError> {
         let path = self.path(rel);
-        self.ensure_parent(&path).await?;
         let mut warned = false;
         loop {
-            match self
-                .call(
-                    "create",
-                    &path,
-                    self.zk()
-                        .create(&path, data.to_vec(), self.acl(), CreateMode::Ephemeral),
-                )
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(ZkError::Zk {
-                    source: ZkCode::NodeExists,
-                    ..
-                }) => {}
-                Err(e) => return Err(e),
+            if self.claim(rel, data).await? {
+                return Ok(());
             }
             match self.get_watched(rel).await? {
                 (Some(node), _) if node.ephemeral_owner == self.session_id() => {
