@@ -372,4 +372,45 @@ async fn a_windowed_check_looks_only_at_recently_changed_roots() {
         .ctl(&["pipelines", "check", &alias, "--since", "a while"])
         .unwrap_err();
     assert!(refused.contains("not a duration"), "{refused}");
+
+    // A daily schedule whose time of day has come runs once, by itself, with the spec's
+    // window and repair.
+    let minute = (sluice_core::now_ms() / 60_000) % 1440;
+    let spec = json!({
+        "source": source.name, "database": ctx.db, "table": "stamped",
+        "check": {"updated_column": "updated_at", "daily_at": format!("{:02}:{:02}", minute / 60, minute % 60),
+                  "since": "1h", "repair": true}
+    });
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    cluster
+        .ctl(&["pipelines", "put", &alias, "--spec", path.to_str().unwrap()])
+        .expect("the schedule is put");
+    let scheduled = eventually(
+        "the scheduled check ran",
+        Duration::from_secs(60),
+        || async {
+            let list = cluster
+                .ctl(&["pipelines", "checks", &alias])
+                .map_err(|e| e.to_string())?;
+            match list
+                .as_array()
+                .and_then(|l| l.iter().find(|c| c["trigger"] == "schedule"))
+            {
+                Some(c) if c["state"] == "done" => Ok(c.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(scheduled["since"], "1h", "{scheduled}");
+    assert_eq!(counts(&scheduled), (0, 0, 1), "{scheduled}");
+    assert_eq!(scheduled["repaired"].as_u64(), Some(1), "{scheduled}");
+    let list = cluster.ctl(&["pipelines", "checks", &alias]).unwrap();
+    let by_schedule = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["trigger"] == "schedule")
+        .count();
+    assert_eq!(by_schedule, 1, "once a day: {list}");
 }
