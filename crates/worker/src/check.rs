@@ -276,6 +276,12 @@ async fn check_chunk(
         epoch,
         index: versioned_index(&rec.spec.alias(), rec.version),
     };
+    if !c.es.index_exists(&ctx.index).await? {
+        bail!(Definite(format!(
+            "index {} does not exist (nothing was written to the pipeline yet, or the version was deleted)",
+            ctx.index
+        )));
+    }
     let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
     let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
     let started = Instant::now();
