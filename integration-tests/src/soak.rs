@@ -423,6 +423,15 @@ async fn settle(ctx: &TestCtx, sources: &[ClusterSource]) -> Result<(), String> 
             match check_table(ctx, table, alias, &CheckOptions::default()).await {
                 Ok(()) => break,
                 Err(e) if Instant::now() >= until => {
+                    // The verdict names the rows that differ.
+                    let every_row = CheckOptions {
+                        every_row: true,
+                        ..CheckOptions::default()
+                    };
+                    let e = check_table(ctx, table, alias, &every_row)
+                        .await
+                        .err()
+                        .unwrap_or(e);
                     failures.push(format!("{table} does not equal {alias}: {e}"));
                     break;
                 }
