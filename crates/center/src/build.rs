@@ -219,7 +219,7 @@ async fn drive_one(
     });
     tracing::debug!(pipeline = %p.spec.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
     let job = |kind: &str| format!("{}~{kind}", p.spec.name);
-    let chunk_job = |n: usize| job(&format!("{n:05}"));
+    let chunk_job = |n: usize| job(&layout::chunk_name(n as u32));
     // Jobs whose work is done leave room for the next.
     let mut finished: Vec<String> = Vec::new();
     if status.phase != "planning" && status.phase != "waiting for etl" {

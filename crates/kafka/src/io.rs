@@ -289,36 +289,47 @@ fn read_blocking(
     Ok(out)
 }
 
-/// The offsets `group` committed on each of `partitions` (`(topic, partition)`), in that
-/// order: `None` where it committed none. Asks the group's coordinator without joining
-/// the group, so its members are not disturbed.
-pub async fn committed(
-    cfg: &KafkaConfig,
-    group: &str,
-    partitions: &[(String, i32)],
-) -> Result<Vec<Option<i64>>, KafkaError> {
-    let mut c = cfg.client_config();
-    c.set("group.id", group).set("enable.auto.commit", "false");
-    cfg.apply_overrides(&mut c);
-    let consumer: BaseConsumer<crate::TracingContext> =
-        c.create_with_context(crate::TracingContext)?;
-    let mut tpl = TopicPartitionList::new();
-    for (topic, p) in partitions {
-        tpl.add_partition(topic, *p);
+/// Reads the offsets a consumer group committed, without joining the group (its members
+/// are not disturbed). One client, for as many reads as needed.
+pub struct GroupOffsets {
+    consumer: std::sync::Arc<BaseConsumer<crate::TracingContext>>,
+}
+
+impl GroupOffsets {
+    pub fn new(cfg: &KafkaConfig, group: &str) -> Result<Self, KafkaError> {
+        let mut c = cfg.client_config();
+        c.set("group.id", group).set("enable.auto.commit", "false");
+        cfg.apply_overrides(&mut c);
+        Ok(Self {
+            consumer: std::sync::Arc::new(c.create_with_context(crate::TracingContext)?),
+        })
     }
-    let partitions = partitions.to_vec();
-    tokio::task::spawn_blocking(move || {
-        let found = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-        Ok(partitions
-            .iter()
-            .map(
-                |(t, p)| match found.find_partition(t, *p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => Some(o),
-                    _ => None,
-                },
-            )
-            .collect())
-    })
-    .await
-    .map_err(|_| KafkaError::Canceled)?
+
+    /// The offsets committed on each of `partitions` (`(topic, partition)`), in that
+    /// order: `None` where the group committed none.
+    pub async fn committed(
+        &self,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<i64>>, KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, p) in partitions {
+            tpl.add_partition(topic, *p);
+        }
+        let consumer = self.consumer.clone();
+        let partitions = partitions.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let found = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+            Ok(partitions
+                .iter()
+                .map(
+                    |(t, p)| match found.find_partition(t, *p).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => Some(o),
+                        _ => None,
+                    },
+                )
+                .collect())
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)?
+    }
 }

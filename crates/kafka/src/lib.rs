@@ -15,7 +15,7 @@ use serde::Deserialize;
 mod io;
 
 pub use io::{
-    committed, partitions, queue, queue_with, read_all, Delivery, ReadBack, Received, Refused,
+    partitions, queue, queue_with, read_all, Delivery, GroupOffsets, ReadBack, Received, Refused,
     SharedProducer, Stored,
 };
 pub use rdkafka;

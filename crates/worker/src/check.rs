@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use serde_json::{json, Map, Value as Json};
-use sluice_core::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
+use sluice_core::{BuildDocument, ENVELOPE_VERSION};
 use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
 use sluice_mysql::docs::{Built, DocPlan, Reader};
@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
+use crate::snapshot::{confirmed, version_at, Definite};
 
 /// Root rows per snapshot read, and documents per index page.
 const BATCH: usize = 1000;
@@ -104,8 +105,7 @@ async fn claim_and_check(
     };
     let done = c.coord.children(&layout::check_results(pipeline)).await?;
     for n in 0..rec.chunks {
-        let name = format!("{n:05}");
-        if done.contains(&name) {
+        if done.contains(&layout::chunk_name(n)) {
             continue;
         }
         let me = json!({ "worker": c.cfg.worker.id, "check": rec.id }).to_string();
@@ -116,15 +116,12 @@ async fn claim_and_check(
         {
             continue;
         }
-        let result = check_chunk(c, &rec, n, stop).await;
-        let outcome = match result {
-            Ok(tally) => Some(tally),
-            Err(e) if e.chain().any(|c| c.downcast_ref::<Definite>().is_some()) => {
-                Some(CheckTally {
-                    error: Some(format!("chunk {n}: {e:#}")),
-                    ..CheckTally::default()
-                })
-            }
+        let tally = match check_chunk(c, &rec, n, stop).await {
+            Ok(tally) => tally,
+            Err(e) if e.chain().any(|c| c.downcast_ref::<Definite>().is_some()) => CheckTally {
+                error: Some(format!("chunk {n}: {e:#}")),
+                ..CheckTally::default()
+            },
             Err(e) => {
                 let _ = c
                     .coord
@@ -133,21 +130,19 @@ async fn claim_and_check(
                 return Err(e);
             }
         };
-        if let Some(tally) = outcome {
-            // Only for the check it was read for (a new one may have replaced it).
-            let current = c
-                .coord
-                .get_json::<CheckRecord>(&layout::check(pipeline))
+        // Only for the check it was read for (a new one may have replaced it).
+        let current = c
+            .coord
+            .get_json::<CheckRecord>(&layout::check(pipeline))
+            .await?;
+        if current.is_some_and(|r| r.id == rec.id) && !stop.is_cancelled() {
+            c.coord
+                .put(
+                    &layout::check_result(pipeline, n),
+                    &serde_json::to_vec(&tally)?,
+                    Expect::Any,
+                )
                 .await?;
-            if current.is_some_and(|r| r.id == rec.id) && !stop.is_cancelled() {
-                c.coord
-                    .put(
-                        &layout::check_result(pipeline, n),
-                        &serde_json::to_vec(&tally)?,
-                        Expect::Any,
-                    )
-                    .await?;
-            }
         }
         let _ = c
             .coord
@@ -157,11 +152,6 @@ async fn claim_and_check(
     }
     Ok(false)
 }
-
-/// A chunk that can never be checked as the pipeline stands (the check fails with it).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Definite(String);
 
 /// One document on both sides.
 #[derive(Default)]
@@ -263,11 +253,8 @@ async fn check_chunk(
     if let Some(since) = rec.since_ms {
         restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
     }
-    let epoch = c
-        .coord
-        .read_checkpoint(&rec.spec.source)
+    let epoch = confirmed(&c.coord, &rec.spec.source)
         .await?
-        .and_then(|cp| Checkpoint::from_json(&cp).ok())
         .map_or(0, |cp| cp.epoch);
     let ctx = Ctx {
         rec,
@@ -313,41 +300,24 @@ async fn check_chunk(
 }
 
 /// Narrows the root to rows changed at or after `since_ms` (`check.updated_column`).
+/// The readers' sessions are in UTC, as `FROM_UNIXTIME` then is.
 fn restrict_to_recent(plan: &mut DocPlan, column: &str, since_ms: i64) -> anyhow::Result<()> {
     if column.is_empty() {
         bail!(Definite(
             "a check with a window needs check.updated_column".into()
         ));
     }
-    let at = utc_datetime(since_ms);
-    let cond = format!("`{}` >= '{at}'", column.replace('`', "``"));
+    let cond = format!(
+        "`{}` >= FROM_UNIXTIME({}.{:03})",
+        column.replace('`', "``"),
+        since_ms.div_euclid(1000),
+        since_ms.rem_euclid(1000)
+    );
     plan.root.filter = Some(match plan.root.filter.take() {
         Some(f) => format!("({f}) AND {cond}"),
         None => cond,
     });
     Ok(())
-}
-
-/// `YYYY-MM-DD HH:MM:SS` (UTC, as the readers' sessions are) of `ms` since the epoch.
-fn utc_datetime(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// Round one: the chunk from MySQL, batch by batch, and the index over the same keys.
@@ -372,7 +342,7 @@ async fn survey(
             .await;
         reader.end().await?;
         let read = read?;
-        let at = version_of(ctx.epoch, &position)?;
+        let at = version_at(ctx.epoch, &position)?;
         for b in read.docs {
             let id = b.id.clone();
             pairs.entry(id).or_default().mysql = Some((b, at));
@@ -519,11 +489,6 @@ fn lexicographic(fields: &[String], values: &[Json], op: &str) -> Json {
     json!({ "bool": { "should": any, "minimum_should_match": 1 } })
 }
 
-fn version_of(epoch: u16, position: &sluice_core::BinlogPosition) -> anyhow::Result<u64> {
-    let seq = sluice_core::position::file_seq(&position.file)?;
-    Ok(ExternalVersion::new(epoch as u64, seq, position.pos)?.get())
-}
-
 /// Round two: judges the suspects again between two watermarks, once everything the
 /// stream carried up to the first is applied; reports (and repairs) what still differs.
 async fn confirm(
@@ -555,15 +520,14 @@ async fn confirm(
             Some(k) => keys.push((id.clone(), k, routing)),
             None => {
                 // An orphan without its id fields: it cannot come from any row.
-                tally.extra += 1;
-                tally.example("extra", id, "the document lacks its id fields");
+                tally.found("extra", id, "the document lacks its id fields");
             }
         }
     }
     let key_values: Vec<Vec<Json>> = keys.iter().map(|(_, k, _)| k.clone()).collect();
     let mut reader = Reader::connect(ctx.src).await?;
-    let (low, at_low) = read_keys(&mut reader, ctx, &key_values).await?;
-    settle(c, ctx, &low).await?;
+    let low = read_keys(&mut reader, ctx, &key_values).await?;
+    settle(c, ctx, &low.position).await?;
     let refs: Vec<(String, Option<String>)> = keys
         .iter()
         .map(|(id, _, r)| (id.clone(), r.clone()))
@@ -576,19 +540,17 @@ async fn confirm(
             }
         }
     }
-    let (_, at_high) = read_keys(&mut reader, ctx, &key_values).await?;
-    let high = at_high.1;
+    let high = read_keys(&mut reader, ctx, &key_values).await?;
     reader.close().await;
     let mut repairs = Vec::new();
     for (id, _, routing) in &keys {
-        let before = at_low.0.get(id).and_then(|b| b.doc.as_ref());
-        let after = at_high.0.get(id).and_then(|b| b.doc.as_ref());
+        let before = low.doc(id);
+        let after = high.doc(id);
         if before != after {
             tally.skipped += 1;
             continue;
         }
-        let verdict = judge(before, at_low.1, index.get(id));
-        let (kind, detail) = match verdict {
+        let (kind, detail) = match judge(before, low.version, index.get(id)) {
             Verdict::Equal => continue,
             Verdict::Touched => {
                 tally.skipped += 1;
@@ -598,12 +560,7 @@ async fn confirm(
             Verdict::Extra => ("extra", String::new()),
             Verdict::Different(d) => ("different", d),
         };
-        match kind {
-            "missing" => tally.missing += 1,
-            "extra" => tally.extra += 1,
-            _ => tally.different += 1,
-        }
-        tally.example(kind, id, &detail);
+        tally.found(kind, id, &detail);
         let hit_routing = index.get(id).and_then(|h| h.routing.clone());
         repairs.push(BuildDocument {
             v: ENVELOPE_VERSION,
@@ -611,7 +568,7 @@ async fn confirm(
             build: ctx.rec.version,
             id: id.clone(),
             routing: routing.clone().or(hit_routing),
-            version: high,
+            version: high.version,
             doc: after.cloned().unwrap_or_default(),
             columns: None,
             repair: true,
@@ -624,19 +581,34 @@ async fn confirm(
     Ok(())
 }
 
-/// The documents of `keys` in one consistent snapshot: by `_id`, with the snapshot's
-/// position and version.
+/// Documents read in one consistent snapshot, by `_id`.
+struct Snapshot {
+    position: sluice_core::BinlogPosition,
+    /// The version of what it read.
+    version: u64,
+    docs: BTreeMap<String, Built>,
+}
+
+impl Snapshot {
+    /// The document `id`; `None` when its row is gone or filtered out.
+    fn doc(&self, id: &str) -> Option<&Map<String, Json>> {
+        self.docs.get(id).and_then(|b| b.doc.as_ref())
+    }
+}
+
 async fn read_keys(
     reader: &mut Reader<'_>,
     ctx: &Ctx<'_>,
     keys: &[Vec<Json>],
-) -> anyhow::Result<(sluice_core::BinlogPosition, (BTreeMap<String, Built>, u64))> {
+) -> anyhow::Result<Snapshot> {
     let position = reader.begin_snapshot().await?;
     let read = ctx.plan.read(reader, keys).await;
     reader.end().await?;
-    let docs = read?.into_iter().map(|b| (b.id.clone(), b)).collect();
-    let at = version_of(ctx.epoch, &position)?;
-    Ok((position, (docs, at)))
+    Ok(Snapshot {
+        version: version_at(ctx.epoch, &position)?,
+        docs: read?.into_iter().map(|b| (b.id.clone(), b)).collect(),
+        position,
+    })
 }
 
 /// Waits until every change up to `position` is applied: the source's task confirmed
@@ -648,16 +620,13 @@ async fn settle(
     position: &sluice_core::BinlogPosition,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE_WITHIN;
-    let target = version_of(ctx.epoch, position)?;
+    let target = version_at(ctx.epoch, position)?;
     let spec = &ctx.rec.spec;
     loop {
-        let confirmed = c
-            .coord
-            .read_checkpoint(&spec.source)
+        let at = confirmed(&c.coord, &spec.source)
             .await?
-            .and_then(|cp| Checkpoint::from_json(&cp).ok())
-            .and_then(|cp| version_of(cp.epoch, &cp.position).ok());
-        if confirmed.is_some_and(|v| v >= target) {
+            .and_then(|cp| version_at(cp.epoch, &cp.position).ok());
+        if at.is_some_and(|v| v >= target) {
             break;
         }
         if Instant::now() > deadline {
@@ -665,20 +634,17 @@ async fn settle(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let groups = etl_groups(c, &spec.name).await?;
+    let groups = etl_groups(c, &spec.name)
+        .await?
+        .into_iter()
+        .map(|g| Ok((sluice_kafka::GroupOffsets::new(&c.cfg.kafka, &g)?, g)))
+        .collect::<Result<Vec<_>, sluice_kafka::rdkafka::error::KafkaError>>()?;
     let probes = probe(c, ctx).await?;
+    let partitions: Vec<(String, i32)> = probes.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
     loop {
         let mut behind = None;
-        for group in &groups {
-            let at = sluice_kafka::committed(
-                &c.cfg.kafka,
-                group,
-                &probes
-                    .iter()
-                    .map(|(t, p, _)| (t.clone(), *p))
-                    .collect::<Vec<_>>(),
-            )
-            .await?;
+        for (offsets, group) in &groups {
+            let at = offsets.committed(&partitions).await?;
             if let Some(((t, p, _), _)) = probes
                 .iter()
                 .zip(at)
@@ -819,11 +785,5 @@ mod tests {
             any[1]["bool"]["filter"][1],
             json!({"range": {"b": {"lt": "x"}}})
         );
-    }
-
-    #[test]
-    fn window_starts_print_as_utc_datetimes() {
-        assert_eq!(utc_datetime(0), "1970-01-01 00:00:00");
-        assert_eq!(utc_datetime(1_795_000_000_000), "2026-11-18 11:06:40");
     }
 }

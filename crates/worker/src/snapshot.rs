@@ -141,11 +141,33 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     }
 }
 
-/// A build job's failure that retrying cannot fix (the spec no longer fits the tables, a
-/// table without a primary key): counted, so the leader can fail the build.
+/// A failure that retrying cannot fix (the spec no longer fits the tables, a table
+/// without a primary key): a build job's is counted, so the leader can fail the build;
+/// a check chunk's fails the check.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-struct Definite(String);
+pub(crate) struct Definite(pub String);
+
+/// The source task's confirmed checkpoint (its position and version epoch), if any.
+pub(crate) async fn confirmed(
+    coord: &Coordinator,
+    source: &str,
+) -> Result<Option<Checkpoint>, ZkError> {
+    Ok(coord
+        .read_checkpoint(source)
+        .await?
+        .and_then(|c| Checkpoint::from_json(&c).ok()))
+}
+
+/// The external version of what a snapshot at `position` read, under version epoch
+/// `epoch`: the version its documents are written with.
+pub(crate) fn version_at(
+    epoch: u16,
+    position: &sluice_core::BinlogPosition,
+) -> anyhow::Result<u64> {
+    let seq = sluice_core::position::file_seq(&position.file)?;
+    Ok(ExternalVersion::new(epoch as u64, seq, position.pos)?.get())
+}
 
 fn is_definite(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -275,17 +297,7 @@ async fn plan(
         }
         estimated_rows += table.estimated_rows(src, &mut conn).await?;
         let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
-        let mut lower = serde_json::Value::Null;
-        for n in 0..=bounds.len() {
-            let upper = match bounds.get(n) {
-                Some(k) => serde_json::to_value(k)?,
-                None => serde_json::Value::Null,
-            };
-            let rec = ChunkRecord {
-                kind,
-                lower: lower.clone(),
-                upper: upper.clone(),
-            };
+        for rec in ChunkRecord::cut(kind, &bounds)? {
             jobs.coord
                 .put(
                     &layout::build_chunk(&b.spec.name, chunks),
@@ -294,7 +306,6 @@ async fn plan(
                 )
                 .await?;
             chunks += 1;
-            lower = upper;
         }
     }
     let _ = conn.disconnect().await;
@@ -350,11 +361,8 @@ async fn chunk(
         // the center bumped it (a re-snapshot starts builds at once), read only once the
         // task streams under it: a change the task still published under the old epoch
         // after this read would be refused as older than the snapshot.
-        let epoch = jobs
-            .coord
-            .read_checkpoint(&b.spec.source)
+        let epoch = confirmed(&jobs.coord, &b.spec.source)
             .await?
-            .and_then(|c| Checkpoint::from_json(&c).ok())
             .map_or(0, |c| c.epoch);
         if epoch < source_epoch {
             bail!(
@@ -387,8 +395,7 @@ async fn chunk(
             }
             .instrument(tracing::info_span!("worker.snapshot_batch", pipeline = %b.spec.name, chunk = n))
             .await?;
-            let seq = sluice_core::position::file_seq(&position.file)?;
-            let version = ExternalVersion::new(epoch as u64, seq, position.pos)?.get();
+            let version = version_at(epoch, &position)?;
             let producer = jobs.producer.get();
             let mut deliveries = Vec::with_capacity(read.docs.len());
             for built in read.docs {

@@ -92,6 +92,26 @@ pub struct ChunkRecord {
     pub upper: serde_json::Value,
 }
 
+impl ChunkRecord {
+    /// The chunks of document kind `kind` that `bounds` (keys in order) cut its table
+    /// into: `(null, b0]`, `(b0, b1]`, …, `(bn, null)` — one more than the bounds.
+    pub fn cut<K: Serialize>(kind: usize, bounds: &[K]) -> serde_json::Result<Vec<ChunkRecord>> {
+        let mut keys = vec![serde_json::Value::Null];
+        for b in bounds {
+            keys.push(serde_json::to_value(b)?);
+        }
+        keys.push(serde_json::Value::Null);
+        Ok(keys
+            .windows(2)
+            .map(|w| ChunkRecord {
+                kind,
+                lower: w[0].clone(),
+                upper: w[1].clone(),
+            })
+            .collect())
+    }
+}
+
 /// The progress of a chunk, in the checkpoint of its snapshot task (fenced like a
 /// binlog position).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -223,7 +243,7 @@ pub fn build_chunks(pipeline: &str) -> String {
 }
 
 pub fn build_chunk(pipeline: &str, n: u32) -> String {
-    format!("builds/{pipeline}/chunks/{n:05}")
+    format!("builds/{pipeline}/chunks/{}", chunk_name(n))
 }
 
 /// `builds/<pipeline>/caught_up/<partition>`: the etl applied the marker on it.
@@ -316,6 +336,16 @@ impl CheckTally {
         }
     }
 
+    /// Counts a document found wrong: `kind` is `missing`, `extra` or `different`.
+    pub fn found(&mut self, kind: &str, id: &str, detail: &str) {
+        match kind {
+            "missing" => self.missing += 1,
+            "extra" => self.extra += 1,
+            _ => self.different += 1,
+        }
+        self.example(kind, id, detail);
+    }
+
     /// Keeps `id` as an example of `kind` while there are fewer than [`Self::EXAMPLES`].
     pub fn example(&mut self, kind: &str, id: &str, detail: &str) {
         if self.examples.iter().filter(|e| e.kind == kind).count() < Self::EXAMPLES {
@@ -333,16 +363,21 @@ impl CheckTally {
     }
 }
 
+/// A chunk's name in a build's or a check's paths (`00042`: they sort as numbers).
+pub fn chunk_name(n: u32) -> String {
+    format!("{n:05}")
+}
+
 pub fn check(pipeline: &str) -> String {
     format!("checks/{pipeline}")
 }
 
 pub fn check_chunk(pipeline: &str, n: u32) -> String {
-    format!("checks/{pipeline}/chunks/{n:05}")
+    format!("checks/{pipeline}/chunks/{}", chunk_name(n))
 }
 
 pub fn check_claim(pipeline: &str, n: u32) -> String {
-    format!("checks/{pipeline}/claims/{n:05}")
+    format!("checks/{pipeline}/claims/{}", chunk_name(n))
 }
 
 pub fn check_results(pipeline: &str) -> String {
@@ -350,7 +385,7 @@ pub fn check_results(pipeline: &str) -> String {
 }
 
 pub fn check_result(pipeline: &str, n: u32) -> String {
-    format!("checks/{pipeline}/results/{n:05}")
+    format!("checks/{pipeline}/results/{}", chunk_name(n))
 }
 
 pub fn jobs(worker: &str) -> String {
@@ -365,7 +400,7 @@ pub fn job(worker: &str, job: &str) -> String {
 /// `version`: a build after a reset starts every chunk afresh, never from the cursor an
 /// abandoned build left.
 pub fn chunk_task(pipeline: &str, version: u32, n: u32) -> String {
-    format!("snap~{pipeline}~v{version}~{n:05}")
+    format!("snap~{pipeline}~v{version}~{}", chunk_name(n))
 }
 
 pub fn etl(member: &str) -> String {
@@ -403,6 +438,26 @@ pub fn checkpoint(task: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounds_cut_a_table_into_one_more_chunk_with_open_ends() {
+        let chunks = ChunkRecord::cut(1, &[10, 20]).unwrap();
+        let ends: Vec<(serde_json::Value, serde_json::Value)> = chunks
+            .iter()
+            .map(|c| (c.lower.clone(), c.upper.clone()))
+            .collect();
+        use serde_json::{json, Value::Null};
+        assert_eq!(
+            ends,
+            [(Null, json!(10)), (json!(10), json!(20)), (json!(20), Null)]
+        );
+        assert!(chunks.iter().all(|c| c.kind == 1));
+        assert_eq!(
+            ChunkRecord::cut::<u32>(0, &[]).unwrap().len(),
+            1,
+            "an empty table: one open chunk"
+        );
+    }
 
     #[test]
     fn a_versions_reasons_are_its_own() {
