@@ -61,7 +61,8 @@ pub(crate) async fn drive(
     pipelines: &[StoredPipeline],
 ) -> anyhow::Result<bool> {
     schedule(shared, epoch, pipelines).await?;
-    let running = shared.meta.running_checks().await?;
+    let latest = shared.meta.latest_checks().await?;
+    let running: Vec<&CheckRun> = latest.iter().filter(|c| c.state == "running").collect();
     // Leftovers of checks that ended (or were replaced).
     for name in coord.children("checks").await? {
         let rec: Option<CheckRecord> = coord.get_json(&layout::check(&name)).await.ok().flatten();
@@ -71,7 +72,14 @@ pub(crate) async fn drive(
         }
     }
     let mut gauges = Vec::new();
-    for run in &running {
+    for run in &latest {
+        if run.state != "running" {
+            gauges.push((
+                run.pipeline.clone(),
+                gauge(run, run.chunks_done, &run.tally, false),
+            ));
+            continue;
+        }
         match drive_one(shared, coord, epoch, acting, run, pipelines).await {
             Ok(g) => gauges.push(g),
             Err(e) => {
@@ -82,22 +90,11 @@ pub(crate) async fn drive(
             }
         }
     }
-    // A new leader shows the last check of each pipeline from the meta database.
-    let known = crate::metrics::read_checks();
-    for p in pipelines {
-        if !known.contains_key(&p.spec.name) && !gauges.iter().any(|(n, _)| *n == p.spec.name) {
-            if let Some(last) = shared.meta.checks(&p.spec.name, 1).await?.pop() {
-                let g = gauge(&last, last.chunks_done, &last.tally, false);
-                gauges.push((p.spec.name.clone(), g));
-            }
-        }
-    }
     crate::metrics::update(|g| {
-        for (pipeline, check) in gauges {
-            g.checks.insert(pipeline, check);
-        }
-        g.checks
-            .retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
+        g.checks = gauges
+            .into_iter()
+            .filter(|(name, _)| pipelines.iter().any(|p| p.spec.name == *name))
+            .collect();
     });
     Ok(!running.is_empty())
 }
@@ -143,10 +140,13 @@ async fn drive_one(
         tracing::info!(pipeline = %name, check = run.id, chunks = chunks.len(), "check planned");
         return Ok((name.clone(), gauge(run, 0, &tally, true)));
     };
-    let done = coord.children(&layout::check_results(name)).await?;
+    let results = layout::check_results(name);
+    let done = coord.children(&results).await?;
     for n in &done {
-        let at = format!("{}/{n}", layout::check_results(name));
-        if let Some(t) = coord.get_json::<CheckTally>(&at).await? {
+        if let Some(t) = coord
+            .get_json::<CheckTally>(&format!("{results}/{n}"))
+            .await?
+        {
             tally.add(&t);
         }
     }
@@ -213,19 +213,7 @@ async fn plan(
             .table
             .chunk_bounds(&src, &mut conn, CHUNK_ROWS)
             .await?;
-        let mut lower = serde_json::Value::Null;
-        for n in 0..=bounds.len() {
-            let upper = match bounds.get(n) {
-                Some(k) => serde_json::to_value(k)?,
-                None => serde_json::Value::Null,
-            };
-            chunks.push(ChunkRecord {
-                kind,
-                lower: lower.clone(),
-                upper: upper.clone(),
-            });
-            lower = upper;
-        }
+        chunks.extend(ChunkRecord::cut(kind, &bounds)?);
     }
     let _ = conn.disconnect().await;
     Ok(Ok(chunks))
@@ -268,13 +256,17 @@ async fn put(coord: &Coordinator, at: &str, value: &impl serde::Serialize) -> an
 
 /// Starts the scheduled checks that are due.
 async fn schedule(shared: &Shared, epoch: u64, pipelines: &[StoredPipeline]) -> anyhow::Result<()> {
+    let scheduled: Vec<(&StoredPipeline, u32)> = pipelines
+        .iter()
+        .filter_map(|p| Some((p, p.spec.check.daily_minute()?)))
+        .collect();
+    if scheduled.is_empty() {
+        return Ok(());
+    }
     let now = sluice_core::now_ms();
-    for p in pipelines {
-        let Some(minute) = p.spec.check.daily_minute() else {
-            continue;
-        };
-        let last = shared.meta.last_scheduled_check(&p.spec.name).await?;
-        if !due(now, minute, last) {
+    let last = shared.meta.last_scheduled_checks().await?;
+    for (p, minute) in scheduled {
+        if !due(now, minute, last.get(&p.spec.name).copied()) {
             continue;
         }
         let c = &p.spec.check;

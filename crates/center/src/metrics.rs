@@ -74,8 +74,7 @@ fn read<T>(f: impl FnOnce(&Gauges) -> T) -> T {
     f(&GAUGES.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// The checks the gauges show, by pipeline.
-pub(crate) fn read_checks() -> BTreeMap<String, CheckGauge> {
+fn read_checks() -> BTreeMap<String, CheckGauge> {
     read(|g| g.checks.clone())
 }
 

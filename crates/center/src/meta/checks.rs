@@ -1,6 +1,8 @@
 //! Consistency checks (`crate::check`): one row per check, its progress and what it found
 //! kept up to date by the leader as the workers' chunk results come in.
 
+use std::collections::HashMap;
+
 use mysql_async::prelude::*;
 use mysql_async::Row;
 use sluice_zk::layout::CheckTally;
@@ -116,12 +118,13 @@ impl Meta {
         Ok(Ok(id))
     }
 
-    /// Checks still running, oldest first.
-    pub async fn running_checks(&self) -> Result<Vec<CheckRun>, MetaError> {
+    /// The newest check of each pipeline (a running check is always its pipeline's
+    /// newest: another cannot start while it runs).
+    pub async fn latest_checks(&self) -> Result<Vec<CheckRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
             .query(format!(
-                "SELECT {COLUMNS} FROM checks WHERE state = 'running' ORDER BY id"
+                "SELECT {COLUMNS} FROM checks WHERE id IN (SELECT MAX(id) FROM checks GROUP BY pipeline) ORDER BY id"
             ))
             .await?;
         rows.into_iter().map(run_of).collect()
@@ -147,16 +150,16 @@ impl Meta {
         row.map(run_of).transpose()
     }
 
-    /// When the pipeline's last scheduled check started (ms since the epoch).
-    pub async fn last_scheduled_check(&self, pipeline: &str) -> Result<Option<i64>, MetaError> {
+    /// When each pipeline's last scheduled check started (ms since the epoch).
+    pub async fn last_scheduled_checks(&self) -> Result<HashMap<String, i64>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         Ok(conn
-            .exec_first(
-                "SELECT CAST(UNIX_TIMESTAMP(MAX(started_at)) * 1000 AS SIGNED) FROM checks WHERE pipeline = ? AND started_by = 'schedule'",
-                (pipeline,),
+            .query(
+                "SELECT pipeline, CAST(UNIX_TIMESTAMP(MAX(started_at)) * 1000 AS SIGNED) FROM checks WHERE started_by = 'schedule' GROUP BY pipeline",
             )
             .await?
-            .flatten())
+            .into_iter()
+            .collect())
     }
 
     /// A running check's progress so far.
