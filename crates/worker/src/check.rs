@@ -372,8 +372,8 @@ async fn survey(
         }
         return Ok(pairs);
     }
-    let query = range_query(ctx, lower, upper)?;
     let sort = sort_fields(c, ctx).await?;
+    let query = range_query(ctx, &sort, lower, upper)?;
     let mut search_after: Option<Vec<Json>> = None;
     loop {
         let mut body = json!({
@@ -438,10 +438,14 @@ fn key_fields(ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
     Ok(keys)
 }
 
-/// The documents of this kind whose key is in `(lower, upper]`, compared in key order
-/// (a composite key lexicographically).
-fn range_query(ctx: &Ctx<'_>, lower: Option<&Key>, upper: Option<&Key>) -> anyhow::Result<Json> {
-    let fields = key_fields(ctx)?;
+/// The documents of this kind whose key (in `fields`, as [`sort_fields`] names them) is
+/// in `(lower, upper]`, compared in key order (a composite key lexicographically).
+fn range_query(
+    ctx: &Ctx<'_>,
+    fields: &[String],
+    lower: Option<&Key>,
+    upper: Option<&Key>,
+) -> anyhow::Result<Json> {
     let values = |k: &Key| -> anyhow::Result<Vec<Json>> {
         k.0.iter()
             .map(|part| {
@@ -455,10 +459,10 @@ fn range_query(ctx: &Ctx<'_>, lower: Option<&Key>, upper: Option<&Key>) -> anyho
     };
     let mut must = Vec::new();
     if let Some(k) = lower {
-        must.push(lexicographic(&fields, &values(k)?, "gt"));
+        must.push(lexicographic(fields, &values(k)?, "gt"));
     }
     if let Some(k) = upper {
-        must.push(lexicographic(&fields, &values(k)?, "lte"));
+        must.push(lexicographic(fields, &values(k)?, "lte"));
     }
     if let Some(join) = &ctx.plan.join {
         must.push(json!({ "term": { join.field.clone(): ctx.plan.name.clone() } }));
