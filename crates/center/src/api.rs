@@ -259,6 +259,16 @@ impl AdminApi {
         Err(status)
     }
 
+    /// Delayed changes reach the meta database through the leader's Kafka reader.
+    fn records_delayed(&self) -> Result<(), Status> {
+        if self.shared.cfg.kafka.is_none() {
+            return Err(Status::failed_precondition(
+                "delayed changes need the centers' [kafka] section (the leader reads them from topics.delayed)",
+            ));
+        }
+        Ok(())
+    }
+
     async fn check_message(&self, id: u64) -> Result<Check, Status> {
         self.shared
             .meta
@@ -753,7 +763,7 @@ impl Admin for AdminApi {
         let checks = self
             .shared
             .meta
-            .checks(&req.pipeline, limit)
+            .checks(&req.pipeline, req.kind.trim(), limit)
             .await
             .map_err(meta_err)?;
         Ok(Response::new(ListChecksResponse {
@@ -765,6 +775,55 @@ impl Admin for AdminApi {
         self.check_message(req.into_inner().id)
             .await
             .map(Response::new)
+    }
+
+    async fn list_delayed(
+        &self,
+        req: Request<ListDelayedRequest>,
+    ) -> Result<Response<ListDelayedResponse>, Status> {
+        let req = req.into_inner();
+        self.existing(&req.pipeline).await?;
+        self.records_delayed()?;
+        let limit = if req.limit == 0 { 100 } else { req.limit };
+        let (changes, pending, applying) = self
+            .shared
+            .meta
+            .delayed(&req.pipeline, limit)
+            .await
+            .map_err(meta_err)?;
+        Ok(Response::new(ListDelayedResponse {
+            changes: changes
+                .into_iter()
+                .map(|c| DelayedChange {
+                    node: c.node,
+                    values: c.values,
+                    version: c.version,
+                    changes: c.changes,
+                    first_seen_ms: c.first_seen_ms,
+                    last_seen_ms: c.last_seen_ms,
+                    job: c.job,
+                })
+                .collect(),
+            pending,
+            applying,
+        }))
+    }
+
+    async fn apply_delayed(
+        &self,
+        req: Request<ApplyDelayedRequest>,
+    ) -> Result<Response<Check>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        self.records_delayed()?;
+        let p = self.existing(&req.pipeline).await?;
+        let id = crate::delayed::start(&self.shared, epoch, &p, "operator")
+            .await
+            .map_err(|e| Status::unavailable(format!("{e:#}")))?
+            .map_err(Status::failed_precondition)?;
+        tracing::info!(pipeline = %req.pipeline, job = id, "delayed job started");
+        self.changed();
+        self.check_message(id).await.map(Response::new)
     }
 
     async fn drop_version(
@@ -1237,5 +1296,7 @@ fn check_message(c: &crate::meta::CheckRun) -> Check {
             })
             .collect(),
         error: t.error.clone().unwrap_or_default(),
+        kind: c.kind.clone(),
+        changes: c.changes,
     }
 }

@@ -47,6 +47,7 @@ pub(crate) async fn start(
         since_ms,
         repair,
         started_by,
+        delayed: false,
     };
     Ok(shared.meta.start_check(epoch, &check).await?)
 }
@@ -61,6 +62,7 @@ pub(crate) async fn drive(
     pipelines: &[StoredPipeline],
 ) -> anyhow::Result<bool> {
     schedule(shared, epoch, pipelines).await?;
+    crate::delayed::schedule(shared, epoch, pipelines).await?;
     let latest = shared.meta.latest_checks().await?;
     let running: Vec<&CheckRun> = latest.iter().filter(|c| c.state == "running").collect();
     // Leftovers of checks that ended (or were replaced).
@@ -77,11 +79,12 @@ pub(crate) async fn drive(
             gauges.push((
                 run.pipeline.clone(),
                 gauge(run, run.chunks_done, &run.tally, false),
+                run.is_delayed(),
             ));
             continue;
         }
         match drive_one(shared, coord, epoch, acting, run, pipelines).await {
-            Ok(g) => gauges.push(g),
+            Ok((name, g)) => gauges.push((name, g, run.is_delayed())),
             Err(e) => {
                 tracing::warn!(pipeline = %run.pipeline, check = run.id, error = format!("{e:#}"), "check step failed; retrying");
                 if crate::leader::is_deposed(&e) {
@@ -93,7 +96,8 @@ pub(crate) async fn drive(
     crate::metrics::update(|g| {
         g.checks = gauges
             .into_iter()
-            .filter(|(name, _)| pipelines.iter().any(|p| p.spec.name == *name))
+            .filter(|(name, _, delayed)| !delayed && pipelines.iter().any(|p| p.spec.name == *name))
+            .map(|(name, gauge, _)| (name, gauge))
             .collect();
     });
     Ok(!running.is_empty())
@@ -120,7 +124,12 @@ async fn drive_one(
     };
     let rec: Option<CheckRecord> = coord.get_json(&layout::check(name)).await?;
     let Some(rec) = rec.filter(|r| r.id == run.id && r.chunks > 0) else {
-        let chunks = match plan(shared, p).await {
+        let planned = if run.is_delayed() {
+            crate::delayed::plan(shared, p, run).await
+        } else {
+            plan(shared, p).await
+        };
+        let chunks = match planned {
             Ok(Ok(chunks)) => chunks,
             Ok(Err(why)) => {
                 tally.error = Some(why);
@@ -132,6 +141,11 @@ async fn drive_one(
                 return Ok((name.clone(), gauge(run, 0, &tally, true)));
             }
         };
+        if chunks.is_empty() {
+            // A delayed job whose changes reach no document.
+            shared.meta.finish_check(epoch, run, 0, &tally).await?;
+            return Ok((name.clone(), gauge(run, 0, &tally, false)));
+        }
         publish(coord, acting, run, p, &chunks).await?;
         shared
             .meta
@@ -187,21 +201,10 @@ async fn plan(
     shared: &Shared,
     p: &StoredPipeline,
 ) -> anyhow::Result<Result<Vec<ChunkRecord>, String>> {
-    let sources = shared.meta.sources().await?;
-    let source = sources
-        .iter()
-        .find(|s| s.name == p.spec.source)
-        .with_context(|| format!("source {} is gone", p.spec.source))?;
-    let src = sluice_mysql::SourceConfig::from_spec(source, shared.cfg.source_tls.as_ref())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let src = source_of(shared, p).await?;
     let plans = match sluice_mysql::docs::load(&src, &p.spec).await? {
         Ok(plans) => plans,
-        Err(problems) => {
-            return Ok(Err(format!(
-                "the pipeline does not fit its tables: {}",
-                problems.join("; ")
-            )))
-        }
+        Err(problems) => return Ok(Err(unfit(&problems))),
     };
     let mut conn = mysql_async::Conn::new(src.reader_opts())
         .await
@@ -217,6 +220,28 @@ async fn plan(
     }
     let _ = conn.disconnect().await;
     Ok(Ok(chunks))
+}
+
+/// The connection settings of `p`'s source.
+pub(crate) async fn source_of(
+    shared: &Shared,
+    p: &StoredPipeline,
+) -> anyhow::Result<sluice_mysql::SourceConfig> {
+    let sources = shared.meta.sources().await?;
+    let source = sources
+        .iter()
+        .find(|s| s.name == p.spec.source)
+        .with_context(|| format!("source {} is gone", p.spec.source))?;
+    sluice_mysql::SourceConfig::from_spec(source, shared.cfg.source_tls.as_ref())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Why a run cannot be planned: the pipeline's `problems` with its tables.
+pub(crate) fn unfit(problems: &[String]) -> String {
+    format!(
+        "the pipeline does not fit its tables: {}",
+        problems.join("; ")
+    )
 }
 
 /// Writes the check for the workers: its record without chunks first (so a worker that
@@ -236,6 +261,7 @@ async fn publish(
         since_ms: run.since_ms,
         repair: run.repair,
         chunks: 0,
+        delayed: run.is_delayed(),
     };
     acting()?;
     coord.delete(&layout::check(name), None, true).await?;
@@ -284,7 +310,7 @@ async fn schedule(shared: &Shared, epoch: u64, pipelines: &[StoredPipeline]) -> 
 
 /// Whether a check scheduled daily at `minute` (after midnight UTC) is due at `now`,
 /// the last scheduled one having started at `last` (all in ms since the epoch).
-fn due(now: i64, minute: u32, last: Option<i64>) -> bool {
+pub(crate) fn due(now: i64, minute: u32, last: Option<i64>) -> bool {
     const DAY: i64 = 86_400_000;
     let today = now - now.rem_euclid(DAY) + i64::from(minute) * 60_000;
     let slot = if today <= now { today } else { today - DAY };

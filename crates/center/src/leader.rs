@@ -127,59 +127,66 @@ async fn lead(
     }
     let _not_leading = NotLeading;
     tracing::info!(epoch, "leading: reconciling");
-    let mut pending: Option<oneshot::Sender<Vec<Move>>> = None;
-    loop {
-        if !leadership.is_acting() {
-            // Connection in doubt: act on nothing until it is back (or lost for good).
-            shared.leading.send_replace(None);
-            // The lease can also come back without a state change (a late heartbeat
-            // answer): look again shortly as well.
-            let mut session = coord.session();
-            tokio::select! {
-                why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
-                _ = session.changed() => {}
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                _ = shutdown.cancelled() => return Ok(()),
-            }
-            if leadership.is_acting() {
-                shared.leading.send_replace(Some(epoch));
-            }
-            continue;
-        }
-        let operator = pending.is_some();
-        tracing::debug!("reconcile pass");
-        let pass = tokio::time::timeout(
-            RECONCILE_TIMEOUT,
-            reconcile(shared, coord, leadership, operator),
-        );
-        let (moves, wake, watch) = match pass
-            .await
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("reconcile took longer than {RECONCILE_TIMEOUT:?} (meta database or ZooKeeper not answering)")))
-        {
-            Ok(done) => done,
-            Err(e) if is_deposed(&e) => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = format!("{e:#}"), "reconcile failed; retrying");
-                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
-                if shutdown.is_cancelled() {
-                    return Ok(());
+    let main = async {
+        let mut pending: Option<oneshot::Sender<Vec<Move>>> = None;
+        loop {
+            if !leadership.is_acting() {
+                // Connection in doubt: act on nothing until it is back (or lost for good).
+                shared.leading.send_replace(None);
+                // The lease can also come back without a state change (a late heartbeat
+                // answer): look again shortly as well.
+                let mut session = coord.session();
+                tokio::select! {
+                    why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
+                    _ = session.changed() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                if leadership.is_acting() {
+                    shared.leading.send_replace(Some(epoch));
                 }
                 continue;
             }
-        };
-        if let Some(reply) = pending.take() {
-            let _ = reply.send(moves);
+            let operator = pending.is_some();
+            tracing::debug!("reconcile pass");
+            let pass = tokio::time::timeout(
+                RECONCILE_TIMEOUT,
+                reconcile(shared, coord, leadership, operator),
+            );
+            let (moves, wake, watch) = match pass
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("reconcile took longer than {RECONCILE_TIMEOUT:?} (meta database or ZooKeeper not answering)")))
+            {
+                Ok(done) => done,
+                Err(e) if is_deposed(&e) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = format!("{e:#}"), "reconcile failed; retrying");
+                    sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                    if shutdown.is_cancelled() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            if let Some(reply) = pending.take() {
+                let _ = reply.send(moves);
+            }
+            let resync = shared.cfg.balance.resync;
+            let wake = wake.map_or(resync, |w| w.min(resync));
+            tokio::select! {
+                why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = watch.changed(coord, shutdown) => {}
+                _ = shared.nudge.notified() => {}
+                req = rebalance.recv() => pending = req,
+                _ = tokio::time::sleep(wake) => {}
+            }
         }
-        let resync = shared.cfg.balance.resync;
-        let wake = wake.map_or(resync, |w| w.min(resync));
-        tokio::select! {
-            why = leadership.lost() => anyhow::bail!("leadership lost: {why}"),
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = watch.changed(coord, shutdown) => {}
-            _ = shared.nudge.notified() => {}
-            req = rebalance.recv() => pending = req,
-            _ = tokio::time::sleep(wake) => {}
-        }
+    };
+    // Delayed changes are recorded for as long as this replica leads.
+    tokio::select! {
+        r = main => r,
+        r = crate::delayed::record(shared, epoch, shutdown) => r,
     }
 }
 

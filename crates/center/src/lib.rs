@@ -14,6 +14,7 @@ pub mod balance;
 mod build;
 mod check;
 pub mod config;
+mod delayed;
 pub mod dict;
 pub mod dlq;
 pub mod history;

@@ -171,8 +171,9 @@ pub struct BuildDocument {
     /// makes the index's mapping (as it does from change events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<Arc<[ColumnInfo]>>,
-    /// A consistency check's repair of version `build` (the live one, or a kept one it
-    /// writes), not a build's document: written if the etl writes that version.
+    /// A repair of version `build` (the live one, or a kept one it writes), not a
+    /// build's document: written if the etl writes that version; `build` 0: to every
+    /// version it writes (the delayed job's rebuilt documents).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repair: bool,
     /// A repair's delete of an orphan (`doc` is empty).

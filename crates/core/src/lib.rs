@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod dead_letter;
+pub mod delayed;
 pub mod event;
 pub mod failpoint;
 pub mod mapping;
@@ -18,6 +19,7 @@ pub mod tls;
 pub mod version;
 
 pub use config::{load_config, load_config_from, ConfigError, Secret};
+pub use delayed::DelayedChange;
 pub use event::{
     BuildDocument, ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION,
 };

@@ -43,15 +43,18 @@ pub async fn start(
     Ok(())
 }
 
+/// A pipeline's checks or delayed jobs (`kind`; empty: both), newest first.
 pub async fn list(
     conn: &mut Conn<'_>,
     out: Output,
     pipeline: &str,
+    kind: &str,
     limit: u32,
 ) -> anyhow::Result<()> {
     let req = ListChecksRequest {
         pipeline: pipeline.to_owned(),
         limit,
+        kind: kind.to_owned(),
     };
     let r = conn
         .call(|mut c| {
@@ -63,8 +66,8 @@ pub async fn list(
     Ok(())
 }
 
-/// A progress bar until the check ends; returns it as it ended.
-async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Check> {
+/// A progress bar until the check (or delayed job) ends; returns it as it ended.
+pub async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Check> {
     use std::io::Write as _;
     loop {
         let c = conn
@@ -75,11 +78,8 @@ async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Che
             let share = f64::from(c.chunks_done) / f64::from(total);
             let filled = ((share * 30.0).round() as usize).min(30);
             let took = (sluice_core::now_ms() - c.started_at_ms).max(1) as f64 / 1000.0;
-            eprint!(
-                "\rcheck {} of {} v{} [{}{}] {:>3.0}% {}/{} chunks, {} documents ({:.0}/s), {} missing, {} extra, {} different {:<10}",
-                c.id,
-                c.pipeline,
-                c.version,
+            let bar = format!(
+                "[{}{}] {:>3.0}% {}/{} chunks, {} documents ({:.0}/s)",
                 "#".repeat(filled),
                 ".".repeat(30 - filled),
                 share * 100.0,
@@ -87,11 +87,18 @@ async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Che
                 c.chunks,
                 c.keys,
                 c.keys as f64 / took,
-                c.missing,
-                c.extra,
-                c.different,
-                c.state,
             );
+            if c.kind == "delayed" {
+                eprint!(
+                    "\rdelayed job {} of {}: {} changes {bar}, {} rebuilt {:<10}",
+                    c.id, c.pipeline, c.changes, c.repaired, c.state
+                );
+            } else {
+                eprint!(
+                    "\rcheck {} of {} v{} {bar}, {} missing, {} extra, {} different {:<10}",
+                    c.id, c.pipeline, c.version, c.missing, c.extra, c.different, c.state,
+                );
+            }
             let _ = std::io::stderr().flush();
         }
         if c.state != "running" {
@@ -104,11 +111,12 @@ async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Che
     }
 }
 
-fn print_checks(out: Output, checks: &[Check]) {
+pub fn print_checks(out: Output, checks: &[Check]) {
     print(
         out,
         &[
             "id",
+            "kind",
             "version",
             "scope",
             "state",
@@ -127,8 +135,11 @@ fn print_checks(out: Output, checks: &[Check]) {
             .map(|c| {
                 vec![
                     c.id.to_string(),
+                    c.kind.clone(),
                     format!("v{}", c.version),
-                    if c.since.is_empty() {
+                    if c.kind == "delayed" {
+                        format!("{} changes", c.changes)
+                    } else if c.since.is_empty() {
                         "full".into()
                     } else {
                         format!("since {}", c.since)
@@ -166,7 +177,7 @@ fn print_checks(out: Output, checks: &[Check]) {
 
 fn check_json(c: &Check) -> Value {
     json!({
-        "id": c.id, "pipeline": c.pipeline, "version": c.version, "since": c.since,
+        "id": c.id, "kind": c.kind, "changes": c.changes, "pipeline": c.pipeline, "version": c.version, "since": c.since,
         "repair": c.repair, "state": c.state, "trigger": c.trigger,
         "started_at_ms": c.started_at_ms, "finished_at_ms": c.finished_at_ms,
         "chunks": c.chunks, "chunks_done": c.chunks_done, "documents": c.keys,

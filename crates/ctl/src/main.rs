@@ -3,6 +3,7 @@
 //! names it, and sluicectl follows.
 
 mod check;
+mod delayed;
 mod dict;
 
 use std::time::Duration;
@@ -83,6 +84,9 @@ enum Command {
     /// The IK analyzer's dynamic dictionaries: extension words and stop words.
     #[command(subcommand)]
     Dict(dict::DictCmd),
+    /// Changes of delayed relations: recorded as they stream in, applied by a job.
+    #[command(subcommand)]
+    Delayed(delayed::DelayedCmd),
 }
 
 #[derive(Subcommand)]
@@ -965,7 +969,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             check::start(&mut conn, out, req, *wait).await?;
         }
         Command::Pipelines(PipelineCmd::Checks { name, limit }) => {
-            check::list(&mut conn, out, name, *limit).await?;
+            check::list(&mut conn, out, name, "", *limit).await?;
         }
         Command::Pipelines(PipelineCmd::Reset { name }) => {
             let req = ResetRequest { name: name.clone() };
@@ -1183,6 +1187,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
         }
         Command::Dlq(cmd) => dlq(&mut conn, out, cmd).await?,
         Command::Dict(cmd) => dict::run(&mut conn, out, cmd).await?,
+        Command::Delayed(cmd) => delayed::run(&mut conn, out, cmd).await?,
     }
     Ok(())
 }

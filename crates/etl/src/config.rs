@@ -170,6 +170,11 @@ impl EtlConfig {
                     "{key}.alias: `{alias}` is used by another pipeline"
                 ));
             }
+            if pl.has_delayed() && self.zookeeper.is_none() {
+                p.push(format!(
+                    "{key}.relations: a delayed relation's changes are recorded and applied by the centers: it needs a cluster ([zookeeper])"
+                ));
+            }
             if !pl.is_flat() && self.zookeeper.is_none() && self.source(&pl.source).is_err() {
                 p.push(format!(
                     "{key}.source: `{}` is not under [[sources]]: a pipeline with relations or a filter reads its documents back from MySQL, so the etl needs the source's connection",

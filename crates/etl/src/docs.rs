@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value as Json;
+use sluice_core::delayed::{DelayedChange, DELAYED_VERSION};
 use sluice_core::ChangeEvent;
 use sluice_elastic::BulkOp;
 use sluice_mysql::docs::{Built, DocPlan, Reader, SourcePool};
@@ -64,6 +65,9 @@ type From = (usize, Vec<usize>, Vec<usize>);
 #[derive(Default)]
 pub(crate) struct Dirty {
     pipelines: BTreeMap<usize, Vec<Work>>,
+    /// Changes of `delayed` relations, for the delayed job instead: by pipeline, node and
+    /// join values (the same row changed twice in a batch is one change).
+    delayed: Delayed,
 }
 
 struct Work {
@@ -86,7 +90,19 @@ struct Entry {
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        self.pipelines.is_empty()
+        self.pipelines.is_empty() && self.delayed.is_empty()
+    }
+
+    /// The changes of `delayed` relations the batch held, each with the version of its
+    /// newest event (`name` gives a pipeline's name).
+    pub fn take_delayed(&mut self, name: impl Fn(usize) -> String) -> Vec<DelayedChange> {
+        std::mem::take(&mut self.delayed)
+            .into_iter()
+            .map(|((p, _, _), (mut change, _))| {
+                change.pipeline = name(p);
+                change
+            })
+            .collect()
     }
 
     /// Marks what `event` (message `msg`) changes in the documents of pipeline
@@ -124,6 +140,11 @@ impl Dirty {
                             else {
                                 continue;
                             };
+                            if node.delayed {
+                                let d = &mut self.delayed;
+                                delay(d, pipeline, plan, path, values, event.version);
+                                continue;
+                            }
                             let parent = path[..path.len() - 1].to_vec();
                             work.lookups
                                 .entry((k, parent, link.parent.clone()))
@@ -132,6 +153,43 @@ impl Dirty {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Each with the version of the event folded last (an update's two images are one change).
+type Delayed = BTreeMap<(usize, String, String), (DelayedChange, u64)>;
+
+/// Notes a change of a `delayed` node (at `path`) for the delayed job.
+fn delay(
+    delayed: &mut Delayed,
+    pipeline: usize,
+    plan: &DocPlan,
+    path: &[usize],
+    values: Vec<Json>,
+    version: u64,
+) {
+    let change = DelayedChange {
+        v: DELAYED_VERSION,
+        pipeline: String::new(),
+        kind: plan.name.clone(),
+        node: plan.path_names(path),
+        values,
+        version,
+        changes: 1,
+    };
+    let key = (pipeline, change.node_key(), change.values_text());
+    match delayed.entry(key) {
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert((change, version));
+        }
+        std::collections::btree_map::Entry::Occupied(mut o) => {
+            let (had, last) = o.get_mut();
+            if *last != version {
+                had.version = had.version.max(version);
+                had.changes += 1;
+                *last = version;
             }
         }
     }
@@ -550,6 +608,43 @@ mod tests {
             [(&vec![json!(9)], &Prov::of(30, 2))],
             "a root row is its own document"
         );
+    }
+
+    #[test]
+    fn a_delayed_relation_is_handed_over_not_walked_up() {
+        let mut plans = shop();
+        plans[0].root.children[0].delayed = true; // brand
+        let plans = Arc::new(plans);
+        let mut dirty = Dirty::default();
+        dirty.touch(0, &plans, &event("brands", json!({"id": 2}), 20), 0);
+        // An update: its two images are one change.
+        let mut update = event("brands", json!({"id": 2}), 25);
+        update.before = update.after.clone();
+        dirty.touch(0, &plans, &update, 1);
+        dirty.touch(
+            0,
+            &plans,
+            &event("tags", json!({"id": 70, "product_id": 5}), 30),
+            2,
+        );
+        assert!(!dirty.is_empty());
+        let work = &dirty.pipelines[&0][0];
+        assert_eq!(work.lookups.len(), 1, "only the tag walks up");
+        let delayed = dirty.take_delayed(|_| "shop".into());
+        assert_eq!(
+            delayed,
+            [DelayedChange {
+                v: DELAYED_VERSION,
+                pipeline: "shop".into(),
+                kind: "products".into(),
+                node: vec!["brand".into()],
+                values: vec![json!(2)],
+                version: 25,
+                changes: 2,
+            }],
+            "one change per row, with its newest version"
+        );
+        assert_eq!(delayed[0].node_key(), "products/brand");
     }
 
     #[test]

@@ -119,9 +119,10 @@ pub async fn run(
     let es = cfg.elasticsearch.client().context("elasticsearch")?;
     let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
         .context("cannot create the dead-letter producer")?;
-    sluice_kafka::ensure_topics(&cfg.kafka, std::slice::from_ref(&cfg.topics.dead_letter))
+    let own = [cfg.topics.dead_letter.clone(), cfg.topics.delayed.clone()];
+    sluice_kafka::ensure_topics(&cfg.kafka, &own)
         .await
-        .context("cannot create the dead-letter topic")?;
+        .context("cannot create the dead-letter and delayed topics")?;
     let mut consumer_cfg = cfg.kafka.clone();
     if let Some(id) = &cfg.etl.instance_id {
         consumer_cfg
@@ -524,9 +525,12 @@ async fn apply(
     if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
         return Ok(false);
     }
+    let mut dirty = dirty;
+    let delayed = dirty.take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
     let mut writer = ctx.writer(dead);
     let complete = writer.write(ops, origins).await?
-        && docs::rebuild(router, sources, &mut writer, dirty, ctx.shutdown).await?;
+        && docs::rebuild(router, sources, &mut writer, dirty, ctx.shutdown).await?
+        && hand_over(ctx, &delayed).await?;
     let landed = Landed {
         batch,
         written: writer.finish(complete),
@@ -699,7 +703,7 @@ async fn plan(
             if !ready(router, es, cfg, p, Input::Build(&doc), shutdown).await? {
                 return Ok(None);
             }
-            if let Some(op) = router.build_op(p, doc) {
+            for op in router.build_ops(p, doc) {
                 newest(&mut latest, op, i);
             }
             continue;
@@ -835,8 +839,7 @@ async fn ready(
 }
 
 /// Publishes dead letters and waits until Kafka has them all; only then may the batch's
-/// offsets be committed. Refused letters are sent again, by a new producer, with backoff;
-/// `false` when shutdown came first.
+/// offsets be committed. `false` when shutdown came first.
 async fn dead_letter(
     producer: &SharedProducer,
     cfg: &EtlConfig,
@@ -844,16 +847,68 @@ async fn dead_letter(
     dead: &[DeadLetter],
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
+    let topic = &cfg.topics.dead_letter;
+    acknowledged(producer, cfg, shutdown, "dead letters", async |p| {
+        send_letters(p, topic, batch, dead).await
+    })
+    .await
+}
+
+/// Hands the changes of `delayed` relations to the center (the delayed topic) and waits
+/// until Kafka has them all: the batch is not committed before. `false` when shutdown
+/// came first.
+async fn hand_over(ctx: &Ctx<'_>, delayed: &[sluice_core::DelayedChange]) -> anyhow::Result<bool> {
+    if delayed.is_empty() {
+        return Ok(true);
+    }
+    let topic = &ctx.cfg.topics.delayed;
+    let sent = acknowledged(
+        ctx.producer,
+        ctx.cfg,
+        ctx.shutdown,
+        "delayed changes",
+        async |p| {
+            let mut deliveries = Vec::with_capacity(delayed.len());
+            for change in delayed {
+                let payload = serde_json::to_vec(change)?;
+                let key = Some(change.pipeline.as_bytes());
+                deliveries.push(sluice_kafka::queue(p, topic, key, &payload).await?);
+            }
+            for d in deliveries {
+                d.acknowledged()
+                    .await
+                    .context("Kafka did not take a delayed change; the batch is not committed")?;
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    for change in delayed {
+        METRICS
+            .delayed_changes
+            .add(1, &metrics::pipeline(&change.pipeline));
+    }
+    Ok(sent)
+}
+
+/// Runs `send` until Kafka acknowledged everything it sent; what was refused is sent
+/// again, by a new producer, with backoff. `false` when shutdown came first.
+async fn acknowledged(
+    producer: &SharedProducer,
+    cfg: &EtlConfig,
+    shutdown: &CancellationToken,
+    what: &str,
+    mut send: impl AsyncFnMut(&Producer) -> anyhow::Result<()>,
+) -> anyhow::Result<bool> {
     let mut backoff = cfg.etl.retry_backoff;
     loop {
-        let sent = send_letters(&producer.get(), &cfg.topics.dead_letter, batch, dead).await;
-        let Err(e) = sent else {
+        let Err(e) = send(&producer.get()).await else {
             return Ok(true);
         };
         let Some(why) = producer.renew_after(e.as_ref()) else {
             return Err(e);
         };
-        tracing::warn!(%why, retry_in = ?backoff, "Kafka refused dead letters: sending them again with a new producer");
+        tracing::warn!(%why, retry_in = ?backoff, "Kafka refused {what}: sending them again with a new producer");
         if !sluice_core::shutdown::pause(backoff, shutdown).await {
             return Ok(false);
         }

@@ -3,6 +3,8 @@
 //! and `sluice_etl_bulk_documents` (histograms per bulk request),
 //! `sluice_etl_bulk_errors_total{class}` (throttled: items or requests answered 429,
 //! retry: 5xx items, rejected: items refused for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
+//! `sluice_etl_delayed_changes_total{pipeline}` (changes of `delayed` relations handed to
+//! the center instead of rebuilding documents),
 //! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
 //! (documents read back from MySQL, and the queries that found and read them), and
 //! `sluice_etl_consumer_lag_messages{topic,partition}`, `sluice_etl_bulks_in_flight` and
@@ -29,6 +31,7 @@ pub(crate) struct Metrics {
     pub dead_letters: Counter<u64>,
     pub documents_read: Counter<u64>,
     pub source_queries: Counter<u64>,
+    pub delayed_changes: Counter<u64>,
 }
 
 /// Made on first use, which must come after the service's telemetry is installed.
@@ -107,6 +110,10 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         source_queries: m
             .u64_counter("sluice.etl.source.queries")
             .with_description("Queries run on sources to find and read documents, by pipeline")
+            .build(),
+        delayed_changes: m
+            .u64_counter("sluice.etl.delayed.changes")
+            .with_description("Changes of delayed relations handed to the center for the delayed job, by pipeline")
             .build(),
     }
 });

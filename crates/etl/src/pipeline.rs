@@ -318,35 +318,46 @@ impl Router {
         Ok(())
     }
 
-    /// The write of a build's document: into the version being built only. `None` when
-    /// the document is of another build (a leftover of an earlier one). A check's repair
-    /// goes to the version it names, if this etl writes it; an orphan's is a delete.
-    pub fn build_op(&self, idx: usize, doc: BuildDocument) -> Option<BulkOp> {
+    /// The writes of a build's document: into the version being built only; none when
+    /// the document is of another build (a leftover of an earlier one). A repair goes to
+    /// the version it names, if this etl writes it, or with version 0 to every version it
+    /// writes (the delayed job's documents); an orphan's repair is a delete.
+    pub fn build_ops(&self, idx: usize, doc: BuildDocument) -> Vec<BulkOp> {
         let p = &self.pipelines[idx];
-        let index = if doc.repair {
-            let index = versioned_index(&p.cfg.spec.alias(), doc.build);
-            p.targets.as_ref()?.contains(&index).then_some(index)?
+        let indexes: Vec<String> = if doc.repair {
+            let targets = p.targets.as_deref().unwrap_or_default();
+            if doc.build == 0 {
+                targets.to_vec()
+            } else {
+                let index = versioned_index(&p.cfg.spec.alias(), doc.build);
+                targets.iter().filter(|t| **t == index).cloned().collect()
+            }
         } else if p.cfg.building == Some(doc.build) {
-            p.building_index.clone()?
+            p.building_index.iter().cloned().collect()
         } else {
-            return None;
+            Vec::new()
         };
-        Some(if doc.deleted {
-            BulkOp::Delete {
-                index,
-                id: doc.id,
-                version: doc.version,
-                routing: doc.routing,
-            }
-        } else {
-            BulkOp::Index {
-                index,
-                id: doc.id,
-                version: doc.version,
-                routing: doc.routing,
-                doc: Value::Object(doc.doc),
-            }
-        })
+        indexes
+            .into_iter()
+            .map(|index| {
+                if doc.deleted {
+                    BulkOp::Delete {
+                        index,
+                        id: doc.id.clone(),
+                        version: doc.version,
+                        routing: doc.routing.clone(),
+                    }
+                } else {
+                    BulkOp::Index {
+                        index,
+                        id: doc.id.clone(),
+                        version: doc.version,
+                        routing: doc.routing.clone(),
+                        doc: Value::Object(doc.doc.clone()),
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Appends the bulk operations of `event` for flat pipeline `idx` on `index` (its row

@@ -333,3 +333,97 @@ impl GroupOffsets {
         .map_err(|_| KafkaError::Canceled)?
     }
 }
+
+/// One topic read from offsets the caller keeps, without a consumer group: no rebalance
+/// ever stalls it, and the caller can store where it is in the same transaction as what
+/// it made of the messages (the center keeps the delayed topic's offsets in its meta
+/// database).
+pub struct Tail {
+    consumer: std::sync::Arc<BaseConsumer<crate::TracingContext>>,
+    topic: String,
+}
+
+impl Tail {
+    /// Reads `topic` (which must exist) from `from` (partition → next offset); a
+    /// partition not in it from its beginning.
+    pub async fn open(
+        cfg: &KafkaConfig,
+        topic: &str,
+        from: &std::collections::HashMap<i32, i64>,
+    ) -> Result<Tail, KafkaError> {
+        let mut c = cfg.client_config();
+        // Required by the client; nothing is committed.
+        c.set("group.id", "sluice-tail")
+            // An offset the topic no longer has (it was made again): from its start.
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("fetch.wait.max.ms", "100");
+        cfg.apply_overrides(&mut c);
+        let consumer: BaseConsumer<crate::TracingContext> =
+            c.create_with_context(crate::TracingContext)?;
+        let consumer = std::sync::Arc::new(consumer);
+        let (c2, t, from) = (consumer.clone(), topic.to_owned(), from.clone());
+        tokio::task::spawn_blocking(move || {
+            let md = c2.fetch_metadata(Some(&t), Duration::from_secs(10))?;
+            let mut tpl = TopicPartitionList::new();
+            for mt in md.topics() {
+                if let Some(e) = mt.error() {
+                    return Err(KafkaError::MetadataFetch(e.into()));
+                }
+                for p in mt.partitions() {
+                    let at = from
+                        .get(&p.id())
+                        .map_or(Offset::Beginning, |&o| Offset::Offset(o));
+                    tpl.add_partition_offset(&t, p.id(), at)?;
+                }
+            }
+            c2.assign(&tpl)
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)??;
+        Ok(Tail {
+            consumer,
+            topic: topic.to_owned(),
+        })
+    }
+
+    /// Up to `max` messages: waits up to `wait` for the first, then takes what is there.
+    pub async fn next(&self, max: usize, wait: Duration) -> Result<Vec<Received>, KafkaError> {
+        let consumer = self.consumer.clone();
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            let deadline = Instant::now() + wait;
+            while out.len() < max {
+                let left = if out.is_empty() {
+                    deadline.saturating_duration_since(Instant::now())
+                } else {
+                    Duration::ZERO
+                };
+                match consumer.poll(left) {
+                    Some(Ok(m)) => out.push(Received {
+                        topic: m.topic().to_owned(),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                        ts_ms: m.timestamp().to_millis(),
+                    }),
+                    // Transient broker notices are not data; the client reconnects.
+                    Some(Err(e)) => {
+                        tracing::debug!(%topic, error = %e, "tailing");
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                    }
+                    None if out.is_empty() && Instant::now() < deadline => {}
+                    None => break,
+                }
+            }
+            out
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)
+    }
+}

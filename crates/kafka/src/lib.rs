@@ -16,7 +16,7 @@ mod io;
 
 pub use io::{
     partitions, queue, queue_with, read_all, Delivery, GroupOffsets, ReadBack, Received, Refused,
-    SharedProducer, Stored,
+    SharedProducer, Stored, Tail,
 };
 pub use rdkafka;
 
@@ -357,6 +357,10 @@ pub struct TopicConfig {
     /// `sluice.build.{pipeline}`.
     #[serde(default = "default_build_topic")]
     pub build: String,
+    /// The changes of `delayed` relations, from the etl to the leader, which records them
+    /// for the delayed job. Default `sluice.delayed`.
+    #[serde(default = "default_delayed_topic")]
+    pub delayed: String,
 }
 
 fn default_rows_topic() -> String {
@@ -379,6 +383,10 @@ fn default_build_topic() -> String {
     "sluice.build.{pipeline}".into()
 }
 
+fn default_delayed_topic() -> String {
+    "sluice.delayed".into()
+}
+
 impl Default for TopicConfig {
     fn default() -> Self {
         Self {
@@ -387,6 +395,7 @@ impl Default for TopicConfig {
             source_dead_letter: default_source_dlq_topic(),
             dead_letter: default_dead_letter_topic(),
             build: default_build_topic(),
+            delayed: default_delayed_topic(),
         }
     }
 }

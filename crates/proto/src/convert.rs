@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::pipeline::{CheckSpec, JoinField, DEFAULT_JOIN_FIELD};
+use sluice_core::pipeline::{CheckSpec, DelayedSpec, JoinField, DEFAULT_JOIN_FIELD};
 use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
 
 use crate::v1;
@@ -72,6 +72,9 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
             since: spec.check.since.clone(),
             repair: spec.check.repair,
         }),
+        delayed: (!spec.delayed.is_empty()).then(|| v1::PipelineDelayed {
+            daily_at: spec.delayed.daily_at.clone(),
+        }),
     }
 }
 
@@ -114,6 +117,11 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
             since: c.since,
             repair: c.repair,
         }),
+        delayed: p
+            .delayed
+            .map_or_else(DelayedSpec::default, |d| DelayedSpec {
+                daily_at: d.daily_at,
+            }),
     })
 }
 
@@ -137,6 +145,7 @@ fn relation(r: &Relation) -> v1::Relation {
         limit: r.limit.unwrap_or(0),
         fields: field_mappings(&r.fields),
         relations: r.relations.iter().map(relation).collect(),
+        delayed: r.delayed,
     }
 }
 
@@ -172,6 +181,7 @@ fn relation_spec(prefix: &str, r: v1::Relation) -> Result<Relation, String> {
             .into_iter()
             .map(|sub| relation_spec(&below, sub))
             .collect::<Result<_, _>>()?,
+        delayed: r.delayed,
     })
 }
 
@@ -256,8 +266,8 @@ mod tests {
             "id":["code"],"fields":{"title":{"analyzer":"english"}},
             "relations":[{"name":"skus","kind":"one_to_many","table":"skus","on":{"id":"product_id"},
               "nested":false,"order_by":["price desc"],"limit":3,"distinct":false,
-              "relations":[{"name":"w","kind":"one_to_one","table":"warehouses","on":{"wid":"id"}}]}],
-            "shards":2,"replicas":0,"tombstone_retention":"1d"}"#;
+              "relations":[{"name":"w","kind":"one_to_one","table":"warehouses","on":{"wid":"id"},"delayed":true}]}],
+            "shards":2,"replicas":0,"tombstone_retention":"1d","delayed":{"daily_at":"02:00"}}"#;
         let spec: PipelineSpec = serde_json::from_str(json).unwrap();
         let state = PipelineState {
             live_version: 3,

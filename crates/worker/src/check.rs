@@ -20,6 +20,9 @@
 //!
 //! A repair sends the document at `P3` (or an orphan's delete) through the etl, by the
 //! pipeline's build topic, with `P3`'s version: a newer change always wins over it.
+//!
+//! A delayed job's chunks come the same way, as lists of root keys: those documents are
+//! read again and sent through the etl without comparing (see [`rebuild`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -256,6 +259,9 @@ async fn check_chunk(
     let epoch = confirmed(&c.coord, &rec.spec.source)
         .await?
         .map_or(0, |cp| cp.epoch);
+    if rec.delayed {
+        return rebuild(c, rec, &plan, &src, epoch, &chunk.keys).await;
+    }
     let ctx = Ctx {
         rec,
         plan: &plan,
@@ -295,6 +301,62 @@ async fn check_chunk(
     tracing::info!(
         pipeline = %p, check = rec.id, chunk = n, keys = tally.keys, suspects = suspects.len(),
         drift = tally.drift(), took_ms = started.elapsed().as_millis() as u64, "check chunk done"
+    );
+    Ok(tally)
+}
+
+/// A delayed job's chunk: its documents read again, batch by batch, each batch in a
+/// consistent snapshot, and sent through the etl to every version it writes at the
+/// snapshot's version (a root that is gone or filtered out: a delete).
+async fn rebuild(
+    c: &Checks,
+    rec: &CheckRecord,
+    plan: &DocPlan,
+    src: &sluice_mysql::SourceConfig,
+    epoch: u16,
+    keys: &[Json],
+) -> anyhow::Result<CheckTally> {
+    let keys: Vec<Vec<Json>> = keys
+        .iter()
+        .map(|k| serde_json::from_value(k.clone()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            anyhow!(Definite(format!(
+                "a chunk key is not a list of values: {e}"
+            )))
+        })?;
+    let started = Instant::now();
+    let mut reader = Reader::connect(src).await?;
+    let mut tally = CheckTally {
+        keys: keys.len() as u64,
+        ..CheckTally::default()
+    };
+    for part in keys.chunks(BATCH) {
+        let position = reader.begin_snapshot().await?;
+        let built = plan.read(&mut reader, part).await;
+        reader.end().await?;
+        let version = version_at(epoch, &position)?;
+        let docs = built?
+            .into_iter()
+            .map(|b| BuildDocument {
+                v: ENVELOPE_VERSION,
+                pipeline: rec.spec.name.clone(),
+                build: 0,
+                id: b.id,
+                routing: b.routing,
+                version,
+                deleted: b.doc.is_none(),
+                doc: b.doc.unwrap_or_default(),
+                columns: None,
+                repair: true,
+            })
+            .collect();
+        tally.repaired += repair(c, &rec.spec.name, docs).await?;
+    }
+    reader.close().await;
+    tracing::info!(
+        pipeline = %rec.spec.name, job = rec.id, documents = tally.repaired,
+        took_ms = started.elapsed().as_millis() as u64, "delayed chunk rebuilt"
     );
     Ok(tally)
 }

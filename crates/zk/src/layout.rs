@@ -90,6 +90,9 @@ pub struct ChunkRecord {
     pub kind: usize,
     pub lower: serde_json::Value,
     pub upper: serde_json::Value,
+    /// A delayed job's chunk: these root keys (each its id values), not a range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<serde_json::Value>,
 }
 
 impl ChunkRecord {
@@ -107,6 +110,7 @@ impl ChunkRecord {
                 kind,
                 lower: w[0].clone(),
                 upper: w[1].clone(),
+                keys: Vec::new(),
             })
             .collect())
     }
@@ -278,6 +282,9 @@ pub fn build_failure(pipeline: &str, job: &str) -> String {
 /// claim a chunk (`claims/<n>`, ephemeral: a dead worker's chunk is claimed again) and
 /// write what they found (`results/<n>`, [`CheckTally`]); the leader adds them up into
 /// the meta database and removes the check once every chunk has a result.
+///
+/// A delayed job (`delayed`) travels the same way: its chunks list the root keys its
+/// changes reach, and a worker rebuilds those documents instead of comparing them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CheckRecord {
     pub id: u64,
@@ -289,6 +296,8 @@ pub struct CheckRecord {
     pub since_ms: Option<i64>,
     pub repair: bool,
     pub chunks: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delayed: bool,
 }
 
 /// What a check found in one chunk (or, added up, in the whole check).

@@ -82,6 +82,7 @@ replication_factor = {{ .Values.kafka.replicationFactor }}
 [topics]
 rows = {{ .Values.topics.rows | toJson }}
 dead_letter = {{ .Values.topics.deadLetter | toJson }}
+delayed = {{ .Values.topics.delayed | toJson }}
 {{- end -}}
 
 {{- define "sluice.esToml" -}}

@@ -1,5 +1,6 @@
-//! Consistency checks (`crate::check`): one row per check, its progress and what it found
-//! kept up to date by the leader as the workers' chunk results come in.
+//! Consistency checks (`crate::check`) and delayed jobs (`crate::delayed`, kind
+//! `delayed`): one row per run, its progress and what it found kept up to date by the
+//! leader as the workers' chunk results come in.
 
 use std::collections::HashMap;
 
@@ -12,7 +13,7 @@ use super::{insert_event, Meta, MetaError};
 const COLUMNS: &str = "id, pipeline, version, since, since_ms, repair, state, started_by,
     chunks, chunks_done, tally_json,
     CAST(UNIX_TIMESTAMP(started_at) * 1000 AS SIGNED),
-    CAST(COALESCE(UNIX_TIMESTAMP(finished_at) * 1000, 0) AS SIGNED)";
+    CAST(COALESCE(UNIX_TIMESTAMP(finished_at) * 1000, 0) AS SIGNED), kind, changes";
 
 /// A check as the meta database keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +35,20 @@ pub struct CheckRun {
     pub tally: CheckTally,
     pub started_at_ms: i64,
     pub finished_at_ms: i64,
+    /// `check`, or `delayed` (a delayed job).
+    pub kind: String,
+    /// A delayed job: the recorded changes it applies.
+    pub changes: u64,
 }
+
+impl CheckRun {
+    pub fn is_delayed(&self) -> bool {
+        self.kind == DELAYED
+    }
+}
+
+/// The kind of a delayed job's row.
+pub const DELAYED: &str = "delayed";
 
 /// What a new check is to do.
 pub struct NewCheck<'a> {
@@ -44,6 +58,8 @@ pub struct NewCheck<'a> {
     pub since_ms: Option<i64>,
     pub repair: bool,
     pub started_by: &'a str,
+    /// A delayed job (which takes every waiting change of the pipeline), not a check.
+    pub delayed: bool,
 }
 
 fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
@@ -72,36 +88,62 @@ fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
         tally,
         started_at_ms: take(&mut row, 11)?,
         finished_at_ms: take(&mut row, 12)?,
+        kind: take(&mut row, 13)?,
+        changes: take(&mut row, 14)?,
     })
 }
 
 impl Meta {
-    /// Records a new running check; refused while the pipeline has one running.
+    /// Records a new running check, or delayed job (which claims every waiting change);
+    /// refused while the pipeline has either running, or for a job when nothing waits.
     pub async fn start_check(
         &self,
         epoch: u64,
         c: &NewCheck<'_>,
     ) -> Result<Result<u64, String>, MetaError> {
         let mut tx = self.fenced(epoch).await?;
-        let running: Option<u64> = tx
+        let running: Option<(u64, String)> = tx
             .exec_first(
-                "SELECT id FROM checks WHERE pipeline = ? AND state = 'running' FOR UPDATE",
+                "SELECT id, kind FROM checks WHERE pipeline = ? AND state = 'running' FOR UPDATE",
                 (c.pipeline,),
             )
             .await?;
-        if let Some(id) = running {
+        if let Some((id, kind)) = running {
             tx.rollback().await?;
+            let what = if kind == DELAYED {
+                "delayed job"
+            } else {
+                "check"
+            };
             return Ok(Err(format!(
-                "check {id} of pipeline `{}` is still running (`sluicectl pipelines checks {}`)",
+                "{what} {id} of pipeline `{}` is still running (`sluicectl pipelines checks {}`)",
                 c.pipeline, c.pipeline
             )));
         }
+        let kind = if c.delayed { DELAYED } else { "check" };
         tx.exec_drop(
-            "INSERT INTO checks (pipeline, version, since, since_ms, repair, state, started_by) VALUES (?, ?, ?, ?, ?, 'running', ?)",
-            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by),
+            "INSERT INTO checks (pipeline, version, since, since_ms, repair, state, started_by, kind) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by, kind),
         )
         .await?;
         let id = tx.last_insert_id().unwrap_or_default();
+        if c.delayed {
+            let claimed = super::delayed::claim(&mut tx, c.pipeline, id).await?;
+            if claimed == 0 {
+                tx.rollback().await?;
+                return Ok(Err(format!(
+                    "no delayed change of pipeline `{}` waits (`sluicectl delayed list {}`)",
+                    c.pipeline, c.pipeline
+                )));
+            }
+            let message = format!(
+                "delayed job {id} started: {claimed} recorded changes (by {})",
+                c.started_by
+            );
+            insert_event(&mut tx, &self.origin, "delayed", c.pipeline, &message).await?;
+            tx.commit().await?;
+            return Ok(Ok(id));
+        }
         let what = if c.since.is_empty() {
             "every row".to_owned()
         } else {
@@ -118,25 +160,30 @@ impl Meta {
         Ok(Ok(id))
     }
 
-    /// The newest check of each pipeline (a running check is always its pipeline's
-    /// newest: another cannot start while it runs).
+    /// The newest check and delayed job of each pipeline (a running one is always the
+    /// newest of its kind: no other can start while it runs).
     pub async fn latest_checks(&self) -> Result<Vec<CheckRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
             .query(format!(
-                "SELECT {COLUMNS} FROM checks WHERE id IN (SELECT MAX(id) FROM checks GROUP BY pipeline) ORDER BY id"
+                "SELECT {COLUMNS} FROM checks WHERE id IN (SELECT MAX(id) FROM checks GROUP BY pipeline, kind) ORDER BY id"
             ))
             .await?;
         rows.into_iter().map(run_of).collect()
     }
 
-    /// A pipeline's checks, newest first.
-    pub async fn checks(&self, pipeline: &str, limit: u32) -> Result<Vec<CheckRun>, MetaError> {
+    /// A pipeline's checks (of `kind` only, unless empty), newest first.
+    pub async fn checks(
+        &self,
+        pipeline: &str,
+        kind: &str,
+        limit: u32,
+    ) -> Result<Vec<CheckRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
             .exec(
-                format!("SELECT {COLUMNS} FROM checks WHERE pipeline = ? ORDER BY id DESC LIMIT ?"),
-                (pipeline, limit),
+                format!("SELECT {COLUMNS} FROM checks WHERE pipeline = ? AND (? = '' OR kind = ?) ORDER BY id DESC LIMIT ?"),
+                (pipeline, kind, kind, limit),
             )
             .await?;
         rows.into_iter().map(run_of).collect()
@@ -155,7 +202,7 @@ impl Meta {
         let mut conn = self.pool.get_conn().await?;
         Ok(conn
             .query(
-                "SELECT pipeline, CAST(UNIX_TIMESTAMP(MAX(started_at)) * 1000 AS SIGNED) FROM checks WHERE started_by = 'schedule' GROUP BY pipeline",
+                "SELECT pipeline, CAST(UNIX_TIMESTAMP(MAX(started_at)) * 1000 AS SIGNED) FROM checks WHERE started_by = 'schedule' AND kind = 'check' GROUP BY pipeline",
             )
             .await?
             .into_iter()
@@ -200,6 +247,27 @@ impl Meta {
             (state, chunks_done, tally_json(tally), run.id),
         )
         .await?;
+        if run.is_delayed() {
+            let message = match &tally.error {
+                Some(e) => {
+                    super::delayed::release(&mut tx, run.id).await?;
+                    format!(
+                        "delayed job {} failed (its changes wait again): {e}",
+                        run.id
+                    )
+                }
+                None => {
+                    super::delayed::forget(&mut tx, run.id).await?;
+                    format!(
+                        "delayed job {} done: {} changes applied, {} documents rebuilt",
+                        run.id, run.changes, tally.repaired
+                    )
+                }
+            };
+            insert_event(&mut tx, &self.origin, "delayed", &run.pipeline, &message).await?;
+            tx.commit().await?;
+            return Ok(());
+        }
         let message = match &tally.error {
             Some(e) => format!("check {} failed: {e}", run.id),
             None => format!(

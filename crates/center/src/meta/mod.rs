@@ -18,9 +18,11 @@ use crate::config::MetaSection;
 use crate::history::History;
 
 mod checks;
+mod delayed;
 mod dict;
 
 pub use checks::{CheckRun, NewCheck};
+pub use delayed::Pending;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
@@ -205,6 +207,35 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             KEY pipeline (pipeline, id),
             KEY state (state)
         )"],
+    ),
+    // Delayed changes (`crate::delayed`): recorded once per changed row (`digest` of its
+    // relation and join values), claimed by a job (`job`, a `checks` row of kind
+    // `delayed`); and where the leader is in the delayed topic, moved in the same
+    // transaction as what it read.
+    (
+        11,
+        &[
+            "ALTER TABLE checks ADD COLUMN kind VARCHAR(16) NOT NULL DEFAULT 'check', ADD COLUMN changes BIGINT UNSIGNED NOT NULL DEFAULT 0",
+            "CREATE TABLE delayed_changes (
+                pipeline VARCHAR(128) NOT NULL,
+                digest BINARY(32) NOT NULL,
+                node VARCHAR(1024) NOT NULL,
+                vals TEXT NOT NULL,
+                version BIGINT UNSIGNED NOT NULL,
+                changes BIGINT UNSIGNED NOT NULL DEFAULT 1,
+                first_seen TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+                last_seen TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+                job BIGINT UNSIGNED NULL,
+                PRIMARY KEY (pipeline, digest),
+                KEY job (job)
+            )",
+            "CREATE TABLE delayed_offsets (
+                topic VARCHAR(255) NOT NULL,
+                part INT NOT NULL,
+                next BIGINT NOT NULL,
+                PRIMARY KEY (topic, part)
+            )",
+        ],
     ),
 ];
 

@@ -102,6 +102,43 @@ pub struct PipelineSpec {
     /// root's change-time column that `--since` selects by.
     #[serde(default, skip_serializing_if = "CheckSpec::is_empty")]
     pub check: CheckSpec,
+    /// When the changes of `delayed` relations are applied (`sluicectl delayed`).
+    #[serde(default, skip_serializing_if = "DelayedSpec::is_empty")]
+    pub delayed: DelayedSpec,
+}
+
+/// When a pipeline's delayed changes are applied: the changes of relations marked
+/// `delayed` rebuild no document when they stream in; they are recorded, deduplicated,
+/// and a job applies them every day at this time (or when `sluicectl delayed apply` asks).
+///
+/// ```toml
+/// [delayed]
+/// daily_at = "02:30"              # UTC; default 03:00
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayedSpec {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub daily_at: String,
+}
+
+/// When delayed changes are applied if a pipeline does not say.
+pub const DEFAULT_DELAYED_AT: &str = "03:00";
+
+impl DelayedSpec {
+    pub fn is_empty(&self) -> bool {
+        *self == DelayedSpec::default()
+    }
+
+    /// The time of day the job runs, as minutes after midnight UTC.
+    pub fn daily_minute(&self) -> u32 {
+        let at = if self.daily_at.is_empty() {
+            DEFAULT_DELAYED_AT
+        } else {
+            &self.daily_at
+        };
+        parse_time_of_day(at).unwrap_or(3 * 60)
+    }
 }
 
 /// How a pipeline's documents are checked against MySQL (`pipelines check`).
@@ -218,6 +255,11 @@ pub struct Relation {
     pub fields: BTreeMap<String, FieldOverride>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relations: Vec<Relation>,
+    /// Its changes rebuild no document as they stream in: they are recorded,
+    /// deduplicated, and applied later by a job (for tables whose one change reaches a
+    /// great many documents, like a category's name). See [`DelayedSpec`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delayed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -335,6 +377,7 @@ impl PipelineSpec {
             auto_rebuild: false,
             keep_history: DEFAULT_KEEP_HISTORY,
             check: CheckSpec::default(),
+            delayed: DelayedSpec::default(),
         }
     }
 
@@ -513,7 +556,19 @@ impl PipelineSpec {
         self.relation_problems("", &self.relations, 1, &[root], &mut p);
         self.join_problems(&mut p);
         self.check.problems(&mut p);
+        if !self.delayed.daily_at.is_empty() {
+            if let Err(why) = parse_time_of_day(&self.delayed.daily_at) {
+                p.push(format!("delayed.daily_at: {why}"));
+            }
+        }
         p
+    }
+
+    /// Whether a relation is `delayed` (its changes wait for the delayed job).
+    pub fn has_delayed(&self) -> bool {
+        let mut any = false;
+        self.visit(&mut |_, r, _| any |= r.delayed);
+        any
     }
 
     fn relation_problems(
@@ -594,6 +649,7 @@ impl PipelineSpec {
                         ));
                     }
                     for (set, what) in [
+                        (r.delayed, "delayed"),
                         (r.nested.is_some(), "nested"),
                         (r.distinct, "distinct"),
                         (!r.order_by.is_empty(), "order_by"),
@@ -868,6 +924,39 @@ mod tests {
     }
 
     #[test]
+    fn delayed_settings_are_checked_by_key() {
+        let mut s = shop();
+        assert!(!s.has_delayed());
+        assert_eq!(s.delayed.daily_minute(), 3 * 60, "03:00 unless set");
+        s.relations[0].delayed = true;
+        assert!(s.has_delayed());
+        s.delayed.daily_at = "25:00".into();
+        s.relations.push(Relation {
+            name: "kids".into(),
+            kind: RelationKind::Child,
+            delayed: true,
+            ..s.relations[2].clone()
+        });
+        let p = s.problems();
+        for (prefix, word) in [
+            ("delayed.daily_at:", "HH:MM"),
+            ("relations.kids.delayed:", "documents of their own"),
+        ] {
+            assert!(
+                p.iter().any(|x| x.starts_with(prefix) && x.contains(word)),
+                "no `{prefix}…{word}` in {p:#?}"
+            );
+        }
+        s.relations.pop();
+        s.delayed.daily_at = "01:30".into();
+        assert!(s.problems().is_empty(), "{:?}", s.problems());
+        assert_eq!(s.delayed.daily_minute(), 90);
+        let text = serde_json::to_string(&s).unwrap();
+        let back: PipelineSpec = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
     fn problems_name_the_offending_key() {
         let mut s = shop();
         s.relations[1].relations[0].filter = "price > (SELECT 1)".into();
@@ -924,6 +1013,7 @@ mod tests {
             limit: Some(2),
             fields: BTreeMap::new(),
             relations: Vec::new(),
+            delayed: false,
         });
         let s = s.normalized();
         assert_eq!(

@@ -68,6 +68,8 @@ pub struct Node {
     pub limit: Option<u32>,
     pub distinct: bool,
     pub nested: bool,
+    /// Its changes wait for the delayed job instead of rebuilding documents at once.
+    pub delayed: bool,
     pub fields: BTreeMap<String, FieldOverride>,
     pub children: Vec<Node>,
 }
@@ -147,6 +149,32 @@ impl DocPlan {
             .get(db)
             .and_then(|t| t.get(table))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// The names of the nodes on `path`, below the root (a path that outlives a
+    /// compilation of the pipeline: see [`DocPlan::path_named`]).
+    pub fn path_names(&self, path: &[usize]) -> Vec<String> {
+        let mut node = &self.root;
+        path.iter()
+            .map(|&i| {
+                node = &node.children[i];
+                node.name.clone()
+            })
+            .collect()
+    }
+
+    /// The path of the node that [`DocPlan::path_names`] named; `None` when the tree
+    /// no longer has it.
+    pub fn path_named(&self, names: &[String]) -> Option<Vec<usize>> {
+        let mut node = &self.root;
+        names
+            .iter()
+            .map(|name| {
+                let i = node.children.iter().position(|c| &c.name == name)?;
+                node = &node.children[i];
+                Some(i)
+            })
+            .collect()
     }
 
     /// Every node, parents before children.
@@ -515,6 +543,7 @@ fn node(
             child.limit = r.limit;
             child.distinct = r.distinct;
             child.nested = r.is_nested();
+            child.delayed = r.delayed;
             if r.distinct {
                 for &(c, _) in &child.order {
                     if !child.output.contains(&c) {
@@ -550,6 +579,7 @@ fn node(
         limit: None,
         distinct: false,
         nested: false,
+        delayed: false,
         fields: n.fields.clone(),
         children,
     })
