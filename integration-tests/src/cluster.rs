@@ -428,6 +428,20 @@ impl Cluster {
         .await
     }
 
+    /// Waits until `index` (an alias or one version) equals `table`, row for row.
+    pub async fn wait_equal(&self, ctx: &TestCtx, table: &str, index: &str) {
+        eventually(
+            &format!("{index} equals table {table}"),
+            Duration::from_secs(90),
+            || async {
+                check_table(ctx, table, index, &CheckOptions::default())
+                    .await
+                    .map_err(|e| format!("{e}\n{}", self.logs()))
+            },
+        )
+        .await;
+    }
+
     pub async fn wait_built(&self, pipeline: &str, within: Duration) -> Value {
         eventually(
             &format!("the build of {pipeline} finishes"),

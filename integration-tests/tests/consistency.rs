@@ -4,11 +4,8 @@
 //! them right through the etl; a check after that is clean and the index equals the
 //! table.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::{check_table, eventually, CheckOptions, Cluster, TestCtx};
@@ -92,32 +89,13 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
     assert_eq!(clean["chunks"].as_u64(), Some(3), "{clean}");
 
     // The table keeps changing while the index is corrupted and checked.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writes = Arc::new(AtomicU64::new(0));
-    let writer = {
-        let (stop, writes) = (stop.clone(), writes.clone());
-        let mut conn = ctx.stack.conn().await;
-        conn.query_drop(format!("USE `{}`", ctx.db)).await.unwrap();
-        tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let id = BUSY.start() + (n * 37) % (BUSY.end() - BUSY.start() + 1);
-                conn.query_drop(format!(
-                    "UPDATE items SET qty = qty + 1, name = 'busy {n}' WHERE id = {id}"
-                ))
-                .await
-                .unwrap();
-                conn.query_drop(format!(
-                    "INSERT INTO items VALUES ({}, 'new {n}', {n})",
-                    100_000 + n
-                ))
-                .await
-                .unwrap();
-                writes.fetch_add(2, Ordering::Relaxed);
-            }
-        })
-    };
+    let writer = ctx.load(Duration::ZERO, |n| {
+        let id = BUSY.start() + (n * 37) % (BUSY.end() - BUSY.start() + 1);
+        vec![
+            format!("UPDATE items SET qty = qty + 1, name = 'busy {n}' WHERE id = {id}"),
+            format!("INSERT INTO items VALUES ({}, 'new {n}', {n})", 100_000 + n),
+        ]
+    });
 
     // Behind Sluice's back: deleted, altered, and orphans that match no row.
     let es = &ctx.stack.es;
@@ -218,10 +196,8 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
         "{repaired}"
     );
 
-    stop.store(true, Ordering::Relaxed);
-    writer.await.unwrap();
     assert!(
-        writes.load(Ordering::Relaxed) > 0,
+        writer.stop().await > 0,
         "the table changed during the checks"
     );
     eventually(

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice_integration_tests::{check_table, eventually, CheckOptions, Cluster, TestCtx};
+use sluice_integration_tests::{eventually, Cluster, TestCtx};
 
 const ROWS: u64 = 300;
 
@@ -27,20 +27,6 @@ async fn change(ctx: &TestCtx, n: u64) {
         "DELETE FROM items WHERE id = {}",
         1 + (n * 53) % ROWS
     ))
-    .await;
-}
-
-/// Waits until `index` (an alias or one version) equals the table.
-async fn equals_table(ctx: &TestCtx, cluster: &Cluster, index: &str) {
-    eventually(
-        &format!("{index} equals the table"),
-        Duration::from_secs(60),
-        || async {
-            check_table(ctx, "items", index, &CheckOptions::default())
-                .await
-                .map_err(|e| format!("{e}\n{}", cluster.logs()))
-        },
-    )
     .await;
 }
 
@@ -113,8 +99,8 @@ async fn a_replaced_version_is_kept_current_and_the_alias_rolls_back_and_forth()
     for n in 1..=20 {
         change(&ctx, n).await;
     }
-    equals_table(&ctx, &cluster, &alias).await;
-    equals_table(&ctx, &cluster, &v(2)).await;
+    cluster.wait_equal(&ctx, "items", &alias).await;
+    cluster.wait_equal(&ctx, "items", &v(2)).await;
 
     // Back to version 2: searches see the table; version 3 is kept current in turn.
     let p = cluster.ctl(&["pipelines", "rollback", &alias]).unwrap();
@@ -127,8 +113,8 @@ async fn a_replaced_version_is_kept_current_and_the_alias_rolls_back_and_forth()
     for n in 21..=40 {
         change(&ctx, n).await;
     }
-    equals_table(&ctx, &cluster, &alias).await;
-    equals_table(&ctx, &cluster, &v(3)).await;
+    cluster.wait_equal(&ctx, "items", &alias).await;
+    cluster.wait_equal(&ctx, "items", &v(3)).await;
 
     // What cannot be rolled back to is refused, naming why.
     for (args, reason) in [
@@ -147,8 +133,8 @@ async fn a_replaced_version_is_kept_current_and_the_alias_rolls_back_and_forth()
         .unwrap();
     assert_eq!(versions(&p), (3, vec![2], vec![2]), "{p}");
     change(&ctx, 41).await;
-    equals_table(&ctx, &cluster, &alias).await;
-    equals_table(&ctx, &cluster, &v(2)).await;
+    cluster.wait_equal(&ctx, "items", &alias).await;
+    cluster.wait_equal(&ctx, "items", &v(2)).await;
 
     // Dropping: not the live version; a kept one goes, index and all.
     let e = cluster
@@ -162,7 +148,7 @@ async fn a_replaced_version_is_kept_current_and_the_alias_rolls_back_and_forth()
     index_gone(&ctx, &v(2)).await;
     let e = cluster.ctl(&["pipelines", "rollback", &alias]).unwrap_err();
     assert!(e.contains("no earlier version is kept"), "{e}");
-    equals_table(&ctx, &cluster, &alias).await;
+    cluster.wait_equal(&ctx, "items", &alias).await;
 }
 
 async fn build(cluster: &Cluster, alias: &str) {
