@@ -37,3 +37,4 @@ mod source_lifecycle;
 mod telemetry;
 mod tls;
 mod types;
+mod verified_swap;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use sluice_proto::v1::admin_server::{Admin, AdminServer};
 use sluice_proto::v1::worker_reports_server::{WorkerReports, WorkerReportsServer};
 use sluice_proto::v1::*;
-use sluice_zk::layout::{self, AssignmentRecord, CenterRecord, WorkerRecord};
+use sluice_zk::layout::{self, AssignmentRecord, CenterRecord, RunKind, WorkerRecord};
 use sluice_zk::Coordinator;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
@@ -543,7 +543,13 @@ impl Admin for AdminApi {
             }
             self.shared
                 .meta
-                .start_build(epoch, &p.spec.name, crate::build::DEFAULT_CHUNK_ROWS, 0)
+                .start_build(
+                    epoch,
+                    &p.spec.name,
+                    crate::build::DEFAULT_CHUNK_ROWS,
+                    0,
+                    false,
+                )
                 .await
                 .map_err(meta_err)?
                 .map_err(Status::failed_precondition)?;
@@ -683,7 +689,13 @@ impl Admin for AdminApi {
         let version = self
             .shared
             .meta
-            .start_build(epoch, &req.name, chunk_rows, req.throttle_rows_per_sec)
+            .start_build(
+                epoch,
+                &req.name,
+                chunk_rows,
+                req.throttle_rows_per_sec,
+                req.verify,
+            )
             .await
             .map_err(meta_err)?
             .map_err(Status::failed_precondition)?;
@@ -751,6 +763,66 @@ impl Admin for AdminApi {
         tracing::info!(pipeline = %req.pipeline, check = id, "check started");
         self.changed();
         self.check_message(id).await.map(Response::new)
+    }
+
+    async fn start_compare(&self, req: Request<CompareRequest>) -> Result<Response<Check>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        let p = self.existing(&req.pipeline).await?;
+        let coord = self.coord()?;
+        let id = crate::check::start_compare(&self.shared, &coord, epoch, &p, req.repair)
+            .await
+            .map_err(|e| Status::unavailable(format!("{e:#}")))?
+            .map_err(Status::failed_precondition)?;
+        tracing::info!(pipeline = %req.pipeline, compare = id, version = p.building_version, "compare started");
+        self.changed();
+        self.check_message(id).await.map(Response::new)
+    }
+
+    async fn swap_pipeline(
+        &self,
+        req: Request<SwapRequest>,
+    ) -> Result<Response<BuildStatus>, Status> {
+        let req = req.into_inner();
+        let epoch = self.writable().await?;
+        let p = self.existing(&req.name).await?;
+        let coord = self.coord()?;
+        let status = crate::build::status(&coord, &p).await.map_err(internal)?;
+        if status.phase != "held" {
+            return Err(Status::failed_precondition(format!(
+                "pipeline `{}` has no build held for verification (build phase: {})",
+                req.name, status.phase
+            )));
+        }
+        let by = if req.force {
+            "force".to_owned()
+        } else {
+            let compares = self
+                .shared
+                .meta
+                .checks(&req.name, RunKind::Compare.as_str(), 1)
+                .await
+                .map_err(meta_err)?;
+            crate::check::clean(&p, compares.first()).map_err(Status::failed_precondition)?
+        };
+        let released = self
+            .shared
+            .meta
+            .release_swap(epoch, &req.name, p.building_version, &by)
+            .await
+            .map_err(meta_err)?;
+        if !released {
+            return Err(Status::failed_precondition(format!(
+                "version {} of pipeline `{}` is no longer being built",
+                p.building_version, req.name
+            )));
+        }
+        tracing::info!(pipeline = %req.name, version = p.building_version, %by, "swap released");
+        self.changed();
+        Ok(Response::new(BuildStatus {
+            message: format!("swap released ({by}): the alias moves at the leader's next pass"),
+            ..status
+        }))
     }
 
     async fn list_checks(
@@ -1286,17 +1358,28 @@ fn check_message(c: &crate::meta::CheckRun) -> Check {
         different: t.different,
         skipped: t.skipped,
         repaired: t.repaired,
-        examples: t
-            .examples
-            .iter()
-            .map(|e| CheckExample {
-                kind: e.kind.clone(),
-                id: e.id.clone(),
-                detail: e.detail.clone(),
-            })
-            .collect(),
+        examples: examples(&t.examples),
         error: t.error.clone().unwrap_or_default(),
-        kind: c.kind.clone(),
+        kind: c.kind.as_str().to_owned(),
         changes: c.changes,
+        live: (!t.live.is_empty()).then(|| LiveComparison {
+            version: t.live.version,
+            same: t.live.same,
+            only_new: t.live.only_new,
+            only_live: t.live.only_live,
+            different: t.live.different,
+            skipped: t.live.skipped,
+            examples: examples(&t.live.examples),
+        }),
     }
+}
+
+fn examples(list: &[sluice_zk::layout::CheckExample]) -> Vec<CheckExample> {
+    list.iter()
+        .map(|e| CheckExample {
+            kind: e.kind.clone(),
+            id: e.id.clone(),
+            detail: e.detail.clone(),
+        })
+        .collect()
 }

@@ -9,7 +9,11 @@
 //!    move; each resumes from its fenced cursor).
 //! 4. **catching up** — a worker writes a marker to every partition of the change topic;
 //!    once the etl applied the marker on each, every snapshot row is in the new index.
-//! 5. **swap** — the alias moves to the new version in one `_aliases` call; the versions it
+//! 5. **held** (builds with `verify` only) — the new version gets the pipeline's settings
+//!    and becomes searchable, and stays beside the live one, both taking live changes,
+//!    until an operator releases the swap: after a compare (`crate::check`, kind
+//!    `compare`) found it equal to MySQL, or by force.
+//! 6. **swap** — the alias moves to the new version in one `_aliases` call; the versions it
 //!    pointed to become history, kept current for rollback when the etl was writing them
 //!    as history (step 1 waits for that too; see `crate::history`). Until then searches
 //!    use the old version untouched.
@@ -182,29 +186,33 @@ async fn drive_one(
 ) -> anyhow::Result<()> {
     let v = p.building_version;
     let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.spec.name)).await?;
-    if record.as_ref().is_none_or(|r| r.version != v) {
-        let (chunk_rows, throttle, started) = shared
-            .meta
-            .build_settings(&p.spec.name, v)
-            .await?
-            .unwrap_or((DEFAULT_CHUNK_ROWS, 0, sluice_core::now_ms()));
-        let rec = BuildRecord {
-            epoch,
-            spec: p.spec.clone(),
-            version: v,
-            chunk_rows,
-            throttle_rows_per_sec: throttle,
-            started_at_ms: started,
-        };
-        acting()?;
-        coord
-            .put(
-                &layout::build(&p.spec.name),
-                &serde_json::to_vec(&rec).expect("serializes"),
-                Expect::Any,
-            )
-            .await?;
-    }
+    let settings = shared.meta.build_settings(&p.spec.name, v).await?;
+    let released = settings.as_ref().is_some_and(|s| s.swap_by.is_some());
+    let record = match record {
+        Some(r) if r.version == v && r.released == released => r,
+        earlier => {
+            let s = settings.unwrap_or(crate::meta::BuildSettings {
+                chunk_rows: DEFAULT_CHUNK_ROWS,
+                throttle_rows_per_sec: 0,
+                started_at_ms: sluice_core::now_ms(),
+                verify: false,
+                swap_by: None,
+            });
+            let rec = BuildRecord {
+                epoch,
+                spec: p.spec.clone(),
+                version: v,
+                chunk_rows: s.chunk_rows,
+                throttle_rows_per_sec: s.throttle_rows_per_sec,
+                started_at_ms: s.started_at_ms,
+                verify: s.verify,
+                released,
+                searchable: earlier.is_some_and(|r| r.version == v && r.searchable),
+            };
+            put_build(coord, acting, &rec).await?;
+            rec
+        }
+    };
     if let Some(reason) = failed_for_good(coord, p).await? {
         tracing::warn!(pipeline = %p.spec.name, version = v, %reason, "build failed");
         shared
@@ -230,7 +238,7 @@ async fn drive_one(
             .filter(|&n| chunk_done[n])
             .map(chunk_job),
     );
-    if status.phase == "swap" {
+    if status.phase == "swap" || status.phase == "held" {
         finished.push(job("mark"));
     }
     for name in finished {
@@ -251,9 +259,34 @@ async fn drive_one(
             Ok(())
         }
         "catching up" => ensure_job(coord, epoch, v, acting, job("mark"), live, all_jobs).await,
+        "held" if !record.searchable => {
+            make_searchable(es(shared)?, p).await?;
+            tracing::info!(pipeline = %p.spec.name, version = v, "build caught up: held for verification, searchable");
+            let rec = BuildRecord {
+                searchable: true,
+                ..record
+            };
+            put_build(coord, acting, &rec).await
+        }
         "swap" => swap(shared, coord, epoch, acting, p).await,
         _ => Ok(()),
     }
+}
+
+async fn put_build(
+    coord: &Coordinator,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    rec: &BuildRecord,
+) -> anyhow::Result<()> {
+    acting()?;
+    coord
+        .put(
+            &layout::build(&rec.spec.name),
+            &serde_json::to_vec(rec).expect("serializes"),
+            Expect::Any,
+        )
+        .await?;
+    Ok(())
 }
 
 /// Why the build must stop: a job of it failed [`MAX_DEFINITE_FAILURES`] times with an
@@ -302,10 +335,11 @@ async fn progress(
         return Ok((s, done));
     }
     let v = p.building_version;
-    if let Some(rec) = coord
+    let record = coord
         .get_json::<BuildRecord>(&layout::build(&p.spec.name))
         .await?
-    {
+        .filter(|r| r.version == v);
+    if let Some(rec) = &record {
         s.started_at_ms = rec.started_at_ms;
     }
     let mut etls = 0;
@@ -379,6 +413,13 @@ async fn progress(
         n
     };
     s.phase = match partitions {
+        Some(k) if caught >= k && record.as_ref().is_some_and(|r| r.verify && !r.released) => {
+            s.message = format!(
+                "caught up; held beside the live version: `sluicectl pipelines compare {0}`, then `pipelines swap {0}`",
+                p.spec.name
+            );
+            "held".into()
+        }
         Some(k) if caught >= k => "swap".into(),
         Some(k) => {
             s.message = format!("etl applied the marker on {caught} of {k} partitions");
@@ -396,17 +437,10 @@ fn es(shared: &Shared) -> anyhow::Result<&EsClient> {
         .context("builds need the center's [elasticsearch] section")
 }
 
-/// Moves the alias to the new version in one atomic `_aliases` request.
-async fn swap(
-    shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
-    p: &StoredPipeline,
-) -> anyhow::Result<()> {
-    let es = es(shared)?;
-    let v = p.building_version;
-    let new = sluice_elastic::versioned_index(&p.spec.alias, v);
+/// Gives the version being built the pipeline's settings (it was filled without
+/// refreshes or replicas) and makes every write visible, before anyone searches it.
+async fn make_searchable(es: &EsClient, p: &StoredPipeline) -> anyhow::Result<()> {
+    let new = sluice_elastic::versioned_index(&p.spec.alias, p.building_version);
     // An empty table gives the etl nothing to create the index with.
     es.create_index(
         &new,
@@ -430,6 +464,21 @@ async fn swap(
     )
     .await?;
     es.refresh(&new).await?;
+    Ok(())
+}
+
+/// Moves the alias to the new version in one atomic `_aliases` request.
+async fn swap(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    p: &StoredPipeline,
+) -> anyhow::Result<()> {
+    let es = es(shared)?;
+    let v = p.building_version;
+    let new = sluice_elastic::versioned_index(&p.spec.alias, v);
+    make_searchable(es, p).await?;
     let old = es.alias_targets(&p.spec.alias).await?;
     let mut actions: Vec<AliasAction> = old
         .iter()

@@ -4,9 +4,14 @@
 //! compare them (see the worker's `check` module); each pass adds up their results into
 //! the meta database, and the check ends once every chunk has one. A chunk that cannot
 //! be checked at all fails the check with its reason.
+//!
+//! A compare is such a check of a build held for verification (`pipelines build
+//! --verify`) instead of the live version; its workers also set each document beside
+//! the live version's copy (`LiveTally`). A clean compare is what lets `pipelines swap`
+//! move the alias.
 
 use anyhow::Context as _;
-use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord};
+use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, RunKind};
 use sluice_zk::{Coordinator, Expect};
 
 use crate::meta::{CheckRun, NewCheck, StoredPipeline};
@@ -47,9 +52,71 @@ pub(crate) async fn start(
         since_ms,
         repair,
         started_by,
-        delayed: false,
+        kind: RunKind::Check,
     };
     Ok(shared.meta.start_check(epoch, &check).await?)
+}
+
+/// Starts a compare of `p`'s held build; `Err` says why it cannot start.
+pub(crate) async fn start_compare(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    p: &StoredPipeline,
+    repair: bool,
+) -> anyhow::Result<Result<u64, String>> {
+    let status = crate::build::status(coord, p).await?;
+    if status.phase != "held" {
+        return Ok(Err(format!(
+            "pipeline `{}` has no build held for verification (build phase: {}); `sluicectl pipelines build {} --verify` holds one once it caught up",
+            p.spec.name, status.phase, p.spec.name
+        )));
+    }
+    let compare = NewCheck {
+        pipeline: &p.spec.name,
+        version: p.building_version,
+        since: "",
+        since_ms: None,
+        repair,
+        started_by: "operator",
+        kind: RunKind::Compare,
+    };
+    Ok(shared.meta.start_check(epoch, &compare).await?)
+}
+
+/// Whether `compare` (the newest of the held build of `p`) lets the alias move: `Err`
+/// says why not.
+pub(crate) fn clean(p: &StoredPipeline, compare: Option<&CheckRun>) -> Result<String, String> {
+    let name = &p.spec.name;
+    let Some(c) = compare.filter(|c| c.version == p.building_version) else {
+        return Err(format!(
+            "version {} was not compared yet: `sluicectl pipelines compare {name} --wait` (or swap with --force)",
+            p.building_version
+        ));
+    };
+    let t = &c.tally;
+    match c.state.as_str() {
+        "running" => Err(format!(
+            "compare {} is still running: `sluicectl pipelines checks {name} --kind compare`",
+            c.id
+        )),
+        "failed" => Err(format!(
+            "compare {} failed: {}",
+            c.id,
+            t.error.as_deref().unwrap_or("no reason given")
+        )),
+        _ if t.drift() > 0 => Err(format!(
+            "compare {} found version {} differs from MySQL ({} missing, {} extra, {} different){}: compare again{} (or swap with --force)",
+            c.id,
+            c.version,
+            t.missing,
+            t.extra,
+            t.different,
+            if c.repair { " and repaired it" } else { "" },
+            if c.repair { "" } else { " with --repair, then once more" },
+        )),
+        _ => Ok(format!("compare {}", c.id)),
+    }
 }
 
 /// One pass over every running check; starts the scheduled ones that are due. Returns
@@ -79,12 +146,12 @@ pub(crate) async fn drive(
             gauges.push((
                 run.pipeline.clone(),
                 gauge(run, run.chunks_done, &run.tally, false),
-                run.is_delayed(),
+                run.kind,
             ));
             continue;
         }
         match drive_one(shared, coord, epoch, acting, run, pipelines).await {
-            Ok((name, g)) => gauges.push((name, g, run.is_delayed())),
+            Ok((name, g)) => gauges.push((name, g, run.kind)),
             Err(e) => {
                 tracing::warn!(pipeline = %run.pipeline, check = run.id, error = format!("{e:#}"), "check step failed; retrying");
                 if crate::leader::is_deposed(&e) {
@@ -93,10 +160,13 @@ pub(crate) async fn drive(
             }
         }
     }
+    // The drift gauges are the live versions' (a compare's is a held build's).
     crate::metrics::update(|g| {
         g.checks = gauges
             .into_iter()
-            .filter(|(name, _, delayed)| !delayed && pipelines.iter().any(|p| p.spec.name == *name))
+            .filter(|(name, _, kind)| {
+                kind.is_check() && pipelines.iter().any(|p| p.spec.name == *name)
+            })
             .map(|(name, gauge, _)| (name, gauge))
             .collect();
     });
@@ -124,7 +194,7 @@ async fn drive_one(
     };
     let rec: Option<CheckRecord> = coord.get_json(&layout::check(name)).await?;
     let Some(rec) = rec.filter(|r| r.id == run.id && r.chunks > 0) else {
-        let planned = if run.is_delayed() {
+        let planned = if run.kind == RunKind::Delayed {
             crate::delayed::plan(shared, p, run).await
         } else {
             plan(shared, p).await
@@ -261,7 +331,12 @@ async fn publish(
         since_ms: run.since_ms,
         repair: run.repair,
         chunks: 0,
-        delayed: run.is_delayed(),
+        kind: run.kind,
+        // A compare also reads the live version, if there is one besides the held one.
+        against: match run.kind {
+            RunKind::Compare if p.live_version != run.version => p.live_version,
+            _ => 0,
+        },
     };
     acting()?;
     coord.delete(&layout::check(name), None, true).await?;
@@ -320,6 +395,63 @@ pub(crate) fn due(now: i64, minute: u32, last: Option<i64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_finished_clean_compare_of_the_held_version_releases_the_swap() {
+        let p = StoredPipeline {
+            spec: sluice_core::PipelineSpec::table("items", "s", "d", "items"),
+            live_version: 2,
+            building_version: 3,
+            history: Default::default(),
+        };
+        let run = |version: u32, state: &str, tally: CheckTally| CheckRun {
+            id: 7,
+            pipeline: "items".into(),
+            version,
+            since: String::new(),
+            since_ms: None,
+            repair: false,
+            state: state.into(),
+            started_by: "operator".into(),
+            chunks: 1,
+            chunks_done: 1,
+            tally,
+            started_at_ms: 0,
+            finished_at_ms: 0,
+            kind: RunKind::Compare,
+            changes: 0,
+        };
+        let drift = CheckTally {
+            missing: 1,
+            ..CheckTally::default()
+        };
+        let live_only = CheckTally {
+            live: layout::LiveTally {
+                different: 4,
+                ..Default::default()
+            },
+            ..CheckTally::default()
+        };
+        let refused = |c: Option<&CheckRun>, why: &str| {
+            let e = clean(&p, c).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        };
+        refused(None, "not compared yet");
+        refused(
+            Some(&run(2, "done", CheckTally::default())),
+            "not compared yet",
+        );
+        refused(
+            Some(&run(3, "running", CheckTally::default())),
+            "still running",
+        );
+        refused(Some(&run(3, "done", drift)), "differs from MySQL");
+        assert_eq!(
+            clean(&p, Some(&run(3, "done", live_only))),
+            Ok("compare 7".to_owned()),
+            "differences from the live version are no reason to refuse"
+        );
+    }
 
     const H: i64 = 3_600_000;
 

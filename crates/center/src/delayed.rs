@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use serde_json::Value as Json;
 use sluice_core::DelayedChange;
 use sluice_mysql::docs::{DocPlan, Reader};
-use sluice_zk::layout::ChunkRecord;
+use sluice_zk::layout::{ChunkRecord, RunKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::meta::{CheckRun, NewCheck, StoredPipeline};
@@ -46,7 +46,7 @@ pub(crate) async fn start(
         since_ms: None,
         repair: true,
         started_by,
-        delayed: true,
+        kind: RunKind::Delayed,
     };
     Ok(shared.meta.start_check(epoch, &job).await?)
 }

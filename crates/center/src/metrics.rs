@@ -6,7 +6,8 @@
 //! `sluice_center_pipelines{state}`, and per pipeline being built
 //! `sluice_center_build_rows_done{pipeline}`, `sluice_center_build_rows_estimated{pipeline}`,
 //! `sluice_center_build_chunks{pipeline}`, `sluice_center_build_chunks_done{pipeline}` and
-//! `sluice_center_build_running{pipeline}` (1 while building, 0 once done);
+//! `sluice_center_build_running{pipeline}` (1 while building, 0 once done or held) and
+//! `sluice_center_build_held{pipeline}` (1 while held for verification);
 //! `sluice_center_pipeline_needs_rebuild{pipeline}` (1: its documents need a build);
 //! per pipeline, of its running or else last consistency check,
 //! `sluice_center_check_drift{pipeline,kind}` (documents found `missing`, `extra` or
@@ -195,7 +196,7 @@ pub(crate) fn observe() {
             .build();
     }
     type Field = fn(&BuildStatus) -> u64;
-    let builds: [(&'static str, &'static str, Field); 5] = [
+    let builds: [(&'static str, &'static str, Field); 6] = [
         (
             "sluice.center.build.rows_done",
             "Rows snapshotted so far by the pipeline's build",
@@ -218,8 +219,13 @@ pub(crate) fn observe() {
         ),
         (
             "sluice.center.build.running",
-            "1 while the pipeline's build runs, 0 once its alias moved",
-            |b| u64::from(b.phase != "done"),
+            "1 while the pipeline's build runs, 0 once its alias moved or while it is held",
+            |b| u64::from(b.phase != "done" && b.phase != "held"),
+        ),
+        (
+            "sluice.center.build.held",
+            "1 while the pipeline's build is held for verification (`pipelines swap`)",
+            |b| u64::from(b.phase == "held"),
         ),
     ];
     for (name, description, field) in builds {

@@ -50,7 +50,7 @@ pub(crate) async fn watch(
         acting()?;
         match shared
             .meta
-            .start_build(epoch, name, crate::build::DEFAULT_CHUNK_ROWS, 0)
+            .start_build(epoch, name, crate::build::DEFAULT_CHUNK_ROWS, 0, false)
             .await?
         {
             Ok(version) => {

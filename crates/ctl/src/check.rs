@@ -9,20 +9,9 @@ use sluice_proto::v1::*;
 
 use crate::{ago, print, Conn, Output};
 
-/// Starts a check; with `wait`, follows it with a progress bar and fails (exit code 1)
-/// when it failed or found drift it did not repair.
-pub async fn start(
-    conn: &mut Conn<'_>,
-    out: Output,
-    req: CheckRequest,
-    wait: bool,
-) -> anyhow::Result<()> {
-    let c = conn
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.start_check(req).await }
-        })
-        .await?;
+/// A check (or compare) that started; with `wait`, follows it with a progress bar and
+/// fails (exit code 1) when it failed or found drift it did not repair.
+pub async fn started(conn: &mut Conn<'_>, out: Output, c: Check, wait: bool) -> anyhow::Result<()> {
     if !wait {
         print_checks(out, &[c]);
         return Ok(());
@@ -34,8 +23,13 @@ pub async fn start(
     }
     let drift = c.missing + c.extra + c.different;
     if drift > 0 && !c.repair {
+        let command = if c.kind == "compare" {
+            "compare"
+        } else {
+            "check"
+        };
         bail!(
-            "check {} found {drift} documents wrong (repair: sluicectl pipelines check {} --repair)",
+            "{command} {} found {drift} documents wrong (repair: sluicectl pipelines {command} {} --repair)",
             c.id,
             c.pipeline
         );
@@ -95,8 +89,8 @@ pub async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result
                 );
             } else {
                 eprint!(
-                    "\rcheck {} of {} v{} {bar}, {} missing, {} extra, {} different {:<10}",
-                    c.id, c.pipeline, c.version, c.missing, c.extra, c.different, c.state,
+                    "\r{} {} of {} v{} {bar}, {} missing, {} extra, {} different {:<10}",
+                    c.kind, c.id, c.pipeline, c.version, c.missing, c.extra, c.different, c.state,
                 );
             }
             let _ = std::io::stderr().flush();
@@ -166,10 +160,19 @@ pub fn print_checks(out: Output, checks: &[Check]) {
     if out == Output::Table {
         for c in checks {
             if !c.error.is_empty() {
-                println!("check {}: {}", c.id, c.error);
+                println!("{} {}: {}", c.kind, c.id, c.error);
             }
             for e in &c.examples {
-                println!("check {}: {} {} {}", c.id, e.kind, e.id, e.detail);
+                println!("{} {}: {} {} {}", c.kind, c.id, e.kind, e.id, e.detail);
+            }
+            if let Some(l) = &c.live {
+                println!(
+                    "{} {}: against live v{}: {} same, {} only new, {} only live, {} different, {} skipped",
+                    c.kind, c.id, l.version, l.same, l.only_new, l.only_live, l.different, l.skipped
+                );
+                for e in &l.examples {
+                    println!("{} {}: {} {} {}", c.kind, c.id, e.kind, e.id, e.detail);
+                }
             }
         }
     }
@@ -183,6 +186,18 @@ fn check_json(c: &Check) -> Value {
         "chunks": c.chunks, "chunks_done": c.chunks_done, "documents": c.keys,
         "missing": c.missing, "extra": c.extra, "different": c.different,
         "skipped": c.skipped, "repaired": c.repaired, "error": c.error,
-        "examples": c.examples.iter().map(|e| json!({"kind": e.kind, "id": e.id, "detail": e.detail})).collect::<Vec<_>>(),
+        "examples": examples_json(&c.examples),
+        "live": c.live.as_ref().map(|l| json!({
+            "version": l.version, "same": l.same, "only_new": l.only_new,
+            "only_live": l.only_live, "different": l.different, "skipped": l.skipped,
+            "examples": examples_json(&l.examples),
+        })),
     })
+}
+
+fn examples_json(examples: &[CheckExample]) -> Vec<Value> {
+    examples
+        .iter()
+        .map(|e| json!({"kind": e.kind, "id": e.id, "detail": e.detail}))
+        .collect()
 }

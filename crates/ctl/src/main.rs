@@ -184,7 +184,34 @@ enum PipelineCmd {
         /// Rows per second per chunk reader (0: no limit).
         #[arg(long, default_value_t = 0)]
         throttle: u64,
-        /// Follow the build with a progress bar until the alias moved.
+        /// Follow the build with a progress bar until the alias moved (with --verify:
+        /// until the build is held).
+        #[arg(long)]
+        wait: bool,
+        /// Hold the new version once it caught up, beside the live one and taking live
+        /// changes too, until `pipelines swap` (after a clean `pipelines compare`).
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Compare a build held by --verify with MySQL (the alias may move only when they
+    /// are equal) and with the live version (what the rebuild changes).
+    Compare {
+        name: String,
+        /// Put right what differs from MySQL in the held version (then compare again).
+        #[arg(long)]
+        repair: bool,
+        /// Follow it with a progress bar; exit 1 when it failed or found drift it did not
+        /// repair.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Move the alias to a build held by --verify: refused unless its newest compare
+    /// found it equal to MySQL, or with --force.
+    Swap {
+        name: String,
+        #[arg(long)]
+        force: bool,
+        /// Wait until the alias moved.
         #[arg(long)]
         wait: bool,
     },
@@ -235,6 +262,9 @@ enum PipelineCmd {
         name: String,
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Only `check`, `compare` or `delayed` runs.
+        #[arg(long, default_value = "")]
+        kind: String,
     },
 }
 
@@ -590,7 +620,14 @@ fn print_build(out: Output, b: &BuildStatus) {
 }
 
 /// A progress bar until the build is done (or gone).
-async fn follow_build(conn: &mut Conn<'_>, name: &str, out: Output) -> anyhow::Result<()> {
+/// Follows a build with a progress bar until it ends, or until it is held for
+/// verification unless `through_held` (a swap was just released).
+async fn follow_build(
+    conn: &mut Conn<'_>,
+    name: &str,
+    out: Output,
+    through_held: bool,
+) -> anyhow::Result<()> {
     use std::io::Write as _;
     let req = GetBuildRequest {
         name: name.to_owned(),
@@ -607,7 +644,7 @@ async fn follow_build(conn: &mut Conn<'_>, name: &str, out: Output) -> anyhow::R
             bail!("the build of version {} failed: {}", b.version, b.message);
         }
         if out == Output::Json {
-            if matches!(b.phase.as_str(), "done" | "none") {
+            if matches!(b.phase.as_str(), "done" | "none") || (b.phase == "held" && !through_held) {
                 print_build(out, &b);
                 return Ok(());
             }
@@ -636,7 +673,7 @@ async fn follow_build(conn: &mut Conn<'_>, name: &str, out: Output) -> anyhow::R
                 b.phase,
             );
             let _ = std::io::stderr().flush();
-            if matches!(b.phase.as_str(), "done" | "none") {
+            if matches!(b.phase.as_str(), "done" | "none") || (b.phase == "held" && !through_held) {
                 eprintln!();
                 print_build(out, &b);
                 return Ok(());
@@ -922,11 +959,13 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             chunk_rows,
             throttle,
             wait,
+            verify,
         }) => {
             let req = BuildRequest {
                 name: name.clone(),
                 chunk_rows: *chunk_rows,
                 throttle_rows_per_sec: *throttle,
+                verify: *verify,
             };
             let b = conn
                 .call(|mut c| {
@@ -935,14 +974,14 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 })
                 .await?;
             if *wait {
-                follow_build(&mut conn, name, out).await?;
+                follow_build(&mut conn, name, out, false).await?;
             } else {
                 print_build(out, &b);
             }
         }
         Command::Pipelines(PipelineCmd::Status { name, wait }) => {
             if *wait {
-                follow_build(&mut conn, name, out).await?;
+                follow_build(&mut conn, name, out, false).await?;
             } else {
                 let req = GetBuildRequest { name: name.clone() };
                 let b = conn
@@ -966,10 +1005,46 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 since: since.clone().unwrap_or_default(),
                 repair: *repair,
             };
-            check::start(&mut conn, out, req, *wait).await?;
+            let c = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.start_check(req).await }
+                })
+                .await?;
+            check::started(&mut conn, out, c, *wait).await?;
         }
-        Command::Pipelines(PipelineCmd::Checks { name, limit }) => {
-            check::list(&mut conn, out, name, "", *limit).await?;
+        Command::Pipelines(PipelineCmd::Compare { name, repair, wait }) => {
+            let req = CompareRequest {
+                pipeline: name.clone(),
+                repair: *repair,
+            };
+            let c = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.start_compare(req).await }
+                })
+                .await?;
+            check::started(&mut conn, out, c, *wait).await?;
+        }
+        Command::Pipelines(PipelineCmd::Swap { name, force, wait }) => {
+            let req = SwapRequest {
+                name: name.clone(),
+                force: *force,
+            };
+            let b = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.swap_pipeline(req).await }
+                })
+                .await?;
+            if *wait {
+                follow_build(&mut conn, name, out, true).await?;
+            } else {
+                print_build(out, &b);
+            }
+        }
+        Command::Pipelines(PipelineCmd::Checks { name, limit, kind }) => {
+            check::list(&mut conn, out, name, kind, *limit).await?;
         }
         Command::Pipelines(PipelineCmd::Reset { name }) => {
             let req = ResetRequest { name: name.clone() };

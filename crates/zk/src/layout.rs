@@ -72,6 +72,16 @@ pub struct BuildRecord {
     /// Rows per second per chunk reader; 0 for no limit.
     pub throttle_rows_per_sec: u64,
     pub started_at_ms: i64,
+    /// Held once caught up (phase `held`) until an operator releases the swap.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
+    /// A held build's swap was released (by a clean compare, or forced).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
+    /// A held build's index has the pipeline's settings (replicas, refresh) and was
+    /// refreshed: searchable, so a compare can read it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub searchable: bool,
 }
 
 /// `builds/<pipeline>/plan`: written by the worker that planned the chunks.
@@ -283,21 +293,64 @@ pub fn build_failure(pipeline: &str, job: &str) -> String {
 /// write what they found (`results/<n>`, [`CheckTally`]); the leader adds them up into
 /// the meta database and removes the check once every chunk has a result.
 ///
-/// A delayed job (`delayed`) travels the same way: its chunks list the root keys its
-/// changes reach, and a worker rebuilds those documents instead of comparing them.
+/// A compare (of a held build) and a delayed job travel the same way (see [`RunKind`]).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CheckRecord {
     pub id: u64,
     pub spec: sluice_core::PipelineSpec,
-    /// The index version compared (the live one when the check started).
+    /// The index version compared (the live one when the check started; a compare's,
+    /// the held build's).
     pub version: u32,
     /// Only roots whose `check.updated_column` is at least this (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<i64>,
     pub repair: bool,
     pub chunks: u32,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub delayed: bool,
+    #[serde(default, skip_serializing_if = "RunKind::is_check")]
+    pub kind: RunKind,
+    /// A compare: the live version its documents are also compared with (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub against: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// What a run published under `checks/<pipeline>` does with its chunks.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    /// A consistency check of the live version against MySQL.
+    #[default]
+    Check,
+    /// A check of a build held for verification, which also compares its documents with
+    /// the live version's ([`LiveTally`]).
+    Compare,
+    /// A delayed job: its chunks list the root keys its changes reach, and a worker
+    /// rebuilds those documents instead of comparing them.
+    Delayed,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Check => "check",
+            RunKind::Compare => "compare",
+            RunKind::Delayed => "delayed",
+        }
+    }
+
+    /// The kind named `s` (as [`RunKind::as_str`] writes it).
+    pub fn parse(s: &str) -> Option<RunKind> {
+        [RunKind::Check, RunKind::Compare, RunKind::Delayed]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+
+    pub fn is_check(&self) -> bool {
+        *self == RunKind::Check
+    }
 }
 
 /// What a check found in one chunk (or, added up, in the whole check).
@@ -315,6 +368,67 @@ pub struct CheckTally {
     /// Why the chunk could not be checked at all (the check fails with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A compare: the documents next to the live version's.
+    #[serde(default, skip_serializing_if = "LiveTally::is_empty")]
+    pub live: LiveTally,
+}
+
+/// A compare's documents next to the live version's (see [`RunKind::Compare`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LiveTally {
+    /// The live version compared with.
+    pub version: u32,
+    pub same: u64,
+    pub only_new: u64,
+    pub only_live: u64,
+    pub different: u64,
+    /// Changed by the stream while they were read again: not judged.
+    #[serde(default)]
+    pub skipped: u64,
+    /// A few of each kind (`only new`, `only live`, `different`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<CheckExample>,
+}
+
+impl LiveTally {
+    pub fn is_empty(&self) -> bool {
+        *self == LiveTally::default()
+    }
+
+    fn add(&mut self, other: &LiveTally) {
+        self.version = self.version.max(other.version);
+        self.same += other.same;
+        self.only_new += other.only_new;
+        self.only_live += other.only_live;
+        self.different += other.different;
+        self.skipped += other.skipped;
+        for e in &other.examples {
+            keep_example(&mut self.examples, &e.kind, &e.id, &e.detail);
+        }
+    }
+
+    /// Counts a document whose copies differ: `kind` is `only new`, `only live` or
+    /// `different`.
+    pub fn found(&mut self, kind: &str, id: &str, detail: &str) {
+        match kind {
+            "only new" => self.only_new += 1,
+            "only live" => self.only_live += 1,
+            _ => self.different += 1,
+        }
+        keep_example(&mut self.examples, kind, id, detail);
+    }
+}
+
+/// Keeps `id` as an example of `kind` while there are fewer than
+/// [`CheckTally::EXAMPLES`] of it.
+fn keep_example(examples: &mut Vec<CheckExample>, kind: &str, id: &str, detail: &str) {
+    if examples.iter().filter(|e| e.kind == kind).count() < CheckTally::EXAMPLES {
+        examples.push(CheckExample {
+            kind: kind.to_owned(),
+            id: id.to_owned(),
+            detail: detail.to_owned(),
+        });
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -343,6 +457,7 @@ impl CheckTally {
         if self.error.is_none() {
             self.error.clone_from(&other.error);
         }
+        self.live.add(&other.live);
     }
 
     /// Counts a document found wrong: `kind` is `missing`, `extra` or `different`.
@@ -357,13 +472,7 @@ impl CheckTally {
 
     /// Keeps `id` as an example of `kind` while there are fewer than [`Self::EXAMPLES`].
     pub fn example(&mut self, kind: &str, id: &str, detail: &str) {
-        if self.examples.iter().filter(|e| e.kind == kind).count() < Self::EXAMPLES {
-            self.examples.push(CheckExample {
-                kind: kind.to_owned(),
-                id: id.to_owned(),
-                detail: detail.to_owned(),
-            });
-        }
+        keep_example(&mut self.examples, kind, id, detail);
     }
 
     /// Documents found wrong.

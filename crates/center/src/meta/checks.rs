@@ -1,12 +1,12 @@
-//! Consistency checks (`crate::check`) and delayed jobs (`crate::delayed`, kind
-//! `delayed`): one row per run, its progress and what it found kept up to date by the
-//! leader as the workers' chunk results come in.
+//! Consistency checks (`crate::check`), compares of held builds (kind `compare`) and
+//! delayed jobs (`crate::delayed`, kind `delayed`): one row per run, its progress and
+//! what it found kept up to date by the leader as the workers' chunk results come in.
 
 use std::collections::HashMap;
 
 use mysql_async::prelude::*;
 use mysql_async::Row;
-use sluice_zk::layout::CheckTally;
+use sluice_zk::layout::{CheckTally, RunKind};
 
 use super::{insert_event, Meta, MetaError};
 
@@ -35,20 +35,10 @@ pub struct CheckRun {
     pub tally: CheckTally,
     pub started_at_ms: i64,
     pub finished_at_ms: i64,
-    /// `check`, or `delayed` (a delayed job).
-    pub kind: String,
+    pub kind: RunKind,
     /// A delayed job: the recorded changes it applies.
     pub changes: u64,
 }
-
-impl CheckRun {
-    pub fn is_delayed(&self) -> bool {
-        self.kind == DELAYED
-    }
-}
-
-/// The kind of a delayed job's row.
-pub const DELAYED: &str = "delayed";
 
 /// What a new check is to do.
 pub struct NewCheck<'a> {
@@ -58,8 +48,8 @@ pub struct NewCheck<'a> {
     pub since_ms: Option<i64>,
     pub repair: bool,
     pub started_by: &'a str,
-    /// A delayed job (which takes every waiting change of the pipeline), not a check.
-    pub delayed: bool,
+    /// A delayed job takes every waiting change of the pipeline.
+    pub kind: RunKind,
 }
 
 fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
@@ -88,14 +78,28 @@ fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
         tally,
         started_at_ms: take(&mut row, 11)?,
         finished_at_ms: take(&mut row, 12)?,
-        kind: take(&mut row, 13)?,
+        kind: {
+            let kind: String = take(&mut row, 13)?;
+            RunKind::parse(&kind)
+                .ok_or_else(|| MetaError::Corrupt(format!("check {id}: kind `{kind}`")))?
+        },
         changes: take(&mut row, 14)?,
     })
 }
 
+/// How events and answers name a run of `kind`.
+fn noun(kind: RunKind) -> &'static str {
+    match kind {
+        RunKind::Check => "check",
+        RunKind::Compare => "compare",
+        RunKind::Delayed => "delayed job",
+    }
+}
+
 impl Meta {
-    /// Records a new running check, or delayed job (which claims every waiting change);
-    /// refused while the pipeline has either running, or for a job when nothing waits.
+    /// Records a new running check, compare or delayed job (which claims every waiting
+    /// change); refused while the pipeline has any of them running, or for a job when
+    /// nothing waits.
     pub async fn start_check(
         &self,
         epoch: u64,
@@ -110,24 +114,19 @@ impl Meta {
             .await?;
         if let Some((id, kind)) = running {
             tx.rollback().await?;
-            let what = if kind == DELAYED {
-                "delayed job"
-            } else {
-                "check"
-            };
+            let what = RunKind::parse(&kind).map_or("check", noun);
             return Ok(Err(format!(
                 "{what} {id} of pipeline `{}` is still running (`sluicectl pipelines checks {}`)",
                 c.pipeline, c.pipeline
             )));
         }
-        let kind = if c.delayed { DELAYED } else { "check" };
         tx.exec_drop(
             "INSERT INTO checks (pipeline, version, since, since_ms, repair, state, started_by, kind) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by, kind),
+            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by, c.kind.as_str()),
         )
         .await?;
         let id = tx.last_insert_id().unwrap_or_default();
-        if c.delayed {
+        if c.kind == RunKind::Delayed {
             let claimed = super::delayed::claim(&mut tx, c.pipeline, id).await?;
             if claimed == 0 {
                 tx.rollback().await?;
@@ -150,18 +149,19 @@ impl Meta {
             format!("roots changed in the last {}", c.since)
         };
         let message = format!(
-            "check {id} of version {} started ({what}{}; by {})",
+            "{} {id} of version {} started ({what}{}; by {})",
+            noun(c.kind),
             c.version,
             if c.repair { ", repairing" } else { "" },
             c.started_by
         );
-        insert_event(&mut tx, &self.origin, "check", c.pipeline, &message).await?;
+        insert_event(&mut tx, &self.origin, c.kind.as_str(), c.pipeline, &message).await?;
         tx.commit().await?;
         Ok(Ok(id))
     }
 
-    /// The newest check and delayed job of each pipeline (a running one is always the
-    /// newest of its kind: no other can start while it runs).
+    /// The newest run of each kind of each pipeline (a running one is always the newest
+    /// of its kind: no other can start while it runs).
     pub async fn latest_checks(&self) -> Result<Vec<CheckRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
@@ -247,7 +247,7 @@ impl Meta {
             (state, chunks_done, tally_json(tally), run.id),
         )
         .await?;
-        if run.is_delayed() {
+        if run.kind == RunKind::Delayed {
             let message = match &tally.error {
                 Some(e) => {
                     super::delayed::release(&mut tx, run.id).await?;
@@ -268,10 +268,11 @@ impl Meta {
             tx.commit().await?;
             return Ok(());
         }
+        let what = noun(run.kind);
         let message = match &tally.error {
-            Some(e) => format!("check {} failed: {e}", run.id),
+            Some(e) => format!("{what} {} failed: {e}", run.id),
             None => format!(
-                "check {} done: {} documents, {} missing, {} extra, {} different, {} skipped (changed while read){}",
+                "{what} {} done: {} documents, {} missing, {} extra, {} different, {} skipped (changed while read){}{}",
                 run.id,
                 tally.keys,
                 tally.missing,
@@ -282,13 +283,32 @@ impl Meta {
                     format!(", {} repairs sent", tally.repaired)
                 } else {
                     String::new()
-                }
+                },
+                live_summary(&tally.live),
             ),
         };
-        insert_event(&mut tx, &self.origin, "check", &run.pipeline, &message).await?;
+        insert_event(
+            &mut tx,
+            &self.origin,
+            run.kind.as_str(),
+            &run.pipeline,
+            &message,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// A compare's verdict against the live version, for its event.
+fn live_summary(live: &sluice_zk::layout::LiveTally) -> String {
+    if live.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; against live version {}: {} same, {} only new, {} only live, {} different, {} skipped",
+        live.version, live.same, live.only_new, live.only_live, live.different, live.skipped
+    )
 }
 
 fn tally_json(t: &CheckTally) -> String {

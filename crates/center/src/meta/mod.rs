@@ -237,7 +237,25 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
             )",
         ],
     ),
+    // Verified builds (`pipelines build --verify`): held once caught up until `swap_by`
+    // (a clean compare, or `force`) releases the swap.
+    (
+        12,
+        &["ALTER TABLE builds ADD COLUMN verify BOOL NOT NULL DEFAULT FALSE, ADD COLUMN swap_by VARCHAR(64) NULL"],
+    ),
 ];
+
+/// How a running build was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildSettings {
+    pub chunk_rows: u64,
+    pub throttle_rows_per_sec: u64,
+    pub started_at_ms: i64,
+    /// Held once caught up, until released.
+    pub verify: bool,
+    /// What released a held build's swap (`compare 12`, `force`); `None`: held.
+    pub swap_by: Option<String>,
+}
 
 /// A pipeline as the meta database keeps it: the spec, and where its versions stand.
 #[derive(Debug, Clone, PartialEq)]
@@ -567,6 +585,7 @@ impl Meta {
         name: &str,
         chunk_rows: u64,
         throttle: u64,
+        verify: bool,
     ) -> Result<Result<u32, String>, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let row: Option<(u32, u32, u32)> = tx
@@ -594,36 +613,79 @@ impl Meta {
         )
         .await?;
         tx.exec_drop(
-            "INSERT INTO builds (pipeline, version, state, chunk_rows, throttle_rows_per_sec) VALUES (?, ?, 'running', ?, ?)",
-            (name, version, chunk_rows, throttle),
+            "INSERT INTO builds (pipeline, version, state, chunk_rows, throttle_rows_per_sec, verify) VALUES (?, ?, 'running', ?, ?, ?)",
+            (name, version, chunk_rows, throttle, verify),
         )
         .await?;
+        let held = if verify {
+            " (held for verification once caught up)"
+        } else {
+            ""
+        };
         insert_event(
             &mut tx,
             &self.origin,
             "build",
             name,
-            &format!("building version {version}"),
+            &format!("building version {version}{held}"),
         )
         .await?;
         tx.commit().await?;
         Ok(Ok(version))
     }
 
-    /// The build settings of the pipeline's running build: (chunk rows, throttle, started).
+    /// The settings of the pipeline's build of `version`.
     pub async fn build_settings(
         &self,
         name: &str,
         version: u32,
-    ) -> Result<Option<(u64, u64, i64)>, MetaError> {
+    ) -> Result<Option<BuildSettings>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
-        Ok(conn
+        let row: Option<(u64, u64, i64, bool, Option<String>)> = conn
             .exec_first(
-                "SELECT chunk_rows, throttle_rows_per_sec, CAST(UNIX_TIMESTAMP(started_at) * 1000 AS SIGNED)
+                "SELECT chunk_rows, throttle_rows_per_sec, CAST(UNIX_TIMESTAMP(started_at) * 1000 AS SIGNED), verify, swap_by
                  FROM builds WHERE pipeline = ? AND version = ? ORDER BY id DESC LIMIT 1",
                 (name, version),
             )
-            .await?)
+            .await?;
+        Ok(row.map(
+            |(chunk_rows, throttle_rows_per_sec, started_at_ms, verify, swap_by)| BuildSettings {
+                chunk_rows,
+                throttle_rows_per_sec,
+                started_at_ms,
+                verify,
+                swap_by,
+            },
+        ))
+    }
+
+    /// Releases the swap of the held build of `version` (`by`: what allowed it); `false`
+    /// when that version is not being built any more.
+    pub async fn release_swap(
+        &self,
+        epoch: u64,
+        name: &str,
+        version: u32,
+        by: &str,
+    ) -> Result<bool, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        let build: Option<u64> = tx
+            .exec_first(
+                "SELECT b.id FROM builds b JOIN pipelines p ON p.name = b.pipeline AND p.building_version = b.version
+                 WHERE b.pipeline = ? AND b.version = ? AND b.state = 'running' ORDER BY b.id DESC LIMIT 1 FOR UPDATE",
+                (name, version),
+            )
+            .await?;
+        let Some(build) = build else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        tx.exec_drop("UPDATE builds SET swap_by = ? WHERE id = ?", (by, build))
+            .await?;
+        let message = format!("swap to version {version} released ({by})");
+        insert_event(&mut tx, &self.origin, "build", name, &message).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The build of `version` is live: the alias moved to it from `previous` versions,

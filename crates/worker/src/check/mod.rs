@@ -21,8 +21,10 @@
 //! A repair sends the document at `P3` (or an orphan's delete) through the etl, by the
 //! pipeline's build topic, with `P3`'s version: a newer change always wins over it.
 //!
-//! A delayed job's chunks come the same way, as lists of root keys: those documents are
-//! read again and sent through the etl without comparing (see [`rebuild`]).
+//! A compare (of a build held for verification) is such a check of the held version,
+//! whose documents are also set beside the live version's (see [`live`]). A delayed
+//! job's chunks come the same way, as lists of root keys: those documents are read again
+//! and sent through the etl without comparing (see [`rebuild`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,13 +37,17 @@ use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
 use sluice_mysql::docs::{Built, DocPlan, Reader};
 use sluice_mysql::Key;
-use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, SourceRecord};
+use sluice_zk::layout::{
+    self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, RunKind, SourceRecord,
+};
 use sluice_zk::{Coordinator, Expect, SessionState, ZkError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
 use crate::snapshot::{confirmed, version_at, Definite};
+
+mod live;
 
 /// Root rows per snapshot read, and documents per index page.
 const BATCH: usize = 1000;
@@ -259,7 +265,7 @@ async fn check_chunk(
     let epoch = confirmed(&c.coord, &rec.spec.source)
         .await?
         .map_or(0, |cp| cp.epoch);
-    if rec.delayed {
+    if rec.kind == RunKind::Delayed {
         return rebuild(c, rec, &plan, &src, epoch, &chunk.keys).await;
     }
     let ctx = Ctx {
@@ -297,6 +303,10 @@ async fn check_chunk(
     }
     if !suspects.is_empty() {
         confirm(c, &ctx, &pairs, &suspects, &mut tally).await?;
+    }
+    if rec.against > 0 {
+        tally.live =
+            live::compare(c, &ctx, rec.against, &pairs, lower.as_ref(), upper.as_ref()).await?;
     }
     tracing::info!(
         pipeline = %p, check = rec.id, chunk = n, keys = tally.keys, suspects = suspects.len(),
@@ -434,8 +444,24 @@ async fn survey(
         }
         return Ok(pairs);
     }
-    let sort = sort_fields(c, ctx).await?;
+    for (id, hit) in scan(c, ctx, &ctx.index, lower, upper).await? {
+        pairs.entry(id).or_default().index = Some(hit);
+    }
+    Ok(pairs)
+}
+
+/// The documents of `index` in the chunk's key range, by `_id` (`search_after` in key
+/// order).
+async fn scan(
+    c: &Checks,
+    ctx: &Ctx<'_>,
+    index: &str,
+    lower: Option<&Key>,
+    upper: Option<&Key>,
+) -> anyhow::Result<BTreeMap<String, Hit>> {
+    let sort = sort_fields(c, ctx, index).await?;
     let query = range_query(ctx, &sort, lower, upper)?;
+    let mut found = BTreeMap::new();
     let mut search_after: Option<Vec<Json>> = None;
     loop {
         let mut body = json!({
@@ -447,23 +473,22 @@ async fn survey(
         if let Some(a) = &search_after {
             body["search_after"] = json!(a);
         }
-        let hits = c.es.search_hits(&ctx.index, &body).await?;
+        let hits = c.es.search_hits(index, &body).await?;
         let full = hits.len() == BATCH;
         search_after = hits.last().map(|h| h.sort.clone());
         for hit in hits {
-            let id = hit.id.clone();
-            pairs.entry(id).or_default().index = Some(hit);
+            found.insert(hit.id.clone(), hit);
         }
         if !full {
-            return Ok(pairs);
+            return Ok(found);
         }
     }
 }
 
-/// The index fields of the root's primary key, as sortable fields (a text field's
-/// `keyword` sub-field).
-async fn sort_fields(c: &Checks, ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
-    let mapping = c.es.get_mapping(&ctx.index).await?;
+/// The fields of `index` holding the root's primary key, as sortable fields (a text
+/// field's `keyword` sub-field).
+async fn sort_fields(c: &Checks, ctx: &Ctx<'_>, index: &str) -> anyhow::Result<Vec<String>> {
+    let mapping = c.es.get_mapping(index).await?;
     let props = mapping
         .as_object()
         .and_then(|m| m.values().next())
@@ -477,7 +502,7 @@ async fn sort_fields(c: &Checks, ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
             Some("text") if field.pointer("/fields/keyword").is_some() => format!("{name}.keyword"),
             Some("text") | None => bail!(Definite(format!(
                 "key column `{name}` is not a sortable field of {} (a text field without a keyword sub-field, or not mapped): a check reads the index in key order",
-                ctx.index
+                index
             ))),
             Some(_) => name,
         };
