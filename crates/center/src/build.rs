@@ -186,10 +186,18 @@ async fn drive_one(
 ) -> anyhow::Result<()> {
     let v = p.building_version;
     let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.spec.name)).await?;
-    let settings = shared.meta.build_settings(&p.spec.name, v).await?;
+    // The meta database is read only while the record lacks what it holds: a new build,
+    // or a held one whose release is awaited.
+    let current = record
+        .as_ref()
+        .filter(|r| r.version == v && (!r.verify || r.released));
+    let settings = match current {
+        Some(_) => None,
+        None => shared.meta.build_settings(&p.spec.name, v).await?,
+    };
     let released = settings.as_ref().is_some_and(|s| s.swap_by.is_some());
     let record = match record {
-        Some(r) if r.version == v && r.released == released => r,
+        Some(r) if current.is_some() || (r.version == v && r.released == released) => r,
         earlier => {
             let s = settings.unwrap_or(crate::meta::BuildSettings {
                 chunk_rows: DEFAULT_CHUNK_ROWS,
