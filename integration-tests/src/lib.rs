@@ -18,6 +18,7 @@ pub mod mariadb;
 pub mod services;
 pub mod shop;
 pub mod soak;
+pub mod tamper;
 pub mod zookeeper;
 
 use std::future::Future;
@@ -30,6 +31,7 @@ pub use documents::check_documents;
 pub use services::{sample, Load, Pipeline, Running, Service, Stack, TestCtx};
 /// The fault proxy (a crate of its own: the ZooKeeper crate's tests use it too).
 pub use sluice_faultproxy as proxy;
+pub use tamper::Tamper;
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.
 pub async fn eventually<F, Fut, T>(what: &str, timeout: Duration, mut probe: F) -> T

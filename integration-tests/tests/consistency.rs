@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
-use sluice_integration_tests::{check_table, eventually, CheckOptions, Cluster, TestCtx};
+use sluice_integration_tests::{check_table, eventually, CheckOptions, Cluster, Tamper, TestCtx};
 
 /// Rows: three check chunks (5,000 root keys each).
 const ROWS: u64 = 12_000;
@@ -100,44 +100,26 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
     // Behind Sluice's back: deleted, altered, and orphans that match no row.
     let es = &ctx.stack.es;
     let ids = |r: std::ops::RangeInclusive<u64>| r.map(|i| i.to_string()).collect::<Vec<_>>();
-    let refs = |ids: &[String]| ids.iter().map(|i| (i.clone(), None)).collect::<Vec<_>>();
-    let mut ops = Vec::new();
-    for (id, hit) in ids(DELETED)
-        .iter()
-        .zip(es.mget_hits(&index, &refs(&ids(DELETED))).await.unwrap())
-    {
-        let hit = hit.expect("built");
-        ops.push(BulkOp::Delete {
-            index: index.clone(),
-            id: id.clone(),
-            version: hit.version + 1,
-            routing: None,
-        });
-    }
-    for (id, hit) in ids(ALTERED)
-        .iter()
-        .zip(es.mget_hits(&index, &refs(&ids(ALTERED))).await.unwrap())
-    {
-        let mut doc = hit.expect("built");
-        doc.source["name"] = json!("tampered");
-        ops.push(BulkOp::Index {
-            index: index.clone(),
-            id: id.clone(),
-            version: doc.version + 1,
-            routing: None,
-            doc: doc.source,
-        });
-    }
-    for id in ORPHANS {
-        ops.push(BulkOp::Index {
+    let changes: Vec<(String, Tamper)> = ids(DELETED)
+        .into_iter()
+        .map(|id| (id, Tamper::Delete))
+        .chain(
+            ids(ALTERED)
+                .into_iter()
+                .map(|id| (id, Tamper::Set("name", json!("tampered")))),
+        )
+        .collect();
+    ctx.tamper(&index, &changes).await;
+    let orphans: Vec<BulkOp> = ORPHANS
+        .map(|id| BulkOp::Index {
             index: index.clone(),
             id: id.to_string(),
             version: 1,
             routing: None,
             doc: json!({"id": id, "name": "ghost", "qty": 0}),
-        });
-    }
-    let outcomes = es.bulk(&ops).await.expect("corruption written");
+        })
+        .collect();
+    let outcomes = es.bulk(&orphans).await.expect("orphans written");
     assert!(outcomes.iter().all(|o| o.is_done()), "{outcomes:?}");
     es.refresh(&index).await.unwrap();
 
@@ -314,23 +296,9 @@ async fn a_windowed_check_looks_only_at_recently_changed_roots() {
     cluster.wait_built(&alias, Duration::from_secs(120)).await;
 
     // One old and one recent document altered behind Sluice's back.
-    let es = &ctx.stack.es;
     let index = format!("{alias}_v2");
-    let ids = ["10".to_owned(), "350".to_owned()];
-    let refs: Vec<(String, Option<String>)> = ids.iter().map(|i| (i.clone(), None)).collect();
-    let mut ops = Vec::new();
-    for (id, hit) in ids.iter().zip(es.mget_hits(&index, &refs).await.unwrap()) {
-        let mut hit = hit.expect("built");
-        hit.source["name"] = json!("tampered");
-        ops.push(BulkOp::Index {
-            index: index.clone(),
-            id: id.clone(),
-            version: hit.version + 1,
-            routing: None,
-            doc: hit.source,
-        });
-    }
-    es.bulk(&ops).await.expect("corruption written");
+    let altered = ["10", "350"].map(|id| (id.to_owned(), Tamper::Set("name", json!("tampered"))));
+    ctx.tamper(&index, &altered).await;
 
     let window = check(&cluster, &alias, &["--since", "1h"]).await;
     assert_eq!(window["state"], "done", "{window}");
@@ -413,28 +381,10 @@ async fn a_check_reads_text_keys_in_order() {
         .expect("build starts");
     cluster.wait_built(&alias, Duration::from_secs(180)).await;
 
-    let es = &ctx.stack.es;
     let index = format!("{alias}_v2");
-    let ids = [
-        "K-000007".to_owned(),
-        "K-006001".to_owned(),
-        "K-011999".to_owned(),
-    ];
-    let refs: Vec<(String, Option<String>)> = ids.iter().map(|i| (i.clone(), None)).collect();
-    let mut ops = Vec::new();
-    for (id, hit) in ids.iter().zip(es.mget_hits(&index, &refs).await.unwrap()) {
-        let mut hit = hit.expect("built");
-        hit.source["qty"] = json!(-1);
-        ops.push(BulkOp::Index {
-            index: index.clone(),
-            id: id.clone(),
-            version: hit.version + 1,
-            routing: None,
-            doc: hit.source,
-        });
-    }
-    es.bulk(&ops).await.expect("corruption written");
-    es.refresh(&index).await.unwrap();
+    let altered = ["K-000007", "K-006001", "K-011999"]
+        .map(|id| (id.to_owned(), Tamper::Set("qty", json!(-1))));
+    ctx.tamper(&index, &altered).await;
 
     let found = check(&cluster, &alias, &[]).await;
     assert_eq!(found["state"], "done", "{found}");

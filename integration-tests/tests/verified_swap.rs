@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice_elastic::BulkOp;
-use sluice_integration_tests::{eventually, Cluster, TestCtx};
+use sluice_integration_tests::{eventually, Cluster, Tamper, TestCtx};
 
 /// Rows: two compare chunks (5,000 root keys each).
 const ROWS: u64 = 6_000;
@@ -76,45 +75,6 @@ fn example_ids(list: &Value, kind: &str) -> Vec<String> {
     ids
 }
 
-/// Writes straight into `index`, behind Sluice's back: each id's document deleted
-/// (`None`) or its name changed.
-async fn tamper(ctx: &TestCtx, index: &str, changes: &[(u64, Option<&str>)]) {
-    let es = &ctx.stack.es;
-    let refs: Vec<(String, Option<String>)> = changes
-        .iter()
-        .map(|(id, _)| (id.to_string(), None))
-        .collect();
-    let hits = es.mget_hits(index, &refs).await.unwrap();
-    let ops: Vec<BulkOp> = changes
-        .iter()
-        .zip(hits)
-        .map(|((id, name), hit)| {
-            let mut hit = hit.unwrap_or_else(|| panic!("{index} has document {id}"));
-            match name {
-                None => BulkOp::Delete {
-                    index: index.to_owned(),
-                    id: id.to_string(),
-                    version: hit.version + 1,
-                    routing: None,
-                },
-                Some(name) => {
-                    hit.source["name"] = json!(name);
-                    BulkOp::Index {
-                        index: index.to_owned(),
-                        id: id.to_string(),
-                        version: hit.version + 1,
-                        routing: None,
-                        doc: hit.source,
-                    }
-                }
-            }
-        })
-        .collect();
-    let outcomes = es.bulk(&ops).await.expect("tampering written");
-    assert!(outcomes.iter().all(|o| o.is_done()), "{outcomes:?}");
-    es.refresh(index).await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verified_build_is_held_compared_and_swapped_only_when_clean() {
     let ctx = TestCtx::new("verified").await;
@@ -167,10 +127,16 @@ async fn a_verified_build_is_held_compared_and_swapped_only_when_clean() {
     assert!(e.contains("not compared yet"), "{e}");
 
     // Drift in each version, behind Sluice's back, while the table keeps changing.
-    let deleted: Vec<(u64, Option<&str>)> = DELETED.map(|id| (id, None)).collect();
-    let altered: Vec<(u64, Option<&str>)> = ALTERED.map(|id| (id, Some("tampered"))).collect();
-    tamper(&ctx, &v(3), &[deleted, altered].concat()).await;
-    tamper(&ctx, &v(2), &[(LIVE_ALTERED, Some("live drift"))]).await;
+    let held: Vec<(String, Tamper)> = DELETED
+        .map(|id| (id.to_string(), Tamper::Delete))
+        .chain(ALTERED.map(|id| (id.to_string(), Tamper::Set("name", json!("tampered")))))
+        .collect();
+    ctx.tamper(&v(3), &held).await;
+    let live = [(
+        LIVE_ALTERED.to_string(),
+        Tamper::Set("name", json!("live drift")),
+    )];
+    ctx.tamper(&v(2), &live).await;
     let writer = ctx.load(Duration::ZERO, |n| {
         let id = BUSY.start() + (n * 37) % (BUSY.end() - BUSY.start() + 1);
         vec![format!(
