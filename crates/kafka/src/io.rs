@@ -194,6 +194,40 @@ pub struct Received {
     pub ts_ms: Option<i64>,
 }
 
+impl Received {
+    fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Received {
+        Received {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().unwrap_or_default().to_vec(),
+            ts_ms: m.timestamp().to_millis(),
+        }
+    }
+}
+
+/// A consumer that reads without joining `group` (the client requires a group id) and
+/// never commits; fetches return after at most `fetch_wait_ms`, since a broker may hold
+/// a fetch for its whole wait.
+fn reader(
+    cfg: &KafkaConfig,
+    group: &str,
+    fetch_wait_ms: u32,
+    extra: &[(&str, &str)],
+) -> Result<BaseConsumer<crate::TracingContext>, KafkaError> {
+    let mut c = cfg.client_config();
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("fetch.wait.max.ms", fetch_wait_ms.to_string());
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    cfg.apply_overrides(&mut c);
+    c.create_with_context(crate::TracingContext)
+}
+
 /// What [`read_all`] read, and whether it stopped short.
 #[derive(Debug, Default)]
 pub struct ReadBack {
@@ -214,17 +248,13 @@ pub async fn read_all(
     within: Duration,
     max: usize,
 ) -> Result<ReadBack, KafkaError> {
-    let mut c = cfg.client_config();
-    // A group id is required by the client even though nothing is committed.
-    c.set("group.id", "sluice-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        // A broker may hold a fetch for its whole wait: short, or quiet looks like data.
-        .set("fetch.wait.max.ms", "50");
-    cfg.apply_overrides(&mut c);
-    let consumer: BaseConsumer<crate::TracingContext> =
-        c.create_with_context(crate::TracingContext)?;
+    // Fetches return fast, or quiet would look like data still coming.
+    let consumer = reader(
+        cfg,
+        "sluice-reader",
+        50,
+        &[("enable.partition.eof", "true")],
+    )?;
     let topics = topics.to_vec();
     tokio::task::spawn_blocking(move || read_blocking(&consumer, &topics, quiet, within, max))
         .await
@@ -266,14 +296,7 @@ fn read_blocking(
             }
             match consumer.poll(Duration::from_millis(50)) {
                 Some(Ok(m)) => {
-                    out.messages.push(Received {
-                        topic: m.topic().to_owned(),
-                        partition: m.partition(),
-                        offset: m.offset(),
-                        key: m.key().map(<[u8]>::to_vec),
-                        payload: m.payload().unwrap_or_default().to_vec(),
-                        ts_ms: m.timestamp().to_millis(),
-                    });
+                    out.messages.push(Received::of(&m));
                     last = Instant::now();
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) => {
@@ -351,18 +374,9 @@ impl Tail {
         topic: &str,
         from: &std::collections::HashMap<i32, i64>,
     ) -> Result<Tail, KafkaError> {
-        let mut c = cfg.client_config();
-        // Required by the client; nothing is committed.
-        c.set("group.id", "sluice-tail")
-            // An offset the topic no longer has (it was made again): from its start.
-            .set("auto.offset.reset", "earliest")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("fetch.wait.max.ms", "100");
-        cfg.apply_overrides(&mut c);
-        let consumer: BaseConsumer<crate::TracingContext> =
-            c.create_with_context(crate::TracingContext)?;
-        let consumer = std::sync::Arc::new(consumer);
+        // An offset the topic no longer has (it was made again): from its start.
+        let extra = [("auto.offset.reset", "earliest")];
+        let consumer = std::sync::Arc::new(reader(cfg, "sluice-tail", 100, &extra)?);
         let (c2, t, from) = (consumer.clone(), topic.to_owned(), from.clone());
         tokio::task::spawn_blocking(move || {
             let md = c2.fetch_metadata(Some(&t), Duration::from_secs(10))?;
@@ -402,14 +416,7 @@ impl Tail {
                     Duration::ZERO
                 };
                 match consumer.poll(left) {
-                    Some(Ok(m)) => out.push(Received {
-                        topic: m.topic().to_owned(),
-                        partition: m.partition(),
-                        offset: m.offset(),
-                        key: m.key().map(<[u8]>::to_vec),
-                        payload: m.payload().unwrap_or_default().to_vec(),
-                        ts_ms: m.timestamp().to_millis(),
-                    }),
+                    Some(Ok(m)) => out.push(Received::of(&m)),
                     // Transient broker notices are not data; the client reconnects.
                     Some(Err(e)) => {
                         tracing::debug!(%topic, error = %e, "tailing");
