@@ -504,7 +504,7 @@ async fn apply(
     let Some(Plan {
         ops,
         origins,
-        dirty,
+        mut dirty,
         dead,
         rewritten,
     }) = plan(router, ctx.es, ctx.cfg, &batch.msgs, ctx.shutdown).await?
@@ -525,7 +525,6 @@ async fn apply(
     if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
         return Ok(false);
     }
-    let mut dirty = dirty;
     let delayed = dirty.take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
     let mut writer = ctx.writer(dead);
     let complete = writer.write(ops, origins).await?
@@ -883,10 +882,12 @@ async fn hand_over(ctx: &Ctx<'_>, delayed: &[sluice_core::DelayedChange]) -> any
         },
     )
     .await?;
-    for change in delayed {
-        METRICS
-            .delayed_changes
-            .add(1, &metrics::pipeline(&change.pipeline));
+    if sent {
+        for change in delayed {
+            METRICS
+                .delayed_changes
+                .add(1, &metrics::pipeline(&change.pipeline));
+        }
     }
     Ok(sent)
 }

@@ -337,24 +337,29 @@ impl Router {
         } else {
             Vec::new()
         };
+        // The document is moved into the last write (most often the only one).
+        let last = indexes.len().saturating_sub(1);
+        let mut body = Some(Value::Object(doc.doc));
         indexes
             .into_iter()
-            .map(|index| {
+            .enumerate()
+            .map(|(i, index)| {
+                let (id, version, routing) = (doc.id.clone(), doc.version, doc.routing.clone());
                 if doc.deleted {
-                    BulkOp::Delete {
+                    return BulkOp::Delete {
                         index,
-                        id: doc.id.clone(),
-                        version: doc.version,
-                        routing: doc.routing.clone(),
-                    }
-                } else {
-                    BulkOp::Index {
-                        index,
-                        id: doc.id.clone(),
-                        version: doc.version,
-                        routing: doc.routing.clone(),
-                        doc: Value::Object(doc.doc.clone()),
-                    }
+                        id,
+                        version,
+                        routing,
+                    };
+                }
+                let doc = if i == last { body.take() } else { body.clone() };
+                BulkOp::Index {
+                    index,
+                    id,
+                    version,
+                    routing,
+                    doc: doc.expect("the document is moved into the last write only"),
                 }
             })
             .collect()
