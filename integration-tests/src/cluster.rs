@@ -428,6 +428,24 @@ impl Cluster {
         .await
     }
 
+    /// Waits until run `id` (a check, compare or delayed job), as `sluicectl LIST...`
+    /// lists it, is no longer running; returns its row.
+    pub async fn wait_run_ended(&self, list: &[&str], id: u64, within: Duration) -> Value {
+        eventually(&format!("run {id} ends"), within, || async {
+            let rows = self.ctl(list).map_err(|e| e.to_string())?;
+            let run = rows
+                .as_array()
+                .and_then(|l| l.iter().find(|r| r["id"].as_u64() == Some(id)))
+                .cloned()
+                .ok_or_else(|| format!("run {id} not listed: {rows}"))?;
+            match run["state"].as_str() {
+                Some("running") => Err(format!("still running: {run}\n{}", self.logs())),
+                _ => Ok(run),
+            }
+        })
+        .await
+    }
+
     /// Waits until `index` (an alias or one version) equals `table`, row for row.
     pub async fn wait_equal(&self, ctx: &TestCtx, table: &str, index: &str) {
         eventually(

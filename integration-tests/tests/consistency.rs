@@ -24,25 +24,13 @@ async fn check(cluster: &Cluster, alias: &str, extra: &[&str]) -> Value {
     args.extend(extra);
     let started = cluster.ctl(&args).expect("the check starts");
     let id = started[0]["id"].as_u64().expect("a check id");
-    let c = eventually(
-        &format!("check {id} ends"),
-        Duration::from_secs(180),
-        || async {
-            let list = cluster
-                .ctl(&["pipelines", "checks", alias])
-                .map_err(|e| e.to_string())?;
-            let c = list
-                .as_array()
-                .and_then(|l| l.iter().find(|c| c["id"].as_u64() == Some(id)))
-                .cloned()
-                .ok_or_else(|| format!("check {id} not listed: {list}"))?;
-            match c["state"].as_str() {
-                Some("running") => Err(format!("still running: {c}\n{}", cluster.logs())),
-                _ => Ok(c),
-            }
-        },
-    )
-    .await;
+    let c = cluster
+        .wait_run_ended(
+            &["pipelines", "checks", alias],
+            id,
+            Duration::from_secs(180),
+        )
+        .await;
     let took = (c["finished_at_ms"].as_i64().unwrap_or(0)
         - c["started_at_ms"].as_i64().unwrap_or(0))
     .max(1);

@@ -59,29 +59,6 @@ async fn unrelated_change(ctx: &TestCtx, index: &str, id: u64, n: u64) -> Durati
     committed.elapsed()
 }
 
-/// A job's row in `sluicectl delayed jobs`, once it ended.
-async fn job_ended(cluster: &Cluster, name: &str, id: u64) -> Value {
-    eventually(
-        &format!("delayed job {id} ends"),
-        Duration::from_secs(300),
-        || async {
-            let jobs = cluster
-                .ctl(&["delayed", "jobs", name])
-                .map_err(|e| e.to_string())?;
-            let job = jobs
-                .as_array()
-                .and_then(|l| l.iter().find(|j| j["id"].as_u64() == Some(id)))
-                .cloned()
-                .ok_or_else(|| format!("job {id} not listed: {jobs}"))?;
-            match job["state"].as_str() {
-                Some("running") => Err(format!("still running: {job}\n{}", cluster.logs())),
-                _ => Ok(job),
-            }
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     let ctx = TestCtx::new("delayed").await;
@@ -191,7 +168,9 @@ async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     let id = started[0]["id"].as_u64().expect("a job id");
     assert_eq!(started[0]["kind"], "delayed", "{started}");
     let during = unrelated_change(&ctx, &name, SHOES + 2, 100).await;
-    let job = job_ended(&cluster, &name, id).await;
+    let job = cluster
+        .wait_run_ended(&["delayed", "jobs", &name], id, Duration::from_secs(300))
+        .await;
     let took =
         (job["finished_at_ms"].as_i64().unwrap() - job["started_at_ms"].as_i64().unwrap()).max(1);
     eprintln!(

@@ -27,25 +27,10 @@ async fn compare(cluster: &Cluster, alias: &str, extra: &[&str]) -> Value {
     let started = cluster.ctl(&args).expect("the compare starts");
     let id = started[0]["id"].as_u64().expect("a compare id");
     assert_eq!(started[0]["kind"], "compare", "{started}");
-    eventually(
-        &format!("compare {id} ends"),
-        Duration::from_secs(180),
-        || async {
-            let list = cluster
-                .ctl(&["pipelines", "checks", alias, "--kind", "compare"])
-                .map_err(|e| e.to_string())?;
-            let c = list
-                .as_array()
-                .and_then(|l| l.iter().find(|c| c["id"].as_u64() == Some(id)))
-                .cloned()
-                .ok_or_else(|| format!("compare {id} not listed: {list}"))?;
-            match c["state"].as_str() {
-                Some("running") => Err(format!("still running: {c}\n{}", cluster.logs())),
-                _ => Ok(c),
-            }
-        },
-    )
-    .await
+    let list = ["pipelines", "checks", alias, "--kind", "compare"];
+    cluster
+        .wait_run_ended(&list, id, Duration::from_secs(180))
+        .await
 }
 
 /// `(missing, extra, different)` against MySQL, `(only new, only live, different)`
