@@ -403,16 +403,18 @@ impl BinlogReader {
                             "COMMIT" | "ROLLBACK" => self.commit(end, ts_ms),
                             "XA" | "SAVEPOINT" => {}
                             _ => {
-                                let db = q.schema().into_owned();
-                                self.queue.push_back(SourceEvent::Ddl(Ddl {
-                                    db,
-                                    query: sql.into_owned(),
-                                    file: self.file.clone(),
-                                    pos: start,
-                                    server_id,
-                                    ts_ms,
-                                    gtid: self.pending_gtid.as_ref().map(PendingGtid::text),
-                                }));
+                                let db = q.schema();
+                                if self.filter.may_concern(&db, &sql) {
+                                    self.queue.push_back(SourceEvent::Ddl(Ddl {
+                                        db: db.into_owned(),
+                                        query: sql.into_owned(),
+                                        file: self.file.clone(),
+                                        pos: start,
+                                        server_id,
+                                        ts_ms,
+                                        gtid: self.pending_gtid.as_ref().map(PendingGtid::text),
+                                    }));
+                                }
                                 if !self.in_trx {
                                     self.commit(end, ts_ms);
                                 }

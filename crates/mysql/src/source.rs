@@ -108,6 +108,26 @@ impl TableFilter {
             .iter()
             .any(|(d, t)| d == db && t.as_deref().is_none_or(|t| t == table))
     }
+
+    /// Whether a DDL statement run with `default_db` may concern a captured table: its
+    /// default database holds captured tables (or it has none, as `CREATE DATABASE`),
+    /// or a table whose rows it rewrites is captured. Statements that cannot are not
+    /// published, so a schema topic carries its own source's DDL and not that of every
+    /// database sharing the server.
+    pub fn may_concern(&self, default_db: &str, sql: &str) -> bool {
+        default_db.is_empty()
+            || self.holds_database(default_db)
+            || crate::ddl::rewrites(default_db, sql)
+                .iter()
+                .any(|r| self.includes(&r.db, &r.table))
+    }
+
+    fn holds_database(&self, db: &str) -> bool {
+        if self.patterns.is_empty() {
+            return !SYSTEM_SCHEMAS.contains(&db);
+        }
+        self.patterns.iter().any(|(d, _)| d == db)
+    }
 }
 
 #[cfg(test)]
@@ -122,5 +142,18 @@ mod tests {
         assert!(!f.includes("crm", "leads"));
         let all = TableFilter::new(&[]);
         assert!(all.includes("shop", "x") && !all.includes("mysql", "user"));
+    }
+
+    #[test]
+    fn ddl_of_other_databases_is_not_theirs() {
+        let f = TableFilter::new(&["shop.*".into(), "crm.people".into()]);
+        assert!(f.may_concern("shop", "CREATE TABLE t (id INT PRIMARY KEY)"));
+        assert!(f.may_concern("crm", "ALTER TABLE leads ADD KEY k (a)"));
+        assert!(f.may_concern("", "CREATE DATABASE elsewhere"));
+        assert!(!f.may_concern("other", "CREATE TABLE t (id INT PRIMARY KEY)"));
+        assert!(f.may_concern("other", "TRUNCATE TABLE shop.orders"));
+        assert!(f.may_concern("other", "RENAME TABLE x TO crm.people"));
+        assert!(!f.may_concern("other", "DROP TABLE crm.leads"));
+        assert!(!TableFilter::new(&[]).may_concern("mysql", "CREATE TABLE t (a INT)"));
     }
 }
