@@ -82,8 +82,10 @@ pub struct ColumnInfo {
 
 /// A row change. `R` is a row's form: a JSON object read back, or whatever the worker
 /// serializes as one without building it (its decoded values beside the column names).
+/// `C` is the column list's form: read back, or rendered once per table map by the
+/// worker and written into every event of it as it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChangeEvent<R = Map<String, Value>> {
+pub struct ChangeEvent<R = Map<String, Value>, C = Arc<[ColumnInfo]>> {
     pub v: u8,
     pub source: SourceInfo,
     pub db: String,
@@ -96,12 +98,12 @@ pub struct ChangeEvent<R = Map<String, Value>> {
     #[serde(default)]
     pub after: Option<R>,
     /// Shared by every event of one table map: publishing an event does not copy it.
-    pub columns: Arc<[ColumnInfo]>,
+    pub columns: C,
     /// The external version for Elasticsearch (see [`crate::version`]).
     pub version: u64,
 }
 
-impl<R> ChangeEvent<R> {
+impl<R, C> ChangeEvent<R, C> {
     /// The Elasticsearch `_id` of the row: the key's single value as text, or for a
     /// composite key the values joined by `:` with `\` and `:` escaped.
     pub fn document_id(&self) -> Option<String> {

@@ -551,13 +551,26 @@ fn number_from_f64(f: f64) -> Result<Json, String> {
         .ok_or_else(|| format!("non-finite number {f}"))
 }
 
-/// `.ffffff` cut to the column's precision; nothing for precision 0.
-pub(crate) fn fraction(micros: u32, fsp: u8) -> String {
-    if fsp == 0 {
-        return String::new();
+/// `.ffffff` cut to the column's precision; nothing for precision 0. Written straight
+/// into the value's text (it is in every DATETIME(n) of every row).
+pub(crate) fn fraction(micros: u32, fsp: u8) -> Fraction {
+    Fraction { micros, fsp }
+}
+
+pub(crate) struct Fraction {
+    micros: u32,
+    fsp: u8,
+}
+
+impl std::fmt::Display for Fraction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let digits = self.fsp.min(6) as u32;
+        if digits == 0 {
+            return Ok(());
+        }
+        let cut = self.micros / 10u32.pow(6 - digits);
+        write!(f, ".{cut:0width$}", width = digits as usize)
     }
-    let full = format!("{micros:06}");
-    format!(".{}", &full[..fsp.min(6) as usize])
 }
 
 /// Decodes text in the column's character set. utf8/utf8mb4/ascii are UTF-8 on the wire;
@@ -612,9 +625,11 @@ mod tests {
 
     #[test]
     fn fractions_follow_column_precision() {
-        assert_eq!(fraction(123_456, 0), "");
-        assert_eq!(fraction(123_456, 3), ".123");
-        assert_eq!(fraction(5, 6), ".000005");
+        assert_eq!(fraction(123_456, 0).to_string(), "");
+        assert_eq!(fraction(123_456, 3).to_string(), ".123");
+        assert_eq!(fraction(5, 6).to_string(), ".000005");
+        assert_eq!(fraction(5, 2).to_string(), ".00");
+        assert_eq!(fraction(999_999, 1).to_string(), ".9");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use sluice_mysql::decode::{RowValues, TableSchema};
 
 use sluice_core::dead_letter::{RowsAt, RowsLetter, LETTER_VERSION};
@@ -18,35 +19,47 @@ pub(crate) struct Record {
     pub payload: Vec<u8>,
 }
 
-/// The change topic of each table a task has seen, rendered once (not once per row).
-/// Keyed by the table's schema as decoded: a new schema (after DDL) is a new entry.
+/// What a task renders once per table it has seen, not once per row: the table's change
+/// topic and its column list as JSON. Keyed by the table's schema as decoded: a new
+/// schema (after DDL) is a new entry.
 #[derive(Default)]
 pub(crate) struct RowTopics {
     /// By the schema's address (as a number: the map is sent across threads).
-    by_schema: HashMap<usize, (Arc<TableSchema>, Arc<str>)>,
+    by_schema: HashMap<usize, Rendered>,
+}
+
+struct Rendered {
+    /// Kept so that its address is never reused by another schema while it is here.
+    schema: Arc<TableSchema>,
+    topic: Arc<str>,
+    columns: Box<RawValue>,
 }
 
 impl RowTopics {
-    /// The topic of `schema`'s table, and whether it is the first time it is asked for.
+    /// What is rendered for `schema`'s table, and whether it is the first time it is
+    /// asked for (its topic may need creating).
     fn of(
         &mut self,
         topics: &TopicConfig,
         instance: &str,
         schema: &Arc<TableSchema>,
-    ) -> (Arc<str>, bool) {
+    ) -> anyhow::Result<(&Rendered, bool)> {
         let at = Arc::as_ptr(schema) as usize;
-        if let Some((_, topic)) = self.by_schema.get(&at) {
-            return (topic.clone(), false);
+        let new = !self.by_schema.contains_key(&at);
+        if new {
+            let rendered = Rendered {
+                schema: schema.clone(),
+                topic: topics
+                    .rows_topic(instance, &schema.db, &schema.table)
+                    .into(),
+                columns: serde_json::value::to_raw_value(&schema.infos)?,
+            };
+            // The table's earlier schema (before a DDL) goes: one entry per table.
+            self.by_schema
+                .retain(|_, r| r.schema.db != schema.db || r.schema.table != schema.table);
+            self.by_schema.insert(at, rendered);
         }
-        let topic: Arc<str> = topics
-            .rows_topic(instance, &schema.db, &schema.table)
-            .into();
-        // The schema is kept with its entry, so its address is never reused by another;
-        // the table's earlier schema (before a DDL) goes, so the map holds one per table.
-        self.by_schema
-            .retain(|_, (s, _)| s.db != schema.db || s.table != schema.table);
-        self.by_schema.insert(at, (schema.clone(), topic.clone()));
-        (topic, true)
+        Ok((&self.by_schema[&at], new))
     }
 }
 
@@ -61,7 +74,7 @@ pub(crate) fn row(
 ) -> anyhow::Result<(Record, bool)> {
     let seq = file_seq(&rc.file)?;
     let version = ExternalVersion::new(epoch as u64, seq, rc.pos + rc.row as u64)?;
-    let (topic, new_topic) = seen.of(topics, instance, &rc.schema);
+    let (rendered, new_topic) = seen.of(topics, instance, &rc.schema)?;
     // Key = primary key, so each row's changes stay ordered in one partition.
     let key = serde_json::to_vec(&rc.key)?;
     let event = ChangeEvent {
@@ -81,7 +94,7 @@ pub(crate) fn row(
         key: rc.key,
         before: Named::of(&rc.schema.infos, &rc.before),
         after: Named::of(&rc.schema.infos, &rc.after),
-        columns: rc.schema.infos.clone(),
+        columns: &*rendered.columns,
         version: version.get(),
     };
     // Sized for a typical row: one allocation rather than a series of regrowths.
@@ -89,7 +102,7 @@ pub(crate) fn row(
     serde_json::to_writer(&mut payload, &event)?;
     Ok((
         Record {
-            topic,
+            topic: rendered.topic.clone(),
             key,
             payload,
         },
