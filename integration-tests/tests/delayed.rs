@@ -3,7 +3,9 @@
 //! listed by `sluicectl delayed list` — while unrelated changes of the same pipeline keep
 //! reaching the index within a second; `sluicectl delayed apply` then rebuilds exactly
 //! the documents the category reaches, in chunks on two workers, and the index equals
-//! MySQL (independent checker).
+//! MySQL (independent checker). The leader records the changes and moves its place in
+//! the delayed topic in one transaction: killed while they stream in, its successor counts
+//! every change exactly once.
 
 use std::time::{Duration, Instant};
 
@@ -219,6 +221,123 @@ async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     cluster
         .wait_event(&name, "delayed", &["done", "1 changes applied"])
         .await;
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+async fn rename(ctx: &TestCtx, id: u64, round: u64) {
+    ctx.exec(&format!(
+        "UPDATE categories SET name = 'c{id} r{round}' WHERE id = {id}"
+    ))
+    .await;
+}
+
+/// The delayed changes listed, once every category is and `want` changes are counted.
+async fn recorded(cluster: &Cluster, name: &str, want: u64) -> Result<Value, String> {
+    let l = cluster
+        .ctl(&["delayed", "list", name])
+        .map_err(|e| e.to_string())?;
+    let changes = l["changes"].as_array().cloned().unwrap_or_default();
+    let counted: u64 = changes.iter().filter_map(|c| c["changes"].as_u64()).sum();
+    if l["pending"] == CATEGORIES && counted >= want {
+        Ok(l)
+    } else {
+        Err(format!(
+            "{counted} changes counted: {l}\n{}",
+            cluster.logs()
+        ))
+    }
+}
+
+/// Categories whose rows change, and how often each changes.
+const CATEGORIES: u64 = 40;
+const ROUNDS: u64 = 6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_while_recording_delayed_changes_loses_and_repeats_none() {
+    let ctx = TestCtx::new("delayedfo").await;
+    ctx.exec("CREATE TABLE categories (id INT PRIMARY KEY, name VARCHAR(100) NOT NULL)")
+        .await;
+    ctx.exec(
+        "CREATE TABLE products (id INT PRIMARY KEY, title VARCHAR(100) NOT NULL, category_id INT NOT NULL, KEY (category_id))",
+    )
+    .await;
+    let rows: Vec<String> = (1..=CATEGORIES)
+        .map(|id| format!("({id}, 'c{id}')"))
+        .collect();
+    ctx.exec(&format!(
+        "INSERT INTO categories VALUES {}",
+        rows.join(", ")
+    ))
+    .await;
+    let rows: Vec<String> = (1..=CATEGORIES)
+        .map(|id| format!("({id}, 'p{id}', {id})"))
+        .collect();
+    ctx.exec(&format!("INSERT INTO products VALUES {}", rows.join(", ")))
+        .await;
+    let mut cluster = ctx.start_cluster(2, 1).await;
+    let source = ctx.add_source(&cluster, "products", 1).await;
+    ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
+        &source.name,
+        &ctx.db,
+        "categories",
+    ));
+    let name = source.pipeline.alias.clone();
+    let spec = json!({
+        "name": name, "alias": name, "source": source.name, "database": ctx.db,
+        "table": "products", "replicas": 0,
+        "relations": [{
+            "name": "category", "kind": "one_to_one", "table": "categories",
+            "on": {"category_id": "id"}, "delayed": true
+        }]
+    });
+    put(&ctx, &cluster, &spec).unwrap();
+    cluster
+        .wait_running(&[&source], Duration::from_secs(60))
+        .await;
+    cluster.ctl(&["pipelines", "build", &name]).unwrap();
+    cluster.wait_built(&name, Duration::from_secs(120)).await;
+
+    // Every category renamed ROUNDS times, one transaction each. Once the leader has
+    // recorded the first half, it is killed in the middle of the next round, with
+    // changes on their way to it; its successor must go on from where it recorded.
+    let (old, _) = cluster.wait_leader(Duration::from_secs(10), None).await;
+    for round in 0..ROUNDS / 2 {
+        for id in 1..=CATEGORIES {
+            rename(&ctx, id, round).await;
+        }
+    }
+    eventually(
+        "the leader recorded the first half",
+        Duration::from_secs(60),
+        || recorded(&cluster, &name, CATEGORIES * ROUNDS / 2),
+    )
+    .await;
+    for round in ROUNDS / 2..ROUNDS {
+        for id in 1..=CATEGORIES {
+            if round == ROUNDS / 2 && id == CATEGORIES / 2 {
+                cluster.centers[old].kill9();
+            }
+            rename(&ctx, id, round).await;
+        }
+    }
+    cluster
+        .wait_leader(Duration::from_secs(30), Some(old))
+        .await;
+    let listed = eventually(
+        "each renamed category recorded once, with every change it had",
+        Duration::from_secs(60),
+        || recorded(&cluster, &name, CATEGORIES * ROUNDS),
+    )
+    .await;
+    let changes = listed["changes"].as_array().unwrap();
+    assert_eq!(changes.len() as u64, CATEGORIES, "{listed}");
+    for c in changes {
+        assert_eq!(
+            c["changes"], ROUNDS,
+            "every change of the row counted once, none twice: {listed}"
+        );
+    }
     drop(cluster);
     ctx.cleanup().await;
 }
