@@ -10,11 +10,39 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice_integration_tests::{check_documents, eventually, Cluster, TestCtx};
+use sluice_integration_tests::{check_documents, eventually, Cluster, ClusterSource, TestCtx};
 
 /// Products in the renamed category, and in another one.
 const SHOES: u64 = 50_000;
 const OTHERS: u64 = 500;
+
+/// Products and their categories.
+async fn create_tables(ctx: &TestCtx) {
+    ctx.exec("CREATE TABLE categories (id INT PRIMARY KEY, name VARCHAR(100) NOT NULL)")
+        .await;
+    ctx.exec(
+        "CREATE TABLE products (id INT PRIMARY KEY, title VARCHAR(100) NOT NULL, category_id INT NOT NULL, KEY (category_id))",
+    )
+    .await;
+}
+
+/// The products pipeline of `source`, its category a delayed relation.
+fn delayed_spec(ctx: &TestCtx, source: &ClusterSource) -> Value {
+    ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
+        &source.name,
+        &ctx.db,
+        "categories",
+    ));
+    let name = &source.pipeline.alias;
+    json!({
+        "name": name, "alias": name, "source": source.name, "database": ctx.db,
+        "table": "products", "replicas": 0,
+        "relations": [{
+            "name": "category", "kind": "one_to_one", "table": "categories",
+            "on": {"category_id": "id"}, "delayed": true
+        }]
+    })
+}
 
 fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> {
     let name = spec["name"].as_str().unwrap();
@@ -64,12 +92,7 @@ async fn unrelated_change(ctx: &TestCtx, index: &str, id: u64, n: u64) -> Durati
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     let ctx = TestCtx::new("delayed").await;
-    ctx.exec("CREATE TABLE categories (id INT PRIMARY KEY, name VARCHAR(100) NOT NULL)")
-        .await;
-    ctx.exec(
-        "CREATE TABLE products (id INT PRIMARY KEY, title VARCHAR(100) NOT NULL, category_id INT NOT NULL, KEY (category_id))",
-    )
-    .await;
+    create_tables(&ctx).await;
     ctx.exec("INSERT INTO categories VALUES (1, 'shoes'), (2, 'hats')")
         .await;
     for start in (1..=SHOES + OTHERS).step_by(5_000) {
@@ -84,20 +107,8 @@ async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     }
     let cluster = ctx.start_cluster(1, 2).await;
     let source = ctx.add_source(&cluster, "products", 1).await;
-    ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
-        &source.name,
-        &ctx.db,
-        "categories",
-    ));
     let name = source.pipeline.alias.clone();
-    let mut spec = json!({
-        "name": name, "alias": name, "source": source.name, "database": ctx.db,
-        "table": "products", "replicas": 0,
-        "relations": [{
-            "name": "category", "kind": "one_to_one", "table": "categories",
-            "on": {"category_id": "id"}, "delayed": true
-        }]
-    });
+    let mut spec = delayed_spec(&ctx, &source);
     // A schedule that is not a time of day is refused with its key.
     spec["delayed"] = json!({"daily_at": "25:00"});
     let e = put(&ctx, &cluster, &spec).unwrap_err();
@@ -256,12 +267,7 @@ const ROUNDS: u64 = 6;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_while_recording_delayed_changes_loses_and_repeats_none() {
     let ctx = TestCtx::new("delayedfo").await;
-    ctx.exec("CREATE TABLE categories (id INT PRIMARY KEY, name VARCHAR(100) NOT NULL)")
-        .await;
-    ctx.exec(
-        "CREATE TABLE products (id INT PRIMARY KEY, title VARCHAR(100) NOT NULL, category_id INT NOT NULL, KEY (category_id))",
-    )
-    .await;
+    create_tables(&ctx).await;
     let rows: Vec<String> = (1..=CATEGORIES)
         .map(|id| format!("({id}, 'c{id}')"))
         .collect();
@@ -277,20 +283,8 @@ async fn a_leader_killed_while_recording_delayed_changes_loses_and_repeats_none(
         .await;
     let mut cluster = ctx.start_cluster(2, 1).await;
     let source = ctx.add_source(&cluster, "products", 1).await;
-    ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
-        &source.name,
-        &ctx.db,
-        "categories",
-    ));
     let name = source.pipeline.alias.clone();
-    let spec = json!({
-        "name": name, "alias": name, "source": source.name, "database": ctx.db,
-        "table": "products", "replicas": 0,
-        "relations": [{
-            "name": "category", "kind": "one_to_one", "table": "categories",
-            "on": {"category_id": "id"}, "delayed": true
-        }]
-    });
+    let spec = delayed_spec(&ctx, &source);
     put(&ctx, &cluster, &spec).unwrap();
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
