@@ -23,7 +23,7 @@ pub(crate) struct Record {
 /// topic and its column list as JSON. Keyed by the table's schema as decoded: a new
 /// schema (after DDL) is a new entry.
 #[derive(Default)]
-pub(crate) struct RowTopics {
+pub(crate) struct SeenTables {
     /// By the schema's address (as a number: the map is sent across threads).
     by_schema: HashMap<usize, Rendered>,
 }
@@ -35,7 +35,7 @@ struct Rendered {
     columns: Box<RawValue>,
 }
 
-impl RowTopics {
+impl SeenTables {
     /// What is rendered for `schema`'s table, and whether it is the first time it is
     /// asked for (its topic may need creating).
     fn of(
@@ -67,7 +67,7 @@ impl RowTopics {
 /// need creating).
 pub(crate) fn row(
     topics: &TopicConfig,
-    seen: &mut RowTopics,
+    seen: &mut SeenTables,
     instance: &str,
     epoch: u16,
     rc: RowChange,

@@ -388,7 +388,7 @@ async fn publish_loop(
     // drain bound.
     let mut events = crate::metrics::EventLabels::default();
     let mut told = DeadLetterNotices::default();
-    let mut row_topics = envelope::RowTopics::default();
+    let mut seen_tables = envelope::SeenTables::default();
     let mut open = false;
     let mut finish_by: Option<Instant> = None;
     loop {
@@ -423,7 +423,7 @@ async fn publish_loop(
             Some(SourceEvent::Row(rc)) => {
                 events.count(&src.name, &rc);
                 told.keyless(ctx, &src.name, &rc);
-                envelope::row(topics, &mut row_topics, &src.name, stamp.epoch, rc)?
+                envelope::row(topics, &mut seen_tables, &src.name, stamp.epoch, rc)?
             }
             Some(SourceEvent::Ddl(d)) => (envelope::ddl(topics, &src.name, d)?, true),
             Some(SourceEvent::Unreadable(u)) => {
