@@ -350,13 +350,27 @@ impl TestCtx {
     }
 
     pub async fn exec(&self, sql: &str) {
+        self.exec_in(&self.db, sql).await
+    }
+
+    /// Runs `sql` with `db` as its default database.
+    pub async fn exec_in(&self, db: &str, sql: &str) {
         let mut conn = self.stack.conn().await;
-        conn.query_drop(format!("USE `{}`", self.db))
+        conn.query_drop(format!("USE `{db}`"))
             .await
             .expect("use db");
         conn.query_drop(sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// A second database of the test's on the same server (which its source does not
+    /// capture), dropped with the test's own.
+    pub async fn other_database(&self) -> String {
+        let db = format!("{}_other", self.db);
+        self.exec(&format!("CREATE DATABASE `{db}`")).await;
+        self.extra.lock().expect("extra").1.push(db.clone());
+        db
     }
 
     /// `items (id, name, qty)` holding rows 1..=`rows` (`item <id>`, `id % 97`): the

@@ -1,6 +1,7 @@
 //! Rows are decoded with the schema in force when they were written: ADD and DROP COLUMN
 //! mid-stream, including while the worker is behind (stopped) and reads old rows after
-//! the table has already changed.
+//! the table has already changed. The source's schema history (its schema topic) holds
+//! its own database's DDL, and none of another database on the same server.
 
 use std::time::Duration;
 
@@ -29,6 +30,9 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
     ctx.exec("UPDATE people SET email = 'ann@example.com', legacy = 11 WHERE id = 1")
         .await;
     ctx.exec("ALTER TABLE people DROP COLUMN legacy").await;
+    let other = ctx.other_database().await;
+    ctx.exec_in(&other, "CREATE TABLE elsewhere (id INT PRIMARY KEY)")
+        .await;
     ctx.exec("INSERT INTO people VALUES (5, 'eve', 'eve@example.com')")
         .await;
     ctx.exec("UPDATE people SET name = 'bobby' WHERE id = 2")
@@ -44,4 +48,29 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
     // except that documents keep `legacy` until rewritten — all were rewritten.
     ctx.converges(&run, &pipeline, Duration::from_secs(60))
         .await;
+
+    // Every event before the rows just indexed is in Kafka (a position is confirmed
+    // only then): the three ALTERs are on the schema topic, the other database's
+    // CREATE TABLE is not.
+    let topic = sluice_kafka::TopicConfig::default().schema_topic(&ctx.instance);
+    let ddl: Vec<String> = ctx
+        .read_topic(&topic, 3, Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|r| {
+            let e: sluice_core::DdlEvent = serde_json::from_slice(&r.payload).expect("a DDL event");
+            e.ddl
+        })
+        .collect();
+    assert_eq!(
+        ddl.iter()
+            .filter(|d| d.starts_with("ALTER TABLE people"))
+            .count(),
+        3,
+        "{ddl:?}"
+    );
+    assert!(
+        !ddl.iter().any(|d| d.contains("elsewhere")),
+        "another database's DDL is not this source's: {ddl:?}"
+    );
 }
