@@ -175,6 +175,48 @@ async fn ensure_job(
     Ok(())
 }
 
+/// The build record of `p`'s building version as the meta database says it should be:
+/// a new build, or a held one whose release may have come. `earlier` is kept when it
+/// already says so; otherwise the new record is written.
+async fn record_from_meta(
+    shared: &Shared,
+    coord: &Coordinator,
+    epoch: u64,
+    acting: &impl Fn() -> anyhow::Result<()>,
+    p: &StoredPipeline,
+    earlier: Option<BuildRecord>,
+) -> anyhow::Result<BuildRecord> {
+    let v = p.building_version;
+    let settings = shared.meta.build_settings(&p.spec.name, v).await?;
+    let released = settings.as_ref().is_some_and(|s| s.swap_by.is_some());
+    if let Some(r) = earlier
+        .as_ref()
+        .filter(|r| r.version == v && r.released == released)
+    {
+        return Ok(r.clone());
+    }
+    let s = settings.unwrap_or(crate::meta::BuildSettings {
+        chunk_rows: DEFAULT_CHUNK_ROWS,
+        throttle_rows_per_sec: 0,
+        started_at_ms: sluice_core::now_ms(),
+        verify: false,
+        swap_by: None,
+    });
+    let rec = BuildRecord {
+        epoch,
+        spec: p.spec.clone(),
+        version: v,
+        chunk_rows: s.chunk_rows,
+        throttle_rows_per_sec: s.throttle_rows_per_sec,
+        started_at_ms: s.started_at_ms,
+        verify: s.verify,
+        released,
+        searchable: earlier.is_some_and(|r| r.version == v && r.searchable),
+    };
+    put_build(coord, acting, &rec).await?;
+    Ok(rec)
+}
+
 async fn drive_one(
     shared: &Shared,
     coord: &Coordinator,
@@ -186,40 +228,10 @@ async fn drive_one(
 ) -> anyhow::Result<()> {
     let v = p.building_version;
     let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.spec.name)).await?;
-    // The meta database is read only while the record lacks what it holds: a new build,
-    // or a held one whose release is awaited.
-    let current = record
-        .as_ref()
-        .filter(|r| r.version == v && (!r.verify || r.released));
-    let settings = match current {
-        Some(_) => None,
-        None => shared.meta.build_settings(&p.spec.name, v).await?,
-    };
-    let released = settings.as_ref().is_some_and(|s| s.swap_by.is_some());
     let record = match record {
-        Some(r) if current.is_some() || (r.version == v && r.released == released) => r,
-        earlier => {
-            let s = settings.unwrap_or(crate::meta::BuildSettings {
-                chunk_rows: DEFAULT_CHUNK_ROWS,
-                throttle_rows_per_sec: 0,
-                started_at_ms: sluice_core::now_ms(),
-                verify: false,
-                swap_by: None,
-            });
-            let rec = BuildRecord {
-                epoch,
-                spec: p.spec.clone(),
-                version: v,
-                chunk_rows: s.chunk_rows,
-                throttle_rows_per_sec: s.throttle_rows_per_sec,
-                started_at_ms: s.started_at_ms,
-                verify: s.verify,
-                released,
-                searchable: earlier.is_some_and(|r| r.version == v && r.searchable),
-            };
-            put_build(coord, acting, &rec).await?;
-            rec
-        }
+        // Nothing the meta database holds could change it: not read on every pass.
+        Some(r) if r.version == v && (!r.verify || r.released) => r,
+        earlier => record_from_meta(shared, coord, epoch, acting, p, earlier).await?,
     };
     if let Some(reason) = failed_for_good(coord, p).await? {
         tracing::warn!(pipeline = %p.spec.name, version = v, %reason, "build failed");
