@@ -353,13 +353,13 @@ impl Router {
                         routing,
                     };
                 }
-                let doc = if i == last { body.take() } else { body.clone() };
+                let copy = if i == last { body.take() } else { body.clone() };
                 BulkOp::Index {
                     index,
                     id,
                     version,
                     routing,
-                    doc: doc.expect("the document is moved into the last write only"),
+                    doc: copy.expect("the document is moved into the last write only"),
                 }
             })
             .collect()
