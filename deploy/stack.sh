@@ -275,12 +275,12 @@ zookeeper_after_healthy() { :; }
 
 # --- tansu (Kafka protocol) ------------------------------------------------------------
 
-# deploy/install.sh builds ~/.cargo/bin/tansu with the storage features; a tansu found
-# elsewhere on PATH may lack them. TANSU_BIN overrides.
+# deploy/install.sh builds tansu with our patch to its fetch (see the script) into
+# ~/.local/lib/sluice-tansu; an unpatched tansu loses messages for consumers now and then,
+# so no other is taken unless TANSU_BIN names it.
 tansu_bin() {
   if [[ -n ${TANSU_BIN:-} ]]; then echo "$TANSU_BIN"
-  elif [[ -x $HOME/.cargo/bin/tansu ]]; then echo "$HOME/.cargo/bin/tansu"
-  else command -v tansu 2>/dev/null || echo tansu; fi
+  else echo "${TANSU_HOME:-$HOME/.local/lib/sluice-tansu}/bin/tansu"; fi
 }
 
 tansu_start() {

@@ -14,17 +14,18 @@ pub struct PrivateKafka {
     child: Child,
 }
 
+/// The tansu deploy/install.sh builds (patched: see the script), or `TANSU_BIN`.
 fn tansu_bin() -> String {
     if let Ok(bin) = std::env::var("TANSU_BIN") {
         return bin;
     }
-    let home = std::env::var("HOME").unwrap_or_default();
-    let cargo = format!("{home}/.cargo/bin/tansu");
-    if std::path::Path::new(&cargo).exists() {
-        cargo
-    } else {
-        "tansu".to_owned()
-    }
+    let home = std::env::var("TANSU_HOME").unwrap_or_else(|_| {
+        format!(
+            "{}/.local/lib/sluice-tansu",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    format!("{home}/bin/tansu")
 }
 
 impl PrivateKafka {

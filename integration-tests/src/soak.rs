@@ -252,7 +252,8 @@ pub async fn run(opts: &SoakOptions) -> SoakReport {
         drop(cluster);
         ctx.cleanup().await;
     } else {
-        eprintln!("{}", cluster.logs());
+        // The report first: the logs after it are long, and a CI excerpt may cut them.
+        eprintln!("{report}\n{}", cluster.logs());
     }
     report
 }
