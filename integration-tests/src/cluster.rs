@@ -4,7 +4,12 @@
 //! pipelines are added the way an operator would: with `sluicectl`.
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use tokio::task::JoinHandle;
 
 use serde_json::Value;
 
@@ -54,7 +59,7 @@ pub fn free_center_port() -> u16 {
 /// The first of `count` consecutive ports, each free when asked and reserved for this
 /// process (see [`reserve_port`]).
 fn free_ports(count: u16) -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
     const LOW: u32 = 20_000;
     const SPAN: u32 = 12_000;
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -185,6 +190,18 @@ impl TestCtx {
             &[&self.etl_sections(), &self.zookeeper_section()],
         )
         .with_env(PASSWORD_VAR, &self.stack.source_password)
+    }
+
+    /// One more etl of the cluster's group (member `<group>-<n>`; the cluster's own is
+    /// `<group>-1`), not started.
+    pub fn another_etl(&self, n: u32) -> Service {
+        self.service(
+            "sluice-etl",
+            &format!("etl-{n}"),
+            &[&self.etl_sections(), &self.zookeeper_section()],
+        )
+        .with_env(PASSWORD_VAR, &self.stack.source_password)
+        .with_env("SLUICE_ETL__INSTANCE_ID", &format!("{}-{n}", self.group))
     }
 
     /// Starts `centers` centers and waits for a leader, then `workers` workers (waiting
@@ -543,4 +560,45 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Inserts and updates rows of `tables` (`id BIGINT PRIMARY KEY, v BIGINT`) of the test
+/// database until stopped; returns how many rounds ran.
+pub fn write_load(ctx: &TestCtx, tables: &[&str]) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+    write_load_counted(ctx, tables, Arc::new(AtomicU64::new(0)))
+}
+
+/// [`write_load`], counting the rounds in `rounds` as they go.
+pub fn write_load_counted(
+    ctx: &TestCtx,
+    tables: &[&str],
+    rounds: Arc<AtomicU64>,
+) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let pool = ctx.stack.mysql.clone();
+    let db = ctx.db.clone();
+    let tables: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+    let flag = stop.clone();
+    let handle = tokio::spawn(async move {
+        let mut conn = pool.get_conn().await.expect("MySQL");
+        conn.query_drop(format!("USE `{db}`")).await.expect("use");
+        let mut n = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            n += 1;
+            for t in &tables {
+                conn.query_drop(format!("INSERT INTO {t} VALUES ({n}, {n})"))
+                    .await
+                    .expect("insert");
+                if n % 3 == 0 {
+                    conn.query_drop(format!("UPDATE {t} SET v = v + 1000 WHERE id = {}", n - 1))
+                        .await
+                        .expect("update");
+                }
+            }
+            rounds.store(n, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await; // pacing a load, not a wait
+        }
+        n
+    });
+    (stop, handle)
 }

@@ -428,7 +428,7 @@ impl TestCtx {
         format!("[elasticsearch]\nurl = \"{url}\"\n")
     }
 
-    /// The etl's own sections: its group (static membership) and dead-letter topic, Kafka
+    /// The etl's own sections: its group and member id, dead-letter topic, Kafka
     /// and Elasticsearch.
     pub(crate) fn etl_sections(&self) -> String {
         format!(

@@ -8,49 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
+use sluice_integration_tests::cluster::{write_load, write_load_counted};
 use sluice_integration_tests::services::SESSION_TIMEOUT as SESSION;
 use sluice_integration_tests::{eventually, time_until, Cluster, ClusterSource, TestCtx};
-use tokio::task::JoinHandle;
-
-/// Inserts and updates rows of `tables` until stopped; returns how many rounds ran.
-/// `rounds` counts them as they go.
-fn write_load(ctx: &TestCtx, tables: &[&str]) -> (Arc<AtomicBool>, JoinHandle<u64>) {
-    write_load_counted(ctx, tables, Arc::new(AtomicU64::new(0)))
-}
-
-fn write_load_counted(
-    ctx: &TestCtx,
-    tables: &[&str],
-    rounds: Arc<AtomicU64>,
-) -> (Arc<AtomicBool>, JoinHandle<u64>) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let pool = ctx.stack.mysql.clone();
-    let db = ctx.db.clone();
-    let tables: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
-    let flag = stop.clone();
-    let handle = tokio::spawn(async move {
-        let mut conn = pool.get_conn().await.expect("MySQL");
-        conn.query_drop(format!("USE `{db}`")).await.expect("use");
-        let mut n = 0u64;
-        while !flag.load(Ordering::Relaxed) {
-            n += 1;
-            for t in &tables {
-                conn.query_drop(format!("INSERT INTO {t} VALUES ({n}, {n})"))
-                    .await
-                    .expect("insert");
-                if n % 3 == 0 {
-                    conn.query_drop(format!("UPDATE {t} SET v = v + 1000 WHERE id = {}", n - 1))
-                        .await
-                        .expect("update");
-                }
-            }
-            rounds.store(n, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(20)).await; // pacing a load, not a wait
-        }
-        n
-    });
-    (stop, handle)
-}
 
 async fn setup(name: &str, tables: &[&str]) -> (TestCtx, Cluster, Vec<ClusterSource>) {
     let ctx = TestCtx::new(name).await;

@@ -20,6 +20,7 @@ mod delayed;
 mod dictionary;
 mod dml;
 mod es_faults;
+mod etl_members;
 mod failpoints;
 mod helm_chart;
 mod history;

@@ -3,7 +3,8 @@
 //! backpressure on the binlog reader (its published count stops, its memory stays flat),
 //! the confirmed position does not move past anything Kafka did not take, and once the
 //! broker is reachable again every change flows and the index equals the table: the
-//! etl, whose group session expired during the outage, rejoins its group by itself.
+//! etl's consumer, which holds its partitions without a group session, fetches again by
+//! itself.
 //! `KAFKA_OUTAGE_SECS` sets the outage (default 120).
 
 use std::time::{Duration, Instant};

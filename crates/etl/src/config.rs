@@ -41,9 +41,10 @@ pub struct EtlSection {
     /// Kafka consumer group. Default `sluice-etl`.
     #[serde(default = "default_group")]
     pub group_id: String,
-    /// Static group membership (Kafka's `group.instance.id`): a restarted etl with the same
-    /// id takes its partitions back at once instead of waiting for the dead member's
-    /// session to time out. Must be unique per running etl (e.g. the StatefulSet pod name).
+    /// This etl's member id in ZooKeeper (`etls/<id>`), by which the members of a group
+    /// share the partitions: a restarted etl with the same id takes back the same ones.
+    /// Must be unique per running etl (e.g. the StatefulSet pod name); a random one when
+    /// unset.
     #[serde(default)]
     pub instance_id: Option<String>,
     /// Moved to `topics.dead_letter`, where the center finds it too; kept only to say so.

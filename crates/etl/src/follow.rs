@@ -42,8 +42,12 @@ pub(crate) async fn record(tx: &NotesTx, note: Note, shutdown: &CancellationToke
 /// What the follower keeps in step with ZooKeeper.
 pub(crate) struct Follow {
     pub zk: ZkConfig,
-    /// This member's id in `etls/` (the static membership id when set).
+    /// This member's id in `etls/` (`etl.instance_id` when set).
     pub member: String,
+    /// Its Kafka consumer group: the members of the same group share the partitions.
+    pub group: String,
+    /// Out: the live members of the group (this one among them once registered), sorted.
+    pub members: watch::Sender<Option<Vec<String>>>,
     pub from_file: Vec<Active>,
     /// The file's sources (preferred to the center's records of the same name).
     pub file_sources: Vec<SourceConfig>,
@@ -80,8 +84,18 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
         let session = coord.session();
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
             let step = async {
-                let (list, watches) =
+                let (list, mut watches) =
                     look(&coord, &f.from_file, &f.file_sources, f.source_tls.as_ref()).await?;
+                let (members, w) = members_of(&coord, &f.group).await?;
+                watches.push(w);
+                f.members.send_if_modified(|current| {
+                    let changed = current.as_ref() != Some(&members);
+                    if changed {
+                        tracing::info!(?members, "etl members changed");
+                        *current = Some(members);
+                    }
+                    changed
+                });
                 f.pipelines.send_if_modified(|current| {
                     if current.as_ref() == Some(&list) {
                         false
@@ -245,6 +259,27 @@ async fn update_needs_rebuild(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The etl members of `group` registered now, sorted, and a watch on members coming and
+/// going. A member whose record names no group yet (it has just started) counts.
+async fn members_of(
+    coord: &Coordinator,
+    group: &str,
+) -> Result<(Vec<String>, sluice_zk::Watch), sluice_zk::ZkError> {
+    let (names, w) = coord.children_watched("etls").await?;
+    let mut members = Vec::new();
+    for name in names {
+        let Some(node) = coord.get(&sluice_zk::layout::etl(&name)).await? else {
+            continue;
+        };
+        let same = serde_json::from_slice::<EtlRecord>(&node.data)
+            .map_or(true, |r| r.group.is_empty() || r.group == group);
+        if same {
+            members.push(name);
+        }
+    }
+    Ok((members, w))
 }
 
 async fn look(

@@ -17,9 +17,10 @@ mod index;
 mod mapping;
 mod metrics;
 mod pipeline;
+mod share;
 mod write;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::EtlConfig;
 pub use mapping::{field_mapping, index_body, IndexSettings};
+pub use share::owns;
 
 use flight::{Flight, Landed};
 use metrics::METRICS;
@@ -123,29 +125,31 @@ pub async fn run(
     sluice_kafka::ensure_topics(&cfg.kafka, &own)
         .await
         .context("cannot create the dead-letter and delayed topics")?;
-    let mut consumer_cfg = cfg.kafka.clone();
-    if let Some(id) = &cfg.etl.instance_id {
-        consumer_cfg
-            .properties
-            .insert("group.instance.id".into(), id.clone());
-    }
-    let consumer = sluice_kafka::consumer(&consumer_cfg, &cfg.etl.group_id)
+    // The consumer never joins its group: the members share the partitions among
+    // themselves (`share`), and the group only keeps their committed offsets.
+    let consumer = sluice_kafka::consumer(&cfg.kafka, &cfg.etl.group_id)
         .context("cannot create the Kafka consumer")?;
+    let me = cfg
+        .etl
+        .instance_id
+        .clone()
+        .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms()));
 
     // The pipelines: from the file, and from the center when a [zookeeper] section is set.
     let (pipelines_tx, mut pipelines) = watch::channel(None);
     let (applied_tx, applied) = watch::channel(sluice_zk::layout::EtlRecord::default());
     let (verdict_tx, verdicts) = tokio::sync::mpsc::unbounded_channel();
     let (notes_tx, notes) = tokio::sync::mpsc::unbounded_channel();
+    // The live members of the group, once the follower has read them; without
+    // ZooKeeper this one alone, consuming every partition.
+    let (members_tx, mut members) = watch::channel(None::<Vec<String>>);
     let follower = match &cfg.zookeeper {
         Some(zk) => Some(tokio::spawn(follow::follow(
             follow::Follow {
                 zk: zk.clone(),
-                member: cfg
-                    .etl
-                    .instance_id
-                    .clone()
-                    .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms())),
+                member: me.clone(),
+                group: cfg.etl.group_id.clone(),
+                members: members_tx,
                 from_file: file_pipelines(&cfg),
                 file_sources: cfg.sources.clone(),
                 source_tls: cfg.source_tls.clone(),
@@ -158,6 +162,7 @@ pub async fn run(
         ))),
         None => {
             pipelines_tx.send_replace(Some(file_pipelines(&cfg)));
+            members_tx.send_replace(Some(Vec::new()));
             None
         }
     };
@@ -176,7 +181,11 @@ pub async fn run(
     let mut last_report = Instant::now();
     let mut reroute = false;
     let mut retry_reroute: Option<Instant> = None;
-    let mut subscribed = None;
+    // The topics of the pipelines in force, the partitions of them this member consumes,
+    // and when to look at the topics' partitions again (a topic may gain some).
+    let mut topics = BTreeSet::new();
+    let mut held = BTreeSet::new();
+    let mut reshare_at = Instant::now();
     // A starting etl most often finds a backlog (a restart, a rebalance): it fills its
     // first batch, then finds out.
     let mut loaded = true;
@@ -189,10 +198,12 @@ pub async fn run(
                 break;
             }
             let list = pipelines.borrow_and_update().clone().unwrap_or_default();
-            match subscribe(&consumer, &cfg, &list, &mut subscribed).await {
-                Ok(mut r) => {
+            match route(&cfg, &list, &topics).await {
+                Ok((mut r, t)) => {
                     r.check_known(&es, &router.seen_columns()).await;
                     router = r;
+                    topics = t;
+                    reshare_at = Instant::now();
                     retry_reroute = None;
                     metrics::zero(list.iter().map(|p| p.spec.name.as_str()));
                     ready.set(true);
@@ -209,6 +220,7 @@ pub async fn run(
                             .map(|p| (p.spec.name.clone(), p.history.clone()))
                             .collect(),
                         group: cfg.etl.group_id.clone(),
+                        partitions: by_topic(&held),
                     });
                 }
                 Err(e) => {
@@ -220,6 +232,11 @@ pub async fn run(
                     retry_reroute = Some(Instant::now() + Duration::from_secs(1));
                 }
             }
+        }
+        let known = members.borrow().is_some();
+        if known && (members.has_changed().unwrap_or(false) || Instant::now() >= reshare_at) {
+            let list = members.borrow_and_update().clone().unwrap_or_default();
+            reshare_at = reshare(&consumer, &topics, list, &me, &mut held, &applied_tx);
         }
         // For the center: which index versions need a rebuild, as the last subscription or
         // batch found (none without ZooKeeper; the router logged them). Before waiting for
@@ -234,7 +251,13 @@ pub async fn run(
                 &consumer,
                 &cfg,
                 &mut pipelines,
-                retry_reroute,
+                &mut members,
+                // Until the members are known, their arrival wakes the collection.
+                retry_reroute
+                    .into_iter()
+                    .chain(known.then_some(reshare_at))
+                    .min()
+                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
                 &mut loaded,
                 &shutdown,
             );
@@ -312,41 +335,98 @@ fn interrupted() {
     );
 }
 
-/// Subscribes to the topics of `pipelines` (every table of each one's tree, its schema
-/// and build topics, creating missing topics) and returns their router. Offsets of
-/// topics that stay are kept by the group. When the topics are those of `subscribed`
-/// (a build started or ended, a spec changed in place), the subscription is left alone:
-/// no consumer-group rebalance.
-async fn subscribe(
-    consumer: &Consumer,
+/// The router of `pipelines` and their topics (every table of each one's tree, its schema
+/// and build topics), created where missing. When the topics are `current` (a build
+/// started or ended, a spec changed in place), nothing is created or logged: the
+/// partitions consumed stay as they are.
+async fn route(
     cfg: &EtlConfig,
     pipelines: &[Active],
-    subscribed: &mut Option<Vec<String>>,
-) -> anyhow::Result<Router> {
+    current: &BTreeSet<String>,
+) -> anyhow::Result<(Router, BTreeSet<String>)> {
     let router = Router::new(pipelines, &cfg.topics);
-    let mut topics: Vec<String> = router
+    let topics: BTreeSet<String> = router
         .pipelines
         .iter()
         .flat_map(|p| p.topics(&cfg.topics))
         .collect();
-    topics.sort();
-    topics.dedup();
-    if subscribed.as_ref() == Some(&topics) {
-        return Ok(router);
+    if topics == *current {
+        return Ok((router, topics));
     }
     if topics.is_empty() {
-        consumer.unsubscribe();
         tracing::info!("no pipelines: consuming nothing until one is added");
     } else {
-        sluice_kafka::ensure_topics(&cfg.kafka, &topics)
+        let list: Vec<String> = topics.iter().cloned().collect();
+        sluice_kafka::ensure_topics(&cfg.kafka, &list)
             .await
             .context("cannot create the change topics")?;
-        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        consumer.subscribe(&names).context("cannot subscribe")?;
         tracing::info!(group = %cfg.etl.group_id, topics = ?topics, "etl consuming");
     }
-    *subscribed = Some(topics);
-    Ok(router)
+    Ok((router, topics))
+}
+
+/// `partitions` as the member's record lists them.
+fn by_topic(partitions: &BTreeSet<sluice_kafka::Partition>) -> BTreeMap<String, Vec<i32>> {
+    let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for (topic, partition) in partitions {
+        out.entry(topic.clone()).or_default().push(*partition);
+    }
+    out
+}
+
+/// How often a member looks at its topics' partitions when nothing told it to.
+const RESHARE_EVERY: Duration = Duration::from_secs(10);
+
+/// Shares the partitions of `topics` among `members` ([`share`]; this member counts from
+/// its start, registered in ZooKeeper or not yet), puts the ones it now consumes in its
+/// record, and says when to look again.
+fn reshare(
+    consumer: &Consumer,
+    topics: &BTreeSet<String>,
+    mut members: Vec<String>,
+    me: &str,
+    held: &mut BTreeSet<sluice_kafka::Partition>,
+    record: &watch::Sender<sluice_zk::layout::EtlRecord>,
+) -> Instant {
+    if !members.iter().any(|m| m == me) {
+        members.push(me.to_owned());
+    }
+    let shared = share(consumer, topics, &members, me, held);
+    record.send_if_modified(|r| {
+        let partitions = by_topic(held);
+        let changed = r.partitions != partitions;
+        r.partitions = partitions;
+        changed
+    });
+    match shared {
+        Ok(()) => Instant::now() + RESHARE_EVERY,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot take this member's partitions yet; retrying in 1 s");
+            Instant::now() + Duration::from_secs(1)
+        }
+    }
+}
+
+/// Consumes exactly the partitions of `topics` this member owns among `members`: those
+/// it gains start from the group's committed offsets, those it keeps go on without a
+/// pause, those another member now owns stop here (batches of theirs in flight still
+/// land and commit; the new owner may apply them again, which changes nothing).
+fn share(
+    consumer: &Consumer,
+    topics: &BTreeSet<String>,
+    members: &[String],
+    me: &str,
+    held: &mut BTreeSet<sluice_kafka::Partition>,
+) -> Result<(), rdkafka::error::KafkaError> {
+    let wanted = if topics.is_empty() {
+        BTreeSet::new()
+    } else {
+        sluice_kafka::topic_partitions(consumer, topics)?
+            .into_iter()
+            .filter(|(topic, partition)| share::owns(members, me, topic, *partition))
+            .collect()
+    };
+    sluice_kafka::reassign(consumer, held, &wanted)
 }
 
 /// A lingered batch with at least this many messages says the load goes on.
@@ -364,7 +444,8 @@ async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
     pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
-    retry_reroute: Option<Instant>,
+    members: &mut watch::Receiver<Option<Vec<String>>>,
+    due: Instant,
     loaded: &mut bool,
     shutdown: &CancellationToken,
 ) -> (Batch, bool, bool) {
@@ -380,6 +461,7 @@ async fn collect(
     let behind = waiting || *loaded;
     let mut deadline = waiting.then(|| Instant::now() + cfg.etl.linger);
     let mut following = true;
+    let mut members_following = true;
     loop {
         if batch.full(cfg) {
             *loaded = true;
@@ -392,8 +474,17 @@ async fn collect(
                 *loaded = batch.msgs.len() >= LOADED_BATCH;
                 return (batch, false, false);
             }
-            // A pipeline change that failed is due again.
-            _ = tokio::time::sleep_until(retry_reroute.unwrap_or_else(Instant::now)), if retry_reroute.is_some() => return (batch, false, true),
+            // A pipeline change that failed, or a look at the partitions, is due.
+            _ = tokio::time::sleep_until(due) => return (batch, false, false),
+            // The members changed: the partitions are shared again after this batch.
+            changed = members.changed(), if members_following => match changed {
+                Ok(()) => {
+                    // Left unseen for the loop, which shares the partitions again.
+                    members.mark_changed();
+                    return (batch, false, false);
+                }
+                Err(_) => { members_following = false; continue; }
+            },
             // The pipelines changed: apply what is in hand, then re-route.
             changed = pipelines.changed(), if following => match changed {
                 Ok(()) => return (batch, false, true),

@@ -12,7 +12,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 
+mod assign;
 mod io;
+
+pub use assign::{reassign, topic_partitions, Partition};
 
 pub use io::{
     partitions, queue, queue_with, read_all, Delivery, GroupOffsets, ReadBack, Received, Refused,
@@ -218,8 +221,9 @@ pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
     c.create_with_context(TracingContext)
 }
 
-/// A consumer in `group` that never commits by itself: the caller commits offsets only
-/// for messages that were applied or dead-lettered.
+/// A consumer of the partitions the caller gives it ([`reassign`]; it never joins
+/// `group`, so no rebalance ever stops it), committing to `group` only what the caller
+/// says: offsets of messages that were applied or dead-lettered.
 ///
 /// Fetches return after at most 10 ms without data (librdkafka waits 500 ms): a broker
 /// answers a fetch as soon as it has a byte for it, but some Kafka-protocol brokers hold
@@ -240,9 +244,6 @@ pub fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> 
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        .set("max.poll.interval.ms", "300000")
         .set("topic.metadata.refresh.interval.ms", "5000")
         .set("statistics.interval.ms", "5000");
     cfg.apply_overrides(&mut c);

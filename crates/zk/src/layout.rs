@@ -160,6 +160,10 @@ pub struct EtlRecord {
     /// what the stream had published when a chunk was read.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
+    /// The partitions it consumes, by topic: the members of a group share them, each
+    /// partition to one member.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub partitions: std::collections::BTreeMap<String, Vec<i32>>,
 }
 
 impl EtlRecord {

@@ -102,7 +102,7 @@ impl LoadStats {
 struct Throughput {
     count: u64,
     total: Duration,
-    /// Until the first sign of progress (process start, connections, group join...).
+    /// Until the first sign of progress (process start, connections, partitions taken...).
     startup: Option<Duration>,
 }
 
@@ -334,7 +334,7 @@ impl Bench {
         let etl_tp = self.time_etl(&ends, rows, load.inserted).await?;
         println!(
             "[2/5] Kafka→Elasticsearch (etl): {kafka_events} events → {rows} documents; {} documents written in {:.2} s = {:.0} docs/s \
-             ({:.0} events/s; first documents visible at {:.2} s (consumer group join); {:.0} docs/s after that)",
+             ({:.0} events/s; first documents visible at {:.2} s (start, partitions taken); {:.0} docs/s after that)",
             etl_tp.count,
             etl_tp.total.as_secs_f64(),
             etl_tp.rate(),
