@@ -4,7 +4,7 @@
 //! `mariadb-install-db` and `mariadbd` the stack script uses; stopped when dropped.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use crate::eventually;
@@ -36,19 +36,7 @@ impl PrivateMariadb {
             d = dir.display()
         );
         std::fs::write(dir.join("my.cnf"), cnf).expect("my.cnf");
-        let installed = Command::new("mariadb-install-db")
-            .args(["--no-defaults", "--user=root", "--skip-test-db"])
-            .arg(format!("--datadir={}/data", dir.display()))
-            .arg("--auth-root-authentication-method=socket")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db (install MariaDB: deploy/install.sh does)");
-        assert!(
-            installed.success(),
-            "mariadb-install-db failed in {}",
-            dir.display()
-        );
+        install_db(&dir);
         let mut server = PrivateMariadb {
             dir,
             port,
@@ -186,4 +174,35 @@ impl Drop for PrivateMariadb {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// `mariadb-install-db` into `dir/data`, its output kept in `dir/install-db.log`. Tried
+/// twice (the second time on an empty data directory): once in a full run, two of these
+/// started together and both failed without a trace; the log now keeps why.
+fn install_db(dir: &std::path::Path) {
+    let log_path = dir.join("install-db.log");
+    for attempt in 1..=2 {
+        let _ = std::fs::remove_dir_all(dir.join("data"));
+        let log = std::fs::File::create(&log_path).expect("install-db log");
+        let installed = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=root", "--skip-test-db"])
+            .arg(format!("--datadir={}/data", dir.display()))
+            .arg("--auth-root-authentication-method=socket")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .status()
+            .expect("mariadb-install-db (install MariaDB: deploy/install.sh does)");
+        if installed.success() {
+            return;
+        }
+        let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let tail: Vec<&str> = said.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        eprintln!(
+            "mariadb-install-db failed in {} (attempt {attempt}):\n{}",
+            dir.display(),
+            tail.join("\n")
+        );
+    }
+    panic!("mariadb-install-db failed twice in {}", dir.display());
 }

@@ -144,7 +144,7 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     cluster.wait_running(&[&mid], Duration::from_secs(60)).await;
     let alias = mid.pipeline.alias.clone();
     // A build rebuilds a pipeline the etl already applies: one streamed row shows it does
-    // (a new pipeline's topics cost the etl a consumer-group rebalance, timed apart).
+    // (the etl taking a new pipeline's partitions, timed apart).
     let added = Instant::now();
     ctx.exec(&format!(
         "INSERT INTO mid VALUES ({}, 0, 'streamed', 'p', NOW(6))",
@@ -164,7 +164,7 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
     };
     println!(
-        "[snapshot 3/3] the new pipeline's first streamed row indexed {:.1} s after its insert (the etl's subscription grew: a consumer-group rebalance)",
+        "[snapshot 3/3] the new pipeline's first streamed row indexed {:.1} s after its insert (the etl took its partitions, no rebalance)",
         joined.as_secs_f64()
     );
     cluster
