@@ -739,6 +739,17 @@ impl TestCtx {
         format!("{table}_{}", self.suffix).to_ascii_lowercase()
     }
 
+    /// Keeps what the test created in the shared services (as a failing test does), for
+    /// a run that found a fault without panicking.
+    pub fn keep(&self) {
+        self.cleaned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "keeping database {}, its indexes and topics for inspection",
+            self.db
+        );
+    }
+
     /// Removes what the test created in the shared services — its indexes (osmem keeps
     /// every document in RAM), database and topics (so does tansu) — and says what it
     /// removed. Stop the services first. Runs by itself when a passing test's context is

@@ -254,6 +254,7 @@ pub async fn run(opts: &SoakOptions) -> SoakReport {
     } else {
         // The report first: the logs after it are long, and a CI excerpt may cut them.
         eprintln!("{report}\n{}", cluster.logs());
+        ctx.keep();
     }
     report
 }
