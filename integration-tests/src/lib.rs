@@ -65,6 +65,13 @@ pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T
     }
 }
 
+/// The last `n` lines of the file at `path` (empty when unreadable), for failure messages.
+pub fn last_lines(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A name unique to this process and call, safe for databases, topics and indexes.

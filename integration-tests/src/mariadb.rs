@@ -195,13 +195,10 @@ fn install_db(dir: &std::path::Path) {
         if installed.success() {
             return;
         }
-        let said = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = said.lines().rev().take(15).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         eprintln!(
             "mariadb-install-db failed in {} (attempt {attempt}):\n{}",
             dir.display(),
-            tail.join("\n")
+            crate::last_lines(&log_path, 15)
         );
     }
     panic!("mariadb-install-db failed twice in {}", dir.display());

@@ -1248,9 +1248,7 @@ impl Service {
 
     /// The last lines of the service's log (for failure messages).
     pub fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        crate::last_lines(&self.log, 40)
     }
 }
 

@@ -186,7 +186,7 @@ pub async fn run(
     let mut topics = BTreeSet::new();
     let mut held = BTreeSet::new();
     let mut reshare_at = Instant::now();
-    // A starting etl most often finds a backlog (a restart, a rebalance): it fills its
+    // A starting etl most often finds a backlog (a restart, partitions taken over): it fills its
     // first batch, then finds out.
     let mut loaded = true;
     loop {
@@ -202,8 +202,10 @@ pub async fn run(
                 Ok((mut r, t)) => {
                     r.check_known(&es, &router.seen_columns()).await;
                     router = r;
-                    topics = t;
-                    reshare_at = Instant::now();
+                    if t != topics {
+                        topics = t;
+                        reshare_at = Instant::now();
+                    }
                     retry_reroute = None;
                     metrics::zero(list.iter().map(|p| p.spec.name.as_str()));
                     ready.set(true);
@@ -238,7 +240,7 @@ pub async fn run(
             let list = members.borrow_and_update().clone().unwrap_or_default();
             reshare_at = reshare(&consumer, &topics, list, &me, &mut held, &applied_tx);
         }
-        // For the center: which index versions need a rebuild, as the last subscription or
+        // For the center: which index versions need a rebuild, as the last re-route or
         // batch found (none without ZooKeeper; the router logged them). Before waiting for
         // the next batch, which may not come soon.
         for v in router.verdicts.drain(..) {
@@ -439,7 +441,7 @@ const LOADED_BATCH: usize = 10;
 /// batch gathered [`LOADED_BATCH`] or more), it waits up to `linger` after its first
 /// message to fill: fewer, larger bulks, which a sink with a cost per request needs to
 /// keep up. Returns the batch, `stop` (shutdown came; the batch holds what was
-/// collected) and `reroute` (the pipelines changed: re-subscribe after this batch).
+/// collected) and `reroute` (the pipelines changed: re-route after this batch).
 async fn collect(
     consumer: &Consumer,
     cfg: &EtlConfig,
@@ -1078,7 +1080,7 @@ fn commit(consumer: &Consumer, batch: &[Msg], mode: CommitMode) {
             tracing::warn!(error = %e, topic, partition, "cannot record offset");
         }
     }
-    // A failed commit (e.g. the partition moved to another consumer in a rebalance) only
+    // A failed commit (e.g. the group coordinator unreachable) only
     // means the events are applied again, harmlessly.
     if let Err(e) = consumer.commit(&tpl, mode) {
         tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");

@@ -440,7 +440,7 @@ impl Router {
 
 impl Pipeline {
     /// The topics it consumes: the change topic of each table of its tree, and its
-    /// builds' (always: a build then starts without a consumer-group rebalance).
+    /// builds' (always: a build then starts without a change of the partitions consumed).
     pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
         let spec = &self.cfg.spec;
         spec.tables()

@@ -164,32 +164,9 @@ pub fn consumer_lag() -> Vec<(String, i32, i64)> {
         .collect()
 }
 
-/// Every rebalance is logged with the partitions it moves, so a consumer that stops
-/// receiving after a group outage shows whether it holds any partition.
-impl ConsumerContext for TracingContext {
-    fn post_rebalance(
-        &self,
-        _consumer: &rdkafka::consumer::BaseConsumer<Self>,
-        rebalance: &rdkafka::consumer::Rebalance<'_>,
-    ) {
-        use rdkafka::consumer::Rebalance;
-        let partitions = |tpl: &rdkafka::TopicPartitionList| {
-            tpl.elements()
-                .iter()
-                .map(|e| format!("{}/{}", e.topic(), e.partition()))
-                .collect::<Vec<_>>()
-        };
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                tracing::info!(partitions = ?partitions(tpl), "consumer group: partitions assigned")
-            }
-            Rebalance::Revoke(tpl) => {
-                tracing::info!(partitions = ?partitions(tpl), "consumer group: partitions revoked")
-            }
-            Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group: rebalance failed"),
-        }
-    }
-}
+/// Sluice's consumers never join a group (their partitions are assigned by the caller),
+/// so no rebalance ever reaches this context.
+impl ConsumerContext for TracingContext {}
 
 pub type Producer = FutureProducer<TracingContext>;
 pub type Consumer = StreamConsumer<TracingContext>;
