@@ -410,8 +410,8 @@ async fn ten_thousand_children_in_one_transaction_rebuild_their_root_once_per_ba
         .metric("sluice_etl_documents_read_total", &pipeline)
         .await
         - read_before;
-    // 10000 events reach the etl in batches of at most 2000: the product is read back
-    // once per batch, never once per SKU.
+    // 10000 events reach the etl in batches (of at most 20000 changes that are read
+    // back): the product is read back once per batch, never once per SKU.
     assert!(
         (1.0..=40.0).contains(&reads),
         "product 1 read back {reads} times for 10000 SKU inserts"

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::METRICS;
 use crate::pipeline::Router;
-use crate::write::{Origin, Writer};
+use crate::write::{Lanes, Origin};
 use crate::DeadLetter;
 
 /// Documents read (and written) per chunk: bounds the etl's memory however many
@@ -245,7 +245,7 @@ impl Sources {
 pub(crate) async fn rebuild(
     router: &Router,
     sources: &mut Sources,
-    writer: &mut Writer,
+    lanes: &mut Lanes<'_>,
     dirty: Dirty,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
@@ -256,10 +256,11 @@ pub(crate) async fn rebuild(
             Ok(src) => src,
             Err(why) => {
                 // Marked only once compiled, which needs the source: cannot happen.
+                let mut dead = Vec::new();
                 for work in &works {
-                    let msgs = work.messages();
-                    unreadable(&mut writer.dead, &name, msgs, why);
+                    unreadable(&mut dead, &name, work.messages(), why);
                 }
+                lanes.dead_letter(dead);
                 continue;
             }
         };
@@ -276,6 +277,7 @@ pub(crate) async fn rebuild(
             };
             for (plan, k, entries) in docs {
                 let entries: Vec<Entry> = entries.into_values().collect();
+                // One plan's documents are each read once: their bulks may fly together.
                 for chunk in entries.chunks(CHUNK) {
                     let Some(built) = ctx.read(&plan[k], chunk, &mut dead).await else {
                         return Ok(false);
@@ -284,16 +286,22 @@ pub(crate) async fn rebuild(
                         .documents_read
                         .add(built.len() as u64, &crate::metrics::pipeline(&name));
                     let (ops, origins) = operations(router.targets(p), chunk, built);
-                    if !writer.write(ops, origins).await? {
+                    if !lanes.push(ops, origins).await? {
                         return Ok(false);
                     }
                 }
+                // Another plan or compilation may hold the same documents.
+                if !lanes.settle().await? {
+                    return Ok(false);
+                }
             }
         }
+        let mut letters = Vec::new();
         for (msgs, why) in dead {
             let why = format!("cannot read its documents from the source: {why}");
-            unreadable(&mut writer.dead, &name, msgs, &why);
+            unreadable(&mut letters, &name, msgs, &why);
         }
+        lanes.dead_letter(letters);
     }
     Ok(true)
 }

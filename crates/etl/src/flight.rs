@@ -68,6 +68,11 @@ impl<T> Flight<T> {
         self.queue.is_empty()
     }
 
+    /// How many bulks may be in flight now.
+    pub fn lanes(&self) -> usize {
+        self.limit.now
+    }
+
     /// The document hashes of `ops`.
     pub fn docs(&self, ops: &[BulkOp]) -> HashSet<u64> {
         ops.iter()

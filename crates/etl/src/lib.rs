@@ -20,7 +20,7 @@ mod pipeline;
 mod share;
 mod write;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -169,6 +169,7 @@ pub async fn run(
     let mut router = Router::new(&[], &cfg.topics);
     let mut sources = docs::Sources::default();
     let mut flight = Flight::new(cfg.etl.max_in_flight);
+    let mut bounds = Bounds::new(&cfg);
     let ctx = Ctx {
         es: &es,
         producer: &producer,
@@ -202,6 +203,7 @@ pub async fn run(
                 Ok((mut r, t)) => {
                     r.check_known(&es, &router.seen_columns()).await;
                     router = r;
+                    bounds.read_back = t.iter().filter(|t| router.reads_back(t)).cloned().collect();
                     if t != topics {
                         topics = t;
                         reshare_at = Instant::now();
@@ -251,7 +253,7 @@ pub async fn run(
         let collected = {
             let collecting = collect(
                 &consumer,
-                &cfg,
+                &bounds,
                 &mut pipelines,
                 &mut members,
                 // Until the members are known, their arrival wakes the collection.
@@ -444,7 +446,7 @@ const LOADED_BATCH: usize = 10;
 /// collected) and `reroute` (the pipelines changed: re-route after this batch).
 async fn collect(
     consumer: &Consumer,
-    cfg: &EtlConfig,
+    bounds: &Bounds,
     pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
     members: &mut watch::Receiver<Option<Vec<String>>>,
     due: Instant,
@@ -455,17 +457,17 @@ async fn collect(
     let mut batch = Batch::default();
     let waiting = match consumer.recv().now_or_never() {
         Some(Ok(m)) => {
-            batch.push(&m);
+            batch.push(&m, bounds);
             true
         }
         _ => false,
     };
     let behind = waiting || *loaded;
-    let mut deadline = waiting.then(|| Instant::now() + cfg.etl.linger);
+    let mut deadline = waiting.then(|| Instant::now() + bounds.linger);
     let mut following = true;
     let mut members_following = true;
     loop {
-        if batch.full(cfg) {
+        if batch.full(bounds) {
             *loaded = true;
             return (batch, false, false);
         }
@@ -496,15 +498,15 @@ async fn collect(
         };
         match received {
             Ok(m) => {
-                batch.push(&m);
+                batch.push(&m, bounds);
                 if behind {
-                    deadline.get_or_insert_with(|| Instant::now() + cfg.etl.linger);
+                    deadline.get_or_insert_with(|| Instant::now() + bounds.linger);
                     continue;
                 }
                 // Keeping up: what is already buffered joins, and the batch goes.
-                while !batch.full(cfg) {
+                while !batch.full(bounds) {
                     match consumer.recv().now_or_never() {
-                        Some(Ok(m)) => batch.push(&m),
+                        Some(Ok(m)) => batch.push(&m, bounds),
                         Some(Err(_)) | None => break,
                     }
                 }
@@ -518,21 +520,57 @@ async fn collect(
     }
 }
 
+/// A batch of changes that are read back takes up to this many times `max_batch_docs`
+/// messages: many of them lead to one document (a product's SKUs, prices and tags), read
+/// once a batch, so a larger batch during a backlog reads each document fewer times.
+/// Measured with the tree bench (5,000 products of a shop loaded table by table, 14 rows
+/// a product, 71,003 changes): each product was read back 8.8 times at 2,000 messages a
+/// batch, 4.6 times at 20,000.
+const READ_BACK_SPAN: usize = 10;
+
+/// How much a batch may take: `etl.max_batch_docs` documents (a message of a pipeline
+/// that is read back counts for [`READ_BACK_SPAN`]th of one), `etl.max_batch_bytes`.
+struct Bounds {
+    docs: usize,
+    bytes: usize,
+    linger: Duration,
+    /// The topics whose every pipeline is read back (`Router::reads_back`).
+    read_back: HashSet<String>,
+}
+
+impl Bounds {
+    fn new(cfg: &EtlConfig) -> Self {
+        Bounds {
+            docs: cfg.etl.max_batch_docs,
+            bytes: cfg.etl.max_batch_bytes,
+            linger: cfg.etl.linger,
+            read_back: HashSet::new(),
+        }
+    }
+}
+
 /// Messages collected for one batch, and their payloads' size.
 #[derive(Default)]
 struct Batch {
     msgs: Vec<Msg>,
+    /// Messages that count as a document each (not read back).
+    docs: usize,
     bytes: usize,
     /// When its first message was consumed.
     first: Option<Instant>,
 }
 
 impl Batch {
-    fn full(&self, cfg: &EtlConfig) -> bool {
-        self.msgs.len() >= cfg.etl.max_batch_docs || self.bytes >= cfg.etl.max_batch_bytes
+    fn full(&self, bounds: &Bounds) -> bool {
+        self.docs >= bounds.docs
+            || self.msgs.len() >= bounds.docs.saturating_mul(READ_BACK_SPAN)
+            || self.bytes >= bounds.bytes
     }
 
-    fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) {
+    fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>, bounds: &Bounds) {
+        if !bounds.read_back.contains(m.topic()) {
+            self.docs += 1;
+        }
         if self.first.is_none() {
             self.first = Some(Instant::now());
             // Kafka's timestamp: when the worker queued the batch's first message.
@@ -620,9 +658,14 @@ async fn apply(
     }
     let delayed = dirty.take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
     let mut writer = ctx.writer(dead);
-    let complete = writer.write(ops, origins).await?
-        && docs::rebuild(router, sources, &mut writer, dirty, ctx.shutdown).await?
-        && hand_over(ctx, &delayed).await?;
+    let mut complete = writer.write(ops, origins).await?;
+    if complete {
+        // The documents read back: several bulks in flight while the next are read.
+        let mut lanes = write::Lanes::new(&mut writer, ctx.cfg.etl.max_batch_docs, flight.lanes());
+        complete = docs::rebuild(router, sources, &mut lanes, dirty, ctx.shutdown).await?
+            && lanes.settle().await?;
+    }
+    let complete = complete && hand_over(ctx, &delayed).await?;
     let landed = Landed {
         batch,
         written: writer.finish(complete),

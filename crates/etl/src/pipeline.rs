@@ -221,6 +221,14 @@ impl Router {
         }
     }
 
+    /// Every pipeline fed by `topic` reads its documents back from MySQL: many of its
+    /// changes lead to one document, read once a batch.
+    pub fn reads_back(&self, topic: &str) -> bool {
+        self.by_topic
+            .get(topic)
+            .is_some_and(|ps| ps.iter().all(|&i| self.pipelines[i].is_tree()))
+    }
+
     /// The indexes pipeline `idx` writes to; empty until it was prepared.
     pub fn targets(&self, idx: usize) -> &[String] {
         self.pipelines[idx].targets.as_deref().unwrap_or_default()

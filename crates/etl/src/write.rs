@@ -86,6 +86,22 @@ impl Writer {
         }
     }
 
+    /// A writer of its own for a task beside this one: what it came to joins this one's
+    /// with [`Writer::absorb`].
+    pub fn fork(&self) -> Writer {
+        Writer::new(&self.es, self.retry_backoff, &self.shutdown, Vec::new())
+    }
+
+    /// Counts a forked writer's outcome as this one's.
+    pub fn absorb(&mut self, other: Written) {
+        self.dead.extend(other.dead);
+        let t = other.tally;
+        self.tally.written += t.written;
+        self.tally.stale += t.stale;
+        self.tally.retried += t.retried;
+        self.tally.throttled |= t.throttled;
+    }
+
     /// What the writes came to; `complete` as the last [`Writer::write`] said.
     pub fn finish(self, complete: bool) -> Written {
         Written {
@@ -214,6 +230,99 @@ impl Writer {
             "throttled"
         } else {
             otherwise
+        }
+    }
+}
+
+/// Bulks written beside the work that makes them (documents read back from MySQL): up to
+/// `lanes` at once, each of up to `docs` operations, in tasks of their own. The caller
+/// keeps any one document in a single bulk, or waits ([`Lanes::settle`]) before writing it
+/// again, so no two bulks in flight hold the same document.
+pub(crate) struct Lanes<'w> {
+    writer: &'w mut Writer,
+    docs: usize,
+    lanes: usize,
+    queued: (Vec<BulkOp>, Vec<Origin>),
+    flying: std::collections::VecDeque<tokio::task::JoinHandle<anyhow::Result<Written>>>,
+    /// A bulk was interrupted by shutdown.
+    interrupted: bool,
+}
+
+impl<'w> Lanes<'w> {
+    pub fn new(writer: &'w mut Writer, docs: usize, lanes: usize) -> Self {
+        Lanes {
+            writer,
+            docs: docs.max(1),
+            lanes: lanes.max(1),
+            queued: (Vec::new(), Vec::new()),
+            flying: Default::default(),
+            interrupted: false,
+        }
+    }
+
+    /// Queues operations; a full bulk goes out, after the oldest landed if every lane is
+    /// busy. `false` once shutdown interrupted a bulk.
+    pub async fn push(&mut self, ops: Vec<BulkOp>, origins: Vec<Origin>) -> anyhow::Result<bool> {
+        self.queued.0.extend(ops);
+        self.queued.1.extend(origins);
+        while self.queued.0.len() >= self.docs {
+            let rest_ops = self.queued.0.split_off(self.docs);
+            let rest_origins = self.queued.1.split_off(self.docs);
+            let full = std::mem::replace(&mut self.queued, (rest_ops, rest_origins));
+            if !self.launch(full).await? {
+                return Ok(false);
+            }
+        }
+        Ok(!self.interrupted)
+    }
+
+    /// Messages to dead-letter with the batch.
+    pub fn dead_letter(&mut self, letters: Vec<DeadLetter>) {
+        self.writer.dead.extend(letters);
+    }
+
+    /// Writes what is queued and waits for every bulk: `false` when shutdown
+    /// interrupted one. Documents written before may be written again after.
+    pub async fn settle(&mut self) -> anyhow::Result<bool> {
+        let rest = std::mem::take(&mut self.queued);
+        if !rest.0.is_empty() {
+            self.launch(rest).await?;
+        }
+        while let Some(task) = self.flying.pop_front() {
+            self.land(task).await?;
+        }
+        Ok(!self.interrupted)
+    }
+
+    async fn launch(&mut self, (ops, origins): (Vec<BulkOp>, Vec<Origin>)) -> anyhow::Result<bool> {
+        while self.flying.len() >= self.lanes {
+            let oldest = self.flying.pop_front().expect("lanes are busy");
+            self.land(oldest).await?;
+        }
+        let mut writer = self.writer.fork();
+        self.flying.push_back(tokio::spawn(async move {
+            let complete = writer.write(ops, origins).await?;
+            Ok(writer.finish(complete))
+        }));
+        Ok(!self.interrupted)
+    }
+
+    async fn land(
+        &mut self,
+        task: tokio::task::JoinHandle<anyhow::Result<Written>>,
+    ) -> anyhow::Result<()> {
+        let written = task.await.context("a bulk task panicked")??;
+        self.interrupted |= !written.complete;
+        self.writer.absorb(written);
+        Ok(())
+    }
+}
+
+impl Drop for Lanes<'_> {
+    /// Bulks never waited for belong to a batch that is not committed.
+    fn drop(&mut self) {
+        for task in &self.flying {
+            task.abort();
         }
     }
 }
