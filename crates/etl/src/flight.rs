@@ -73,6 +73,12 @@ impl<T> Flight<T> {
         self.limit.now
     }
 
+    /// A batch written beside the flight (documents read back) met a 429 or did not: the
+    /// limit follows it as it follows the batches that land here.
+    pub fn observe(&mut self, throttled: bool) {
+        self.limit.after(throttled);
+    }
+
     /// The document hashes of `ops`.
     pub fn docs(&self, ops: &[BulkOp]) -> HashSet<u64> {
         ops.iter()

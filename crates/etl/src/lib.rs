@@ -671,6 +671,7 @@ async fn apply(
         written: writer.finish(complete),
         rest: rewritten,
     };
+    flight.observe(landed.written.tally.throttled);
     land(ctx, router, landed, stats, mode).await
 }
 

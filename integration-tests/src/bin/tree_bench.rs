@@ -11,6 +11,8 @@
 //!    a share of the second.
 //! 3. A brand renamed under `BENCH_TREE_BRAND` documents (default 2000): seconds from
 //!    COMMIT until every one of them shows the new name.
+//!
+//! The figures go to `target/bench/tree.json`, judged against the committed baseline.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -19,6 +21,7 @@ use anyhow::{bail, Context as _};
 use serde_json::json;
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::ceiling::bulk_ceiling;
+use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::{env_num, kafka, shop, TestCtx};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -201,6 +204,24 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         "[tree 3/3] a brand renamed under {brand} documents: all of them show it {:.2} s after COMMIT ({in_bulk:.2} s of it in Elasticsearch _bulk requests; {queries:.0} MySQL queries)",
         seen.as_secs_f64()
     );
+    let mut f = Figures::new();
+    f.insert(
+        "rebuild_docs_per_s".into(),
+        Figure::higher(rate, "docs/s", Some(raw_rate)),
+    );
+    f.insert(
+        "reads_per_product".into(),
+        Figure::lower(read / products as f64, "reads", None),
+    );
+    f.insert(
+        "products_per_s".into(),
+        Figure::higher(products as f64 / took.as_secs_f64(), "products/s", None),
+    );
+    f.insert(
+        "brand_rename_s".into(),
+        Figure::lower(seen.as_secs_f64(), "s", None),
+    );
+    figures::report("tree", &f);
     drop(etl);
     drop(worker);
     Ok(())
