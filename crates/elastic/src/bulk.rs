@@ -66,6 +66,35 @@ impl BulkOp {
             BulkOp::Index { routing, .. } | BulkOp::Delete { routing, .. } => routing.as_deref(),
         }
     }
+
+    /// About the bytes it takes in a `_bulk` body, without encoding it: enough to bound a
+    /// request by (strings count their length, other values a few bytes; escapes are
+    /// not counted).
+    pub fn approx_len(&self) -> usize {
+        /// The action line's fixed part: `{"index":{"_index":"","_id":"",...}}`.
+        const ACTION: usize = 80;
+        let line = ACTION + self.index().len() + self.id().len();
+        let line = line + self.routing().map_or(0, str::len);
+        match self {
+            BulkOp::Index { doc, .. } => line + approx_json_len(doc) + 1,
+            BulkOp::Delete { .. } => line,
+        }
+    }
+}
+
+fn approx_json_len(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 12,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|i| approx_json_len(i) + 1).sum::<usize>(),
+        Value::Object(fields) => {
+            2 + fields
+                .iter()
+                .map(|(k, v)| k.len() + 4 + approx_json_len(v))
+                .sum::<usize>()
+        }
+    }
 }
 
 /// The result of one bulk operation.
@@ -292,6 +321,42 @@ fn classify_item(action: &str, item: &BulkItem) -> ItemOutcome {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_approximate_length_stays_near_the_encoded_one() {
+        let big = "x".repeat(10_000);
+        let ops = [
+            BulkOp::Index {
+                index: "shop_v1".into(),
+                id: "42".into(),
+                version: 7,
+                routing: Some("3".into()),
+                doc: json!({"name": big, "skus": [{"id": 1, "price": 9.99, "on": true}, {"id": 2, "tag": null}], "n": 12345}),
+            },
+            BulkOp::Delete {
+                index: "shop_v1".into(),
+                id: "43".into(),
+                version: 8,
+                routing: None,
+            },
+        ];
+        for op in &ops {
+            let encoded = encode(std::slice::from_ref(op)).len();
+            let approx = op.approx_len();
+            assert!(
+                approx * 2 >= encoded && approx <= encoded * 2,
+                "{approx} bytes guessed for {encoded} encoded: {op:?}"
+            );
+        }
+        let small = BulkOp::Index {
+            index: "i".into(),
+            id: "1".into(),
+            version: 1,
+            routing: None,
+            doc: json!({"a": "b"}),
+        };
+        assert!(ops[0].approx_len() > 10_000 && small.approx_len() < 200);
+    }
 
     fn encode(ops: &[BulkOp]) -> String {
         let mut out = Vec::new();

@@ -235,26 +235,32 @@ impl Writer {
 }
 
 /// Bulks written beside the work that makes them (documents read back from MySQL): up to
-/// `lanes` at once, each of up to `docs` operations, in tasks of their own. The caller
+/// `lanes` at once, each of up to `docs` operations and about `bytes` (or one pushed
+/// chunk, when that is more), in tasks of their own. The caller
 /// keeps any one document in a single bulk, or waits ([`Lanes::settle`]) before writing it
 /// again, so no two bulks in flight hold the same document.
 pub(crate) struct Lanes<'w> {
     writer: &'w mut Writer,
     docs: usize,
+    bytes: usize,
     lanes: usize,
     queued: (Vec<BulkOp>, Vec<Origin>),
+    /// About the bytes of `queued`.
+    queued_bytes: usize,
     flying: std::collections::VecDeque<tokio::task::JoinHandle<anyhow::Result<Written>>>,
     /// A bulk was interrupted by shutdown.
     interrupted: bool,
 }
 
 impl<'w> Lanes<'w> {
-    pub fn new(writer: &'w mut Writer, docs: usize, lanes: usize) -> Self {
+    pub fn new(writer: &'w mut Writer, (docs, bytes): (usize, usize), lanes: usize) -> Self {
         Lanes {
             writer,
             docs: docs.max(1),
+            bytes,
             lanes: lanes.max(1),
             queued: (Vec::new(), Vec::new()),
+            queued_bytes: 0,
             flying: Default::default(),
             interrupted: false,
         }
@@ -263,12 +269,21 @@ impl<'w> Lanes<'w> {
     /// Queues operations; a full bulk goes out, after the oldest landed if every lane is
     /// busy. `false` once shutdown interrupted a bulk.
     pub async fn push(&mut self, ops: Vec<BulkOp>, origins: Vec<Origin>) -> anyhow::Result<bool> {
+        self.queued_bytes += ops.iter().map(BulkOp::approx_len).sum::<usize>();
         self.queued.0.extend(ops);
         self.queued.1.extend(origins);
         while self.queued.0.len() >= self.docs {
             let rest_ops = self.queued.0.split_off(self.docs);
             let rest_origins = self.queued.1.split_off(self.docs);
             let full = std::mem::replace(&mut self.queued, (rest_ops, rest_origins));
+            self.queued_bytes = self.queued.0.iter().map(BulkOp::approx_len).sum();
+            if !self.launch(full).await? {
+                return Ok(false);
+            }
+        }
+        if self.queued_bytes >= self.bytes {
+            let full = std::mem::take(&mut self.queued);
+            self.queued_bytes = 0;
             if !self.launch(full).await? {
                 return Ok(false);
             }
@@ -285,6 +300,7 @@ impl<'w> Lanes<'w> {
     /// interrupted one. Documents written before may be written again after.
     pub async fn settle(&mut self) -> anyhow::Result<bool> {
         let rest = std::mem::take(&mut self.queued);
+        self.queued_bytes = 0;
         if !rest.0.is_empty() {
             self.launch(rest).await?;
         }
