@@ -568,9 +568,6 @@ impl Batch {
     }
 
     fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>, bounds: &Bounds) {
-        if !bounds.read_back.contains(m.topic()) {
-            self.docs += 1;
-        }
         if self.first.is_none() {
             self.first = Some(Instant::now());
             // Kafka's timestamp: when the worker queued the batch's first message.
@@ -580,16 +577,24 @@ impl Batch {
             }
         }
         let payload = m.payload().unwrap_or_default().to_vec();
-        self.bytes += payload.len();
         let marker = marker_of(m, &payload);
-        self.msgs.push(Msg {
+        let msg = Msg {
             topic: m.topic().to_owned(),
             partition: m.partition(),
             offset: m.offset(),
             key: m.key().map(<[u8]>::to_vec),
             payload,
             marker,
-        });
+        };
+        self.add(msg, bounds);
+    }
+
+    fn add(&mut self, msg: Msg, bounds: &Bounds) {
+        if !bounds.read_back.contains(&msg.topic) {
+            self.docs += 1;
+        }
+        self.bytes += msg.payload.len();
+        self.msgs.push(msg);
     }
 }
 
@@ -1129,5 +1134,68 @@ fn commit(consumer: &Consumer, batch: &[Msg], mode: CommitMode) {
     // means the events are applied again, harmlessly.
     if let Err(e) = consumer.commit(&tpl, mode) {
         tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(topic: &str) -> Msg {
+        Msg {
+            topic: topic.into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: b"{}".to_vec(),
+            marker: None,
+        }
+    }
+
+    #[test]
+    fn changes_read_back_fill_a_batch_ten_times_later_than_documents() {
+        let bounds = Bounds {
+            docs: 20,
+            bytes: 1 << 20,
+            linger: Duration::ZERO,
+            read_back: HashSet::from(["tree".to_owned()]),
+        };
+        let mut flat = Batch::default();
+        for _ in 0..20 {
+            assert!(!flat.full(&bounds));
+            flat.add(msg("flat"), &bounds);
+        }
+        assert!(flat.full(&bounds), "a flat change is a document");
+
+        let mut tree = Batch::default();
+        for _ in 0..200 {
+            assert!(!tree.full(&bounds), "{} changes read back", tree.msgs.len());
+            tree.add(msg("tree"), &bounds);
+        }
+        assert!(tree.full(&bounds), "ten times as many changes read back");
+
+        let mut mixed = Batch::default();
+        for _ in 0..100 {
+            mixed.add(msg("tree"), &bounds);
+        }
+        for _ in 0..19 {
+            mixed.add(msg("flat"), &bounds);
+        }
+        assert!(!mixed.full(&bounds));
+        mixed.add(msg("flat"), &bounds);
+        assert!(mixed.full(&bounds), "the flat changes still fill it");
+
+        let tight = Bounds {
+            bytes: 10,
+            ..bounds
+        };
+        let mut by_size = Batch::default();
+        for _ in 0..5 {
+            by_size.add(msg("tree"), &tight);
+        }
+        assert!(
+            by_size.full(&tight),
+            "the byte bound holds for every change"
+        );
     }
 }
