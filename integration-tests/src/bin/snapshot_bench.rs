@@ -9,7 +9,7 @@
 //! 2. End to end into Elasticsearch: a table of `BENCH_SNAPSHOT_E2E_ROWS` (default
 //!    100,000; the local Elasticsearch stand-in holds every document in RAM) is built with
 //!    the etl running, once the etl applies the pipeline (a streamed row is indexed; the
-//!    time that took, a consumer-group rebalance, is printed apart), timed until the alias
+//!    time the etl took to take the new partitions is printed apart), timed until the alias
 //!    moved to the new version — next to the raw `_bulk` ceiling of the same server for as
 //!    many similar documents, with the etl's batch size and requests in flight.
 //!
