@@ -100,14 +100,11 @@ impl<T> Flight<T> {
         &mut self,
         batch: Batch,
         docs: HashSet<u64>,
-        mut writer: Writer,
+        writer: Writer,
         (ops, origins): (Vec<BulkOp>, Vec<Origin>),
         rest: T,
     ) {
-        let task = tokio::spawn(async move {
-            let complete = writer.write(ops, origins).await?;
-            Ok(writer.finish(complete))
-        });
+        let task = writer.spawn(ops, origins);
         self.queue.push_back(Flying {
             batch,
             docs,

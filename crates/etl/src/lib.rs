@@ -666,8 +666,9 @@ async fn apply(
     let mut complete = writer.write(ops, origins).await?;
     if complete {
         // The documents read back: several bulks in flight while the next are read.
-        let bounds = (ctx.cfg.etl.max_batch_docs, ctx.cfg.etl.max_batch_bytes);
-        let mut lanes = write::Lanes::new(&mut writer, bounds, flight.lanes());
+        let etl = &ctx.cfg.etl;
+        let (docs, bytes) = (etl.max_batch_docs, etl.max_batch_bytes);
+        let mut lanes = write::Lanes::new(&mut writer, docs, bytes, flight.lanes());
         complete = docs::rebuild(router, sources, &mut lanes, dirty, ctx.shutdown).await?
             && lanes.settle().await?;
     }

@@ -102,6 +102,19 @@ impl Writer {
         self.tally.throttled |= t.throttled;
     }
 
+    /// Writes `ops` (each from the messages `origins[i]`) in a task of its own: what
+    /// they came to, once done.
+    pub fn spawn(
+        mut self,
+        ops: Vec<BulkOp>,
+        origins: Vec<Origin>,
+    ) -> tokio::task::JoinHandle<anyhow::Result<Written>> {
+        tokio::spawn(async move {
+            let complete = self.write(ops, origins).await?;
+            Ok(self.finish(complete))
+        })
+    }
+
     /// What the writes came to; `complete` as the last [`Writer::write`] said.
     pub fn finish(self, complete: bool) -> Written {
         Written {
@@ -236,9 +249,9 @@ impl Writer {
 
 /// Bulks written beside the work that makes them (documents read back from MySQL): up to
 /// `lanes` at once, each of up to `docs` operations and about `bytes` (or one pushed
-/// chunk, when that is more), in tasks of their own. The caller
-/// keeps any one document in a single bulk, or waits ([`Lanes::settle`]) before writing it
-/// again, so no two bulks in flight hold the same document.
+/// chunk, when that is more), in tasks of their own. The caller keeps any one document in
+/// a single bulk, or waits ([`Lanes::settle`]) before writing it again, so no two bulks in
+/// flight hold the same document.
 pub(crate) struct Lanes<'w> {
     writer: &'w mut Writer,
     docs: usize,
@@ -253,7 +266,7 @@ pub(crate) struct Lanes<'w> {
 }
 
 impl<'w> Lanes<'w> {
-    pub fn new(writer: &'w mut Writer, (docs, bytes): (usize, usize), lanes: usize) -> Self {
+    pub fn new(writer: &'w mut Writer, docs: usize, bytes: usize, lanes: usize) -> Self {
         Lanes {
             writer,
             docs: docs.max(1),
@@ -315,11 +328,8 @@ impl<'w> Lanes<'w> {
             let oldest = self.flying.pop_front().expect("lanes are busy");
             self.land(oldest).await?;
         }
-        let mut writer = self.writer.fork();
-        self.flying.push_back(tokio::spawn(async move {
-            let complete = writer.write(ops, origins).await?;
-            Ok(writer.finish(complete))
-        }));
+        let task = self.writer.fork().spawn(ops, origins);
+        self.flying.push_back(task);
         Ok(!self.interrupted)
     }
 

@@ -12,8 +12,9 @@
 //!    of the same server, with the etl's default batch size and requests in flight.
 //! 4. Commit-to-indexed latency: single-row transactions at a steady rate (autocommitted
 //!    INSERTs on four connections in turn), each polled by id (a real-time read) until it
-//!    is visible; once light (20/s), once under load (1,000/s). Its ceiling under load: as many documents at the same rate handed
-//!    straight to a raw `_bulk` writer on the same server, probed the same way.
+//!    is visible; once light (20/s), once under load (1,000/s). Its ceiling under load:
+//!    as many documents at the same rate handed straight to a raw `_bulk` writer on the
+//!    same server, probed the same way.
 //! 5. One transaction of `BENCH_BIG_TXN_ROWS` rows (100,000), timed until indexed; then the
 //!    peak RSS (`VmHWM`) of the worker, the etl and the stack's services, which therefore
 //!    covers that transaction; and the most RSS the worker and the etl showed while
