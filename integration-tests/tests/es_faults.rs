@@ -3,13 +3,16 @@
 //! answers, a `_bulk` lost before the server had it whole and one lost after the server
 //! applied it. While a bulk keeps failing, no Kafka offset passes its items; an etl killed
 //! then, once Elasticsearch is back, writes them. Every phase ends with the checker. And
-//! with several bulks in flight, one held back holds every offset behind it.
+//! with several bulks in flight, one held back holds every offset behind it; documents
+//! read back from MySQL, written in several bulks at once, meet the same faults.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sluice_integration_tests::proxy::{HttpFault, HttpProxy};
-use sluice_integration_tests::{eventually, Pipeline, Running, Service, TestCtx};
+use sluice_integration_tests::{
+    check_documents, eventually, shop, Pipeline, Running, Service, TestCtx,
+};
 
 const WITHIN: Duration = Duration::from_secs(90);
 
@@ -255,4 +258,67 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
     assert_eq!(dead, 0.0, "nothing was dead-lettered\n{}", run.logs());
     drop(run);
     ctx.cleanup().await;
+}
+
+/// Documents read back from MySQL go out in several bulks at once: a rename under 500
+/// documents, in bulks of 100, through 429s and bulks lost before and after the server
+/// applied them, loses nothing; while such a bulk keeps failing, no offset passes the
+/// change behind it, and an etl killed then writes it once Elasticsearch is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_read_back_in_several_bulks_lose_nothing_and_pass_no_offset() {
+    let ctx = TestCtx::new("esfaulttree").await;
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
+    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
+    ctx.route_elasticsearch(&proxy.url());
+    let etl = ctx
+        .etl_with(std::slice::from_ref(&spec))
+        .with_env("SLUICE_ETL__MAX_BATCH_DOCS", "100")
+        .with_env("SLUICE_ETL__MAX_IN_FLIGHT", "4");
+    let mut run = ctx.run(ctx.worker(), etl).await;
+    shop::data(&ctx, 500, 500).await;
+    let converged = async |run: &Running, what: &str| {
+        eventually(what, WITHIN, || async {
+            check_documents(&ctx, &spec)
+                .await
+                .map_err(|e| format!("{e}\n{}", run.logs()))
+        })
+        .await
+    };
+    converged(&run, "the shop indexed").await;
+
+    proxy.inject(HttpFault::Answer(429), 3);
+    proxy.inject(HttpFault::DropBeforeForward, 2);
+    proxy.inject(HttpFault::DropAfterForward, 2);
+    ctx.exec("UPDATE brands SET name = 'renamed once' WHERE id = 1")
+        .await;
+    served(&proxy, &run).await;
+    converged(&run, "the rename through the faults").await;
+
+    let topic = ctx.topic("brands");
+    let ends = all_committed(&ctx, &run, &topic).await;
+    proxy.inject(HttpFault::Answer(503), 100_000);
+    let seen = proxy.requests();
+    ctx.exec("UPDATE brands SET name = 'renamed twice' WHERE id = 1")
+        .await;
+    ctx.wait_streamed(&run.worker).await;
+    eventually("the etl retried the failing bulks", WITHIN, || async {
+        match proxy.requests() - seen {
+            n if n >= 8 => Ok(()),
+            n => Err(format!("{n} bulk requests since the rename")),
+        }
+    })
+    .await;
+    assert_eq!(
+        ctx.committed(&topic).await,
+        ends,
+        "no offset passes a change whose documents are not written"
+    );
+    run.etl.kill9();
+    proxy.clear();
+    run.etl.start();
+    converged(&run, "the second rename after a restart").await;
+
+    let dead = run.etl.metric("sluice_etl_dead_letters_total", &[]).await;
+    assert_eq!(dead, 0.0, "nothing was dead-lettered\n{}", run.logs());
 }
