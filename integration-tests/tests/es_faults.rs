@@ -56,6 +56,17 @@ async fn served(proxy: &HttpProxy, run: &Running) {
     .await;
 }
 
+/// Waits until at least `n` bulk requests reached the proxy since it had seen `seen`.
+async fn retried(proxy: &HttpProxy, seen: u64, n: u64) {
+    eventually("the etl retried the failing bulks", WITHIN, || async {
+        match proxy.requests() - seen {
+            got if got >= n => Ok(()),
+            got => Err(format!("{got} bulk requests since the changes")),
+        }
+    })
+    .await;
+}
+
 /// Waits until the etl committed everything the worker published to `topic` so far;
 /// where each partition ends.
 async fn all_committed(ctx: &TestCtx, run: &Running, topic: &str) -> BTreeMap<i32, i64> {
@@ -136,13 +147,7 @@ async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
     let seen = proxy.requests();
     change(&ctx, 4).await;
     ctx.wait_streamed(&run.worker).await;
-    eventually("the etl retried the failing bulk", WITHIN, || async {
-        match proxy.requests() - seen {
-            n if n >= 3 => Ok(()),
-            n => Err(format!("{n} bulk requests since the changes")),
-        }
-    })
-    .await;
+    retried(&proxy, seen, 3).await;
     assert_eq!(
         ctx.committed(&topic).await,
         ends,
@@ -302,13 +307,7 @@ async fn documents_read_back_in_several_bulks_lose_nothing_and_pass_no_offset() 
     ctx.exec("UPDATE brands SET name = 'renamed twice' WHERE id = 1")
         .await;
     ctx.wait_streamed(&run.worker).await;
-    eventually("the etl retried the failing bulks", WITHIN, || async {
-        match proxy.requests() - seen {
-            n if n >= 8 => Ok(()),
-            n => Err(format!("{n} bulk requests since the rename")),
-        }
-    })
-    .await;
+    retried(&proxy, seen, 8).await;
     assert_eq!(
         ctx.committed(&topic).await,
         ends,
