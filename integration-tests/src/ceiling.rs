@@ -29,13 +29,25 @@ pub fn describe() -> String {
 /// checks every item was applied and the index holds them all, then deletes it.
 pub async fn bulk_ceiling(es: &EsClient, index: &str, ops: &[BulkOp]) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    futures::stream::iter(ops.chunks(raw_batch()))
-        .map(|chunk| es.bulk(chunk))
+    let busy = futures::stream::iter(ops.chunks(raw_batch()))
+        .map(|chunk| async move {
+            let sent = Instant::now();
+            es.bulk(chunk)
+                .await
+                .map(|outcomes| (outcomes, sent.elapsed()))
+        })
         .buffer_unordered(raw_concurrency())
         .map_err(anyhow::Error::from)
-        .try_for_each(|outcomes| async move { all_applied(&outcomes) })
+        .try_fold(Duration::ZERO, |busy, (outcomes, took)| async move {
+            all_applied(&outcomes).map(|()| busy + took)
+        })
         .await?;
     let total = started.elapsed();
+    let requests = ops.len().div_ceil(raw_batch()).max(1);
+    println!(
+        "    raw _bulk: {requests} requests, {:.2} s each on average",
+        busy.as_secs_f64() / requests as f64
+    );
     es.refresh(index).await?;
     let count = es.count(index).await?;
     if count != ops.len() as u64 {
