@@ -6,8 +6,14 @@
 //! order, so no partition's committed offset passes a message of an unfinished batch, and
 //! a build's catch-up marker is recorded only once everything before it is applied.
 //!
-//! Per-document order is kept: a batch that writes a document an earlier batch still in
-//! flight also writes waits for that batch to land first. External versions would make a
+//! The limit counts the bulks still being written, not the batches waiting to land: a
+//! batch whose writes finished while an older one is still being written frees its place
+//! at once, as a client with several requests in flight would (a slow bulk does not hold
+//! the others' places). How many batches may wait to land is bounded too, at twice the
+//! limit's maximum, so a stalled bulk holds only so many batches in memory.
+//!
+//! Per-document order is kept: a batch that writes a document an earlier batch is still
+//! writing waits for those writes to finish first. External versions would make a
 //! reordering harmless anyway (the higher version wins, a delete's tombstone outlives any
 //! retry by days), but kept order also keeps the counts of stale writes meaningful.
 //! Documents read back from MySQL (pipelines with relations or a filter) are only known
@@ -38,8 +44,40 @@ struct Flying<T> {
     batch: Batch,
     /// Hashes of (index, id) of the documents it writes.
     docs: HashSet<u64>,
-    task: JoinHandle<anyhow::Result<Written>>,
+    writes: Writes,
     rest: T,
+}
+
+/// A batch's writes: still going, or what they came to.
+enum Writes {
+    Going(JoinHandle<anyhow::Result<Written>>),
+    Done(anyhow::Result<Written>),
+}
+
+impl Writes {
+    /// Done, or about to say so when awaited.
+    fn is_done(&self) -> bool {
+        match self {
+            Writes::Going(task) => task.is_finished(),
+            Writes::Done(_) => true,
+        }
+    }
+
+    /// Waits for the writes to be done. Cancel-safe.
+    async fn finish(&mut self) {
+        if let Writes::Going(task) = self {
+            *self = Writes::Done(task.await.context("a bulk task panicked").and_then(|w| w));
+        }
+    }
+
+    fn outcome(self) -> anyhow::Result<Written> {
+        match self {
+            Writes::Done(outcome) => outcome,
+            Writes::Going(_) => Err(anyhow::anyhow!(
+                "a batch landed before its writes were done"
+            )),
+        }
+    }
 }
 
 /// The batches in flight, oldest first; `T` is what a batch carries to its landing.
@@ -86,12 +124,47 @@ impl<T> Flight<T> {
             .collect()
     }
 
-    /// Whether a batch writing `docs` must wait for the oldest batch to land first: the
-    /// limit is reached, or a batch in flight writes one of its documents.
+    /// Whether a batch writing `docs` must wait before it is launched: the limit of bulks
+    /// being written is reached, as many batches as may wait to land are waiting, or a
+    /// batch still being written writes one of its documents.
     pub fn must_wait(&self, docs: &HashSet<u64>) -> bool {
-        !self.queue.is_empty()
-            && (self.queue.len() >= self.limit.now
-                || self.queue.iter().any(|f| !f.docs.is_disjoint(docs)))
+        let mut going = self.queue.iter().filter(|f| !f.writes.is_done());
+        self.queue.len() >= 2 * self.limit.max
+            || going.clone().count() >= self.limit.now
+            || going.any(|f| !f.docs.is_disjoint(docs))
+    }
+
+    /// The metric of batches being written.
+    fn record(&self) {
+        let going = self.queue.iter().filter(|f| !f.writes.is_done()).count();
+        METRICS.bulks_in_flight.record(going as u64, &[]);
+    }
+
+    /// Whether the oldest batch's writes are done, so that [`Flight::land`] answers at once.
+    pub fn front_done(&self) -> bool {
+        self.queue.front().is_some_and(|f| f.writes.is_done())
+    }
+
+    /// Waits for the writes of some batch to finish, whichever it is (it lands later, in
+    /// its turn). Cancel-safe. Returns at once when none is being written.
+    pub async fn some_done(&mut self) {
+        let going = self.queue.iter_mut().filter_map(|f| match &mut f.writes {
+            Writes::Going(task) => Some(task),
+            Writes::Done(_) => None,
+        });
+        let going: Vec<_> = going.collect();
+        if going.is_empty() {
+            return;
+        }
+        let (outcome, i, _) = futures::future::select_all(going).await;
+        let done = self
+            .queue
+            .iter_mut()
+            .filter(|f| matches!(f.writes, Writes::Going(_)))
+            .nth(i)
+            .expect("the batch whose writes finished is in the queue");
+        done.writes = Writes::Done(outcome.context("a bulk task panicked").and_then(|w| w));
+        self.record();
     }
 
     /// Starts `writer` writing `ops` (each from the messages `origins[i]`) in a task of
@@ -104,23 +177,23 @@ impl<T> Flight<T> {
         (ops, origins): (Vec<BulkOp>, Vec<Origin>),
         rest: T,
     ) {
-        let task = writer.spawn(ops, origins);
         self.queue.push_back(Flying {
             batch,
             docs,
-            task,
+            writes: Writes::Going(writer.spawn(ops, origins)),
             rest,
         });
-        METRICS.bulks_in_flight.record(self.queue.len() as u64, &[]);
+        self.record();
     }
 
     /// Waits for the oldest batch to land. Cancel-safe: a batch leaves the queue only once
     /// its task is done. Call only when not empty.
     pub async fn land(&mut self) -> anyhow::Result<Landed<T>> {
         let front = self.queue.front_mut().context("no batch in flight")?;
-        let written = (&mut front.task).await.context("a bulk task panicked")??;
+        front.writes.finish().await;
         let flying = self.queue.pop_front().context("no batch in flight")?;
-        METRICS.bulks_in_flight.record(self.queue.len() as u64, &[]);
+        let written = flying.writes.outcome()?;
+        self.record();
         self.limit.after(written.tally.throttled);
         Ok(Landed {
             batch: flying.batch,
@@ -134,7 +207,9 @@ impl<T> Drop for Flight<T> {
     /// Batches never landed are never committed: their writes need not finish.
     fn drop(&mut self) {
         for f in &self.queue {
-            f.task.abort();
+            if let Writes::Going(task) = &f.writes {
+                task.abort();
+            }
         }
     }
 }
@@ -187,13 +262,21 @@ mod tests {
         }
     }
 
-    /// A writer that needs no server: the batches below write nothing.
-    fn writer() -> Writer {
+    /// A writer to no server: its batches write nothing, or retry until `shutdown`.
+    fn writer_until(shutdown: &tokio_util::sync::CancellationToken) -> Writer {
         let section: sluice_elastic::EsSection =
             serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9"})).unwrap();
         let es = section.client().unwrap();
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        Writer::new(&es, std::time::Duration::ZERO, &shutdown, Vec::new())
+        Writer::new(
+            &es,
+            std::time::Duration::from_millis(10),
+            shutdown,
+            Vec::new(),
+        )
+    }
+
+    fn writer() -> Writer {
+        writer_until(&tokio_util::sync::CancellationToken::new())
     }
 
     /// Launches an empty batch over `docs`, tagged `tag`.
@@ -232,6 +315,52 @@ mod tests {
             "the oldest lands first"
         );
         assert_eq!(flight.land().await.unwrap().rest, 2);
+        assert!(flight.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_batch_done_behind_one_still_writing_frees_its_place_and_waits_to_land() {
+        let mut flight: Flight<u32> = Flight::new(2);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let ops = vec![delete("i", "a")];
+        let first = flight.docs(&ops);
+        let stuck = writer_until(&shutdown);
+        flight.launch(
+            Batch::default(),
+            first,
+            stuck,
+            (ops, vec![Origin::One(0)]),
+            1,
+        );
+        let docs = flight.docs(&[delete("i", "b")]);
+        launch(&mut flight, docs, 2);
+        flight.some_done().await;
+        assert!(!flight.front_done(), "the oldest is still writing");
+        assert!(
+            !flight.must_wait(&flight.docs(&[delete("i", "c")])),
+            "one bulk is being written, so a second may go"
+        );
+        assert!(
+            flight.must_wait(&flight.docs(&[delete("i", "a")])),
+            "but not one writing the document still being written"
+        );
+        let docs = flight.docs(&[delete("i", "c")]);
+        launch(&mut flight, docs, 3);
+        let docs = flight.docs(&[delete("i", "d")]);
+        launch(&mut flight, docs, 4);
+        flight.some_done().await;
+        flight.some_done().await;
+        assert!(
+            flight.must_wait(&flight.docs(&[delete("i", "e")])),
+            "twice the limit waits to land behind the oldest"
+        );
+        shutdown.cancel();
+        let oldest = flight.land().await.unwrap();
+        assert_eq!(oldest.rest, 1, "the oldest lands first");
+        assert!(!oldest.written.complete, "its writes never got through");
+        for tag in 2..=4 {
+            assert_eq!(flight.land().await.unwrap().rest, tag);
+        }
         assert!(flight.is_empty());
     }
 

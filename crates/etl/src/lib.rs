@@ -650,6 +650,10 @@ async fn apply(
     if dirty.is_empty() {
         let docs = flight.docs(&ops);
         while flight.must_wait(&docs) {
+            if !flight.front_done() {
+                flight.some_done().await;
+                continue;
+            }
             let landed = flight.land().await?;
             if !land(ctx, router, landed, stats, CommitMode::Async).await? {
                 return Ok(false);
