@@ -131,6 +131,14 @@ impl ClientContext for TracingContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        // A reader that asked for end-of-partition notices gets each as an "error" too.
+        if matches!(
+            error,
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        ) {
+            tracing::debug!(target: "librdkafka", %error, "{reason}");
+            return;
+        }
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }
 
