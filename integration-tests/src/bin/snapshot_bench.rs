@@ -98,26 +98,51 @@ async fn wait_phase(
 async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     let rows = env_num::<u64>("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
     let e2e_rows = env_num::<u64>("BENCH_SNAPSHOT_E2E_ROWS", 100_000)?;
-    let chunk = env_num::<u64>("BENCH_CHUNK_ROWS", 20_000)?;
-    let chunk_arg = chunk.to_string();
+    let chunk = env_num::<u64>("BENCH_CHUNK_ROWS", 20_000)?.to_string();
+    let mut cluster = ctx.start_cluster(1, 3).await;
+    let workers_rate = workers_alone(ctx, &mut cluster, rows, &chunk).await?;
+    let e2e = end_to_end(ctx, &cluster, e2e_rows, &chunk).await?;
+    let figures = Figures::from([
+        (
+            "workers_rows_per_s".to_owned(),
+            Figure::higher(workers_rate, "rows/s", None),
+        ),
+        (
+            "build_docs_per_s".to_owned(),
+            Figure::higher(e2e.rate, "docs/s", Some(e2e.raw_rate)),
+        ),
+        (
+            "new_pipeline_first_row_s".to_owned(),
+            Figure::lower(e2e.joined.as_secs_f64(), "s", None),
+        ),
+    ]);
+    figures::report("snapshot", &figures);
+    drop(cluster);
+    Ok(())
+}
 
+/// Part 1: a build of `rows` rows by the workers alone (the etl stopped once it confirmed
+/// it writes to the new version); their rate in rows/s. Leaves nothing of it behind.
+async fn workers_alone(
+    ctx: &TestCtx,
+    cluster: &mut Cluster,
+    rows: u64,
+    chunk: &str,
+) -> anyhow::Result<f64> {
     let filled = fill(ctx, "big", rows).await?;
     println!(
         "[snapshot 1/3] table big: {rows} rows written in {:.1} s",
         filled.as_secs_f64()
     );
-    let mut cluster = ctx.start_cluster(1, 3).await;
-    let big = ctx.add_source(&cluster, "big", 1).await;
+    let big = ctx.add_source(cluster, "big", 1).await;
     cluster.wait_running(&[&big], Duration::from_secs(60)).await;
     let alias = big.pipeline.alias.clone();
-
-    // Workers alone: the etl confirms it writes to the new version, then is stopped.
     cluster
-        .ctl(&["pipelines", "build", &alias, "--chunk-rows", &chunk_arg])
+        .ctl(&["pipelines", "build", &alias, "--chunk-rows", chunk])
         .map_err(anyhow::Error::msg)?;
     let started = Instant::now();
     wait_phase(
-        &cluster,
+        cluster,
         &alias,
         |s| s["phase"] != "waiting for etl",
         Duration::from_secs(60),
@@ -125,50 +150,117 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     .await?;
     cluster.etl.signal("STOP");
     let s = wait_phase(
-        &cluster,
+        cluster,
         &alias,
         |s| s["phase"] == "catching up" || s["phase"] == "swap",
         Duration::from_secs(3600),
     )
     .await?;
     let took = started.elapsed();
-    let workers_rate = s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64();
+    let rate = s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64();
     println!(
-        "[snapshot 2/3] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {workers_rate:.0} rows/s",
+        "[snapshot 2/3] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {rate:.0} rows/s",
         s["rows_done"],
         s["chunks"],
         took.as_secs_f64(),
     );
-    cluster
-        .ctl(&["pipelines", "reset", &alias])
-        .map_err(anyhow::Error::msg)?;
-    cluster
-        .ctl(&["pipelines", "delete", &alias])
-        .map_err(anyhow::Error::msg)?;
-    cluster
-        .ctl(&["sources", "delete", &big.name])
-        .map_err(anyhow::Error::msg)?;
+    for args in [
+        ["pipelines", "reset", &alias],
+        ["pipelines", "delete", &alias],
+        ["sources", "delete", &big.name],
+    ] {
+        cluster.ctl(&args).map_err(anyhow::Error::msg)?;
+    }
     cluster.etl.signal("CONT");
     ctx.exec("DROP TABLE big").await;
+    Ok(rate)
+}
 
-    // End to end, with the etl running.
-    fill(ctx, "mid", e2e_rows).await?;
-    let mid = ctx.add_source(&cluster, "mid", 2).await;
+/// What part 2 measured.
+struct EndToEnd {
+    /// The new pipeline's first streamed row, insert to indexed.
+    joined: Duration,
+    /// Documents a second, `pipelines build` to the alias moved.
+    rate: f64,
+    /// The raw `_bulk` ceiling's documents a second.
+    raw_rate: f64,
+}
+
+/// Part 2: a build of `rows` rows with the etl running, next to the raw ceiling taken
+/// before and after it.
+async fn end_to_end(
+    ctx: &TestCtx,
+    cluster: &Cluster,
+    rows: u64,
+    chunk: &str,
+) -> anyhow::Result<EndToEnd> {
+    fill(ctx, "mid", rows).await?;
+    let mid = ctx.add_source(cluster, "mid", 2).await;
     cluster.wait_running(&[&mid], Duration::from_secs(60)).await;
     let alias = mid.pipeline.alias.clone();
-    // A build rebuilds a pipeline the etl already applies: one streamed row shows it does
-    // (the etl taking a new pipeline's partitions, timed apart).
+    let joined = first_streamed_row(ctx, &alias, rows + 1).await?;
+    let rows = rows + 1;
+    let es = &ctx.stack.es;
+    let before = raw_ceiling(es, &alias, "before", rows).await?;
+    cluster
+        .ctl(&["pipelines", "build", &alias, "--chunk-rows", chunk])
+        .map_err(anyhow::Error::msg)?;
+    let bulks_before = etl_bulks(cluster).await;
+    let started = Instant::now();
+    let done = wait_phase(
+        cluster,
+        &alias,
+        |s| s["phase"] == "done",
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let took = started.elapsed();
+    let docs = es.count(&alias).await?;
+    let rate = docs as f64 / took.as_secs_f64();
+    println!(
+        "[snapshot 3/3] end to end into Elasticsearch: {docs} documents (version {}) live {:.1} s after the build started = {rate:.0} docs/s",
+        done["version"],
+        took.as_secs_f64()
+    );
+    let bulks = etl_bulks(cluster).await;
+    let count = (bulks.0 - bulks_before.0).max(1.0);
+    println!(
+        "[snapshot 3/3] the etl wrote them in {count} bulks of {:.0} documents, {:.2} s each, on average",
+        (bulks.1 - bulks_before.1) / count,
+        (bulks.2 - bulks_before.2) / count
+    );
+    if docs != rows {
+        bail!("the alias holds {docs} documents, the table {rows} rows");
+    }
+    // The ceiling, on both sides of the build: the server's pace drifts as its memory
+    // fills, so the build is compared with the mean of the two.
+    let raw = (before + raw_ceiling(es, &alias, "after", rows).await?) / 2;
+    let raw_rate = rows as f64 / raw.as_secs_f64();
+    println!(
+        "[snapshot 3/3] raw _bulk ceiling of the same Elasticsearch ({}), mean of before and after: {rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
+        sluice_integration_tests::ceiling::describe(),
+        raw.as_secs_f64(),
+        100.0 * rate / raw_rate
+    );
+    Ok(EndToEnd {
+        joined,
+        rate,
+        raw_rate,
+    })
+}
+
+/// A build rebuilds a pipeline the etl already applies: one streamed row (`id`) shows it
+/// does. How long it took from its insert (the etl taking a new pipeline's partitions).
+async fn first_streamed_row(ctx: &TestCtx, alias: &str, id: u64) -> anyhow::Result<Duration> {
     let added = Instant::now();
     ctx.exec(&format!(
-        "INSERT INTO mid VALUES ({}, 0, 'streamed', 'p', NOW(6))",
-        e2e_rows + 1
+        "INSERT INTO mid VALUES ({id}, 0, 'streamed', 'p', NOW(6))"
     ))
     .await;
-    let e2e_rows = e2e_rows + 1;
     let es = &ctx.stack.es;
     let joined = loop {
-        let _ = es.refresh(&alias).await;
-        if es.count(&alias).await.unwrap_or(0) >= 1 {
+        let _ = es.refresh(alias).await;
+        if es.count(alias).await.unwrap_or(0) >= 1 {
             break added.elapsed();
         }
         if added.elapsed() > Duration::from_secs(120) {
@@ -180,89 +272,17 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         "[snapshot 3/3] the new pipeline's first streamed row indexed {:.1} s after its insert (the etl took its partitions, no rebalance)",
         joined.as_secs_f64()
     );
-    let before = raw_ceiling(es, &alias, "before", e2e_rows).await?;
-    cluster
-        .ctl(&["pipelines", "build", &alias, "--chunk-rows", &chunk_arg])
-        .map_err(anyhow::Error::msg)?;
-    let busy_before = cluster
-        .etl
-        .metric("sluice_etl_bulk_duration_seconds_sum", &[])
-        .await;
-    let bulks_before = cluster
-        .etl
-        .metric("sluice_etl_bulk_documents_count", &[])
-        .await;
-    let docs_before = cluster
-        .etl
-        .metric("sluice_etl_bulk_documents_sum", &[])
-        .await;
-    let started = Instant::now();
-    let done = wait_phase(
-        &cluster,
-        &alias,
-        |s| s["phase"] == "done",
-        Duration::from_secs(3600),
-    )
-    .await?;
-    let took = started.elapsed();
-    let docs = ctx.stack.es.count(&alias).await?;
-    let e2e_rate = docs as f64 / took.as_secs_f64();
-    println!(
-        "[snapshot 3/3] end to end into Elasticsearch: {docs} documents (version {}) live {:.1} s after the build started = {e2e_rate:.0} docs/s",
-        done["version"],
-        took.as_secs_f64()
-    );
-    let bulks = cluster
-        .etl
-        .metric("sluice_etl_bulk_documents_count", &[])
-        .await
-        - bulks_before;
-    let sent = cluster
-        .etl
-        .metric("sluice_etl_bulk_documents_sum", &[])
-        .await
-        - docs_before;
-    let busy = cluster
-        .etl
-        .metric("sluice_etl_bulk_duration_seconds_sum", &[])
-        .await
-        - busy_before;
-    println!(
-        "[snapshot 3/3] the etl wrote them in {bulks} bulks of {:.0} documents, {:.2} s each, on average",
-        sent / bulks.max(1.0),
-        busy / bulks.max(1.0)
-    );
-    if docs != e2e_rows {
-        bail!("the alias holds {docs} documents, the table {e2e_rows} rows");
-    }
+    Ok(joined)
+}
 
-    // The ceiling, on both sides of the build: the server's pace drifts as its memory
-    // fills, so the build is compared with the mean of the two.
-    let raw = (before + raw_ceiling(es, &alias, "after", e2e_rows).await?) / 2;
-    let raw_rate = e2e_rows as f64 / raw.as_secs_f64();
-    println!(
-        "[snapshot 3/3] raw _bulk ceiling of the same Elasticsearch ({}), mean of before and after: {e2e_rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
-        sluice_integration_tests::ceiling::describe(),
-        raw.as_secs_f64(),
-        100.0 * e2e_rate / raw_rate
-    );
-    let figures = Figures::from([
-        (
-            "workers_rows_per_s".to_owned(),
-            Figure::higher(workers_rate, "rows/s", None),
-        ),
-        (
-            "build_docs_per_s".to_owned(),
-            Figure::higher(e2e_rate, "docs/s", Some(raw_rate)),
-        ),
-        (
-            "new_pipeline_first_row_s".to_owned(),
-            Figure::lower(joined.as_secs_f64(), "s", None),
-        ),
-    ]);
-    figures::report("snapshot", &figures);
-    drop(cluster);
-    Ok(())
+/// The etl's bulks so far: how many, their documents, and their seconds.
+async fn etl_bulks(cluster: &Cluster) -> (f64, f64, f64) {
+    let metric = |name| cluster.etl.metric(name, &[]);
+    (
+        metric("sluice_etl_bulk_documents_count").await,
+        metric("sluice_etl_bulk_documents_sum").await,
+        metric("sluice_etl_bulk_duration_seconds_sum").await,
+    )
 }
 
 /// How long a raw `_bulk` client takes to index `rows` documents like the bench table's
