@@ -128,16 +128,21 @@ impl<T> Flight<T> {
     /// being written is reached, as many batches as may wait to land are waiting, or a
     /// batch still being written writes one of its documents.
     pub fn must_wait(&self, docs: &HashSet<u64>) -> bool {
-        let mut going = self.queue.iter().filter(|f| !f.writes.is_done());
         self.queue.len() >= 2 * self.limit.max
-            || going.clone().count() >= self.limit.now
-            || going.any(|f| !f.docs.is_disjoint(docs))
+            || self.going().count() >= self.limit.now
+            || self.going().any(|f| !f.docs.is_disjoint(docs))
+    }
+
+    /// The batches whose writes are not done.
+    fn going(&self) -> impl Iterator<Item = &Flying<T>> {
+        self.queue.iter().filter(|f| !f.writes.is_done())
     }
 
     /// The metric of batches being written.
     fn record(&self) {
-        let going = self.queue.iter().filter(|f| !f.writes.is_done()).count();
-        METRICS.bulks_in_flight.record(going as u64, &[]);
+        METRICS
+            .bulks_in_flight
+            .record(self.going().count() as u64, &[]);
     }
 
     /// Whether the oldest batch's writes are done, so that [`Flight::land`] answers at once.
@@ -148,23 +153,17 @@ impl<T> Flight<T> {
     /// Waits for the writes of some batch to finish, whichever it is (it lands later, in
     /// its turn). Cancel-safe. Returns at once when none is being written.
     pub async fn some_done(&mut self) {
-        let going = self.queue.iter_mut().filter_map(|f| match &mut f.writes {
-            Writes::Going(task) => Some(task),
-            Writes::Done(_) => None,
-        });
-        let going: Vec<_> = going.collect();
-        if going.is_empty() {
-            return;
-        }
-        let (outcome, i, _) = futures::future::select_all(going).await;
-        let done = self
+        let going: Vec<_> = self
             .queue
             .iter_mut()
             .filter(|f| matches!(f.writes, Writes::Going(_)))
-            .nth(i)
-            .expect("the batch whose writes finished is in the queue");
-        done.writes = Writes::Done(outcome.context("a bulk task panicked").and_then(|w| w));
-        self.record();
+            .map(|f| Box::pin(f.writes.finish()))
+            .collect();
+        if !going.is_empty() {
+            // Each `finish` keeps its outcome once done; the others are left going.
+            futures::future::select_all(going).await;
+            self.record();
+        }
     }
 
     /// Starts `writer` writing `ops` (each from the messages `origins[i]`) in a task of
