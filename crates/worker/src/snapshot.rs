@@ -16,7 +16,7 @@
 //!
 //! Every job is idempotent: a job found already done is not done again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument as _;
@@ -50,6 +50,8 @@ pub(crate) struct Jobs {
 struct Running {
     stop: CancellationToken,
     handle: JoinHandle<anyhow::Result<()>>,
+    /// This run's number, which it says when it ends (a retry runs under the same name).
+    run: u64,
 }
 
 /// Follows this worker's build jobs until the session expires or `shutdown`.
@@ -59,8 +61,12 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     let session = coord.session();
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     let mut finished: BTreeMap<String, ()> = BTreeMap::new();
-    // Jobs say here that they ended (their handles are awaited only once finished).
-    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<()>();
+    // Runs say here that they ended, just before their tasks return: a run said ended is
+    // awaited even while its task is not seen finished yet, else that wakeup is lost and
+    // the job never looked at again.
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let mut ended_runs: BTreeSet<u64> = BTreeSet::new();
+    let mut runs = 0u64;
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
             break;
@@ -85,7 +91,8 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
         finished.retain(|name, _| names.contains(name));
         let mut failed = false;
         for name in running.keys().cloned().collect::<Vec<_>>() {
-            if running[&name].handle.is_finished() {
+            let r = &running[&name];
+            if ended_runs.remove(&r.run) || r.handle.is_finished() {
                 let r = running.remove(&name).expect("running");
                 match r.handle.await {
                     Ok(Ok(())) => {
@@ -123,17 +130,25 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
             let stop = shutdown.child_token();
             let (jobs2, name2, stop2) = (jobs.clone(), name.clone(), stop.clone());
             let ended_tx = ended_tx.clone();
+            runs += 1;
+            let run = runs;
             let handle = tokio::spawn(async move {
                 let result = run_job(&jobs2, &name2, &stop2).await;
-                let _ = ended_tx.send(());
+                let _ = ended_tx.send(run);
                 result
             });
-            running.insert(name.clone(), Running { stop, handle });
+            running.insert(name.clone(), Running { stop, handle, run });
         }
         tokio::select! {
             _ = coord.wait_any(vec![watch], shutdown) => {}
-            _ = ended.recv() => {}
+            Some(run) = ended.recv() => {
+                ended_runs.insert(run);
+            }
         }
+        while let Ok(run) = ended.try_recv() {
+            ended_runs.insert(run);
+        }
+        ended_runs.retain(|run| running.values().any(|r| r.run == *run));
     }
     for (_, r) in running {
         r.stop.cancel();
