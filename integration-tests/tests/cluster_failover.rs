@@ -156,7 +156,8 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
     let placed = cluster
         .wait_running(&[&sources[0]], Duration::from_secs(60))
         .await;
-    let (stop, load) = write_load(&ctx, &["a"]);
+    let rounds = Arc::new(AtomicU64::new(0));
+    let (stop, load) = write_load_counted(&ctx, &["a"], rounds.clone());
 
     // Watch the checkpoint throughout: it may only move forward.
     let sampling = Arc::new(AtomicBool::new(true));
@@ -231,6 +232,7 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
     )
     .await;
     let woke_ms = sluice_core::now_ms();
+    let rounds_at_wake = rounds.load(Ordering::Relaxed);
     let mark = cluster.workers[zombie].log_mark();
     let woke = Instant::now();
     cluster.workers[zombie].signal("CONT");
@@ -247,6 +249,20 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
         woke.elapsed()
     );
 
+    // The zombie may drop its task within milliseconds of waking: keep the load on until
+    // rows committed after the wake exist, so the new owner has something of its own to
+    // publish after it (the contrast the Kafka check below needs).
+    eventually(
+        "the load writes rows after the zombie woke",
+        Duration::from_secs(30),
+        || async {
+            match rounds.load(Ordering::Relaxed) {
+                n if n >= rounds_at_wake + 3 => Ok(()),
+                n => Err(format!("{n} rounds, {rounds_at_wake} at the wake")),
+            }
+        },
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
     cluster
