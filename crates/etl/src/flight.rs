@@ -95,11 +95,13 @@ impl<T> Flight<T> {
             clean: 0,
         };
         METRICS.bulk_concurrency.record(max as u64, &[]);
-        Flight {
+        let flight = Flight {
             queue: VecDeque::new(),
             limit,
             hasher: RandomState::new(),
-        }
+        };
+        flight.record();
+        flight
     }
 
     pub fn is_empty(&self) -> bool {
@@ -138,11 +140,13 @@ impl<T> Flight<T> {
         self.queue.iter().filter(|f| !f.writes.is_done())
     }
 
-    /// The metric of batches being written.
+    /// The metrics of batches being written and of batches written but waiting to land.
     fn record(&self) {
+        let going = self.going().count();
+        METRICS.bulks_in_flight.record(going as u64, &[]);
         METRICS
-            .bulks_in_flight
-            .record(self.going().count() as u64, &[]);
+            .batches_waiting
+            .record((self.queue.len() - going) as u64, &[]);
     }
 
     /// Whether the oldest batch's writes are done, so that [`Flight::land`] answers at once.

@@ -8,7 +8,8 @@
 //! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
 //! (documents read back from MySQL, and the queries that found and read them), and
 //! `sluice_etl_consumer_lag_messages{topic,partition}`, `sluice_etl_bulks_in_flight` and
-//! `sluice_etl_bulk_concurrency` (batches being written at once, and how many may be). The stages of commit to searchable
+//! `sluice_etl_bulk_concurrency` (batches being written at once, and how many may be),
+//! `sluice_etl_batches_waiting` (batches written and waiting for an older one to land). The stages of commit to searchable
 //! after the worker's: `sluice_etl_consume_latency_seconds` (Kafka's timestamp of a
 //! batch's first message to its consumption) and `sluice_etl_index_latency_seconds`
 //! (a batch's first message consumed to Elasticsearch acknowledging all of it).
@@ -28,6 +29,7 @@ pub(crate) struct Metrics {
     pub bulk_errors: Counter<u64>,
     pub bulks_in_flight: Gauge<u64>,
     pub bulk_concurrency: Gauge<u64>,
+    pub batches_waiting: Gauge<u64>,
     pub dead_letters: Counter<u64>,
     pub documents_read: Counter<u64>,
     pub source_queries: Counter<u64>,
@@ -98,6 +100,10 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         bulk_concurrency: m
             .u64_gauge("sluice.etl.bulk.concurrency")
             .with_description("How many batches may be in flight: etl.max_in_flight, halved while Elasticsearch throttles (429)")
+            .build(),
+        batches_waiting: m
+            .u64_gauge("sluice.etl.batches.waiting")
+            .with_description("Batches written and waiting for an older batch to land, as offsets commit in consumption order; with those being written, at most twice etl.max_in_flight")
             .build(),
         dead_letters: m
             .u64_counter("sluice.etl.dead_letters")
