@@ -64,14 +64,16 @@ async fn fill(ctx: &TestCtx, table: &str, rows: u64) -> anyhow::Result<Duration>
     Ok(started.elapsed())
 }
 
+/// Polls `alias`'s status until `done` holds, printing each phase it sees with the time
+/// since `started` (the build's start).
 async fn wait_phase(
     cluster: &Cluster,
     alias: &str,
+    started: Instant,
     done: impl Fn(&Value) -> bool,
     within: Duration,
 ) -> anyhow::Result<Value> {
-    let started = Instant::now();
-    let deadline = started + within;
+    let deadline = Instant::now() + within;
     let mut phase = Value::Null;
     loop {
         let s = cluster
@@ -144,6 +146,7 @@ async fn workers_alone(
     wait_phase(
         cluster,
         &alias,
+        started,
         |s| s["phase"] != "waiting for etl",
         Duration::from_secs(60),
     )
@@ -152,6 +155,7 @@ async fn workers_alone(
     let s = wait_phase(
         cluster,
         &alias,
+        started,
         |s| s["phase"] == "catching up" || s["phase"] == "swap",
         Duration::from_secs(3600),
     )
@@ -198,18 +202,19 @@ async fn end_to_end(
     let mid = ctx.add_source(cluster, "mid", 2).await;
     cluster.wait_running(&[&mid], Duration::from_secs(60)).await;
     let alias = mid.pipeline.alias.clone();
-    let joined = first_streamed_row(ctx, &alias, rows + 1).await?;
+    let joined = first_streamed_row(ctx, "mid", &alias, rows + 1).await?;
     let rows = rows + 1;
     let es = &ctx.stack.es;
     let before = raw_ceiling(es, &alias, "before", rows).await?;
     cluster
         .ctl(&["pipelines", "build", &alias, "--chunk-rows", chunk])
         .map_err(anyhow::Error::msg)?;
-    let bulks_before = etl_bulks(cluster).await;
+    let bulks_before = EtlBulks::read(cluster).await;
     let started = Instant::now();
     let done = wait_phase(
         cluster,
         &alias,
+        started,
         |s| s["phase"] == "done",
         Duration::from_secs(3600),
     )
@@ -222,12 +227,12 @@ async fn end_to_end(
         done["version"],
         took.as_secs_f64()
     );
-    let bulks = etl_bulks(cluster).await;
-    let count = (bulks.0 - bulks_before.0).max(1.0);
+    let bulks = EtlBulks::read(cluster).await.since(&bulks_before);
+    let count = bulks.count.max(1.0);
     println!(
         "[snapshot 3/3] the etl wrote them in {count} bulks of {:.0} documents, {:.2} s each, on average",
-        (bulks.1 - bulks_before.1) / count,
-        (bulks.2 - bulks_before.2) / count
+        bulks.documents / count,
+        bulks.seconds / count
     );
     if docs != rows {
         bail!("the alias holds {docs} documents, the table {rows} rows");
@@ -249,12 +254,18 @@ async fn end_to_end(
     })
 }
 
-/// A build rebuilds a pipeline the etl already applies: one streamed row (`id`) shows it
-/// does. How long it took from its insert (the etl taking a new pipeline's partitions).
-async fn first_streamed_row(ctx: &TestCtx, alias: &str, id: u64) -> anyhow::Result<Duration> {
+/// A build rebuilds a pipeline the etl already applies: one row (`id`) streamed into
+/// `table` shows it does. How long it took from its insert to `alias` (the etl taking a
+/// new pipeline's partitions).
+async fn first_streamed_row(
+    ctx: &TestCtx,
+    table: &str,
+    alias: &str,
+    id: u64,
+) -> anyhow::Result<Duration> {
     let added = Instant::now();
     ctx.exec(&format!(
-        "INSERT INTO mid VALUES ({id}, 0, 'streamed', 'p', NOW(6))"
+        "INSERT INTO {table} VALUES ({id}, 0, 'streamed', 'p', NOW(6))"
     ))
     .await;
     let es = &ctx.stack.es;
@@ -275,14 +286,32 @@ async fn first_streamed_row(ctx: &TestCtx, alias: &str, id: u64) -> anyhow::Resu
     Ok(joined)
 }
 
-/// The etl's bulks so far: how many, their documents, and their seconds.
-async fn etl_bulks(cluster: &Cluster) -> (f64, f64, f64) {
-    let metric = |name| cluster.etl.metric(name, &[]);
-    (
-        metric("sluice_etl_bulk_documents_count").await,
-        metric("sluice_etl_bulk_documents_sum").await,
-        metric("sluice_etl_bulk_duration_seconds_sum").await,
-    )
+/// The etl's bulks, by its metrics.
+struct EtlBulks {
+    count: f64,
+    documents: f64,
+    seconds: f64,
+}
+
+impl EtlBulks {
+    /// The bulks so far.
+    async fn read(cluster: &Cluster) -> EtlBulks {
+        let metric = |name| cluster.etl.metric(name, &[]);
+        EtlBulks {
+            count: metric("sluice_etl_bulk_documents_count").await,
+            documents: metric("sluice_etl_bulk_documents_sum").await,
+            seconds: metric("sluice_etl_bulk_duration_seconds_sum").await,
+        }
+    }
+
+    /// The bulks since `before`.
+    fn since(&self, before: &EtlBulks) -> EtlBulks {
+        EtlBulks {
+            count: self.count - before.count,
+            documents: self.documents - before.documents,
+            seconds: self.seconds - before.seconds,
+        }
+    }
 }
 
 /// How long a raw `_bulk` client takes to index `rows` documents like the bench table's
