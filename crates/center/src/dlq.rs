@@ -102,7 +102,7 @@ pub async fn read(
     kafka: &KafkaConfig,
     topics: &TopicConfig,
     sources: &[String],
-) -> Result<(Vec<Letter>, bool), sluice_kafka::rdkafka::error::KafkaError> {
+) -> Result<(Vec<Letter>, bool), sluice_kafka::KafkaError> {
     let mut names = vec![topics.dead_letter.clone()];
     names.extend(sources.iter().map(|s| topics.source_dead_letter_topic(s)));
     let read = sluice_kafka::read_all(
@@ -273,6 +273,7 @@ mod tests {
             key: None,
             payload: br#"{"v":1,"reason":"bad","source":{"instance":"m1","server_id":1,"file":"b.1","pos":4,"ts_ms":0},"db":"d","table":"t"}"#.to_vec(),
             ts_ms: Some(5),
+            headers: Vec::new(),
         };
         let l = Letter::from_message(m);
         assert!(matches!(l.content, Content::Rows(_)));

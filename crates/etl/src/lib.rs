@@ -25,14 +25,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rdkafka::consumer::{CommitMode, Consumer as _};
-use rdkafka::message::Message as _;
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use sluice_core::dead_letter::{EventLetter, LETTER_VERSION};
 use sluice_core::{BuildDocument, ChangeEvent, ConfigError, DdlEvent};
 use sluice_elastic::{BulkOp, EsClient};
-use sluice_kafka::{Consumer, Producer, SharedProducer};
+use sluice_kafka::{CommitMode, Feed, Producer, Received, SharedProducer};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -127,8 +124,8 @@ pub async fn run(
         .context("cannot create the dead-letter and delayed topics")?;
     // The consumer never joins its group: the members share the partitions among
     // themselves (`share`), and the group only keeps their committed offsets.
-    let consumer = sluice_kafka::consumer(&cfg.kafka, &cfg.etl.group_id)
-        .context("cannot create the Kafka consumer")?;
+    let feed =
+        Feed::new(&cfg.kafka, &cfg.etl.group_id).context("cannot create the Kafka consumer")?;
     let me = cfg
         .etl
         .instance_id
@@ -173,7 +170,7 @@ pub async fn run(
     let ctx = Ctx {
         es: &es,
         producer: &producer,
-        consumer: &consumer,
+        feed: &feed,
         cfg: &cfg,
         shutdown: &shutdown,
         notes: follower.is_some().then_some(&notes_tx),
@@ -185,7 +182,6 @@ pub async fn run(
     // The topics of the pipelines in force, the partitions of them this member consumes,
     // and when to look at the topics' partitions again (a topic may gain some).
     let mut topics = BTreeSet::new();
-    let mut held = BTreeSet::new();
     let mut reshare_at = Instant::now();
     // A starting etl most often finds a backlog (a restart, partitions taken over): it fills its
     // first batch, then finds out.
@@ -224,7 +220,7 @@ pub async fn run(
                             .map(|p| (p.spec.name.clone(), p.history.clone()))
                             .collect(),
                         group: cfg.etl.group_id.clone(),
-                        partitions: by_topic(&held),
+                        partitions: by_topic(&feed.held()),
                     });
                 }
                 Err(e) => {
@@ -240,7 +236,7 @@ pub async fn run(
         let known = members.borrow().is_some();
         if known && (members.has_changed().unwrap_or(false) || Instant::now() >= reshare_at) {
             let list = members.borrow_and_update().clone().unwrap_or_default();
-            reshare_at = reshare(&consumer, &topics, list, &me, &mut held, &applied_tx);
+            reshare_at = reshare(&feed, &topics, list, &me, &applied_tx);
         }
         // For the center: which index versions need a rebuild, as the last re-route or
         // batch found (none without ZooKeeper; the router logged them). Before waiting for
@@ -252,7 +248,7 @@ pub async fn run(
         // their writes finish.
         let collected = {
             let collecting = collect(
-                &consumer,
+                &feed,
                 &bounds,
                 &mut pipelines,
                 &mut members,
@@ -381,23 +377,27 @@ fn by_topic(partitions: &BTreeSet<sluice_kafka::Partition>) -> BTreeMap<String, 
 /// How often a member looks at its topics' partitions when nothing told it to.
 const RESHARE_EVERY: Duration = Duration::from_secs(10);
 
-/// Shares the partitions of `topics` among `members` ([`share`]; this member counts from
-/// its start, registered in ZooKeeper or not yet), puts the ones it now consumes in its
-/// record, and says when to look again.
+/// Consumes exactly the partitions of `topics` this member owns among `members` (this
+/// member counts from its start, registered in ZooKeeper or not yet): those it gains
+/// start from the group's committed offsets, those it keeps go on without a pause, those
+/// another member now owns stop here (batches of theirs in flight still land and commit;
+/// the new owner may apply them again, which changes nothing). Puts the partitions it now
+/// consumes in its record, and says when to look again.
 fn reshare(
-    consumer: &Consumer,
+    feed: &Feed,
     topics: &BTreeSet<String>,
     mut members: Vec<String>,
     me: &str,
-    held: &mut BTreeSet<sluice_kafka::Partition>,
     record: &watch::Sender<sluice_zk::layout::EtlRecord>,
 ) -> Instant {
     if !members.iter().any(|m| m == me) {
         members.push(me.to_owned());
     }
-    let shared = share(consumer, topics, &members, me, held);
+    let shared = feed.share(topics, |topic, partition| {
+        share::owns(&members, me, topic, partition)
+    });
     record.send_if_modified(|r| {
-        let partitions = by_topic(held);
+        let partitions = by_topic(&feed.held());
         let changed = r.partitions != partitions;
         r.partitions = partitions;
         changed
@@ -409,28 +409,6 @@ fn reshare(
             Instant::now() + Duration::from_secs(1)
         }
     }
-}
-
-/// Consumes exactly the partitions of `topics` this member owns among `members`: those
-/// it gains start from the group's committed offsets, those it keeps go on without a
-/// pause, those another member now owns stop here (batches of theirs in flight still
-/// land and commit; the new owner may apply them again, which changes nothing).
-fn share(
-    consumer: &Consumer,
-    topics: &BTreeSet<String>,
-    members: &[String],
-    me: &str,
-    held: &mut BTreeSet<sluice_kafka::Partition>,
-) -> Result<(), rdkafka::error::KafkaError> {
-    let wanted = if topics.is_empty() {
-        BTreeSet::new()
-    } else {
-        sluice_kafka::topic_partitions(consumer, topics)?
-            .into_iter()
-            .filter(|(topic, partition)| share::owns(members, me, topic, *partition))
-            .collect()
-    };
-    sluice_kafka::reassign(consumer, held, &wanted)
 }
 
 /// A lingered batch with at least this many messages says the load goes on.
@@ -445,7 +423,7 @@ const LOADED_BATCH: usize = 10;
 /// keep up. Returns the batch, `stop` (shutdown came; the batch holds what was
 /// collected) and `reroute` (the pipelines changed: re-route after this batch).
 async fn collect(
-    consumer: &Consumer,
+    feed: &Feed,
     bounds: &Bounds,
     pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
     members: &mut watch::Receiver<Option<Vec<String>>>,
@@ -453,11 +431,10 @@ async fn collect(
     loaded: &mut bool,
     shutdown: &CancellationToken,
 ) -> (Batch, bool, bool) {
-    use futures::FutureExt as _;
     let mut batch = Batch::default();
-    let waiting = match consumer.recv().now_or_never() {
+    let waiting = match feed.buffered() {
         Some(Ok(m)) => {
-            batch.push(&m, bounds);
+            batch.push(m, bounds);
             true
         }
         _ => false,
@@ -494,19 +471,19 @@ async fn collect(
                 Ok(()) => return (batch, false, true),
                 Err(_) => { following = false; continue; }
             },
-            m = consumer.recv() => m,
+            m = feed.recv() => m,
         };
         match received {
             Ok(m) => {
-                batch.push(&m, bounds);
+                batch.push(m, bounds);
                 if behind {
                     deadline.get_or_insert_with(|| Instant::now() + bounds.linger);
                     continue;
                 }
                 // Keeping up: what is already buffered joins, and the batch goes.
                 while !batch.full(bounds) {
-                    match consumer.recv().now_or_never() {
-                        Some(Ok(m)) => batch.push(&m, bounds),
+                    match feed.buffered() {
+                        Some(Ok(m)) => batch.push(m, bounds),
                         Some(Err(_)) | None => break,
                     }
                 }
@@ -567,23 +544,22 @@ impl Batch {
             || self.bytes >= bounds.bytes
     }
 
-    fn push(&mut self, m: &rdkafka::message::BorrowedMessage<'_>, bounds: &Bounds) {
+    fn push(&mut self, m: Received, bounds: &Bounds) {
         if self.first.is_none() {
             self.first = Some(Instant::now());
             // Kafka's timestamp: when the worker queued the batch's first message.
-            if let Some(published) = m.timestamp().to_millis() {
+            if let Some(published) = m.ts_ms {
                 let waited = (sluice_core::now_ms() - published).max(0) as f64 / 1000.0;
                 METRICS.consume_latency.record(waited, &[]);
             }
         }
-        let payload = m.payload().unwrap_or_default().to_vec();
-        let marker = marker_of(m, &payload);
+        let marker = marker_of(&m);
         let msg = Msg {
-            topic: m.topic().to_owned(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            payload,
+            topic: m.topic,
+            partition: m.partition,
+            offset: m.offset,
+            key: m.key,
+            payload: m.payload,
             marker,
         };
         self.add(msg, bounds);
@@ -602,7 +578,7 @@ impl Batch {
 struct Ctx<'a> {
     es: &'a EsClient,
     producer: &'a SharedProducer,
-    consumer: &'a Consumer,
+    feed: &'a Feed,
     cfg: &'a EtlConfig,
     shutdown: &'a CancellationToken,
     /// To the follower (cluster mode): what to record before the batch is committed
@@ -760,7 +736,7 @@ async fn land(
     }
     // A crash here: Elasticsearch has the batch, Kafka not its offsets.
     sluice_core::failpoint("etl.before_commit");
-    commit(ctx.consumer, &batch.msgs, mode);
+    commit(ctx.feed, &batch.msgs, mode);
     Ok(true)
 }
 
@@ -1100,21 +1076,16 @@ async fn send_letters(
     Ok(())
 }
 
-/// Commits, per partition, the offset after the batch's last message.
 /// The build marker a message carries (header [`sluice_zk::layout::MARKER_HEADER`]).
-fn marker_of(
-    m: &rdkafka::message::BorrowedMessage<'_>,
-    payload: &[u8],
-) -> Option<sluice_zk::layout::Marker> {
-    use rdkafka::message::Headers as _;
-    let headers = m.headers()?;
-    let marked = headers
+fn marker_of(m: &Received) -> Option<sluice_zk::layout::Marker> {
+    let marked = m
+        .headers
         .iter()
-        .any(|h| h.key == sluice_zk::layout::MARKER_HEADER);
+        .any(|(key, _)| key == sluice_zk::layout::MARKER_HEADER);
     if !marked {
         return None;
     }
-    match serde_json::from_slice(payload) {
+    match serde_json::from_slice(&m.payload) {
         Ok(marker) => Some(marker),
         Err(e) => {
             tracing::warn!(error = %e, "unreadable build marker; ignoring it");
@@ -1123,21 +1094,17 @@ fn marker_of(
     }
 }
 
-fn commit(consumer: &Consumer, batch: &[Msg], mode: CommitMode) {
+/// Commits, per partition, the offset after the batch's last message.
+fn commit(feed: &Feed, batch: &[Msg], mode: CommitMode) {
     let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
     for m in batch {
         let e = next.entry((&m.topic, m.partition)).or_insert(m.offset + 1);
         *e = (*e).max(m.offset + 1);
     }
-    let mut tpl = TopicPartitionList::new();
-    for ((topic, partition), offset) in next {
-        if let Err(e) = tpl.add_partition_offset(topic, partition, Offset::Offset(offset)) {
-            tracing::warn!(error = %e, topic, partition, "cannot record offset");
-        }
-    }
     // A failed commit (e.g. the group coordinator unreachable) only
     // means the events are applied again, harmlessly.
-    if let Err(e) = consumer.commit(&tpl, mode) {
+    let next = next.into_iter().map(|((t, p), o)| (t, p, o));
+    if let Err(e) = feed.commit(next, mode) {
         tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
     }
 }

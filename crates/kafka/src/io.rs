@@ -192,11 +192,22 @@ pub struct Received {
     pub payload: Vec<u8>,
     /// The producer's timestamp, ms since the Unix epoch.
     pub ts_ms: Option<i64>,
+    /// The message's headers, in order (most messages have none).
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 impl Received {
-    fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Received {
+    pub(crate) fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Received {
+        use rdkafka::message::Headers as _;
         Received {
+            headers: m
+                .headers()
+                .map(|hs| {
+                    hs.iter()
+                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default(),
             topic: m.topic().to_owned(),
             partition: m.partition(),
             offset: m.offset(),

@@ -8,20 +8,20 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{ConsumerContext, StreamConsumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 
-mod assign;
+mod feed;
 mod io;
 
-pub use assign::{reassign, topic_partitions, Partition};
+pub use feed::{CommitMode, Feed, Partition};
 
 pub use io::{
     partitions, queue, queue_with, read_all, Delivery, GroupOffsets, ReadBack, Received, Refused,
     SharedProducer, Stored, Tail,
 };
-pub use rdkafka;
+pub use rdkafka::error::KafkaError;
 
 /// How to reach Kafka. `properties` are passed to librdkafka as they are (e.g.
 /// `security.protocol`, `sasl.mechanisms`) and override Sluice's defaults.
@@ -177,7 +177,7 @@ pub fn consumer_lag() -> Vec<(String, i32, i64)> {
 impl ConsumerContext for TracingContext {}
 
 pub type Producer = FutureProducer<TracingContext>;
-pub type Consumer = StreamConsumer<TracingContext>;
+pub(crate) type Consumer = StreamConsumer<TracingContext>;
 
 /// An idempotent producer with `acks=all` that retries until `message_timeout`: while
 /// Kafka is down, deliveries stay pending and the caller's in-flight bound turns that into
@@ -208,9 +208,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
     c.create_with_context(TracingContext)
 }
 
-/// A consumer of the partitions the caller gives it ([`reassign`]; it never joins
-/// `group`, so no rebalance ever stops it), committing to `group` only what the caller
-/// says: offsets of messages that were applied or dead-lettered.
+/// The consumer a [`Feed`] wraps.
 ///
 /// Fetches return after at most 10 ms without data (librdkafka waits 500 ms): a broker
 /// answers a fetch as soon as it has a byte for it, but some Kafka-protocol brokers hold
@@ -221,7 +219,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<Producer, KafkaError> {
 /// Read-ahead is bounded at 16 MiB (librdkafka's default is 64 MiB of prefetched messages,
 /// up to 50 MiB per fetch): a backlog, such as one 100,000-row transaction, then costs the
 /// etl that much memory at most, and the etl applies far less than 16 MiB a second.
-pub fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> {
+fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> {
     let mut c = cfg.client_config();
     c.set("group.id", group)
         .set("fetch.wait.max.ms", "10")

@@ -729,7 +729,7 @@ async fn settle(
         .await?
         .into_iter()
         .map(|g| Ok((sluice_kafka::GroupOffsets::new(&c.cfg.kafka, &g)?, g)))
-        .collect::<Result<Vec<_>, sluice_kafka::rdkafka::error::KafkaError>>()?;
+        .collect::<Result<Vec<_>, sluice_kafka::KafkaError>>()?;
     let probes = probe(c, ctx).await?;
     let partitions: Vec<(String, i32)> = probes.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
     loop {

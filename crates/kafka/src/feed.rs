@@ -1,0 +1,146 @@
+//! A consumer whose partitions the caller sets, without a consumer group's rebalances: the
+//! etl decides which partitions it consumes (its members agree through ZooKeeper) and
+//! commits its offsets to the group all the same, so a restart resumes where it stopped.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use rdkafka::consumer::Consumer as _;
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::{Consumer, KafkaConfig, Received};
+
+/// A topic's partition: the topic and the partition's number.
+pub type Partition = (String, i32);
+
+/// Whether a commit waits for the group coordinator's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    /// Sent; the answer is only logged. What the loop uses while it runs.
+    Async,
+    /// Waits for the answer: the last commit before a process exits.
+    Sync,
+}
+
+/// The consumer of the partitions the caller gives it ([`Feed::share`]; it never joins
+/// its group, so no rebalance ever stops it), committing to the group only what the
+/// caller says: offsets of messages that were applied or dead-lettered.
+pub struct Feed {
+    consumer: Consumer,
+    /// Only [`Feed::share`] changes it; a lock so that the feed can be shared while
+    /// batches commit.
+    held: Mutex<BTreeSet<Partition>>,
+}
+
+impl Feed {
+    /// A feed committing to `group`, consuming nothing until it is given partitions.
+    pub fn new(cfg: &KafkaConfig, group: &str) -> Result<Feed, KafkaError> {
+        Ok(Feed {
+            consumer: crate::consumer(cfg, group)?,
+            held: Mutex::default(),
+        })
+    }
+
+    /// The next message of the partitions held, once there is one.
+    pub async fn recv(&self) -> Result<Received, KafkaError> {
+        self.consumer.recv().await.map(|m| Received::of(&m))
+    }
+
+    /// The next message if one is already buffered.
+    pub fn buffered(&self) -> Option<Result<Received, KafkaError>> {
+        self.recv().now_or_never()
+    }
+
+    /// The partitions this feed consumes.
+    pub fn held(&self) -> BTreeSet<Partition> {
+        self.lock_held().clone()
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, BTreeSet<Partition>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the partitions consumed those of `topics` (those that exist) that `owns`
+    /// picks. Partitions gained start from the group's committed offset
+    /// (`auto.offset.reset` where there is none); partitions kept go on from where they
+    /// are, without a pause; partitions given up stop here. Blocks for one metadata
+    /// request when `topics` is not empty.
+    pub fn share(
+        &self,
+        topics: &BTreeSet<String>,
+        owns: impl Fn(&str, i32) -> bool,
+    ) -> Result<(), KafkaError> {
+        let wanted = if topics.is_empty() {
+            BTreeSet::new()
+        } else {
+            self.partitions_of(topics)?
+                .into_iter()
+                .filter(|(topic, partition)| owns(topic, *partition))
+                .collect()
+        };
+        self.reassign(&wanted)
+    }
+
+    /// Commits, for each `(topic, partition, offset)`, `offset` as the next message to
+    /// consume. An error (the coordinator unreachable, say) loses nothing: the messages
+    /// after the last commit that got through are consumed again.
+    pub fn commit<'a>(
+        &self,
+        next: impl IntoIterator<Item = (&'a str, i32, i64)>,
+        mode: CommitMode,
+    ) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition, offset) in next {
+            tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+        }
+        let mode = match mode {
+            CommitMode::Async => rdkafka::consumer::CommitMode::Async,
+            CommitMode::Sync => rdkafka::consumer::CommitMode::Sync,
+        };
+        self.consumer.commit(&tpl, mode)
+    }
+
+    /// Every partition of those of `topics` that exist, from the cluster's metadata.
+    fn partitions_of(&self, topics: &BTreeSet<String>) -> Result<BTreeSet<Partition>, KafkaError> {
+        let fetch = || self.consumer.fetch_metadata(None, Duration::from_secs(10));
+        let md = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(fetch),
+            _ => fetch(),
+        }?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| topics.contains(t.name()) && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| (t.name().to_owned(), p.id())))
+            .collect())
+    }
+
+    fn reassign(&self, wanted: &BTreeSet<Partition>) -> Result<(), KafkaError> {
+        let mut held = self.lock_held();
+        let list = |parts: &[Partition]| -> Result<TopicPartitionList, KafkaError> {
+            let mut tpl = TopicPartitionList::new();
+            for (topic, partition) in parts {
+                tpl.add_partition_offset(topic, *partition, Offset::Stored)?;
+            }
+            Ok(tpl)
+        };
+        let gone: Vec<Partition> = held.difference(wanted).cloned().collect();
+        let gained: Vec<Partition> = wanted.difference(&held).cloned().collect();
+        if !gone.is_empty() {
+            self.consumer.incremental_unassign(&list(&gone)?)?;
+            tracing::info!(partitions = ?gone, "partitions given up");
+            for p in &gone {
+                held.remove(p);
+            }
+        }
+        if !gained.is_empty() {
+            self.consumer.incremental_assign(&list(&gained)?)?;
+            tracing::info!(partitions = ?gained, "partitions taken");
+            held.extend(gained);
+        }
+        Ok(())
+    }
+}
