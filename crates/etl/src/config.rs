@@ -59,7 +59,8 @@ pub struct EtlSection {
     /// ...and waits at most this long for more events once it has one.
     #[serde(default = "default_linger", with = "humantime_serde")]
     pub linger: Duration,
-    /// First pause before retrying a bulk item answered 429/5xx (doubles up to 30 s).
+    /// First pause before retrying a bulk item answered 429/5xx (doubles up to 30 s while
+    /// an attempt settles nothing; held while the server takes part of each).
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
     /// At most this many batches' bulks in flight at once (halved while Elasticsearch

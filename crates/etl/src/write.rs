@@ -135,6 +135,7 @@ impl Writer {
     ) -> anyhow::Result<bool> {
         let mut backoff = self.retry_backoff;
         while !ops.is_empty() {
+            let sent = ops.len();
             let started = Instant::now();
             let answer = self.es.bulk(&ops).await;
             METRICS
@@ -168,7 +169,7 @@ impl Writer {
                 if !sluice_core::shutdown::pause(backoff, &self.shutdown).await {
                     return Ok(false);
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                backoff = next_backoff(backoff, ops.len() < sent);
             }
         }
         Ok(true)
@@ -244,6 +245,22 @@ impl Writer {
         } else {
             otherwise
         }
+    }
+}
+
+/// The longest pause between two attempts of a bulk.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The pause before a bulk's next attempt, after one that waited `pause`: it doubles (up
+/// to [`MAX_BACKOFF`]) only when the attempt settled nothing. A bulk the server took part
+/// of is getting through at the pace the server sets (the flight's concurrency backs off
+/// on 429 apart from this); doubling on each partial answer would leave the last items of
+/// a bulk nearly through waiting up to 30 s, and every batch behind it uncommitted.
+fn next_backoff(pause: Duration, settled_some: bool) -> Duration {
+    if settled_some {
+        pause
+    } else {
+        (pause * 2).min(MAX_BACKOFF)
     }
 }
 
@@ -350,5 +367,32 @@ impl Drop for Lanes<'_> {
         for task in &self.flying {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_doubles_only_while_nothing_gets_through() {
+        let first = Duration::from_millis(200);
+        let mut pause = first;
+        for _ in 0..3 {
+            pause = next_backoff(pause, true);
+        }
+        assert_eq!(pause, first, "partial answers keep the pause");
+        pause = next_backoff(pause, false);
+        assert_eq!(
+            pause,
+            first * 2,
+            "an attempt that settled nothing doubles it"
+        );
+        pause = next_backoff(pause, true);
+        assert_eq!(pause, first * 2, "and progress holds it there");
+        for _ in 0..20 {
+            pause = next_backoff(pause, false);
+        }
+        assert_eq!(pause, MAX_BACKOFF);
     }
 }
