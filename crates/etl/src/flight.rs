@@ -130,9 +130,23 @@ impl<T> Flight<T> {
     /// being written is reached, as many batches as may wait to land are waiting, or a
     /// batch still being written writes one of its documents.
     pub fn must_wait(&self, docs: &HashSet<u64>) -> bool {
-        self.queue.len() >= 2 * self.limit.max
-            || self.going().count() >= self.limit.now
-            || self.going().any(|f| !f.docs.is_disjoint(docs))
+        if self.queue.len() >= self.most_queued() {
+            return true;
+        }
+        let mut going = 0;
+        for f in self.going() {
+            if !f.docs.is_disjoint(docs) {
+                return true;
+            }
+            going += 1;
+        }
+        going >= self.limit.now
+    }
+
+    /// The most batches queued, being written or waiting to land: twice the limit's
+    /// maximum (see the module's comment).
+    fn most_queued(&self) -> usize {
+        2 * self.limit.max
     }
 
     /// The batches whose writes are not done.
