@@ -95,6 +95,32 @@ pub async fn raw_writer(
     }
 }
 
+/// The sink's own pace with nothing else on it: one writer sends `ops` in bulks of
+/// `per_bulk`, one every `every` (or as soon as the last is answered, when that is
+/// later), into `index`. Returns each bulk's answer time in ms, sorted, and the documents
+/// a second kept up. No pipeline can make a change searchable faster than the sink
+/// answers a bulk at the same rate.
+pub async fn paced_bulks(
+    es: &EsClient,
+    ops: &[BulkOp],
+    per_bulk: usize,
+    every: Duration,
+) -> anyhow::Result<(Vec<f64>, f64)> {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut answered_ms = Vec::new();
+    let started = Instant::now();
+    for chunk in ops.chunks(per_bulk.max(1)) {
+        tick.tick().await;
+        let sent = Instant::now();
+        all_applied(&es.bulk(chunk).await?)?;
+        answered_ms.push(sent.elapsed().as_secs_f64() * 1000.0);
+    }
+    let kept = ops.len() as f64 / started.elapsed().as_secs_f64();
+    answered_ms.sort_by(f64::total_cmp);
+    Ok((answered_ms, kept))
+}
+
 /// A raw client's items must all be applied (a fresh index, one version per document).
 fn all_applied(outcomes: &[ItemOutcome]) -> anyhow::Result<()> {
     match outcomes.iter().find(|o| **o != ItemOutcome::Applied) {

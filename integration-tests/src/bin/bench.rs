@@ -14,7 +14,8 @@
 //!    INSERTs on four connections in turn), each polled by id (a real-time read) until it
 //!    is visible; once light (20/s), once under load (1,000/s). Its ceiling under load:
 //!    as many documents at the same rate handed straight to a raw `_bulk` writer on the
-//!    same server, probed the same way.
+//!    same server, probed the same way; and the floor: the sink alone, one writer sending
+//!    those documents in a bulk every 100 ms, nothing probing, each bulk's answer timed.
 //! 5. One transaction of `BENCH_BIG_TXN_ROWS` rows (100,000), timed until indexed; then the
 //!    peak RSS (`VmHWM`) of the worker, the etl and the stack's services, which therefore
 //!    covers that transaction; and the most RSS the worker and the etl showed while
@@ -138,13 +139,31 @@ impl Latency {
         self.sorted_ms[rank.clamp(1, self.sorted_ms.len()) - 1]
     }
 
-    /// `p50 …, p99 …, max … (N samples at R/s[, L lost])`.
-    fn describe(&self) -> String {
+    /// `p50 …, p99 …, max …`.
+    fn spread(&self) -> String {
         format!(
-            "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} samples at {:.1}/s{})",
+            "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
             self.pct(50.0),
             self.pct(99.0),
             self.sorted_ms.last().copied().unwrap_or(f64::NAN),
+        )
+    }
+
+    /// For a sink's bulks: `p50 …, p99 …, max … (N bulks, R documents/s kept)`.
+    fn describe_bulks(&self) -> String {
+        format!(
+            "{} ({} bulks, {:.0} documents/s kept)",
+            self.spread(),
+            self.sorted_ms.len(),
+            self.sent_rate,
+        )
+    }
+
+    /// `p50 …, p99 …, max … (N samples at R/s[, L lost])`.
+    fn describe(&self) -> String {
+        format!(
+            "{} ({} samples at {:.1}/s{})",
+            self.spread(),
             self.sorted_ms.len(),
             self.sent_rate,
             if self.lost > 0 {
@@ -179,6 +198,8 @@ struct Report {
     loaded: Latency,
     /// The same load's documents written straight to the same server.
     loaded_raw: Latency,
+    /// Each bulk's answer time when one writer alone hands the sink the load's rate.
+    sink_alone: Latency,
     rss: Vec<Rss>,
 }
 
@@ -377,6 +398,7 @@ impl Bench {
             stages(&before, &after)
         );
         let loaded_raw = self.raw_latency(loaded_samples, loaded_rate).await?;
+        let sink_alone = self.sink_alone(loaded_samples, loaded_rate).await?;
 
         if big_txn_rows > 0 {
             let rows = big_txn_rows;
@@ -411,6 +433,7 @@ impl Bench {
             latency,
             loaded,
             loaded_raw,
+            sink_alone,
             rss,
         })
     }
@@ -753,6 +776,33 @@ impl Bench {
             latency.describe()
         );
         Ok(latency)
+    }
+
+    /// The latency's floor under load: the sink alone, one writer handing it `samples`
+    /// documents like the bench's at `rate` a second, a bulk every 100 ms, with no probe
+    /// and nothing else running. Each bulk's answer time, and the rate kept.
+    async fn sink_alone(&mut self, samples: usize, rate: f64) -> anyhow::Result<Latency> {
+        let es = self.ctx.stack.es.clone();
+        let index = self.scratch_index("bench_pace").await?;
+        let mut rng = Xorshift(0x5eed_1234_abcd_0005);
+        let ops: Vec<BulkOp> = (1..=samples as u64)
+            .map(|id| bench_doc(&mut rng, &index, id))
+            .collect();
+        let every = Duration::from_millis(100);
+        let per_bulk = (rate * every.as_secs_f64()).round().max(1.0) as usize;
+        let (sorted_ms, kept) = ceiling::paced_bulks(&es, &ops, per_bulk, every).await?;
+        es.delete_index(&index).await?;
+        self.raw_index = None;
+        let alone = Latency {
+            sorted_ms,
+            lost: 0,
+            sent_rate: kept,
+        };
+        println!(
+            "[4/5] the sink alone, one writer, {per_bulk} documents every 100 ms: each bulk answered in {}",
+            alone.describe_bulks()
+        );
+        Ok(alone)
     }
 
     /// Every process's memory; the services' with the most sampled while `streaming`.
@@ -1098,6 +1148,11 @@ impl Report {
                 Figure::lower(l.pct(99.0), "ms", Some(100.0)),
             );
         }
+        // No pipeline's p99 at this rate can be below the sink's own answer time.
+        f.insert(
+            "sink_alone_bulk_p99_ms".into(),
+            Figure::lower(self.sink_alone.pct(99.0), "ms", Some(100.0)),
+        );
         // The bounds: the worker's steady memory (while streaming), and the etl's
         // peak, which covers the big transaction.
         let rss = |name: &str| self.rss.iter().find(|r| r.name == name);
@@ -1187,6 +1242,10 @@ impl Report {
             (
                 "same load, raw _bulk (ceiling)".into(),
                 self.loaded_raw.describe(),
+            ),
+            (
+                "same rate, the sink alone".into(),
+                format!("a bulk answered in {}", self.sink_alone.describe_bulks()),
             ),
         ];
         for (name, value) in rows {
