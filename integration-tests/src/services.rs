@@ -1237,13 +1237,18 @@ impl Service {
 
     /// `Ok` once the log, after `mark`, contains any of `needles`; otherwise what it says.
     pub fn logged_since(&self, mark: usize, needles: &[&str]) -> Result<(), String> {
-        let log = fs::read_to_string(&self.log).unwrap_or_default();
-        let after = log.get(mark..).unwrap_or_default();
+        let after = self.log_since(mark);
         if needles.iter().any(|n| after.contains(n)) {
             Ok(())
         } else {
             Err(format!("{} log since the mark:\n{after}", self.bin))
         }
+    }
+
+    /// What the service logged after `mark` ([`Service::log_mark`]).
+    pub fn log_since(&self, mark: usize) -> String {
+        let log = fs::read_to_string(&self.log).unwrap_or_default();
+        log.get(mark..).unwrap_or_default().to_owned()
     }
 
     /// The last lines of the service's log (for failure messages).

@@ -60,13 +60,14 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
     let etl = edited(
         ctx.etl(&[ctx.pipeline("Bad Alias")]),
         "linger = \"50ms\"",
-        "linger = \"50ms\"\nmax_batch_docs = 0\ndead_letter_topic = \"old.dlq\"",
+        "linger = \"50ms\"\nmax_batch_docs = 0\ndead_letter_topic = \"old.dlq\"\nretry_backoff_max = \"100ms\"",
     );
     stops_naming(
         &etl,
         "with bad values",
         &[
             "etl.max_batch_docs",
+            "etl.retry_backoff_max: must be at least etl.retry_backoff (200ms)",
             "pipelines[0].alias",
             "etl.dead_letter_topic: moved to topics.dead_letter",
         ],

@@ -279,6 +279,59 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
     ctx.cleanup().await;
 }
 
+/// The pauses the etl logged before retrying a failed bulk request (`retry_in=`), in order.
+fn retry_pauses(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("bulk request failed; retrying"))
+        .filter_map(|l| {
+            // Without the terminal's colours, if any.
+            let plain: String = l
+                .split('\x1b')
+                .enumerate()
+                .map(|(i, part)| match i {
+                    0 => part,
+                    _ => part.split_once('m').map_or("", |(_, rest)| rest),
+                })
+                .collect();
+            let after = plain.split_once("retry_in=")?.1;
+            after.split_whitespace().next().map(str::to_owned)
+        })
+        .collect()
+}
+
+/// A bulk refused again and again waits at most `etl.retry_backoff_max` between its
+/// attempts, so that once the server answers again the writes behind it wait no longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_refused_again_and_again_waits_at_most_the_longest_pause() {
+    let ctx = TestCtx::new("esbackoff").await;
+    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        .await;
+    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
+    ctx.route_elasticsearch(&proxy.url());
+    let pipeline: Pipeline = ctx.pipeline("item");
+    let etl = ctx
+        .etl(std::slice::from_ref(&pipeline))
+        .with_env("SLUICE_ETL__RETRY_BACKOFF", "200ms")
+        .with_env("SLUICE_ETL__RETRY_BACKOFF_MAX", "400ms");
+    let run = ctx.run(ctx.worker(), etl).await;
+    change(&ctx, 1).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+
+    // One row, so one bulk: it meets six 429s in a row.
+    let mark = run.etl.log_mark();
+    proxy.inject(HttpFault::Answer(429), 6);
+    ctx.exec("INSERT INTO item VALUES (9999, 0, 'refused')")
+        .await;
+    served(&proxy, &run).await;
+    ctx.converges(&run, &pipeline, WITHIN).await;
+    assert_eq!(
+        retry_pauses(&run.etl.log_since(mark)),
+        ["200ms", "400ms", "400ms", "400ms", "400ms", "400ms"],
+        "the pause doubles from etl.retry_backoff up to etl.retry_backoff_max, no further\n{}",
+        run.logs()
+    );
+}
+
 /// Documents read back from MySQL go out in several bulks at once: a rename under 500
 /// documents, in bulks of 100, through 429s and bulks lost before and after the server
 /// applied them, loses nothing; while such a bulk keeps failing, no offset passes the

@@ -59,14 +59,29 @@ pub struct EtlSection {
     /// ...and waits at most this long for more events once it has one.
     #[serde(default = "default_linger", with = "humantime_serde")]
     pub linger: Duration,
-    /// First pause before retrying a bulk item answered 429/5xx (doubles up to 30 s while
-    /// an attempt settles nothing; held while the server takes part of each).
+    /// First pause before retrying a bulk item answered 429/5xx (doubles up to
+    /// `retry_backoff_max` while an attempt settles nothing; held while the server takes
+    /// part of each).
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// The longest pause between two attempts of a bulk (or of a send to Kafka): once the
+    /// server is back, the writes behind wait at most this long.
+    #[serde(default = "default_retry_backoff_max", with = "humantime_serde")]
+    pub retry_backoff_max: Duration,
     /// At most this many batches' bulks in flight at once (halved while Elasticsearch
     /// answers 429, raised back as it stops). 1 writes one batch at a time.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+}
+
+impl EtlSection {
+    /// The pauses between a bulk's (or a send's) attempts.
+    pub(crate) fn backoff(&self) -> crate::write::Backoff {
+        crate::write::Backoff {
+            first: self.retry_backoff,
+            max: self.retry_backoff_max,
+        }
+    }
 }
 
 impl Default for EtlSection {
@@ -79,6 +94,7 @@ impl Default for EtlSection {
             max_batch_bytes: default_max_bytes(),
             linger: default_linger(),
             retry_backoff: default_retry_backoff(),
+            retry_backoff_max: default_retry_backoff_max(),
             max_in_flight: default_max_in_flight(),
         }
     }
@@ -101,6 +117,11 @@ fn default_max_in_flight() -> usize {
 }
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(200)
+}
+/// 5 s: at 30 s, a lone bulk that met a soak's fault after fault (eight 429s, then two
+/// connections lost) waited 111 s in all, the last 60 s of it while the server answered.
+fn default_retry_backoff_max() -> Duration {
+    Duration::from_secs(5)
 }
 
 pub use sluice_elastic::EsSection;
@@ -138,6 +159,15 @@ impl EtlConfig {
         }
         if self.etl.max_in_flight == 0 {
             p.push("etl.max_in_flight: must be at least 1".into());
+        }
+        if self.etl.retry_backoff.is_zero() {
+            p.push("etl.retry_backoff: must be above zero".into());
+        }
+        if self.etl.retry_backoff_max < self.etl.retry_backoff {
+            p.push(format!(
+                "etl.retry_backoff_max: must be at least etl.retry_backoff ({})",
+                humantime::format_duration(self.etl.retry_backoff)
+            ));
         }
         if self.etl.max_batch_bytes < 1024 {
             p.push("etl.max_batch_bytes: must be at least 1024".into());

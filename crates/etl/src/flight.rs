@@ -284,12 +284,12 @@ mod tests {
         let section: sluice_elastic::EsSection =
             serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9"})).unwrap();
         let es = section.client().unwrap();
-        Writer::new(
-            &es,
-            std::time::Duration::from_millis(10),
-            shutdown,
-            Vec::new(),
-        )
+        let pause = std::time::Duration::from_millis(10);
+        let backoff = crate::write::Backoff {
+            first: pause,
+            max: pause,
+        };
+        Writer::new(&es, backoff, shutdown, Vec::new())
     }
 
     fn writer() -> Writer {

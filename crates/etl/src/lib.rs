@@ -589,7 +589,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// A writer for a batch whose unmappable messages are `dead`.
     fn writer(&self, dead: Vec<DeadLetter>) -> write::Writer {
-        write::Writer::new(self.es, self.cfg.etl.retry_backoff, self.shutdown, dead)
+        write::Writer::new(self.es, self.cfg.etl.backoff(), self.shutdown, dead)
     }
 }
 
@@ -1025,7 +1025,8 @@ async fn acknowledged(
     what: &str,
     mut send: impl AsyncFnMut(&Producer) -> anyhow::Result<()>,
 ) -> anyhow::Result<bool> {
-    let mut backoff = cfg.etl.retry_backoff;
+    let policy = cfg.etl.backoff();
+    let mut backoff = policy.first;
     loop {
         let Err(e) = send(&producer.get()).await else {
             return Ok(true);
@@ -1037,7 +1038,7 @@ async fn acknowledged(
         if !sluice_core::shutdown::pause(backoff, shutdown).await {
             return Ok(false);
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
+        backoff = policy.next(backoff, false);
     }
 }
 

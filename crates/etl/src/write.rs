@@ -62,7 +62,7 @@ pub(crate) struct Written {
 /// so that it can write in a task of its own.
 pub(crate) struct Writer {
     es: EsClient,
-    retry_backoff: Duration,
+    backoff: Backoff,
     shutdown: CancellationToken,
     tally: Tally,
     /// Messages to dead-letter once the batch is through, with why.
@@ -73,13 +73,13 @@ impl Writer {
     /// A writer starting with the batch's messages already found unmappable (`dead`).
     pub fn new(
         es: &EsClient,
-        retry_backoff: Duration,
+        backoff: Backoff,
         shutdown: &CancellationToken,
         dead: Vec<DeadLetter>,
     ) -> Self {
         Writer {
             es: es.clone(),
-            retry_backoff,
+            backoff,
             shutdown: shutdown.clone(),
             tally: Tally::default(),
             dead,
@@ -89,7 +89,7 @@ impl Writer {
     /// A writer of its own for a task beside this one: what it came to joins this one's
     /// with [`Writer::absorb`].
     pub fn fork(&self) -> Writer {
-        Writer::new(&self.es, self.retry_backoff, &self.shutdown, Vec::new())
+        Writer::new(&self.es, self.backoff, &self.shutdown, Vec::new())
     }
 
     /// Counts a forked writer's outcome as this one's.
@@ -133,7 +133,7 @@ impl Writer {
         mut ops: Vec<BulkOp>,
         mut origins: Vec<Origin>,
     ) -> anyhow::Result<bool> {
-        let mut backoff = self.retry_backoff;
+        let mut backoff = self.backoff.first;
         while !ops.is_empty() {
             let sent = ops.len();
             let started = Instant::now();
@@ -169,7 +169,7 @@ impl Writer {
                 if !sluice_core::shutdown::pause(backoff, &self.shutdown).await {
                     return Ok(false);
                 }
-                backoff = next_backoff(backoff, ops.len() < sent);
+                backoff = self.backoff.next(backoff, ops.len() < sent);
             }
         }
         Ok(true)
@@ -248,19 +248,27 @@ impl Writer {
     }
 }
 
-/// The longest pause between two attempts of a bulk.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The pauses between attempts: `etl.retry_backoff` first, `etl.retry_backoff_max` at
+/// most.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub first: Duration,
+    pub max: Duration,
+}
 
-/// The pause before a bulk's next attempt, after one that waited `pause`: it doubles (up
-/// to [`MAX_BACKOFF`]) only when the attempt settled nothing. A bulk the server took part
-/// of is getting through at the pace the server sets (the flight's concurrency backs off
-/// on 429 apart from this); doubling on each partial answer would leave the last items of
-/// a bulk nearly through waiting up to 30 s, and every batch behind it uncommitted.
-fn next_backoff(pause: Duration, settled_some: bool) -> Duration {
-    if settled_some {
-        pause
-    } else {
-        (pause * 2).min(MAX_BACKOFF)
+impl Backoff {
+    /// The pause before the next attempt, after one that waited `pause`: it doubles (up to
+    /// `max`) only when the attempt settled nothing. A bulk the server took part of is
+    /// getting through at the pace the server sets (the flight's concurrency backs off on
+    /// 429 apart from this); doubling on each partial answer would leave the last items of
+    /// a bulk nearly through waiting the longest pause, and every batch behind it
+    /// uncommitted.
+    pub fn next(&self, pause: Duration, settled_some: bool) -> Duration {
+        if settled_some {
+            pause
+        } else {
+            (pause * 2).min(self.max)
+        }
     }
 }
 
@@ -377,22 +385,26 @@ mod tests {
     #[test]
     fn the_pause_doubles_only_while_nothing_gets_through() {
         let first = Duration::from_millis(200);
+        let backoff = Backoff {
+            first,
+            max: Duration::from_secs(5),
+        };
         let mut pause = first;
         for _ in 0..3 {
-            pause = next_backoff(pause, true);
+            pause = backoff.next(pause, true);
         }
         assert_eq!(pause, first, "partial answers keep the pause");
-        pause = next_backoff(pause, false);
+        pause = backoff.next(pause, false);
         assert_eq!(
             pause,
             first * 2,
             "an attempt that settled nothing doubles it"
         );
-        pause = next_backoff(pause, true);
+        pause = backoff.next(pause, true);
         assert_eq!(pause, first * 2, "and progress holds it there");
         for _ in 0..20 {
-            pause = next_backoff(pause, false);
+            pause = backoff.next(pause, false);
         }
-        assert_eq!(pause, MAX_BACKOFF);
+        assert_eq!(pause, backoff.max, "never past the longest pause");
     }
 }
