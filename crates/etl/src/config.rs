@@ -119,7 +119,8 @@ fn default_retry_backoff() -> Duration {
     Duration::from_millis(200)
 }
 /// 5 s: at 30 s, a lone bulk that met a soak's fault after fault (eight 429s, then two
-/// connections lost) waited 111 s in all, the last 60 s of it while the server answered.
+/// connections lost) waited 111 s in all, 60 s of it for the two lost connections alone;
+/// with 5 s, the same soak (same seed, same faults in the same order) lagged 22.6 s at worst.
 fn default_retry_backoff_max() -> Duration {
     Duration::from_secs(5)
 }
