@@ -39,10 +39,23 @@ async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Ou
         .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
 }
 
+/// Deletes the test's nodes. Cleanup, not what a test checks: a transient error (once, a
+/// fresh session's delete met `ConnectionLoss` in a full run on a loaded machine) is tried
+/// again on a new session, for up to 10 s.
 async fn remove(root: &str) {
-    let c = connect(root).await;
-    c.delete("", None, true).await.unwrap();
-    c.close().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = connect(root).await;
+        let deleted = c.delete("", None, true).await;
+        c.close().await;
+        match deleted {
+            Ok(()) => return,
+            Err(e) if e.is_transient() && std::time::Instant::now() < deadline => {
+                eprintln!("removing {root}: {e}; trying again");
+            }
+            Err(e) => panic!("cannot remove {root}: {e}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
