@@ -1,5 +1,6 @@
-//! Kafka clients for Sluice: producer and consumer factories with the settings the
-//! invariants need, librdkafka's logs routed into `tracing`, and topic creation.
+//! Kafka clients for Sluice: the producer factory and the etl's [`Feed`] with the settings
+//! the invariants need, librdkafka's logs routed into `tracing`, and topic creation. The
+//! services use these types, not librdkafka's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
