@@ -26,6 +26,18 @@ async fn stale_documents(etl: &Service) -> f64 {
         .await
 }
 
+/// A test's context with table `item`, its pipeline, and the fault proxy between the
+/// services and Elasticsearch's `_bulk`.
+async fn item_behind_proxy(name: &str) -> (TestCtx, HttpProxy, Pipeline) {
+    let ctx = TestCtx::new(name).await;
+    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        .await;
+    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
+    ctx.route_elasticsearch(&proxy.url());
+    let pipeline = ctx.pipeline("item");
+    (ctx, proxy, pipeline)
+}
+
 /// Inserts, updates and deletes on `item`, different for each `round`.
 async fn change(ctx: &TestCtx, round: u32) {
     let base = round * 100;
@@ -95,12 +107,7 @@ async fn restart_converges(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
-    let ctx = TestCtx::new("esfault").await;
-    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
-        .await;
-    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
-    ctx.route_elasticsearch(&proxy.url());
-    let pipeline: Pipeline = ctx.pipeline("item");
+    let (ctx, proxy, pipeline) = item_behind_proxy("esfault").await;
     let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
     change(&ctx, 1).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
@@ -191,12 +198,7 @@ async fn throttling_errors_and_lost_bulks_lose_nothing_and_pass_no_offset() {
 /// the last commit and loses nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it() {
-    let ctx = TestCtx::new("esflight").await;
-    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
-        .await;
-    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
-    ctx.route_elasticsearch(&proxy.url());
-    let pipeline: Pipeline = ctx.pipeline("item");
+    let (ctx, proxy, pipeline) = item_behind_proxy("esflight").await;
     let etl = ctx
         .etl(std::slice::from_ref(&pipeline))
         .with_env("SLUICE_ETL__MAX_BATCH_DOCS", "100")
@@ -303,12 +305,7 @@ fn retry_pauses(log: &str) -> Vec<String> {
 /// attempts, so that once the server answers again the writes behind it wait no longer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_refused_again_and_again_waits_at_most_the_longest_pause() {
-    let ctx = TestCtx::new("esbackoff").await;
-    ctx.exec("CREATE TABLE item (id INT PRIMARY KEY, qty INT, note VARCHAR(40))")
-        .await;
-    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
-    ctx.route_elasticsearch(&proxy.url());
-    let pipeline: Pipeline = ctx.pipeline("item");
+    let (ctx, proxy, pipeline) = item_behind_proxy("esbackoff").await;
     let etl = ctx
         .etl(std::slice::from_ref(&pipeline))
         .with_env("SLUICE_ETL__RETRY_BACKOFF", "200ms")
