@@ -281,23 +281,25 @@ async fn a_held_bulk_lets_later_batches_through_and_holds_every_offset_behind_it
     ctx.cleanup().await;
 }
 
+/// `log` without the terminal colours (`ESC [ … m`) the services write.
+fn without_colours(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut rest = log;
+    while let Some(at) = rest.find('\x1b') {
+        out.push_str(&rest[..at]);
+        rest = rest[at..].split_once('m').map_or("", |(_, after)| after);
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The pauses the etl logged before retrying a failed bulk request (`retry_in=`), in order.
 fn retry_pauses(log: &str) -> Vec<String> {
-    log.lines()
+    without_colours(log)
+        .lines()
         .filter(|l| l.contains("bulk request failed; retrying"))
-        .filter_map(|l| {
-            // Without the terminal's colours, if any.
-            let plain: String = l
-                .split('\x1b')
-                .enumerate()
-                .map(|(i, part)| match i {
-                    0 => part,
-                    _ => part.split_once('m').map_or("", |(_, rest)| rest),
-                })
-                .collect();
-            let after = plain.split_once("retry_in=")?.1;
-            after.split_whitespace().next().map(str::to_owned)
-        })
+        .filter_map(|l| l.split_once("retry_in=")?.1.split_whitespace().next())
+        .map(str::to_owned)
         .collect()
 }
 
