@@ -64,10 +64,10 @@ impl Feed {
     }
 
     /// Makes the partitions consumed those of `topics` (those that exist) that `owns`
-    /// picks. Partitions gained start from the group's committed offset
-    /// (`auto.offset.reset` where there is none); partitions kept go on from where they
-    /// are, without a pause; partitions given up stop here. Blocks for one metadata
-    /// request when `topics` is not empty.
+    /// picks. Partitions gained start from the group's committed offset (the earliest
+    /// where there is none); partitions kept go on from where they are, without a pause;
+    /// partitions given up stop here. Blocks for one metadata request when `topics` is not
+    /// empty, and for the committed offsets of the partitions gained.
     pub fn share(
         &self,
         topics: &BTreeSet<String>,
@@ -105,11 +105,7 @@ impl Feed {
 
     /// Every partition of those of `topics` that exist, from the cluster's metadata.
     fn partitions_of(&self, topics: &BTreeSet<String>) -> Result<BTreeSet<Partition>, KafkaError> {
-        let fetch = || self.consumer.fetch_metadata(None, Duration::from_secs(10));
-        let md = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(fetch),
-            _ => fetch(),
-        }?;
+        let md = blocking(|| self.consumer.fetch_metadata(None, Duration::from_secs(10)))?;
         Ok(md
             .topics()
             .iter()
@@ -120,27 +116,77 @@ impl Feed {
 
     fn reassign(&self, wanted: &BTreeSet<Partition>) -> Result<(), KafkaError> {
         let mut held = self.lock_held();
-        let list = |parts: &[Partition]| -> Result<TopicPartitionList, KafkaError> {
-            let mut tpl = TopicPartitionList::new();
-            for (topic, partition) in parts {
-                tpl.add_partition_offset(topic, *partition, Offset::Stored)?;
-            }
-            Ok(tpl)
-        };
         let gone: Vec<Partition> = held.difference(wanted).cloned().collect();
         let gained: Vec<Partition> = wanted.difference(&held).cloned().collect();
         if !gone.is_empty() {
-            self.consumer.incremental_unassign(&list(&gone)?)?;
+            let mut tpl = TopicPartitionList::new();
+            for (topic, partition) in &gone {
+                tpl.add_partition(topic, *partition);
+            }
+            self.consumer.incremental_unassign(&tpl)?;
             tracing::info!(partitions = ?gone, "partitions given up");
             for p in &gone {
                 held.remove(p);
             }
         }
         if !gained.is_empty() {
-            self.consumer.incremental_assign(&list(&gained)?)?;
+            let start = blocking(|| self.committed(&gained))?;
+            self.consumer.incremental_assign(&start)?;
             tracing::info!(partitions = ?gained, "partitions taken");
             held.extend(gained);
         }
         Ok(())
+    }
+
+    /// Where each of `parts` starts: the group's committed offset, or the earliest one
+    /// where the group has none (`auto.offset.reset`).
+    ///
+    /// Asked of the group coordinator before assigning, not left to librdkafka (an
+    /// assignment at `Offset::Stored`): a coordinator that is still loading the group's
+    /// offsets (a broker just started) answers NOT_COORDINATOR or
+    /// COORDINATOR_LOAD_IN_PROGRESS once, and librdkafka 2.12 left the partitions of an
+    /// assignment that met it waiting for offsets for good. Here such an answer is asked
+    /// again, up to [`COMMITTED_WITHIN`].
+    fn committed(&self, parts: &[Partition]) -> Result<TopicPartitionList, KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in parts {
+            tpl.add_partition(topic, *partition);
+        }
+        let deadline = std::time::Instant::now() + COMMITTED_WITHIN;
+        let mut pause = Duration::from_millis(100);
+        let committed = loop {
+            match self
+                .consumer
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+            {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    tracing::info!(error = %e, "the group's committed offsets are not available yet; asking again");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut start = TopicPartitionList::new();
+        for e in committed.elements() {
+            let offset = match e.offset() {
+                o @ Offset::Offset(_) => o,
+                _ => Offset::Beginning,
+            };
+            start.add_partition_offset(e.topic(), e.partition(), offset)?;
+        }
+        Ok(start)
+    }
+}
+
+/// How long [`Feed::committed`] asks a coordinator that is not ready.
+const COMMITTED_WITHIN: Duration = Duration::from_secs(60);
+
+/// Runs a blocking librdkafka call, off the async workers when on a multi-threaded runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
