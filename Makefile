@@ -1,6 +1,7 @@
 # ----- local stack of real services (deploy/stack.sh) -------------------------------
-# MariaDB :13306, ZooKeeper :12181, tansu (Kafka) :19092, osmem (ES API) :19200, state in
-# .work/stack/. Set MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS / ES_URL to use external services.
+# MariaDB :13306, Oracle MySQL :13307, ZooKeeper :12181, Apache Kafka :19092, OpenSearch
+# :19200, state in .work/stack/. Set MARIADB_URL / MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS /
+# ES_URL to use external services.
 .PHONY: install stack-up stack-down stack-clean stack-status
 
 install:

@@ -3,7 +3,7 @@
 # mode and one etl following the center's pipelines, each a separate process; then the
 # sample table `shop.customers` added as a source and a pipeline with sluicectl, rows
 # written, and the cluster shown with `sluicectl leader|workers|tasks|events`.
-# Endpoints: MYSQL_URL (admin; also the meta database), ZOOKEEPER, KAFKA_BROKERS, ES_URL.
+# Endpoints: MARIADB_URL (admin; also the meta database), ZOOKEEPER, KAFKA_BROKERS, ES_URL.
 #   deploy/cluster.sh           start (or restart) the cluster
 #   deploy/cluster.sh stop      stop every process of it
 #   deploy/cluster.sh ctl ARGS  run sluicectl against it (e.g. `ctl tasks`)

@@ -3,7 +3,7 @@
 # with a deadline, document counts, and stopping what the script started.
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MYSQL_URL="${MYSQL_URL:-mysql://sluice_admin:sluice_admin@127.0.0.1:13306}"
+MYSQL_URL="${MARIADB_URL:-mysql://sluice_admin:sluice_admin@127.0.0.1:13306}"
 ZOOKEEPER="${ZOOKEEPER:-127.0.0.1:12181}"
 KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:19092}"
 ES_URL="${ES_URL:-http://127.0.0.1:19200}"

@@ -5,7 +5,7 @@
 #   SKUs nested — behind the alias `products`; 1000 sample products shown arriving, then a
 #   live change to one SKU's price timed from COMMIT until it is visible inside its
 #   product's document.
-# Endpoints: MYSQL_URL (admin), ZOOKEEPER, KAFKA_BROKERS, ES_URL, as for the tests.
+# Endpoints: MARIADB_URL (admin), ZOOKEEPER, KAFKA_BROKERS, ES_URL, as for the tests.
 # `deploy/demo.sh stop` stops the demo's worker and etl (the stack keeps running).
 set -euo pipefail
 work="$(cd "$(dirname "$0")/.." && pwd)/.work/demo"

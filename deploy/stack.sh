@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# The local stack of real services Sluice is tested against: MariaDB (binlog source),
-# ZooKeeper (coordination), tansu (Kafka protocol) and osmem-server (Elasticsearch API).
+# The local stack of real services Sluice is tested against: MariaDB and Oracle MySQL
+# (binlog sources), ZooKeeper (coordination), Apache Kafka (KRaft mode) and OpenSearch.
 #
-#   deploy/stack.sh up|down|clean|status|env|logs [-f]
+#   deploy/stack.sh up|down|status [SERVICE...] | clean | env | logs [-f] | versions
 #
-# Each service runs on a private port with its state under <repo>/.work/stack/<service>/.
-# Point MYSQL_URL, ZOOKEEPER, KAFKA_BROKERS or ES_URL at another endpoint and `up` leaves
-# that service alone and only health-checks it. A value equal to the default counts as
-# local, so `eval "$(deploy/stack.sh env)"; deploy/stack.sh up` still starts everything.
+# Each service runs on a private port with its state under <repo>/.work/stack/<service>/;
+# deploy/install.sh installs them. Point MARIADB_URL, MYSQL_URL, ZOOKEEPER, KAFKA_BROKERS or
+# ES_URL at another endpoint and `up` leaves that service alone and only health-checks it.
+# A value equal to the default counts as local, so `eval "$(deploy/stack.sh env)";
+# deploy/stack.sh up` still starts everything.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK="$ROOT/.work/stack"
+# shellcheck source=deploy/versions.sh
+. "$ROOT/deploy/versions.sh"
 
-DEFAULT_MYSQL_URL="mysql://sluice_admin:sluice_admin@127.0.0.1:13306"
+DEFAULT_MARIADB_URL="mysql://sluice_admin:sluice_admin@127.0.0.1:13306"
+DEFAULT_MYSQL_URL="mysql://sluice_admin:sluice_admin@127.0.0.1:13307"
 DEFAULT_ZOOKEEPER="127.0.0.1:12181"
 DEFAULT_KAFKA_BROKERS="127.0.0.1:19092"
 DEFAULT_ES_URL="http://127.0.0.1:19200"
 
 MARIADB_PORT=13306
+MYSQL_PORT=13307
 ZOOKEEPER_PORT=12181
-TANSU_PORT=19092
-OSMEM_PORT=19200
+KAFKA_PORT=19092
+KAFKA_CONTROLLER_PORT=19093
+OPENSEARCH_PORT=19200
+OPENSEARCH_TRANSPORT_PORT=19300
 
-SERVICES=(mariadb zookeeper tansu osmem)
+SERVICES=(mariadb mysql zookeeper kafka opensearch)
 
 log() { printf '[stack] %s\n' "$*"; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -33,8 +40,8 @@ now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
 env_var() {
   case $1 in
-    mariadb) echo MYSQL_URL ;; zookeeper) echo ZOOKEEPER ;;
-    tansu) echo KAFKA_BROKERS ;; osmem) echo ES_URL ;;
+    mariadb) echo MARIADB_URL ;; mysql) echo MYSQL_URL ;; zookeeper) echo ZOOKEEPER ;;
+    kafka) echo KAFKA_BROKERS ;; opensearch) echo ES_URL ;;
   esac
 }
 default_of() { local v; v="DEFAULT_$(env_var "$1")"; echo "${!v}"; }
@@ -42,19 +49,21 @@ endpoint() { local v; v=$(env_var "$1"); echo "${!v:-$(default_of "$1")}"; }
 is_external() { local v; v=$(env_var "$1"); [[ -n "${!v:-}" && "${!v}" != "$(default_of "$1")" ]]; }
 local_port() {
   case $1 in
-    mariadb) echo $MARIADB_PORT ;; zookeeper) echo $ZOOKEEPER_PORT ;;
-    tansu) echo $TANSU_PORT ;; osmem) echo $OSMEM_PORT ;;
+    mariadb) echo $MARIADB_PORT ;; mysql) echo $MYSQL_PORT ;; zookeeper) echo $ZOOKEEPER_PORT ;;
+    kafka) echo $KAFKA_PORT ;; opensearch) echo $OPENSEARCH_PORT ;;
   esac
 }
-# Seconds to become healthy / to stop. MariaDB's first start includes InnoDB creating its files.
-start_deadline() { case $1 in mariadb) echo 90 ;; zookeeper) echo 45 ;; *) echo 30 ;; esac; }
-stop_deadline() { case $1 in mariadb) echo 60 ;; *) echo 15 ;; esac; }
+# Seconds to become healthy / to stop. A database's first start includes creating its files;
+# OpenSearch's JVM takes 20 s on an idle machine and much longer beside a cargo build.
+start_deadline() { case $1 in mariadb | mysql) echo 90 ;; opensearch) echo 240 ;; *) echo 90 ;; esac; }
+stop_deadline() { case $1 in mariadb | mysql | opensearch) echo 60 ;; *) echo 30 ;; esac; }
 # What the process' command line must contain: a pid file left from before a reboot may
 # name an unrelated process by now.
 proc_marker() {
   case $1 in
-    mariadb) echo mariadbd ;; zookeeper) echo QuorumPeerMain ;;
-    tansu) echo tansu ;; osmem) echo osmem-server ;;
+    mariadb) echo mariadbd ;; mysql) echo "$MYSQL_HOME/usr/sbin/mysqld" ;;
+    zookeeper) echo QuorumPeerMain ;; kafka) echo kafka.Kafka ;;
+    opensearch) echo org.opensearch.bootstrap.OpenSearch ;;
   esac
 }
 
@@ -82,15 +91,15 @@ first_hostport() { local s=${1%%,*}; s=${s%%/*}; echo "$s"; }
 
 # Starts "$@" detached so it outlives this script and whoever ran it: own session (no
 # SIGHUP or process-group kill from a harness, e.g. a timeout killing `make`'s group),
-# stdin from /dev/null (osmem exits on stdin EOF otherwise), and no inherited fds beyond
-# 0-2, so a caller reading our stdout through a pipe is not kept waiting for EOF forever.
+# stdin from /dev/null, and no inherited fds beyond 0-2, so a caller reading our stdout
+# through a pipe is not kept waiting for EOF forever. The pid file names the process
+# that `exec` becomes, so "$@" must exec the server itself (not fork it).
 launch() {
   local svc=$1; shift
   local out; out=$(logfile "$svc")
   printf '\n===== %s: starting %s =====\n' "$svc" "$(date -Is)" >>"$out"
   (
-    # cwd = the service's directory: JVM crash files land there, and tansu's dotenv
-    # (which reads .env from its cwd upwards) no longer sees the caller's directory.
+    # cwd = the service's directory: JVM crash files land there.
     cd "$(dir_of "$svc")"
     for fd in /proc/$BASHPID/fd/*; do
       fd=${fd##*/}
@@ -100,11 +109,6 @@ launch() {
   ) &
   echo $! >"$(pidfile "$svc")"
 }
-
-# --- MariaDB -----------------------------------------------------------------------
-
-mariadb_sock() { echo "$WORK/mariadb/mariadb.sock"; }
-mariadb_root() { mariadb --no-defaults --socket="$(mariadb_sock)" -uroot --batch --skip-column-names "$@"; }
 
 # user, password, host, port of a mysql:// URL, tab-separated (percent-decoded).
 parse_mysql_url() {
@@ -117,18 +121,11 @@ print("\t".join([unquote(u.username or "root"), unquote(u.password or ""),
 PY
 }
 
-# Connects over TCP with the credentials of MYSQL_URL: what the tests will do.
-mariadb_url_ok() {
-  local user pass host port
-  IFS=$'\t' read -r user pass host port < <(parse_mysql_url "$(endpoint mariadb)")
-  MYSQL_PWD=$pass mariadb --no-defaults --protocol=TCP -h "$host" -P "$port" -u "$user" \
-    --connect-timeout=2 --batch --skip-column-names -e 'SELECT 1' >/dev/null 2>&1
-}
-
-# A CA, a server certificate for 127.0.0.1 and a client certificate, made once: the server
-# offers TLS (plain connections still work), and the TLS tests connect with them.
-mariadb_tls() {
-  local t; t=$(dir_of mariadb)/tls
+# A CA, a server certificate for 127.0.0.1 and a client certificate, made once and shared
+# by both databases: they offer TLS (plain connections still work), and the TLS tests
+# connect with them.
+stack_tls() {
+  local t=$WORK/tls
   [[ -s $t/client.key ]] && return 0
   mkdir -p "$t"
   (
@@ -148,8 +145,39 @@ mariadb_tls() {
       rm -f "$who.csr" "$who.key.tmp"
       mv "$who.key.p8" "$who.key"
     done
-  ) >>"$(logfile mariadb)" 2>&1 || die "mariadb: cannot make the test TLS certificates (openssl)"
+  ) >>"$WORK/tls.log" 2>&1 || die "cannot make the test TLS certificates (openssl; see $WORK/tls.log)"
 }
+
+# The accounts tests and the demo use, on either database (root over the socket runs it).
+# Idempotent; grants only add, so re-running while tests are connected disturbs nothing.
+# REPLICATION CLIENT lets the source user read binlog positions (MariaDB 10.11 calls it
+# BINLOG MONITOR).
+USERS_SQL="SET SESSION sql_log_bin = 0;
+CREATE USER IF NOT EXISTS 'sluice'@'%' IDENTIFIED BY 'sluice';
+CREATE USER IF NOT EXISTS 'sluice'@'localhost' IDENTIFIED BY 'sluice';
+GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'sluice'@'%';
+GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'sluice'@'localhost';
+CREATE USER IF NOT EXISTS 'sluice_admin'@'%' IDENTIFIED BY 'sluice_admin';
+CREATE USER IF NOT EXISTS 'sluice_admin'@'localhost' IDENTIFIED BY 'sluice_admin';
+GRANT ALL PRIVILEGES ON *.* TO 'sluice_admin'@'%' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON *.* TO 'sluice_admin'@'localhost' WITH GRANT OPTION;"
+
+# --- MariaDB -----------------------------------------------------------------------
+
+mariadb_sock() { echo "$WORK/mariadb/mariadb.sock"; }
+mariadb_root() { mariadb --no-defaults --socket="$(mariadb_sock)" -uroot --batch --skip-column-names "$@"; }
+
+# Runs SQL over TCP with the credentials of a service's URL: what the tests will do.
+# MYSQL_PWD keeps the password off the command line; the MariaDB client talks to both
+# servers (caching_sha2_password over TLS on MySQL 9).
+url_sql() {
+  local user pass host port
+  IFS=$'\t' read -r user pass host port < <(parse_mysql_url "$(endpoint "$1")")
+  shift
+  MYSQL_PWD=$pass mariadb --no-defaults --protocol=TCP -h "$host" -P "$port" -u "$user" \
+    --connect-timeout=2 --batch --skip-column-names "$@" 2>/dev/null
+}
+url_ok() { url_sql "$1" -e 'SELECT 1' >/dev/null; }
 
 mariadb_write_cnf() {
   local d; d=$(dir_of mariadb)
@@ -175,15 +203,15 @@ character-set-server=utf8mb4
 collation-server=utf8mb4_unicode_ci
 max_allowed_packet=256M
 innodb_buffer_pool_size=256M
-ssl-ca=$d/tls/ca.pem
-ssl-cert=$d/tls/server.pem
-ssl-key=$d/tls/server.key
+ssl-ca=$WORK/tls/ca.pem
+ssl-cert=$WORK/tls/server.pem
+ssl-key=$WORK/tls/server.key
 EOF
 }
 
 mariadb_start() {
   local d; d=$(dir_of mariadb)
-  mariadb_tls
+  stack_tls
   mariadb_write_cnf
   # The marker is written last, so a half-finished bootstrap is redone rather than reused.
   if [[ ! -e $d/data/.installed ]]; then
@@ -197,30 +225,75 @@ mariadb_start() {
 }
 
 mariadb_healthy() {
-  if is_external mariadb; then mariadb_url_ok; else mariadb_root -e 'SELECT 1' >/dev/null 2>&1; fi
-}
-
-# Idempotent; grants only add, so re-running while tests are connected disturbs nothing.
-# On 10.11 REPLICATION CLIENT is an alias of BINLOG MONITOR, which is what SHOW MASTER
-# STATUS / SHOW BINARY LOGS need.
-mariadb_users() {
-  mariadb_root <<'SQL'
-SET SESSION sql_log_bin = 0;
-CREATE USER IF NOT EXISTS 'sluice'@'%' IDENTIFIED BY 'sluice';
-CREATE USER IF NOT EXISTS 'sluice'@'localhost' IDENTIFIED BY 'sluice';
-GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'sluice'@'%';
-GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'sluice'@'localhost';
-CREATE USER IF NOT EXISTS 'sluice_admin'@'%' IDENTIFIED BY 'sluice_admin';
-CREATE USER IF NOT EXISTS 'sluice_admin'@'localhost' IDENTIFIED BY 'sluice_admin';
-GRANT ALL PRIVILEGES ON *.* TO 'sluice_admin'@'%' WITH GRANT OPTION;
-GRANT ALL PRIVILEGES ON *.* TO 'sluice_admin'@'localhost' WITH GRANT OPTION;
-SQL
+  if is_external mariadb; then url_ok mariadb; else mariadb_root -e 'SELECT 1' >/dev/null 2>&1; fi
 }
 
 mariadb_after_healthy() {
   is_external mariadb && return 0
-  mariadb_users || return 1
-  mariadb_url_ok || { log "mariadb: TCP login with MYSQL_URL credentials failed"; return 1; }
+  mariadb_root <<<"$USERS_SQL" || return 1
+  url_ok mariadb || { log "mariadb: TCP login with MARIADB_URL credentials failed"; return 1; }
+}
+
+# --- Oracle MySQL (a private prefix unpacked by deploy/install.sh) -------------------------
+
+MYSQL_HOME="$SLUICE_TOOLS/mysql"
+
+# A program of the prefix, run through the prefix's own loader and libraries (they are
+# Debian unstable's, newer than this machine's), as the words of a command line.
+mysql_prefix_argv() {
+  local lib="$MYSQL_HOME/usr/lib/x86_64-linux-gnu"
+  printf '%s\n' "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$MYSQL_HOME/$1"
+}
+mysqld_argv() {
+  mysql_prefix_argv usr/sbin/mysqld
+  printf '%s\n' --no-defaults --user=root --basedir="$MYSQL_HOME/usr" \
+    --lc-messages-dir="$MYSQL_HOME/usr/share/mysql" \
+    --character-sets-dir="$MYSQL_HOME/usr/share/mysql/charsets" \
+    --plugin-dir="$MYSQL_HOME/usr/lib/mysql/plugin" --secure-file-priv=
+}
+mysql_sock() { echo "$WORK/mysql/mysql.sock"; }
+mysql_root() {
+  local client; mapfile -t client < <(mysql_prefix_argv usr/bin/mysql)
+  "${client[@]}" --no-defaults --socket="$(mysql_sock)" -uroot --batch --skip-column-names "$@"
+}
+# The unpacked server's version ("9.7.4-2"): deploy/install.sh's check that it runs.
+mysqld_version() {
+  local mysqld; mapfile -t mysqld < <(mysqld_argv)
+  "${mysqld[@]}" --version | sed -nE 's/.* Ver ([^ ]+) .*/\1/p' | grep .
+}
+
+mysql_start() {
+  local d mysqld; d=$(dir_of mysql)
+  [[ -x $MYSQL_HOME/usr/sbin/mysqld ]] || die "mysql: $MYSQL_HOME/usr/sbin/mysqld not found (run deploy/install.sh)"
+  stack_tls
+  mapfile -t mysqld < <(mysqld_argv)
+  # The marker is written last, so a half-finished initialize is redone rather than reused.
+  if [[ ! -e $d/data/.installed ]]; then
+    rm -rf "$d/data"
+    "${mysqld[@]}" --datadir="$d/data" --initialize-insecure --log-error="$d/init.log" \
+      || { tail -n 30 "$d/init.log" >&2; die "mysql: mysqld --initialize-insecure failed"; }
+    touch "$d/data/.installed"
+  fi
+  # GTIDs on and full row metadata: what Sluice asks of a MySQL source (README, Supported
+  # servers). Durability is relaxed (a throwaway instance on a shared disk).
+  launch mysql "${mysqld[@]}" \
+    --datadir="$d/data" --socket="$d/mysql.sock" --pid-file="$d/mysqld.pid" \
+    --log-error="$d/mysqld.err" --port=$MYSQL_PORT --bind-address=127.0.0.1 --mysqlx=OFF \
+    --skip-name-resolve --server-id=2 --log-bin=binlog --gtid-mode=ON \
+    --enforce-gtid-consistency=ON --binlog-format=ROW --binlog-row-image=FULL \
+    --binlog-row-metadata=FULL --character-set-server=utf8mb4 --max-allowed-packet=256M \
+    --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=2 --sync-binlog=0 \
+    --ssl-ca="$WORK/tls/ca.pem" --ssl-cert="$WORK/tls/server.pem" --ssl-key="$WORK/tls/server.key"
+}
+
+mysql_healthy() {
+  if is_external mysql; then url_ok mysql; else mysql_root -e 'SELECT 1' >/dev/null 2>&1; fi
+}
+
+mysql_after_healthy() {
+  is_external mysql && return 0
+  mysql_root <<<"$USERS_SQL" || return 1
+  url_ok mysql || { log "mysql: TCP login with MYSQL_URL credentials failed"; return 1; }
 }
 
 # --- ZooKeeper -----------------------------------------------------------------------
@@ -273,32 +346,103 @@ zk_4lw() {
 zookeeper_healthy() { [[ $(zk_4lw ruok) == imok ]]; }
 zookeeper_after_healthy() { :; }
 
-# --- tansu (Kafka protocol) ------------------------------------------------------------
+# --- Apache Kafka (KRaft: one process is broker and controller) ----------------------------
 
-# deploy/install.sh builds tansu with our patch to its fetch (see the script) into
-# ~/.local/lib/sluice-tansu; an unpatched tansu loses messages for consumers now and then,
-# so no other is taken unless TANSU_BIN names it.
-tansu_bin() {
-  if [[ -n ${TANSU_BIN:-} ]]; then echo "$TANSU_BIN"
-  else echo "${TANSU_HOME:-$HOME/.local/lib/sluice-tansu}/bin/tansu"; fi
+KAFKA_HOME="$SLUICE_TOOLS/kafka-$KAFKA_VERSION"
+
+# The settings of a one-node cluster for tests: one partition per topic unless asked,
+# replication factor 1 for the internal topics, and no delay before a group's first
+# rebalance. Also deploy/kafka-server.sh's template for a test's private broker.
+kafka_properties() {
+  local dir=$1 port=$2 controller=$3
+  cat <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$controller
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=5
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.flush.interval.messages=9223372036854775807
+log.retention.hours=24
+EOF
 }
 
-tansu_start() {
-  local bin; bin=$(tansu_bin)
-  [[ -x $bin ]] || die "tansu: $bin not found (run deploy/install.sh)"
-  # Every flag is explicit: tansu also reads CLUSTER_ID, LISTENER_URL, STORAGE_ENGINE...
-  # from the environment, which must not leak in from the caller. memory:// storage: every
-  # broker restart starts empty (tansu's memory engine).
-  launch tansu "$bin" broker \
-    --cluster-id sluice \
-    --listener-url "tcp://127.0.0.1:$TANSU_PORT" \
-    --advertised-listener-url "tcp://127.0.0.1:$TANSU_PORT" \
-    --storage-engine memory://tansu/
+kafka_java() {
+  local dir=$1; shift
+  cat >"$dir/log4j2.yaml" <<'EOF'
+Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Logger:
+      - name: kafka
+        level: INFO
+      - name: org.apache.kafka
+        level: INFO
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+EOF
+  echo "$JAVA_HOME/bin/java" -Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true "-Dlog4j2.configurationFile=$dir/log4j2.yaml" \
+    -cp "$KAFKA_HOME/libs/*"
+}
+
+kafka_start() {
+  local d; d=$(dir_of kafka)
+  [[ -f $KAFKA_HOME/stamp ]] || die "kafka: $KAFKA_HOME not found (run deploy/install.sh)"
+  kafka_properties "$d" $KAFKA_PORT $KAFKA_CONTROLLER_PORT >"$d/server.properties"
+  local java; read -ra java < <(kafka_java "$d")
+  # The marker is written last, so a half-finished format is redone rather than reused.
+  if [[ ! -e $d/data/.formatted ]]; then
+    rm -rf "$d/data"
+    "${java[@]}" kafka.tools.StorageTool format --standalone --cluster-id sluice-local-stack0 \
+      -c "$d/server.properties" >>"$(logfile kafka)" 2>&1 \
+      || { tail -n 30 "$(logfile kafka)" >&2; die "kafka: formatting its storage failed"; }
+    touch "$d/data/.formatted"
+  fi
+  launch kafka "${java[@]}" kafka.Kafka "$d/server.properties"
+}
+
+# A broker of a test's own (integration-tests' PrivateKafka), in DIR, listening on PORT
+# with its controller on CONTROLLER_PORT, advertising ADVERTISED (a fault proxy's
+# host:port, so every client connection passes the proxy). Formats DIR's storage on the
+# first start, then becomes the broker's process (exec), which runs until killed.
+cmd_kafka_private() {
+  (($# == 4)) || die "usage: $0 kafka-private DIR PORT CONTROLLER_PORT ADVERTISED"
+  local d=$1 port=$2 controller=$3 advertised=$4
+  [[ -f $KAFKA_HOME/stamp ]] || die "kafka: $KAFKA_HOME not found (run deploy/install.sh)"
+  mkdir -p "$d"
+  kafka_properties "$d" "$port" "$controller" \
+    | sed "s#^advertised.listeners=.*#advertised.listeners=PLAINTEXT://$advertised#" >"$d/server.properties"
+  local java; read -ra java < <(kafka_java "$d")
+  if [[ ! -e $d/data/.formatted ]]; then
+    "${java[@]}" kafka.tools.StorageTool format --standalone --cluster-id sluice-private-kafka0 \
+      -c "$d/server.properties" || die "kafka: formatting $d failed"
+    touch "$d/data/.formatted"
+  fi
+  exec "${java[@]}" kafka.Kafka "$d/server.properties"
 }
 
 # A Metadata request through librdkafka proves the broker speaks Kafka, not just TCP.
 kafka_metadata_ok() {
-  timeout 10 python3 - "$(endpoint tansu)" 2>/dev/null <<'PY'
+  timeout 10 python3 - "$(endpoint kafka)" 2>/dev/null <<'PY'
 import sys
 from confluent_kafka.admin import AdminClient
 md = AdminClient({"bootstrap.servers": sys.argv[1], "log_level": 0}).list_topics(timeout=3)
@@ -306,27 +450,90 @@ sys.exit(0 if md.brokers else 1)
 PY
 }
 
-tansu_healthy() {
-  local hp; hp=$(first_hostport "$(endpoint tansu)")
+kafka_healthy() {
+  local hp; hp=$(first_hostport "$(endpoint kafka)")
   tcp_open "${hp%:*}" "${hp##*:}" || return 1
-  if python3 -c 'import confluent_kafka' 2>/dev/null; then kafka_metadata_ok; fi
+  if is_external kafka; then
+    if python3 -c 'import confluent_kafka' 2>/dev/null; then kafka_metadata_ok; fi
+  else
+    # The broker listens before it has joined its own controller's quorum: its log since
+    # this start must say it is serving.
+    awk '/^===== kafka: starting/ { started = 0 } /Kafka Server started/ { started = 1 }
+      END { exit !started }' "$(logfile kafka)"
+  fi
 }
-tansu_after_healthy() {
-  python3 -c 'import confluent_kafka' 2>/dev/null \
-    || log "tansu: confluent-kafka missing, checked TCP only (run deploy/install.sh)"
+kafka_after_healthy() { :; }
+
+# --- OpenSearch ----------------------------------------------------------------------------
+
+OPENSEARCH_HOME="$SLUICE_TOOLS/opensearch-$OPENSEARCH_VERSION"
+
+# Runs "$@" as the search user when this script runs as root (OpenSearch refuses root).
+as_search_user() {
+  if [[ $(id -u) == 0 ]]; then
+    id "$SEARCH_USER" >/dev/null 2>&1 || die "opensearch: user $SEARCH_USER missing (run deploy/install.sh)"
+    exec setpriv --reuid="$SEARCH_USER" --regid="$SEARCH_USER" --clear-groups "$@"
+  fi
+  exec "$@"
 }
 
-# --- osmem-server (Elasticsearch API) --------------------------------------------------
-
-osmem_start() {
-  local bin
-  bin=$(python3 -c 'import osmem_server; print(osmem_server.resolve_binary())') \
-    || die "osmem: python package osmem-server missing (run deploy/install.sh)"
-  launch osmem "$bin" -addr "127.0.0.1:$OSMEM_PORT" -no-stdin-watch
+opensearch_start() {
+  local d; d=$(dir_of opensearch)
+  [[ -f $OPENSEARCH_HOME/stamp ]] || die "opensearch: $OPENSEARCH_HOME not found (run deploy/install.sh)"
+  mkdir -p "$d/config" "$d/data" "$d/logs" "$d/tmp"
+  cp "$OPENSEARCH_HOME/config/log4j2.properties" "$d/config/"
+  # One small node for tests: a 1 GiB heap, no disk watermarks (a test machine's disk may
+  # be fuller than a production node's would be allowed), no GC log or heap dump files.
+  cat >"$d/config/jvm.options" <<EOF
+-Xms1g
+-Xmx1g
+-XX:+UseG1GC
+-Djava.io.tmpdir=\${OPENSEARCH_TMPDIR}
+-XX:-HeapDumpOnOutOfMemoryError
+-XX:ErrorFile=$d/logs/hs_err_pid%p.log
+-Djava.security.manager=allow
+-Djava.util.concurrent.ForkJoinPool.common.threadFactory=org.opensearch.secure_sm.SecuredForkJoinWorkerThreadFactory
+EOF
+  cat >"$d/config/opensearch.yml" <<EOF
+cluster.name: sluice-local-stack
+node.name: sluice-local
+discovery.type: single-node
+network.host: 127.0.0.1
+http.port: $OPENSEARCH_PORT
+transport.port: $OPENSEARCH_TRANSPORT_PORT
+path.data: $d/data
+path.logs: $d/logs
+cluster.routing.allocation.disk.threshold_enabled: false
+action.auto_create_index: false
+EOF
+  [[ $(id -u) == 0 ]] && chown -R "$SEARCH_USER:$SEARCH_USER" "$d"
+  OPENSEARCH_JAVA_HOME=$JAVA_HOME OPENSEARCH_PATH_CONF=$d/config OPENSEARCH_TMPDIR=$d/tmp \
+    launch opensearch bash -c "$(declare -f as_search_user die); SEARCH_USER=$SEARCH_USER; \
+      as_search_user \"\$@\"" _ "$OPENSEARCH_HOME/bin/opensearch"
 }
-osmem_healthy() { curl -fsS --max-time 2 "$(endpoint osmem)/" >/dev/null 2>&1; }
-osmem_after_healthy() { :; }
 
+opensearch_healthy() {
+  curl -fsS --max-time 2 "$(endpoint opensearch)/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1
+}
+opensearch_after_healthy() { :; }
+
+# --- versions ------------------------------------------------------------------------------
+
+# What the service says it is ("?" when it does not answer).
+version_of() {
+  local v=""
+  case $1 in
+    mariadb | mysql) v=$(url_sql "$1" -e 'SELECT VERSION()') ;;
+    zookeeper) v=$(zk_4lw srvr | sed -nE 's/^Zookeeper version: ([^-,]+).*/\1/p') ;;
+    kafka)
+      if is_external kafka; then v="(external)"
+      else v=$(cat "$KAFKA_HOME/stamp" 2>/dev/null); fi ;;
+    opensearch)
+      v=$(curl -fsS --max-time 2 "$(endpoint opensearch)/" 2>/dev/null | python3 -c \
+        'import json,sys; v=json.load(sys.stdin)["version"]; print(v.get("distribution","elasticsearch"), v["number"])' 2>/dev/null) ;;
+  esac
+  echo "${v:-?}"
+}
 # --- generic lifecycle -------------------------------------------------------------------
 
 fail_service() {
@@ -422,19 +629,23 @@ cmd_clean() {
 }
 
 cmd_status() {
-  local svc pid state rc=0
+  local svc pid state where rc=0
   for svc in "${SERVICES[@]}"; do
     if is_external "$svc"; then
+      where=$(endpoint "$svc")
       if "${svc}_healthy"; then state="external up"; else state="external DOWN"; rc=1; fi
-      printf '%-10s %-14s %s\n' "$svc" "$state" "$(endpoint "$svc")"
-      continue
-    fi
-    if pid=$(running_pid "$svc"); then
+    elif pid=$(running_pid "$svc"); then
+      where="127.0.0.1:$(local_port "$svc") pid $pid"
       if "${svc}_healthy"; then state=up; else state=unhealthy; rc=1; fi
-      printf '%-10s %-14s %-22s pid %s\n' "$svc" "$state" "127.0.0.1:$(local_port "$svc")" "$pid"
     else
-      printf '%-10s %-14s %s\n' "$svc" down "127.0.0.1:$(local_port "$svc")"
+      where="127.0.0.1:$(local_port "$svc")"
+      state=down
       rc=1
+    fi
+    if [[ $state == *up ]]; then
+      printf '%-11s %-14s %-30s %s\n' "$svc" "$state" "$(version_of "$svc")" "$where"
+    else
+      printf '%-11s %-14s %-30s %s\n' "$svc" "$state" "-" "$where"
     fi
   done
   return $rc
@@ -460,13 +671,14 @@ cmd_logs() {
 
 usage() {
   cat >&2 <<EOF
-usage: $0 up|down|status [SERVICE...] | clean | env | logs [-f]
+usage: $0 up|down|status [SERVICE...] | clean | env | logs [-f] | mysqld-version
   services: ${SERVICES[*]}
   up      start missing local services, wait until all are healthy
   down    stop local services (SIGTERM, then SIGKILL after a deadline)
   clean   down, then delete $WORK
-  status  each service up/down with its endpoint; non-zero if any is not up
-  env     export lines for MYSQL_URL ZOOKEEPER KAFKA_BROKERS ES_URL
+  status  each service up/down with its version and endpoint; non-zero if any is not up
+  env     export lines for MARIADB_URL MYSQL_URL ZOOKEEPER KAFKA_BROKERS ES_URL
+  mysqld-version  the version of the Oracle MySQL deploy/install.sh unpacked
   logs    last lines of every log (-f: follow)
 EOF
   exit 2
@@ -481,5 +693,7 @@ case $cmd in
   status) select_services "$@"; cmd_status ;;
   env) cmd_env ;;
   logs) cmd_logs "$@" ;;
+  mysqld-version) mysqld_version ;;
+  kafka-private) cmd_kafka_private "$@" ;;
   *) usage ;;
 esac

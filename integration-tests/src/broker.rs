@@ -1,7 +1,8 @@
-//! A Kafka broker of the test's own (tansu, as the stack's), reached only through a fault
-//! proxy: the broker advertises the proxy's address, so every client connection, the
-//! ones opened after a metadata answer included, passes the proxy and a black-hole there
-//! makes Kafka unreachable for everyone without losing what the broker holds.
+//! A Kafka broker of the test's own (Apache Kafka in KRaft mode, as the stack's, started
+//! by `deploy/stack.sh kafka-private`), reached only through a fault proxy: the broker
+//! advertises the proxy's address, so every client connection, the ones opened after a
+//! metadata answer included, passes the proxy and a black-hole there makes Kafka
+//! unreachable for everyone without losing what the broker holds.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -14,51 +15,39 @@ pub struct PrivateKafka {
     child: Child,
 }
 
-/// The tansu deploy/install.sh builds (patched: see the script), or `TANSU_BIN`.
-fn tansu_bin() -> String {
-    if let Ok(bin) = std::env::var("TANSU_BIN") {
-        return bin;
-    }
-    let home = std::env::var("TANSU_HOME").unwrap_or_else(|_| {
-        format!(
-            "{}/.local/lib/sluice-tansu",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
-    format!("{home}/bin/tansu")
-}
-
 impl PrivateKafka {
     pub async fn start() -> PrivateKafka {
         let port = crate::cluster::free_port();
+        let controller = crate::cluster::free_port();
         let proxy = Proxy::start(&format!("127.0.0.1:{port}")).await;
-        let log = crate::services::target_dir()
+        let dir = crate::services::target_dir()
             .join("it")
-            .join(crate::unique("tansu-"))
-            .with_extension("log");
-        std::fs::create_dir_all(log.parent().expect("a directory")).expect("log directory");
-        let log = std::fs::File::create(&log).expect("tansu log");
-        // Every setting explicit: tansu also reads them from the environment.
-        let child = Command::new(tansu_bin())
-            .args(["broker", "--cluster-id", "sluice-it"])
-            .arg(format!("--listener-url=tcp://127.0.0.1:{port}"))
-            .arg(format!("--advertised-listener-url=tcp://{}", proxy.addr()))
-            .arg("--storage-engine=memory://tansu/")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .join(crate::unique("kafka-"));
+        std::fs::create_dir_all(&dir).expect("the broker's directory");
+        let log = std::fs::File::create(dir.join("kafka.log")).expect("the broker's log");
+        let stack = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/stack.sh");
+        let child = Command::new(stack)
+            .arg("kafka-private")
+            .arg(&dir)
+            .arg(port.to_string())
+            .arg(controller.to_string())
+            .arg(proxy.addr())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .expect("start tansu (deploy/install.sh installs it)");
+            .expect("start a private Kafka broker (deploy/install.sh installs Kafka)");
+        let log = dir.join("kafka.log");
         eventually(
-            "the test's Kafka broker listening",
-            Duration::from_secs(30),
+            "the test's Kafka broker serving",
+            Duration::from_secs(90),
             || async {
-                tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("Kafka Server started") {
+                    Ok(())
+                } else {
+                    Err(crate::last_lines(&log, 10))
+                }
             },
         )
         .await;

@@ -133,7 +133,7 @@ impl TestCtx {
             .routes()
             .meta
             .unwrap_or_else(|| self.stack.mysql_url.clone());
-        let opts = mysql_async::Opts::from_url(&url).expect("MYSQL_URL");
+        let opts = mysql_async::Opts::from_url(&url).expect("a mysql:// URL");
         let center = format!(
             "[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\ndictionary_listen = \"127.0.0.1:{}\"\n",
             dictionary_port(port)

@@ -1,8 +1,9 @@
 //! End-to-end harness on the real local stack (or external services):
 //! MySQL → sluice-worker → Kafka → sluice-etl → Elasticsearch.
 //!
-//! Endpoints come from `MYSQL_URL` (an admin user that can create databases), `ZOOKEEPER`,
-//! `KAFKA_BROKERS` and `ES_URL`, with the local stack's defaults; the worker streams as
+//! Endpoints come from `MARIADB_URL` and `MYSQL_URL` (admin users that can create
+//! databases, one per source [lane](lane)), `ZOOKEEPER`, `KAFKA_BROKERS` and `ES_URL`, with
+//! the local stack's defaults; the worker streams as
 //! `MYSQL_SOURCE_USER`/`MYSQL_SOURCE_PASSWORD` (default `sluice`/`sluice`). Every test gets
 //! its own database, ZooKeeper root, topics, consumer group and indexes. A service that is
 //! not reachable fails the test with how to start it — never a silent skip.
@@ -14,6 +15,7 @@ pub mod cluster;
 pub mod documents;
 pub mod figures;
 pub mod kafka;
+pub mod lane;
 pub mod mariadb;
 pub mod services;
 pub mod shop;

@@ -95,7 +95,7 @@ impl PrivateMariadb {
         .await;
     }
 
-    /// An admin URL (every privilege), as `MYSQL_URL` is for the stack.
+    /// An admin URL (every privilege), as `MARIADB_URL` is for the stack.
     pub fn url(&self) -> String {
         format!("mysql://{ADMIN}:{ADMIN}@127.0.0.1:{}", self.port)
     }

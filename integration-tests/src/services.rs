@@ -8,6 +8,7 @@ use std::time::Duration;
 use mysql_async::prelude::*;
 use sluice_elastic::{EsClient, EsClientConfig};
 
+use crate::lane::Lane;
 use crate::{check_table, eventually, unique, CheckOptions};
 
 /// Where the real services are.
@@ -32,20 +33,35 @@ fn env_or(name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_owned())
 }
 
-const HOW: &str = "start the local stack with `make stack-up` (or point MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS / ES_URL at running services)";
+const HOW: &str = "start the local stack with `make stack-up` (or point MARIADB_URL / MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS / ES_URL at running services)";
 
 impl Stack {
-    /// Connects to every service, failing with how to start it when one is unreachable.
+    /// Connects to every service, the source of the test's lane among them, failing with
+    /// how to start one that is unreachable.
     pub async fn connect() -> Stack {
-        Stack::connect_with_mysql(&Stack::shared_mysql_url()).await
+        let stack = Stack::connect_with_mysql(&Stack::shared_mysql_url()).await;
+        let lane = Lane::current();
+        let version: String = stack
+            .conn()
+            .await
+            .query_first("SELECT VERSION()")
+            .await
+            .expect("the source's version")
+            .unwrap_or_default();
+        assert!(
+            lane.matches(&version),
+            "the {lane:?} lane's server ({}) is {version}: point {} at a {lane:?} server",
+            lane.url_var().0,
+            lane.url_var().0,
+        );
+        stack
     }
 
-    /// The shared stack's MySQL (`MYSQL_URL`), an admin URL.
+    /// The shared stack's source server of the test's lane (`MARIADB_URL` or `MYSQL_URL`),
+    /// an admin URL.
     pub fn shared_mysql_url() -> String {
-        env_or(
-            "MYSQL_URL",
-            "mysql://sluice_admin:sluice_admin@127.0.0.1:13306",
-        )
+        let (var, default) = Lane::current().url_var();
+        env_or(var, default)
     }
 
     /// The stack with another MySQL (an admin URL): a server of the test's own.
@@ -53,7 +69,7 @@ impl Stack {
         crate::init_tracing();
         let mysql_url = mysql_url.to_owned();
         let opts = mysql_async::Opts::from_url(&mysql_url)
-            .unwrap_or_else(|e| panic!("MYSQL_URL is not a mysql:// URL: {e}"));
+            .unwrap_or_else(|e| panic!("{mysql_url} is not a mysql:// URL: {e}"));
         let mysql_host = opts.ip_or_hostname().to_string();
         let mysql_port = opts.tcp_port();
         let mysql = mysql_async::Pool::new(opts);
@@ -750,9 +766,8 @@ impl TestCtx {
         );
     }
 
-    /// Removes what the test created in the shared services — its indexes (osmem keeps
-    /// every document in RAM), database and topics (so does tansu) — and says what it
-    /// removed. Stop the services first. Runs by itself when a passing test's context is
+    /// Removes what the test created in the shared services — its indexes, database and
+    /// topics — and says what it removed. Stop the services first. Runs by itself when a passing test's context is
     /// dropped; a failing test keeps everything for inspection.
     pub async fn cleanup(&self) -> String {
         self.cleaned

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{check_table, CheckOptions, TestCtx};
+use sluice_integration_tests::{check_table, on_sources, CheckOptions, TestCtx};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(inserts_updates_deletes_and_multi_row_statements_converge: mariadb, mysql);
 async fn inserts_updates_deletes_and_multi_row_statements_converge() {
     let ctx = TestCtx::new("dml").await;
     ctx.exec("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(64), qty INT, note TEXT)")

@@ -5,7 +5,6 @@
 //! picks one scenario's tests.
 
 mod big_transaction;
-mod broker;
 mod cluster_admin;
 mod cluster_api;
 mod cluster_build;

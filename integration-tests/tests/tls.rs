@@ -18,18 +18,16 @@ use sluice_integration_tests::cluster::{Cluster, ClusterSource};
 use sluice_integration_tests::services::OwnAccounts;
 use sluice_integration_tests::{eventually, Stack, TestCtx};
 
-/// The CA and client certificate the local stack's MariaDB was set up with
+/// The CA and client certificate the local stack's databases were set up with
 /// (`deploy/stack.sh`), or those in `MYSQL_TLS_DIR` for a server of one's own.
 fn tls_dir() -> PathBuf {
     let dir = std::env::var_os("MYSQL_TLS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.work/stack/mariadb/tls")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.work/stack/tls"));
     assert!(
         dir.join("ca.pem").exists() && dir.join("client.pem").exists(),
         "no MySQL TLS certificates in {}: start the local stack with `make stack-up` (its \
-         MariaDB serves TLS with them), or set MYSQL_TLS_DIR to a directory holding ca.pem, \
+         databases serve TLS with them), or set MYSQL_TLS_DIR to a directory holding ca.pem, \
          client.pem and client.key for your server",
         dir.display()
     );

@@ -147,6 +147,80 @@ impl GtidSet {
     }
 }
 
+impl GtidSet {
+    /// Adds every transaction of `other` (MySQL sets; a MariaDB `other` takes each of its
+    /// domains' positions where newer).
+    pub fn union(&mut self, other: &GtidSet) {
+        match other {
+            GtidSet::MySql(m) => {
+                for (uuid, ivs) in m {
+                    for &(a, b) in ivs {
+                        self.apply_mysql_range(uuid, a, b);
+                    }
+                }
+            }
+            GtidSet::MariaDb(m) => {
+                for g in m.values() {
+                    let newer = match self {
+                        GtidSet::MariaDb(mine) => mine.get(&g.domain).is_none_or(|h| h.seq < g.seq),
+                        GtidSet::MySql(_) => true,
+                    };
+                    if newer {
+                        self.apply_mariadb(*g);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records the MySQL transactions `uuid:a-b`.
+    fn apply_mysql_range(&mut self, uuid: &str, a: u64, b: u64) {
+        if let GtidSet::MariaDb(_) = self {
+            *self = GtidSet::empty_mysql();
+        }
+        if let GtidSet::MySql(m) = self {
+            insert_interval(m.entry(uuid.to_ascii_lowercase()).or_default(), a, b);
+        }
+    }
+
+    /// The MySQL transactions of `self` that `other` lacks; empty when `self` is a
+    /// MariaDB set (whose per-domain positions do not name single transactions) or
+    /// empty.
+    pub fn missing_from(&self, other: &GtidSet) -> GtidSet {
+        let mut out = GtidSet::empty_mysql();
+        let GtidSet::MySql(mine) = self else {
+            return out;
+        };
+        let empty = BTreeMap::new();
+        let theirs = match other {
+            GtidSet::MySql(m) => m,
+            GtidSet::MariaDb(_) => &empty,
+        };
+        for (uuid, ivs) in mine {
+            let have = theirs.get(uuid).map(Vec::as_slice).unwrap_or_default();
+            for &(a, b) in ivs {
+                let mut from = a;
+                for &(c, d) in have {
+                    if d < from || c > b {
+                        continue;
+                    }
+                    if c > from {
+                        out.apply_mysql_range(uuid, from, c - 1);
+                    }
+                    from = d.saturating_add(1);
+                    if from > b {
+                        break;
+                    }
+                }
+                if from <= b {
+                    out.apply_mysql_range(uuid, from, b);
+                }
+            }
+        }
+        out
+    }
+}
+
 /// Adds the closed range `a..=b` to sorted, disjoint, non-adjacent closed intervals.
 fn insert_interval(intervals: &mut Vec<(u64, u64)>, a: u64, b: u64) {
     intervals.push((a, b));
@@ -346,6 +420,30 @@ mod tests {
         let printed = format!("{uuid}:1-9:11,\n4e11fa47-71ca-11e1-9e33-c80aa9429562:1-2");
         let parsed: GtidSet = printed.parse().unwrap();
         assert_eq!(parsed.to_string(), printed.replace('\n', ""));
+    }
+
+    #[test]
+    fn mysql_sets_subtract_and_unite() {
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let w = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let purged: GtidSet = format!("{u}:1-100,{w}:1-3").parse().unwrap();
+        let have: GtidSet = format!("{u}:1-40:45-90").parse().unwrap();
+        assert_eq!(
+            purged.missing_from(&have).to_string(),
+            format!("{u}:41-44:91-100,{w}:1-3")
+        );
+        assert!(have.missing_from(&purged).is_empty());
+        assert!(""
+            .parse::<GtidSet>()
+            .unwrap()
+            .missing_from(&have)
+            .is_empty());
+        let mut all = have.clone();
+        all.union(&purged);
+        assert_eq!(all, purged);
+        let mut m: GtidSet = "0-1-5".parse().unwrap();
+        m.union(&"0-1-3,1-1-2".parse().unwrap());
+        assert_eq!(m.to_string(), "0-1-5,1-1-2");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde_json::Value as Json;
 use sluice_core::delayed::{DelayedChange, DELAYED_VERSION};
 use sluice_core::ChangeEvent;
 use sluice_elastic::BulkOp;
-use sluice_mysql::docs::{Built, DocPlan, Reader, SourcePool};
+use sluice_mysql::docs::{Built, DocPlan, Floor, Reader, SourcePool};
 use sluice_mysql::{MysqlError, SourceConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -38,20 +38,34 @@ const CHUNK: usize = 256;
 /// dirtied it (each is dead-lettered if the document cannot be made).
 #[derive(Debug, Clone, PartialEq)]
 struct Prov {
-    version: u64,
+    /// The newest changes among them, which a read of the document must see.
+    floor: Floor,
     msgs: BTreeSet<usize>,
 }
 
 impl Prov {
-    fn of(version: u64, msg: usize) -> Self {
+    fn of(event: &ChangeEvent, msg: usize) -> Self {
+        let mut floor = Floor::default();
+        floor.add(event.version, event.source.gtid.as_deref());
         Prov {
-            version,
+            floor,
             msgs: BTreeSet::from([msg]),
         }
     }
 
+    fn empty() -> Self {
+        Prov {
+            floor: Floor::default(),
+            msgs: BTreeSet::new(),
+        }
+    }
+
+    fn version(&self) -> u64 {
+        self.floor.version
+    }
+
     fn merge(&mut self, other: &Prov) {
-        self.version = self.version.max(other.version);
+        self.floor.merge(&other.floor);
         self.msgs.extend(&other.msgs);
     }
 }
@@ -132,7 +146,7 @@ impl Dirty {
                             let Some(key) = DocPlan::image_values(node, &plan.id, image) else {
                                 continue;
                             };
-                            let entry = work.entry(k, key, &Prov::of(event.version, msg));
+                            let entry = work.entry(k, key, &Prov::of(event, msg));
                             entry.routings.extend(plan.routing_of(image));
                         }
                         Some(link) => {
@@ -149,7 +163,7 @@ impl Dirty {
                             work.lookups
                                 .entry((k, parent, link.parent.clone()))
                                 .or_default()
-                                .push((values, Prov::of(event.version, msg)));
+                                .push((values, Prov::of(event, msg)));
                         }
                     }
                 }
@@ -205,10 +219,7 @@ impl Work {
             .entry(text)
             .or_insert_with(|| Entry {
                 key,
-                prov: Prov {
-                    version: 0,
-                    msgs: BTreeSet::new(),
-                },
+                prov: Prov::empty(),
                 routings: BTreeSet::new(),
             });
         e.prov.merge(prov);
@@ -326,17 +337,14 @@ impl Rebuild<'_> {
     ) -> Option<Docs> {
         let plans = work.plans.clone();
         for ((k, path, cols), values) in std::mem::take(&mut work.lookups) {
-            let mut all = Prov {
-                version: 0,
-                msgs: BTreeSet::new(),
-            };
+            let mut all = Prov::empty();
             for (_, prov) in &values {
                 all.merge(prov);
             }
             let plan = &plans[k];
             let found = retrying(self.shutdown, async || {
                 let mut r = self.pool.reader().await?;
-                r.begin_after(all.version).await?;
+                r.begin_after(&all.floor).await?;
                 let roots = plan
                     .roots_of(&mut r, &path, &cols, values.clone(), &Prov::merge)
                     .await;
@@ -378,10 +386,13 @@ impl Rebuild<'_> {
         while let Some(range) = pending.pop() {
             let part = &chunk[range.clone()];
             let keys: Vec<Vec<Json>> = part.iter().map(|e| e.key.clone()).collect();
-            let floor = part.iter().map(|e| e.prov.version).max().unwrap_or(0);
+            let mut floor = Floor::default();
+            for e in part {
+                floor.merge(&e.prov.floor);
+            }
             let read = retrying(self.shutdown, async || {
                 let mut r = self.pool.reader().await?;
-                r.begin_after(floor).await?;
+                r.begin_after(&floor).await?;
                 let built = plan.read(&mut r, &keys).await;
                 count_queries(self.name, &r);
                 let _ = r.end().await;
@@ -459,7 +470,7 @@ fn operations(
         let Some(entry) = by_key.get(&serde_json::to_string(&b.key).expect("serializes")) else {
             continue;
         };
-        let version = entry.prov.version;
+        let version = entry.prov.version();
         let origin = Origin::many(&entry.prov.msgs);
         for index in targets {
             let mut push = |op| {
@@ -613,7 +624,16 @@ mod tests {
             work.docs[&0].values().map(|e| (&e.key, &e.prov)).collect();
         assert_eq!(
             roots,
-            [(&vec![json!(9)], &Prov::of(30, 2))],
+            [(
+                &vec![json!(9)],
+                &Prov {
+                    floor: Floor {
+                        version: 30,
+                        ..Floor::default()
+                    },
+                    msgs: BTreeSet::from([2])
+                }
+            )],
             "a root row is its own document"
         );
     }
@@ -674,7 +694,10 @@ mod tests {
         Entry {
             key: vec![json!(key)],
             prov: Prov {
-                version,
+                floor: Floor {
+                    version,
+                    ..Floor::default()
+                },
                 msgs: msgs.iter().copied().collect(),
             },
             routings: routings.iter().map(|r| r.to_string()).collect(),

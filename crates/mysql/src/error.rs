@@ -55,6 +55,8 @@ pub enum MysqlError {
         column: String,
         detail: String,
     },
+    #[error("source `{source_name}`: {what}")]
+    Wait { source_name: String, what: String },
     #[error("source `{source_name}` cannot be streamed:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
     Preflight {
         source_name: String,
@@ -72,7 +74,9 @@ impl MysqlError {
     /// Transient failures are retried with backoff; definite ones need an operator.
     pub fn is_transient(&self) -> bool {
         match self {
-            MysqlError::Connect { .. } | MysqlError::Stream { .. } => true,
+            MysqlError::Connect { .. } | MysqlError::Stream { .. } | MysqlError::Wait { .. } => {
+                true
+            }
             MysqlError::Query { error, .. } => match error {
                 mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
                 mysql_async::Error::Server(e) => TRANSIENT_SERVER_ERRORS.contains(&e.code),

@@ -9,13 +9,15 @@ pub mod docs;
 pub mod error;
 pub mod preflight;
 pub mod reader;
+pub mod server;
 pub mod snapshot;
 pub mod source;
 pub mod tls;
 
 pub use error::MysqlError;
-pub use preflight::{bytes_behind, preflight, Flavor, ServerInfo};
+pub use preflight::{bytes_behind, preflight, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
-pub use snapshot::{Key, KeyPart, SnapshotTable};
+pub use server::{Flavor, Server};
+pub use snapshot::{Key, KeyPart, SnapshotTable, Watermarks};
 pub use source::{SourceConfig, TableFilter};
 pub use tls::ssl_opts;

@@ -1,26 +1,20 @@
 //! Checks that a source can be streamed before streaming it, and reports every problem at
-//! once with the fix: binlog on, ROW format, FULL row image, FULL row metadata, the
-//! privileges a replica needs, and — when resuming — that the position is still on the
-//! server.
+//! once with the fix: a supported server, binlog on, ROW format, FULL row image, FULL row
+//! metadata, GTIDs on MySQL, the privileges a replica needs, and — when resuming — that
+//! the position is still on the server.
 
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use sluice_core::{BinlogPosition, Checkpoint, GtidSet};
 
 use crate::error::MysqlError;
+use crate::server::{Flavor, Server};
 use crate::source::SourceConfig;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    MariaDb,
-    MySql,
-}
 
 /// What the preflight learned about the server.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
-    pub flavor: Flavor,
-    pub version: String,
+    pub server: Server,
     pub server_id: u32,
     /// The server's current end of binlog.
     pub end: BinlogPosition,
@@ -54,23 +48,21 @@ pub async fn preflight(
     resume: Option<&Checkpoint>,
 ) -> Result<ServerInfo, MysqlError> {
     let mut conn = connect(cfg).await?;
-    let version: String = conn
-        .query_first("SELECT VERSION()")
-        .await
-        .map_err(query_err(cfg, "read version"))?
-        .unwrap_or_default();
-    let flavor = if version.to_ascii_lowercase().contains("mariadb") {
-        Flavor::MariaDb
-    } else {
-        Flavor::MySql
-    };
+    let server = server_of(&mut conn, cfg).await?;
+    if let Some(why) = server.refusal() {
+        return Err(MysqlError::Preflight {
+            source_name: cfg.name.clone(),
+            problems: vec![why],
+        });
+    }
+    let version = &server.text;
     let mut problems = Vec::new();
 
     let vars: Vec<(String, String)> = conn
         .query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN \
              ('log_bin','binlog_format','binlog_row_image','binlog_row_metadata','server_id','gtid_mode',\
-              'binlog_row_value_options','binlog_transaction_compression')",
+              'enforce_gtid_consistency','binlog_row_value_options','binlog_transaction_compression')",
         )
         .await
         .map_err(query_err(cfg, "read server variables"))?;
@@ -108,6 +100,23 @@ pub async fn preflight(
         "FULL",
         "SET GLOBAL binlog_row_metadata=FULL (MySQL 8.0.1+ / MariaDB 10.5+; older servers are not supported)",
     );
+    if server.needs_gtids() {
+        expect(
+            &mut problems,
+            "enforce_gtid_consistency",
+            "ON",
+            "SET PERSIST enforce_gtid_consistency = ON (before gtid_mode)",
+        );
+        expect(
+            &mut problems,
+            "gtid_mode",
+            "ON",
+            "Sluice reads MySQL snapshots and documents by GTID and resumes by them: \
+             SET PERSIST gtid_mode = OFF_PERMISSIVE; SET PERSIST gtid_mode = ON_PERMISSIVE; \
+             then, once SHOW STATUS LIKE 'Ongoing_anonymous_transaction_count' is 0, \
+             SET PERSIST gtid_mode = ON",
+        );
+    }
     if let Some(v) = var("binlog_row_value_options") {
         if v.to_ascii_uppercase().contains("PARTIAL_JSON") {
             problems.push("binlog_row_value_options has PARTIAL_JSON: set it to '' so JSON columns are logged whole".into());
@@ -133,7 +142,11 @@ pub async fn preflight(
                 cfg.user
             ));
         }
-        if !(grants.contains("REPLICATION CLIENT") || grants.contains("BINLOG MONITOR")) {
+        if !server
+            .monitor_privileges()
+            .iter()
+            .any(|p| grants.contains(p))
+        {
             problems.push(format!(
                 "user `{}` lacks REPLICATION CLIENT (BINLOG MONITOR on MariaDB): GRANT REPLICATION CLIENT ON *.* TO ...",
                 cfg.user
@@ -147,7 +160,7 @@ pub async fn preflight(
         }
     }
 
-    let (end, gtid) = current_end(&mut conn, cfg, flavor, var("gtid_mode")).await?;
+    let (end, gtid) = current_end(&mut conn, cfg, &server).await?;
 
     if let Some(cp) = resume {
         let logs: Vec<mysql_async::Row> = conn
@@ -155,8 +168,7 @@ pub async fn preflight(
             .await
             .map_err(query_err(cfg, "list binary logs"))?;
         let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
-        let gtid_resume =
-            matches!(flavor, Flavor::MariaDb) && cp.gtid.as_ref().is_some_and(|g| !g.is_empty());
+        let gtid_resume = cp.gtid.as_ref().is_some_and(|g| !g.is_empty());
         if !files.contains(&cp.position.file) && !gtid_resume {
             problems.push(format!(
                 "resume position {} is gone: binlog file {} was purged (oldest is {}). \
@@ -167,6 +179,23 @@ pub async fn preflight(
                 files.first().map(String::as_str).unwrap_or("none"),
                 cfg.name
             ));
+        }
+        if let (Flavor::MySql, Some(want)) = (server.flavor, cp.gtid.as_ref()) {
+            let purged: String = conn
+                .query_first("SELECT @@GLOBAL.gtid_purged")
+                .await
+                .map_err(query_err(cfg, "read gtid_purged"))?
+                .unwrap_or_default();
+            let purged: GtidSet = purged.parse().unwrap_or_else(|_| GtidSet::empty_mysql());
+            let lost = purged.missing_from(want);
+            if !lost.is_empty() {
+                problems.push(format!(
+                    "resume GTID set {want} is gone: the server purged transactions it lacks ({lost}). \
+                     Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the \
+                     current end and build the source's pipelines anew",
+                    cfg.name
+                ));
+            }
         }
         if gtid_resume {
             if let Some(GtidSet::MariaDb(want)) = &cp.gtid {
@@ -202,51 +231,57 @@ pub async fn preflight(
         });
     }
     Ok(ServerInfo {
-        flavor,
-        version,
+        server,
         server_id,
         end,
         gtid,
     })
 }
 
-async fn current_end(
+/// The server `conn` is connected to.
+pub async fn server_of(conn: &mut Conn, cfg: &SourceConfig) -> Result<Server, MysqlError> {
+    let version: String = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(query_err(cfg, "read version"))?
+        .unwrap_or_default();
+    Ok(Server::from_version(&version))
+}
+
+/// The binlog's end on the server: the position after its last event.
+pub async fn binlog_end(
     conn: &mut Conn,
     cfg: &SourceConfig,
-    flavor: Flavor,
-    gtid_mode: Option<&str>,
-) -> Result<(BinlogPosition, Option<GtidSet>), MysqlError> {
+    server: &Server,
+) -> Result<BinlogPosition, MysqlError> {
+    let sql = server.binlog_status();
     let status: Option<mysql_async::Row> = conn
-        .query_first("SHOW MASTER STATUS")
+        .query_first(sql)
         .await
-        .map_err(query_err(cfg, "SHOW MASTER STATUS"))?;
+        .map_err(query_err(cfg, "read the binlog's end"))?;
     let status = status.ok_or_else(|| MysqlError::Preflight {
         source_name: cfg.name.clone(),
-        problems: vec![
-            "SHOW MASTER STATUS is empty: binary logging is off (start the server with --log-bin)"
-                .into(),
-        ],
+        problems: vec![format!(
+            "{sql} is empty: binary logging is off (start the server with --log-bin)"
+        )],
     })?;
     let file: String = status.get(0).unwrap_or_default();
     let pos: u64 = status.get(1).unwrap_or(4);
-    let gtid = match flavor {
-        Flavor::MariaDb => {
-            let g: Option<String> = conn
-                .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
-                .await
-                .map_err(query_err(cfg, "read gtid_binlog_pos"))?;
-            g.and_then(|g| g.parse().ok())
-        }
-        Flavor::MySql if gtid_mode.is_some_and(|m| m.eq_ignore_ascii_case("ON")) => {
-            let g: Option<String> = conn
-                .query_first("SELECT @@GLOBAL.gtid_executed")
-                .await
-                .map_err(query_err(cfg, "read gtid_executed"))?;
-            g.and_then(|g| g.parse().ok())
-        }
-        Flavor::MySql => None,
-    };
-    Ok((BinlogPosition::new(file, pos), gtid))
+    Ok(BinlogPosition::new(file, pos))
+}
+
+/// The binlog's end and the server's GTID state there (when it has one).
+async fn current_end(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    server: &Server,
+) -> Result<(BinlogPosition, Option<GtidSet>), MysqlError> {
+    let end = binlog_end(conn, cfg, server).await?;
+    let g: Option<String> = conn
+        .query_first(server.gtid_state())
+        .await
+        .map_err(query_err(cfg, "read the GTID state"))?;
+    Ok((end, g.and_then(|g| g.parse().ok())))
 }
 
 /// How many binlog bytes the server has written past `at`: the rest of `at`'s file plus

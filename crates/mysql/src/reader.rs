@@ -19,7 +19,8 @@ use sluice_core::{BinlogPosition, GtidSet, Op};
 
 use crate::decode::{RowValues, TableSchema};
 use crate::error::{At, MysqlError};
-use crate::preflight::{connect, query_err, Flavor};
+use crate::preflight::{connect, query_err};
+use crate::server::{Flavor, Server};
 use crate::source::{SourceConfig, TableFilter};
 
 // MariaDB's own event types (sent once the replica announces capability 4).
@@ -163,16 +164,14 @@ impl BinlogReader {
     /// Connects as a replica and requests the binlog from `at`.
     pub async fn start(
         cfg: &SourceConfig,
-        flavor: Flavor,
+        server: &Server,
         at: StartAt,
     ) -> Result<Self, MysqlError> {
+        let flavor = server.flavor;
         let mut conn = connect(cfg).await?;
-        conn.query_drop(format!(
-            "SET @master_heartbeat_period = {}",
-            HEARTBEAT.as_nanos()
-        ))
-        .await
-        .map_err(query_err(cfg, "set heartbeat period"))?;
+        conn.query_drop(server.heartbeat(HEARTBEAT))
+            .await
+            .map_err(query_err(cfg, "set heartbeat period"))?;
         let checksum: Option<String> = conn
             .query_first("SELECT @@GLOBAL.binlog_checksum")
             .await
@@ -181,10 +180,10 @@ impl BinlogReader {
             Some(c) if !c.eq_ignore_ascii_case("NONE") => 4,
             _ => 0,
         };
-        if flavor == Flavor::MariaDb {
-            conn.query_drop("SET @mariadb_slave_capability = 4")
+        if let Some(announce) = server.replica_announcement() {
+            conn.query_drop(announce)
                 .await
-                .map_err(query_err(cfg, "announce MariaDB replica capability"))?;
+                .map_err(query_err(cfg, "announce the replica's capability"))?;
         }
         let (file, pos, gtid_set) = match &at {
             StartAt::Position(p) => (p.file.clone(), p.pos, None),

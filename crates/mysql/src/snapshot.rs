@@ -3,11 +3,10 @@
 //! in, without locking writers.
 //!
 //! Each batch is read in its own `START TRANSACTION WITH CONSISTENT SNAPSHOT`, together
-//! with the binlog position that snapshot corresponds to (MariaDB's
-//! `binlog_snapshot_file`/`binlog_snapshot_position`). A row read in that batch is the
-//! row's state at that position: its document version is derived from it, so any change
-//! committed later — which the live stream carries with a larger version — wins over it,
-//! and anything older loses.
+//! with where that snapshot stands in the binlog ([`Watermarks`]): a row read in that
+//! batch holds every change logged before the low watermark, and its document version is
+//! derived from it, so any change logged later — which the live stream carries with a
+//! larger version — wins over it, and anything older loses. No lock is taken.
 //!
 //! Values come through the binary protocol and are turned into exactly the JSON the
 //! binlog decoder produces for the same row (see [`crate::decode`]), with the same
@@ -27,6 +26,7 @@ use sluice_core::{BinlogPosition, ColumnInfo};
 use crate::decode::{shared_value, Kind};
 use crate::error::MysqlError;
 use crate::preflight::query_err;
+use crate::server::{Flavor, Server};
 use crate::source::SourceConfig;
 
 /// One column as the snapshot reads it.
@@ -275,6 +275,12 @@ impl SnapshotTable {
         src: &SourceConfig,
         conn: &mut Conn,
     ) -> Result<u64, MysqlError> {
+        let server = crate::preflight::server_of(conn, src).await?;
+        for sql in server.reader_session() {
+            conn.query_drop(*sql)
+                .await
+                .map_err(query_err(src, "read fresh table statistics"))?;
+        }
         let n: Option<Option<u64>> = conn
             .exec_first(
                 "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
@@ -330,25 +336,94 @@ impl SnapshotTable {
     }
 }
 
-/// Starts a consistent snapshot and returns the binlog position it corresponds to: every
-/// row read in it is that row's state at that position. End it with [`end_snapshot`]. The
-/// connection must have been opened with [`SourceConfig::reader_opts`].
+/// Where a lock-free consistent snapshot stands in the binlog: every transaction logged
+/// before `low` is visible in it, and none logged after `high` is. A document read in it
+/// is therefore at least as new as `low`, which versions what is written from it (any
+/// later change reaches the index through the stream with a higher version and wins),
+/// and a judgment of it waits for `high` (README, "Snapshots without locks").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watermarks {
+    pub low: BinlogPosition,
+    pub high: BinlogPosition,
+}
+
+/// How snapshots learn their watermarks on MariaDB (`SLUICE_SNAPSHOT_POSITIONS`): by
+/// default its exact snapshot position (`low` = `high`); `watermarks` reads them around
+/// the snapshot as on MySQL, so that path is tested on MariaDB too.
+fn mariadb_watermarks() -> bool {
+    static WATERMARKS: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        std::env::var("SLUICE_SNAPSHOT_POSITIONS").is_ok_and(|v| v.trim() == "watermarks")
+    });
+    *WATERMARKS
+}
+
+/// How long a snapshot waits for the transactions being committed to become visible.
+const COMMITTING_WITHIN: u32 = 10;
+
+/// Starts a consistent snapshot and returns its watermarks. End it with
+/// [`end_snapshot`]. The connection must have been opened with
+/// [`SourceConfig::reader_opts`].
+///
+/// MariaDB reports the binlog position a consistent snapshot sees
+/// (`binlog_snapshot_file`/`position`): both watermarks are it. MySQL does not, so:
+/// the binlog's end is read (`low`); a transaction logged before it may not be
+/// committed yet — it then owns its GTID until its commit is visible — so the snapshot
+/// waits until the GTIDs owned at that moment are executed (`gtid_owned`, then
+/// `WAIT_FOR_EXECUTED_GTID_SET`; MySQL adds a GTID to `gtid_executed` only after the
+/// storage engine committed it); then it starts, and the binlog's end is read again
+/// (`high`): whatever the snapshot sees was logged before it.
 pub(crate) async fn begin_snapshot(
     src: &SourceConfig,
     conn: &mut Conn,
-) -> Result<BinlogPosition, MysqlError> {
-    begin_read(src, conn).await?;
-    let status: Result<Vec<(String, String)>, MysqlError> = conn
-        .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
-        .await
-        .map_err(query_err(src, "read the snapshot's binlog position"));
-    let status = match status {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = end_snapshot(src, conn).await;
-            return Err(e);
+    server: &Server,
+) -> Result<Watermarks, MysqlError> {
+    if server.flavor == Flavor::MariaDb && !mariadb_watermarks() {
+        begin_read(src, conn).await?;
+        return match mariadb_position(src, conn).await {
+            Ok(p) => Ok(Watermarks {
+                low: p.clone(),
+                high: p,
+            }),
+            Err(e) => {
+                let _ = end_snapshot(src, conn).await;
+                Err(e)
+            }
+        };
+    }
+    let low = match server.flavor {
+        Flavor::MySql => {
+            let low = crate::preflight::binlog_end(conn, src, server).await?;
+            wait_committing(src, conn).await?;
+            low
+        }
+        Flavor::MariaDb => {
+            // A snapshot's exact position: everything before it is visible to any
+            // snapshot started later.
+            begin_read(src, conn).await?;
+            let p = mariadb_position(src, conn).await;
+            end_snapshot(src, conn).await?;
+            p?
         }
     };
+    begin_read(src, conn).await?;
+    match crate::preflight::binlog_end(conn, src, server).await {
+        Ok(high) => Ok(Watermarks { low, high }),
+        Err(e) => {
+            let _ = end_snapshot(src, conn).await;
+            Err(e)
+        }
+    }
+}
+
+/// Inside a consistent snapshot on MariaDB: the binlog position it sees.
+pub(crate) async fn mariadb_position(
+    src: &SourceConfig,
+    conn: &mut Conn,
+) -> Result<BinlogPosition, MysqlError> {
+    let status: Vec<(String, String)> = conn
+        .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        .await
+        .map_err(query_err(src, "read the snapshot's binlog position"))?;
     let get = |name: &str| {
         status
             .iter()
@@ -360,19 +435,63 @@ pub(crate) async fn begin_snapshot(
             file,
             pos: pos.parse().unwrap_or(0),
         }),
-        _ => {
-            let _ = end_snapshot(src, conn).await;
-            Err(MysqlError::Preflight {
-                source_name: src.name.clone(),
-                problems: vec![
-                    "the server does not report the binlog position of a consistent snapshot \
-                     (binlog_snapshot_file/position, MariaDB); snapshots of MySQL need a \
-                     locking read and are not supported yet"
-                        .into(),
-                ],
-            })
+        _ => Err(MysqlError::Preflight {
+            source_name: src.name.clone(),
+            problems: vec![
+                "the server does not report the binlog position of a consistent snapshot \
+                 (binlog_snapshot_file/position): is binary logging on?"
+                    .into(),
+            ],
+        }),
+    }
+}
+
+/// Waits until the transactions that own a GTID now (logged or being logged, not yet
+/// visible) are executed, so that a snapshot started afterwards sees every transaction
+/// logged so far.
+async fn wait_committing(src: &SourceConfig, conn: &mut Conn) -> Result<(), MysqlError> {
+    let owned: String = conn
+        .query_first("SELECT @@GLOBAL.gtid_owned")
+        .await
+        .map_err(query_err(src, "read the GTIDs being committed"))?
+        .unwrap_or_default();
+    let owned = owned_gtids(&owned);
+    if owned.is_empty() {
+        return Ok(());
+    }
+    let timed_out: Option<i64> = conn
+        .exec_first(
+            "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+            (&owned, COMMITTING_WITHIN),
+        )
+        .await
+        .map_err(query_err(src, "wait for the transactions being committed"))?;
+    if timed_out == Some(0) {
+        Ok(())
+    } else {
+        Err(MysqlError::Wait {
+            source_name: src.name.clone(),
+            what: format!("transactions {owned} were not committed within {COMMITTING_WITHIN} s"),
+        })
+    }
+}
+
+/// `@@GLOBAL.gtid_owned` (`uuid:gno#thread, …`, thread ids after `#`) as a GTID set.
+pub(crate) fn owned_gtids(owned: &str) -> String {
+    let mut set = sluice_core::GtidSet::empty_mysql();
+    for item in owned.split(',') {
+        let mut parts = item.trim().split(':');
+        let Some(uuid) = parts.next().filter(|u| u.len() == 36) else {
+            continue;
+        };
+        for gno in parts {
+            let gno = gno.split('#').next().unwrap_or_default().trim();
+            if let Ok(n) = gno.parse::<u64>() {
+                set.apply_mysql(uuid, n);
+            }
         }
     }
+    set.to_string()
 }
 
 /// Starts a read-only transaction with a consistent snapshot, on a connection opened
@@ -462,5 +581,23 @@ pub(crate) fn value_to_json(col: &Column, value: Value) -> Result<Json, String> 
         }
         // The session time zone is UTC, so a TIMESTAMP reads as UTC.
         (kind, v) => shared_value(kind, col.fsp, v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_gtids_drop_their_threads() {
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let w = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(owned_gtids(""), "");
+        assert_eq!(owned_gtids(&format!("{u}:7#12")), format!("{u}:7"));
+        assert_eq!(
+            owned_gtids(&format!("{u}:7#12, {u}:8#13,\n{w}:2#9")),
+            format!("{u}:7-8,{w}:2")
+        );
+        assert_eq!(owned_gtids(&format!("{u}:3#1:5#2")), format!("{u}:3:5"));
     }
 }

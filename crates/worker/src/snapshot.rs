@@ -401,7 +401,9 @@ async fn chunk(
                 v => Some(serde_json::from_value(v.clone())?),
             };
             let (read, position) = async {
-                let position = reader.begin_snapshot().await?;
+                // The documents hold every change logged before the snapshot's low
+                // watermark: they are versioned with it.
+                let position = reader.begin_snapshot().await?.low;
                 let read = plan
                     .read_range(&mut reader, after.as_ref(), upper.as_ref(), BATCH_ROWS)
                     .await;

@@ -270,7 +270,7 @@ async fn open(
             .context("cannot record the starting position")?;
         tracing::info!(task = %src.name, position = %checkpoint.position, epoch = checkpoint.epoch, "{why}");
     }
-    let start = match (&checkpoint.gtid, info.flavor) {
+    let start = match (&checkpoint.gtid, info.server.flavor) {
         (Some(g @ GtidSet::MariaDb(_)), Flavor::MariaDb)
         | (Some(g @ GtidSet::MySql(_)), Flavor::MySql)
             if !g.is_empty() =>
@@ -282,8 +282,8 @@ async fn open(
         }
         _ => StartAt::Position(checkpoint.position.clone()),
     };
-    tracing::info!(task = %src.name, server = %info.version, start = ?start, "streaming");
-    let reader = BinlogReader::start(src, info.flavor, start).await?;
+    tracing::info!(task = %src.name, server = %info.server, start = ?start, "streaming");
+    let reader = BinlogReader::start(src, &info.server, start).await?;
     let stamp = Stamp {
         epoch: checkpoint.epoch,
         server_id: info.server_id,

@@ -26,7 +26,7 @@
 //! `BENCH_LATENCY_SAMPLES` (200),
 //! `BENCH_LATENCY_RATE` (rows/s, 20), `BENCH_LOADED_SAMPLES` (10000), `BENCH_LOADED_RATE`
 //! (rows/s, 1000), `SLUICE_BIN_DIR` (which build of the services runs),
-//! and the stack endpoints the tests use (`MYSQL_URL`, `ZOOKEEPER`, `KAFKA_BROKERS`, `ES_URL`).
+//! and the stack endpoints the tests use (`MARIADB_URL`, `ZOOKEEPER`, `KAFKA_BROKERS`, `ES_URL`).
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -822,9 +822,10 @@ impl Bench {
         let stack = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.work/stack");
         for (svc, marker) in [
             ("mariadb", "mariadbd"),
+            ("mysql", "mysqld"),
             ("zookeeper", "QuorumPeerMain"),
-            ("tansu", "tansu"),
-            ("osmem", "osmem-server"),
+            ("kafka", "kafka.Kafka"),
+            ("opensearch", "org.opensearch.bootstrap.OpenSearch"),
         ] {
             let pid = std::fs::read_to_string(stack.join(svc).join(format!("{svc}.pid")))
                 .ok()
@@ -852,7 +853,7 @@ impl Bench {
     }
 
     /// Stops the services and removes what the run created: the database, the indexes,
-    /// the topics (tansu's memory storage and osmem keep everything in RAM), the ZK root.
+    /// the topics, the ZK root.
     async fn cleanup(&mut self) {
         for s in [&mut self.etl, &mut self.worker].into_iter().flatten() {
             if s.is_running() {

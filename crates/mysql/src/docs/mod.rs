@@ -17,7 +17,7 @@ use serde_json::{Map, Value as Json};
 use sluice_core::pipeline::filter;
 use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind};
 
-pub use read::{Built, RangeRead, Reader};
+pub use read::{Built, Floor, RangeRead, Reader};
 
 use mysql_async::Conn;
 
@@ -249,12 +249,18 @@ pub async fn load(
 pub struct SourcePool {
     src: SourceConfig,
     pool: mysql_async::Pool,
+    /// The server, once a reader asked.
+    server: std::sync::Mutex<Option<crate::Server>>,
 }
 
 impl SourcePool {
     pub fn new(src: SourceConfig) -> Self {
         let pool = mysql_async::Pool::new(src.reader_opts());
-        Self { src, pool }
+        Self {
+            src,
+            pool,
+            server: std::sync::Mutex::default(),
+        }
     }
 
     pub fn config(&self) -> &SourceConfig {
@@ -271,7 +277,17 @@ impl SourcePool {
                 source_name: self.src.name.clone(),
                 error,
             })?;
-        Ok(Reader::new(&self.src, conn))
+        let known = self
+            .server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut reader = Reader::new(&self.src, conn, known.clone());
+        if known.is_none() {
+            let server = reader.server().await?;
+            *self.server.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+        }
+        Ok(reader)
     }
 
     pub async fn close(self) {

@@ -16,8 +16,44 @@ use super::{join_key, sql, DocPlan, Node};
 use crate::decode::Kind;
 use crate::error::MysqlError;
 use crate::preflight::query_err;
-use crate::snapshot::{value_to_json, Key, KeyPart};
+use crate::server::{Flavor, Server};
+use crate::snapshot::{value_to_json, Key, KeyPart, Watermarks};
 use crate::source::SourceConfig;
+
+/// The newest changes a document read must see: the highest version among them, and
+/// their GTIDs (MySQL; empty elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Floor {
+    pub version: u64,
+    pub gtids: sluice_core::GtidSet,
+}
+
+impl Default for Floor {
+    fn default() -> Self {
+        Floor {
+            version: 0,
+            gtids: sluice_core::GtidSet::empty_mysql(),
+        }
+    }
+}
+
+impl Floor {
+    /// Takes in a change of `version` with GTID `gtid` (`uuid:gno` on MySQL).
+    pub fn add(&mut self, version: u64, gtid: Option<&str>) {
+        self.version = self.version.max(version);
+        if let Some((uuid, gno)) = gtid.and_then(|g| g.split_once(':')) {
+            if let Ok(n) = gno.parse() {
+                self.gtids.apply_mysql(uuid, n);
+            }
+        }
+    }
+
+    /// Takes in every change of `other`.
+    pub fn merge(&mut self, other: &Floor) {
+        self.version = self.version.max(other.version);
+        self.gtids.union(&other.gtids);
+    }
+}
 
 /// One document as read.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,17 +82,24 @@ pub struct RangeRead {
 pub struct Reader<'a> {
     pub src: &'a SourceConfig,
     conn: Conn,
+    /// The server, once asked.
+    server: Option<Server>,
     /// Statements run so far.
     pub queries: u64,
 }
 
+/// How long a document read waits for a change to become visible before it goes ahead
+/// and says so.
+const VISIBLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl<'a> Reader<'a> {
     /// A reader on `conn`, which must have been opened with
-    /// [`SourceConfig::reader_opts`].
-    pub(crate) fn new(src: &'a SourceConfig, conn: Conn) -> Self {
+    /// [`SourceConfig::reader_opts`]; `server` when known.
+    pub(crate) fn new(src: &'a SourceConfig, conn: Conn, server: Option<Server>) -> Self {
         Self {
             src,
             conn,
+            server,
             queries: 0,
         }
     }
@@ -69,7 +112,17 @@ impl<'a> Reader<'a> {
                 source_name: src.name.clone(),
                 error,
             })?;
-        Ok(Self::new(src, conn))
+        Ok(Self::new(src, conn, None))
+    }
+
+    /// The server this reader reads.
+    pub async fn server(&mut self) -> Result<Server, MysqlError> {
+        if let Some(s) = &self.server {
+            return Ok(s.clone());
+        }
+        let s = crate::preflight::server_of(&mut self.conn, self.src).await?;
+        self.server = Some(s.clone());
+        Ok(s)
     }
 
     /// Starts a read-only transaction in which every level of a read sees one state
@@ -78,27 +131,43 @@ impl<'a> Reader<'a> {
         crate::snapshot::begin_read(self.src, &mut self.conn).await
     }
 
-    /// Starts a read that sees every change up to version `floor` (a document's newest
-    /// change). A change reaches the binlog, and Sluice, a moment before its transaction
-    /// is visible to readers; a read in that moment would stamp the old state with the new
-    /// version for good. So on MariaDB the read waits for a consistent snapshot whose
-    /// binlog position is past the change (a few milliseconds at most; after 5 s it goes
-    /// ahead and says so). A server that does not report a snapshot's position (MySQL)
-    /// gets a plain consistent read. End it with [`Reader::end`].
-    pub async fn begin_after(&mut self, floor: u64) -> Result<(), MysqlError> {
-        let floor = sluice_core::ExternalVersion::from_raw(floor);
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    /// Starts a read that sees every change up to `floor` (a document's newest change).
+    /// A change reaches the binlog, and Sluice, a moment before its transaction is
+    /// visible to readers; a read in that moment would stamp the old state with the new
+    /// version for good. So the read waits until the change is visible: on MariaDB for a
+    /// consistent snapshot whose binlog position is past the change's version, on MySQL
+    /// until the changes' GTIDs are executed (`WAIT_FOR_EXECUTED_GTID_SET`). That takes a
+    /// few milliseconds at most; after [`VISIBLE_WITHIN`] the read goes ahead and says so.
+    /// End it with [`Reader::end`].
+    pub async fn begin_after(&mut self, floor: &Floor) -> Result<(), MysqlError> {
+        let server = self.server().await?;
+        if server.flavor == Flavor::MySql {
+            if !floor.gtids.is_empty() {
+                let set = floor.gtids.to_string();
+                let timed_out: Option<i64> = self
+                    .conn
+                    .exec_first(
+                        "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+                        (&set, VISIBLE_WITHIN.as_secs()),
+                    )
+                    .await
+                    .map_err(query_err(self.src, "wait for a change to be visible"))?;
+                if timed_out != Some(0) {
+                    tracing::warn!(source = %self.src.name, gtids = %set, "the changes were not visible within 5 s (another server's GTIDs?): reading anyway");
+                }
+            }
+            return self.begin().await;
+        }
+        let version = sluice_core::ExternalVersion::from_raw(floor.version);
+        let deadline = tokio::time::Instant::now() + VISIBLE_WITHIN;
         loop {
-            let position = match crate::snapshot::begin_snapshot(self.src, &mut self.conn).await {
-                Ok(p) => p,
-                Err(MysqlError::Preflight { .. }) => return self.begin().await,
-                Err(e) => return Err(e),
-            };
+            self.begin().await?;
+            let position = crate::snapshot::mariadb_position(self.src, &mut self.conn).await?;
             let at = (
                 sluice_core::position::file_seq(&position.file).unwrap_or(0),
                 position.pos,
             );
-            if at > (floor.file_seq(), floor.offset()) {
+            if at > (version.file_seq(), version.offset()) {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -110,10 +179,12 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Starts a consistent snapshot and returns its binlog position (a build's chunk:
-    /// the documents read in it have that version). End it with [`Reader::end`].
-    pub async fn begin_snapshot(&mut self) -> Result<sluice_core::BinlogPosition, MysqlError> {
-        crate::snapshot::begin_snapshot(self.src, &mut self.conn).await
+    /// Starts a consistent snapshot and returns where it stands in the binlog (a build's
+    /// chunk: the documents read in it are versioned with its low watermark). End it
+    /// with [`Reader::end`].
+    pub async fn begin_snapshot(&mut self) -> Result<Watermarks, MysqlError> {
+        let server = self.server().await?;
+        crate::snapshot::begin_snapshot(self.src, &mut self.conn, &server).await
     }
 
     pub async fn end(&mut self) -> Result<(), MysqlError> {

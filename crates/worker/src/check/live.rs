@@ -84,7 +84,8 @@ pub(super) async fn compare(
     }
     // Everything up to now applied to both, then both copies again, in real time.
     let mut reader = Reader::connect(ctx.src).await?;
-    let position = reader.begin_snapshot().await?;
+    // Nothing the snapshot sees was logged after its high watermark.
+    let position = reader.begin_snapshot().await?.high;
     reader.end().await?;
     reader.close().await;
     settle(c, ctx, &position).await?;

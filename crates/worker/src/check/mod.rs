@@ -36,7 +36,7 @@ use sluice_core::{BuildDocument, ENVELOPE_VERSION};
 use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
 use sluice_mysql::docs::{Built, DocPlan, Reader};
-use sluice_mysql::Key;
+use sluice_mysql::{Key, Watermarks};
 use sluice_zk::layout::{
     self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, RunKind, SourceRecord,
 };
@@ -342,7 +342,8 @@ async fn rebuild(
         ..CheckTally::default()
     };
     for part in keys.chunks(BATCH) {
-        let position = reader.begin_snapshot().await?;
+        // Written with the low watermark: what it read holds every change before it.
+        let position = reader.begin_snapshot().await?.low;
         let built = plan.read(&mut reader, part).await;
         reader.end().await?;
         let version = version_at(epoch, &position)?;
@@ -407,7 +408,9 @@ async fn survey(
         if stop.is_cancelled() {
             bail!("stopped");
         }
-        let position = reader.begin_snapshot().await?;
+        // Judged at the high watermark: an index copy above it was written after the
+        // read, one at or below it is what the read may be compared with.
+        let position = reader.begin_snapshot().await?.high;
         let read = ctx
             .plan
             .read_range(&mut reader, after.as_ref(), upper, BATCH)
@@ -618,7 +621,7 @@ async fn confirm(
     let key_values: Vec<Vec<Json>> = keys.iter().map(|(_, k, _)| k.clone()).collect();
     let mut reader = Reader::connect(ctx.src).await?;
     let low = read_keys(&mut reader, ctx, &key_values).await?;
-    settle(c, ctx, &low.position).await?;
+    settle(c, ctx, &low.marks.high).await?;
     let refs: Vec<(String, Option<String>)> = keys
         .iter()
         .map(|(id, _, r)| (id.clone(), r.clone()))
@@ -641,7 +644,7 @@ async fn confirm(
             tally.skipped += 1;
             continue;
         }
-        let (kind, detail) = match judge(before, low.version, index.get(id)) {
+        let (kind, detail) = match judge(before, low.judged, index.get(id)) {
             Verdict::Equal => continue,
             Verdict::Touched => {
                 tally.skipped += 1;
@@ -659,7 +662,7 @@ async fn confirm(
             build: ctx.rec.version,
             id: id.clone(),
             routing: routing.clone().or(hit_routing),
-            version: high.version,
+            version: high.written,
             doc: after.cloned().unwrap_or_default(),
             columns: None,
             repair: true,
@@ -674,9 +677,14 @@ async fn confirm(
 
 /// Documents read in one consistent snapshot, by `_id`.
 struct Snapshot {
-    position: sluice_core::BinlogPosition,
-    /// The version of what it read.
-    version: u64,
+    /// Where the snapshot stands in the binlog.
+    marks: Watermarks,
+    /// The version its documents are written with (its low watermark's: they hold
+    /// every change before it).
+    written: u64,
+    /// The version an index copy is judged against (its high watermark's: a copy above
+    /// it was written after the read).
+    judged: u64,
     docs: BTreeMap<String, Built>,
 }
 
@@ -692,13 +700,14 @@ async fn read_keys(
     ctx: &Ctx<'_>,
     keys: &[Vec<Json>],
 ) -> anyhow::Result<Snapshot> {
-    let position = reader.begin_snapshot().await?;
+    let marks = reader.begin_snapshot().await?;
     let read = ctx.plan.read(reader, keys).await;
     reader.end().await?;
     Ok(Snapshot {
-        version: version_at(ctx.epoch, &position)?,
+        written: version_at(ctx.epoch, &marks.low)?,
+        judged: version_at(ctx.epoch, &marks.high)?,
         docs: read?.into_iter().map(|b| (b.id.clone(), b)).collect(),
-        position,
+        marks,
     })
 }
 

@@ -1,4 +1,4 @@
-//! `EsClient` against a real server: osmem-server locally (`make stack-up`), or any
+//! `EsClient` against a real server: OpenSearch locally (`make stack-up`), or any
 //! Elasticsearch 7/8 or OpenSearch 2 cluster named by `ES_URL` (with `ES_USERNAME`
 //! and `ES_PASSWORD` when it needs them).
 //!

@@ -1,0 +1,17 @@
+# The versions of the local stack's servers and tools, and where they are installed
+# (sourced by deploy/install.sh and deploy/stack.sh).
+KAFKA_VERSION=4.1.1
+LOG4J_VERSION=2.24.3
+SLF4J_VERSION=2.0.17
+OPENSEARCH_VERSION=2.19.6
+NEXTEST_VERSION=0.9.148
+MAVEN=https://repo1.maven.org/maven2
+# OpenSearch refuses to run as root: as root, the stack runs it as this user.
+SEARCH_USER=sluice-search
+if [ -z "${SLUICE_TOOLS:-}" ]; then
+  if [ "$(id -u)" = 0 ]; then SLUICE_TOOLS=/opt/sluice; else SLUICE_TOOLS="$HOME/.local/lib/sluice"; fi
+fi
+# A JDK 17 or newer for Kafka and OpenSearch: JAVA_HOME when set, else the java on PATH.
+if [ -z "${JAVA_HOME:-}" ] && command -v java >/dev/null 2>&1; then
+  JAVA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+fi
