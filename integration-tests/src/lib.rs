@@ -76,6 +76,27 @@ pub fn last_lines(path: &std::path::Path, n: usize) -> String {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// The numbers `from..=to` as a derived table of one column, `seq`, for `INSERT … SELECT`
+/// on either server (MariaDB's `seq_1_to_N` tables do not exist on MySQL, and MySQL's
+/// recursive CTEs stop at 1,000 rows by default): digits cross-joined.
+pub fn seq(from: u64, to: u64) -> String {
+    let places = to.max(1).ilog10() + 1;
+    let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+                  UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+                  UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    let sum = (0..places)
+        .map(|p| format!("d{p}.d * {}", 10u64.pow(p)))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let from_list = (0..places)
+        .map(|p| format!("{digits} AS d{p}"))
+        .collect::<Vec<_>>()
+        .join(" CROSS JOIN ");
+    format!(
+        "(SELECT {sum} AS seq FROM {from_list} WHERE {sum} BETWEEN {from} AND {to}) AS seq_rows"
+    )
+}
+
 /// A name unique to this process and call, safe for databases, topics and indexes.
 pub fn unique(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);

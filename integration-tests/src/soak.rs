@@ -520,7 +520,8 @@ async fn fill(conn: &mut mysql_async::Conn, table: &str, size: u64, rows: &Atomi
     while from <= size {
         let to = (from + 499).min(size);
         conn.query_drop(format!(
-            "INSERT INTO {table} (id, k, c, pad) SELECT seq, seq, CONCAT('c-', seq), 'pad' FROM seq_{from}_to_{to}"
+            "INSERT INTO {table} (id, k, c, pad) SELECT seq, seq, CONCAT('c-', seq), 'pad' FROM {}",
+            crate::seq(from, to)
         ))
         .await
         .unwrap_or_else(|e| panic!("fill {table}: {e}"));

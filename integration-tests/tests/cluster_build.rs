@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{
     check_table, eventually, CheckOptions, Cluster, ClusterSource, TestCtx,
 };
@@ -64,7 +65,7 @@ async fn snapshotted(cluster: &Cluster, alias: &str, rows: u64) -> Result<(), St
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index: mariadb, mysql);
 async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     let (ctx, mut cluster, items) = streaming_items("build", 3).await;
     let alias = items.pipeline.alias.clone();
@@ -345,6 +346,7 @@ async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
     ctx.cleanup().await;
 }
 
+on_sources!(a_crash_at_the_hand_off_from_snapshot_to_stream_with_writes_to_the_chunk_being_read_loses_nothing: mariadb, mysql);
 /// The hand-off from snapshot to stream, with writes aimed at the chunks being read: every
 /// round of the load updates a row in each chunk (on both sides of the chunk's read
 /// cursor, as it moves), deletes one now and then, and inserts past the end. Then both
@@ -356,7 +358,6 @@ async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
 ///   it reads the marker again after its restart.
 ///
 /// The alias moves once, and the new version equals the table row for row.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_the_hand_off_from_snapshot_to_stream_with_writes_to_the_chunk_being_read_loses_nothing(
 ) {
     const CHUNK: u64 = 1000;

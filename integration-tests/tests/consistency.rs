@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{check_table, eventually, CheckOptions, Cluster, Tamper, TestCtx};
 
 /// Rows: three check chunks (5,000 root keys each).
@@ -50,7 +51,7 @@ fn counts(c: &Value) -> (u64, u64, u64) {
     (n("missing"), n("extra"), n("different"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right: mariadb, mysql);
 async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
     let ctx = TestCtx::new("consistency").await;
     ctx.items_table(ROWS).await;

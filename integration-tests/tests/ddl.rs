@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::TestCtx;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time: mariadb, mysql);
 async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
     let ctx = TestCtx::new("ddl").await;
     ctx.exec("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(32), legacy INT)")

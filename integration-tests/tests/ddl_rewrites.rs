@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{
     check_table, eventually, sample, CheckOptions, Cluster, ClusterSource, TestCtx,
 };
@@ -73,7 +74,7 @@ async fn build(cluster: &Cluster, source: &ClusterSource) {
     cluster.wait_built(alias, Duration::from_secs(120)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it: mariadb, mysql);
 async fn ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it() {
     let ctx = TestCtx::new("ddlrw").await;
     for table in ["items", "goods"] {
@@ -174,7 +175,7 @@ async fn ddl_that_rewrites_rows_marks_the_pipeline_and_auto_rebuild_builds_it() 
     ctx.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_swap_by_rename_and_a_drop_and_create_mark_the_pipeline_while_streaming_goes_on: mariadb, mysql);
 async fn a_swap_by_rename_and_a_drop_and_create_mark_the_pipeline_while_streaming_goes_on() {
     let ctx = TestCtx::new("ddlswap").await;
     for table in ["items", "orders"] {

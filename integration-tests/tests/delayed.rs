@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{check_documents, eventually, Cluster, ClusterSource, TestCtx};
 
 /// Products in the renamed category, and in another one.
@@ -89,7 +90,7 @@ async fn unrelated_change(ctx: &TestCtx, index: &str, id: u64, n: u64) -> Durati
     committed.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_delayed_category_rename_is_applied_by_the_job_not_inline: mariadb, mysql);
 async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     let ctx = TestCtx::new("delayed").await;
     create_tables(&ctx).await;

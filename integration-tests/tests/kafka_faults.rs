@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_integration_tests::broker::PrivateKafka;
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::proxy::Mode;
 use sluice_integration_tests::{env_num, eventually, TestCtx};
 
@@ -18,7 +19,7 @@ const WITHIN: Duration = Duration::from_secs(180);
 /// single-row transactions take two each.
 const IN_FLIGHT: f64 = 1_000.0;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_flows: mariadb, mysql);
 async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_flows() {
     let outage = Duration::from_secs(env_num("KAFKA_OUTAGE_SECS", 120).expect("KAFKA_OUTAGE_SECS"));
     let kafka = PrivateKafka::start().await;
@@ -32,8 +33,11 @@ async fn kafka_unreachable_for_a_long_while_holds_the_position_and_memory_then_f
         .with_env("SLUICE_WORKER__MAX_IN_FLIGHT", &IN_FLIGHT.to_string());
     let etl = ctx.etl(std::slice::from_ref(&pipeline));
     let run = ctx.run(worker, etl).await;
-    ctx.exec("INSERT INTO acct SELECT seq, seq, 'before' FROM seq_1_to_500")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO acct SELECT seq, seq, 'before' FROM {}",
+        sluice_integration_tests::seq(1, 500)
+    ))
+    .await;
     ctx.wait_streamed(&run.worker).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
 
@@ -115,8 +119,11 @@ async fn events_past_the_message_timeout_fail_and_the_task_resumes_from_its_conf
     let worker = ctx.worker().with_env("SLUICE_KAFKA__MESSAGE_TIMEOUT", "3s");
     let etl = ctx.etl(std::slice::from_ref(&pipeline));
     let run = ctx.run(worker, etl).await;
-    ctx.exec("INSERT INTO acct SELECT seq, seq FROM seq_1_to_100")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO acct SELECT seq, seq FROM {}",
+        sluice_integration_tests::seq(1, 100)
+    ))
+    .await;
     ctx.converges(&run, &pipeline, WITHIN).await;
 
     let load = ctx.load(Duration::from_millis(20), |n| {

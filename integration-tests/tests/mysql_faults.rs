@@ -131,15 +131,21 @@ async fn kill_9_inside_a_large_transaction_resumes_at_its_start_and_loses_nothin
         .await;
     let pipeline = ctx.pipeline("big");
     let mut run = ctx.start(std::slice::from_ref(&pipeline)).await;
-    ctx.exec("INSERT INTO big SELECT seq, 0, 'x' FROM seq_1_to_5000")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO big SELECT seq, 0, 'x' FROM {}",
+        sluice_integration_tests::seq(1, 5000)
+    ))
+    .await;
     ctx.converges(&run, &pipeline, WITHIN).await;
 
     // One transaction of 100,000 row changes, each to a row of its own: a restart that
     // resumed anywhere past the transaction's start would leave rows missing.
     let before = run.worker.metric("sluice_worker_events_total", &[]).await;
-    ctx.exec("INSERT INTO big SELECT seq, seq, REPEAT('t', 40) FROM seq_5001_to_105000")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO big SELECT seq, seq, REPEAT('t', 40) FROM {}",
+        sluice_integration_tests::seq(5001, 105000)
+    ))
+    .await;
 
     // Killed once part of the transaction is published and before all of it is.
     let deadline = Instant::now() + WITHIN;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{check_documents, eventually, shop, Running, TestCtx};
 
 const PRODUCTS: u64 = 2200;
@@ -33,7 +34,7 @@ async fn document(ctx: &TestCtx, alias: &str, id: u64) -> Option<Value> {
         .remove(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_shop_tree_stays_exact_through_every_kind_of_change: mariadb, mysql);
 async fn a_shop_tree_stays_exact_through_every_kind_of_change() {
     let ctx = TestCtx::new("relations").await;
     shop::schema(&ctx).await;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::services::Service;
 use sluice_integration_tests::{check_table, eventually, kafka, CheckOptions, TestCtx};
 
@@ -35,7 +36,7 @@ async fn snapshot(ctx: &TestCtx, alias: &str, ids: &[String]) -> BTreeMap<String
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect: mariadb, mysql);
 async fn rewinding_the_etl_changes_nothing_and_a_late_insert_does_not_resurrect() {
     let ctx = TestCtx::new("replay").await;
     ctx.exec("CREATE TABLE kv (id INT PRIMARY KEY, v VARCHAR(20))")

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use mysql_async::prelude::*;
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{eventually, TestCtx};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(kill_9_of_worker_and_etl_mid_stream_loses_nothing: mariadb, mysql);
 async fn kill_9_of_worker_and_etl_mid_stream_loses_nothing() {
     let ctx = TestCtx::new("kill").await;
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT, note VARCHAR(40))")

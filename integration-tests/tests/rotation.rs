@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::TestCtx;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(changes_across_binlog_rotation_keep_growing_versions: mariadb, mysql);
 async fn changes_across_binlog_rotation_keep_growing_versions() {
     let ctx = TestCtx::new("rotate").await;
     ctx.exec("CREATE TABLE r (id INT PRIMARY KEY, v INT)").await;

@@ -17,8 +17,11 @@ async fn the_source_crashed_and_restarted_mid_stream_loses_nothing() {
         .await;
     let pipeline = ctx.pipeline("acct");
     let run = ctx.start(std::slice::from_ref(&pipeline)).await;
-    ctx.exec("INSERT INTO acct SELECT seq, seq, 'first' FROM seq_1_to_3000")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO acct SELECT seq, seq, 'first' FROM {}",
+        sluice_integration_tests::seq(1, 3000)
+    ))
+    .await;
     ctx.exec("UPDATE acct SET balance = balance * 2 WHERE id % 2 = 0")
         .await;
 

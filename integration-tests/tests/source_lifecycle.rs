@@ -60,8 +60,11 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
         .await;
-    ctx.exec("INSERT INTO acct SELECT seq, seq, 'first' FROM seq_1_to_400")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO acct SELECT seq, seq, 'first' FROM {}",
+        sluice_integration_tests::seq(1, 400)
+    ))
+    .await;
     let load = ctx.load(Duration::from_millis(5), upserts("primary"));
     load.wait_rounds(300, WITHIN).await;
     let before = load.stop().await;
@@ -138,8 +141,11 @@ async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it(
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
         .await;
-    ctx.exec("INSERT INTO acct SELECT seq, seq FROM seq_1_to_100")
-        .await;
+    ctx.exec(&format!(
+        "INSERT INTO acct SELECT seq, seq FROM {}",
+        sluice_integration_tests::seq(1, 100)
+    ))
+    .await;
     cluster.converges(&ctx, &source.pipeline, WITHIN).await;
 
     // While the worker is down, changes land in binary logs that are then purged.

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{eventually, Cluster, Tamper, TestCtx};
 
 /// Rows: two compare chunks (5,000 root keys each).
@@ -60,7 +61,7 @@ fn example_ids(list: &Value, kind: &str) -> Vec<String> {
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_verified_build_is_held_compared_and_swapped_only_when_clean: mariadb, mysql);
 async fn a_verified_build_is_held_compared_and_swapped_only_when_clean() {
     let ctx = TestCtx::new("verified").await;
     ctx.items_table(ROWS).await;

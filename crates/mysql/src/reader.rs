@@ -30,6 +30,29 @@ const MARIADB_GTID: u8 = 162;
 const MARIADB_GTID_LIST: u8 = 163;
 const MARIADB_GTID_FLAG_STANDALONE: u8 = 1;
 
+const CHECKSUM_LEN: usize = 4;
+
+/// Whether an event read before the stream's FORMAT_DESCRIPTION (an artificial ROTATE)
+/// ends in a CRC32 of itself. MariaDB, and MySQL's dump by file and position, append one;
+/// MySQL 9.7's dump by GTID set does not: the last four bytes are then part of the file
+/// name, and stripping them named `binlog.000002` `binlog.00` (file number 0 in every
+/// version that followed).
+fn checksummed(header: &mysql_common::binlog::events::BinlogEventHeader, data: &[u8]) -> bool {
+    let Some(split) = data.len().checked_sub(CHECKSUM_LEN) else {
+        return false;
+    };
+    let (body, sum) = data.split_at(split);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header.timestamp().to_le_bytes());
+    crc.update(&[header.event_type_raw()]);
+    crc.update(&header.server_id().to_le_bytes());
+    crc.update(&header.event_size().to_le_bytes());
+    crc.update(&header.log_pos().to_le_bytes());
+    crc.update(&header.flags_raw().to_le_bytes());
+    crc.update(body);
+    crc.finalize().to_le_bytes() == sum
+}
+
 /// How often an idle server sends a heartbeat; silence for much longer means the
 /// connection is dead even if TCP has not noticed.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -150,9 +173,8 @@ pub struct BinlogReader {
     pending_gtid: Option<PendingGtid>,
     in_trx: bool,
     payload: Option<Payload>,
-    /// Checksum bytes trailing each event on the wire. mysql_common strips them once it
-    /// has seen a FORMAT_DESCRIPTION; the artificial ROTATE sent before it still has them.
-    checksum_len: usize,
+    /// mysql_common strips events' checksums once it has seen a FORMAT_DESCRIPTION; an
+    /// artificial ROTATE sent before it may still have one ([`checksummed`]).
     seen_format_description: bool,
     /// Per table id: the TABLE_MAP last seen and what it means. A TABLE_MAP precedes
     /// every transaction's rows; the schema is rebuilt only when the map changed.
@@ -172,14 +194,6 @@ impl BinlogReader {
         conn.query_drop(server.heartbeat(HEARTBEAT))
             .await
             .map_err(query_err(cfg, "set heartbeat period"))?;
-        let checksum: Option<String> = conn
-            .query_first("SELECT @@GLOBAL.binlog_checksum")
-            .await
-            .map_err(query_err(cfg, "read binlog_checksum"))?;
-        let checksum_len = match checksum.as_deref() {
-            Some(c) if !c.eq_ignore_ascii_case("NONE") => 4,
-            _ => 0,
-        };
         if let Some(announce) = server.replica_announcement() {
             conn.query_drop(announce)
                 .await
@@ -257,7 +271,6 @@ impl BinlogReader {
             pending_gtid: None,
             in_trx: false,
             payload: None,
-            checksum_len,
             seen_format_description: false,
             tables: HashMap::new(),
             queue: VecDeque::new(),
@@ -369,8 +382,8 @@ impl BinlogReader {
                 match data {
                     Some(EventData::RotateEvent(r)) => {
                         let mut name = r.name_raw();
-                        if !self.seen_format_description {
-                            name = &name[..name.len().saturating_sub(self.checksum_len)];
+                        if !self.seen_format_description && checksummed(&header, event.data()) {
+                            name = &name[..name.len().saturating_sub(CHECKSUM_LEN)];
                         }
                         self.file = String::from_utf8_lossy(name).as_ref().into();
                         self.next_pos = r.position();
@@ -664,5 +677,41 @@ mod tests {
             0x95, 0x62,
         ];
         assert_eq!(uuid_text(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
+    }
+
+    #[test]
+    fn an_artificial_rotate_keeps_its_name_with_or_without_a_checksum() {
+        use mysql_common::binlog::consts::{EventFlags, EventType};
+        use mysql_common::binlog::events::BinlogEventHeader;
+        let name = b"binlog.000002";
+        let mut body = 4u64.to_le_bytes().to_vec();
+        body.extend_from_slice(name);
+        let header = |len: usize| {
+            BinlogEventHeader::new(
+                0,
+                EventType::ROTATE_EVENT,
+                2,
+                (BinlogEventHeader::LEN + len) as u32,
+                0,
+                EventFlags::LOG_EVENT_ARTIFICIAL_F,
+            )
+        };
+        // Without a checksum (MySQL's dump by GTID set): the name is whole.
+        assert!(!checksummed(&header(body.len()), &body));
+        // With one, as the server computes it over the header and the body.
+        let h = header(body.len() + CHECKSUM_LEN);
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&h.timestamp().to_le_bytes());
+        raw.push(h.event_type_raw());
+        raw.extend_from_slice(&h.server_id().to_le_bytes());
+        raw.extend_from_slice(&h.event_size().to_le_bytes());
+        raw.extend_from_slice(&h.log_pos().to_le_bytes());
+        raw.extend_from_slice(&h.flags_raw().to_le_bytes());
+        raw.extend_from_slice(&body);
+        let mut with = body.clone();
+        with.extend_from_slice(&crc32fast::hash(&raw).to_le_bytes());
+        assert!(checksummed(&h, &with));
+        // A name whose last four bytes happen not to be its checksum stays whole.
+        assert!(!checksummed(&h, &body));
     }
 }

@@ -525,7 +525,8 @@ impl Bench {
         let mut conn = self.conn().await?;
         conn.query_drop(format!(
             "INSERT INTO {TABLE} (k, c, pad, ts) SELECT seq % 1000, CONCAT('big ', seq), \
-             REPEAT('p', 60), NOW(6) FROM seq_1_to_{rows}"
+             REPEAT('p', 60), NOW(6) FROM {}",
+            sluice_integration_tests::seq(1, rows)
         ))
         .await?;
         let committed = Instant::now();
