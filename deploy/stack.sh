@@ -286,6 +286,30 @@ mysql_start() {
     --ssl-ca="$WORK/tls/ca.pem" --ssl-cert="$WORK/tls/server.pem" --ssl-key="$WORK/tls/server.key"
 }
 
+# A MySQL server of a test's own (integration-tests' PrivateSource), in DIR on PORT with
+# SERVER_ID, set up as the stack's: initializes DIR/data on the first start, then becomes
+# mysqld's process (exec), which runs until killed. Its socket is DIR/mysql.sock.
+cmd_mysql_private() {
+  (($# == 3)) || die "usage: $0 mysql-private DIR PORT SERVER_ID"
+  local d=$1 port=$2 server_id=$3 mysqld
+  [[ -x $MYSQL_HOME/usr/sbin/mysqld ]] || die "mysql: $MYSQL_HOME/usr/sbin/mysqld not found (run deploy/install.sh)"
+  mkdir -p "$d"
+  mapfile -t mysqld < <(mysqld_argv)
+  if [[ ! -e $d/data/.installed ]]; then
+    rm -rf "$d/data"
+    "${mysqld[@]}" --datadir="$d/data" --initialize-insecure --log-error="$d/init.log" \
+      || { tail -n 30 "$d/init.log" >&2; die "mysql: mysqld --initialize-insecure failed in $d"; }
+    touch "$d/data/.installed"
+  fi
+  exec "${mysqld[@]}" --datadir="$d/data" --socket="$d/mysql.sock" --pid-file="$d/mysqld.pid" \
+    --log-error="$d/mysqld.err" --port="$port" --bind-address=127.0.0.1 --mysqlx=OFF \
+    --skip-name-resolve --server-id="$server_id" --log-bin=binlog --log-replica-updates=ON \
+    --gtid-mode=ON --enforce-gtid-consistency=ON --binlog-format=ROW --binlog-row-image=FULL \
+    --binlog-row-metadata=FULL --character-set-server=utf8mb4 --innodb-buffer-pool-size=32M \
+    --innodb-redo-log-capacity=16M --performance-schema=OFF --innodb-flush-log-at-trx-commit=2 \
+    --sync-binlog=0
+}
+
 mysql_healthy() {
   if is_external mysql; then url_ok mysql; else mysql_root -e 'SELECT 1' >/dev/null 2>&1; fi
 }
@@ -695,5 +719,6 @@ case $cmd in
   logs) cmd_logs "$@" ;;
   mysqld-version) mysqld_version ;;
   kafka-private) cmd_kafka_private "$@" ;;
+  mysql-private) cmd_mysql_private "$@" ;;
   *) usage ;;
 esac

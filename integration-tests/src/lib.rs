@@ -16,7 +16,7 @@ pub mod documents;
 pub mod figures;
 pub mod kafka;
 pub mod lane;
-pub mod mariadb;
+pub mod private_source;
 pub mod services;
 pub mod shop;
 pub mod soak;

@@ -126,6 +126,28 @@ async fn require_tcp(service: &str, endpoint: &str, addr: &str) {
     }
 }
 
+/// Where the binlog of the server `conn` is connected to ends now, asked as that server's
+/// flavour and version ask it.
+pub async fn binlog_end(
+    conn: &mut mysql_async::Conn,
+) -> Result<sluice_core::BinlogPosition, String> {
+    let version: String = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    let sql = sluice_mysql::Server::from_version(&version).binlog_status();
+    let row: mysql_async::Row = conn
+        .query_first(sql)
+        .await
+        .map_err(|e| format!("{sql}: {e}"))?
+        .ok_or_else(|| format!("{sql} is empty: is the binlog on?"))?;
+    Ok(sluice_core::BinlogPosition::new(
+        row.get::<String, _>(0).ok_or("no file")?,
+        row.get::<u64, _>(1).ok_or("no position")?,
+    ))
+}
+
 /// The ZooKeeper session timeout of every service a test starts, and of its own client.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
 /// The credentials a test's services use, random per test and found nowhere else, so a
@@ -664,18 +686,9 @@ replicas = 0
 
     /// Where the server's binlog ends now: no reader can have read past it yet.
     pub async fn binlog_end(&self) -> sluice_core::BinlogPosition {
-        let row: mysql_async::Row = self
-            .stack
-            .conn()
+        binlog_end(&mut self.stack.conn().await)
             .await
-            .query_first("SHOW MASTER STATUS")
-            .await
-            .expect("SHOW MASTER STATUS")
-            .expect("the binlog is on");
-        sluice_core::BinlogPosition::new(
-            row.get::<String, _>(0).expect("file"),
-            row.get::<u64, _>(1).expect("position"),
-        )
+            .unwrap_or_else(|e| panic!("the binlog's end: {e}"))
     }
 
     /// Waits until the worker has confirmed the binlog position the server is at now:

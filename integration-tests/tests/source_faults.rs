@@ -4,14 +4,15 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::mariadb::PrivateMariadb;
+use sluice_integration_tests::on_sources;
+use sluice_integration_tests::private_source::PrivateSource;
 use sluice_integration_tests::TestCtx;
 
 const WITHIN: Duration = Duration::from_secs(120);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(the_source_crashed_and_restarted_mid_stream_loses_nothing: mariadb, mysql);
 async fn the_source_crashed_and_restarted_mid_stream_loses_nothing() {
-    let mut server = PrivateMariadb::start(7101).await;
+    let mut server = PrivateSource::start(7101).await;
     let mut ctx = TestCtx::on("srcrestart", server.stack().await).await;
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT, note VARCHAR(40))")
         .await;

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::mariadb::PrivateMariadb;
+use sluice_integration_tests::on_sources;
+use sluice_integration_tests::private_source::PrivateSource;
 use sluice_integration_tests::proxy::Proxy;
 use sluice_integration_tests::services::Stack;
 use sluice_integration_tests::{eventually, TestCtx};
@@ -37,10 +38,10 @@ async fn binary_logs(ctx: &TestCtx) -> Vec<String> {
     rows.iter().map(|r| r.get(0).expect("file name")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refused: mariadb, mysql);
 async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refused() {
-    let primary = PrivateMariadb::start(7201).await;
-    let replica = PrivateMariadb::start(7202).await;
+    let primary = PrivateSource::start(7201).await;
+    let replica = PrivateSource::start(7202).await;
     replica.replicate_from(&primary);
     // The source's address, as a DNS name or a virtual IP would be: moved to the replica
     // when it is promoted.
@@ -129,9 +130,9 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it: mariadb, mysql);
 async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it() {
-    let server = PrivateMariadb::start(7102).await;
+    let server = PrivateSource::start(7102).await;
     let ctx = TestCtx::on("purged", server.stack().await).await;
     ctx.route_meta(&Stack::shared_mysql_url());
     ctx.exec("CREATE TABLE acct (id INT PRIMARY KEY, balance BIGINT)")

@@ -501,13 +501,9 @@ impl Bench {
 
     async fn binlog_end(&self) -> anyhow::Result<BinlogPosition> {
         let mut conn = self.ctx.stack.conn().await;
-        let row: mysql_async::Row = conn
-            .query_first("SHOW MASTER STATUS")
-            .await?
-            .context("SHOW MASTER STATUS is empty: is the binlog on?")?;
-        let file: String = row.get("File").context("File")?;
-        let pos: u64 = row.get("Position").context("Position")?;
-        Ok(BinlogPosition::new(file, pos))
+        sluice_integration_tests::services::binlog_end(&mut conn)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))
     }
 
     /// The worker's and the etl's `/metrics` (empty when unreadable).

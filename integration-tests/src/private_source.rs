@@ -1,47 +1,49 @@
-//! A MariaDB server of the test's own (binlog on, as the stack's), for faults that would
-//! disturb every other test on the shared one: a crash and restart, purged binary logs, a
-//! replica promoted to primary. Installed and started by the test from the same
-//! `mariadb-install-db` and `mariadbd` the stack script uses; stopped when dropped.
+//! A source server of the test's own, of the test's lane (binlog and GTIDs on, as the
+//! stack's), for faults that would disturb every other test on the shared one: a crash
+//! and restart, purged binary logs, a replica promoted to primary. MariaDB is installed
+//! and started by the test from the same `mariadb-install-db` and `mariadbd` the stack
+//! script uses; Oracle MySQL by `deploy/stack.sh mysql-private`, from the stack's private
+//! prefix. Stopped when dropped.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
 use crate::eventually;
+use crate::lane::Lane;
 
-pub struct PrivateMariadb {
+pub struct PrivateSource {
+    lane: Lane,
     dir: PathBuf,
     port: u16,
+    server_id: u32,
     child: Option<Child>,
 }
 
 const ADMIN: &str = "sluice_admin";
 
-impl PrivateMariadb {
-    /// Installs a data directory of its own and starts the server on a free port.
-    pub async fn start(server_id: u32) -> PrivateMariadb {
+impl PrivateSource {
+    /// A server of the test's lane: a data directory of its own, on a free port.
+    pub async fn start(server_id: u32) -> PrivateSource {
+        let lane = Lane::current();
         let dir = crate::services::target_dir()
             .join("it")
-            .join(crate::unique("mariadb-"));
+            .join(crate::unique(match lane {
+                Lane::MariaDb => "mariadb-",
+                Lane::MySql => "mysql-",
+            }));
         std::fs::create_dir_all(&dir).expect("server directory");
         let port = crate::cluster::free_port();
-        let cnf = format!(
-            "[mariadbd]\nuser=root\ndatadir={d}/data\nport={port}\nbind-address=127.0.0.1\n\
-             socket={d}/mariadb.sock\npid-file={d}/mariadb.pid\nlog-error={d}/mariadb.log\n\
-             skip-name-resolve\nserver-id={server_id}\nlog-bin={d}/data/binlog\n\
-             binlog-format=ROW\nbinlog-row-image=FULL\nbinlog-row-metadata=FULL\n\
-             gtid-strict-mode=1\nlog-slave-updates\ncharacter-set-server=utf8mb4\n\
-             collation-server=utf8mb4_unicode_ci\ninnodb_buffer_pool_size=32M\n\
-             innodb_log_file_size=16M\nperformance_schema=OFF\n",
-            d = dir.display()
-        );
-        std::fs::write(dir.join("my.cnf"), cnf).expect("my.cnf");
-        install_db(&dir);
-        let mut server = PrivateMariadb {
+        let mut server = PrivateSource {
+            lane,
             dir,
             port,
+            server_id,
             child: None,
         };
+        if lane == Lane::MariaDb {
+            server.configure_mariadb();
+        }
         server.launch();
         server.wait_up().await;
         server.root(&format!(
@@ -54,19 +56,58 @@ impl PrivateMariadb {
         server
     }
 
+    fn configure_mariadb(&self) {
+        let (dir, port, server_id) = (&self.dir, self.port, self.server_id);
+        let cnf = format!(
+            "[mariadbd]\nuser=root\ndatadir={d}/data\nport={port}\nbind-address=127.0.0.1\n\
+             socket={d}/mariadb.sock\npid-file={d}/mariadb.pid\nlog-error={d}/mariadb.log\n\
+             skip-name-resolve\nserver-id={server_id}\nlog-bin={d}/data/binlog\n\
+             binlog-format=ROW\nbinlog-row-image=FULL\nbinlog-row-metadata=FULL\n\
+             gtid-strict-mode=1\nlog-slave-updates\ncharacter-set-server=utf8mb4\n\
+             collation-server=utf8mb4_unicode_ci\ninnodb_buffer_pool_size=32M\n\
+             innodb_log_file_size=16M\nperformance_schema=OFF\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("my.cnf"), cnf).expect("my.cnf");
+        install_db(dir);
+    }
+
     fn launch(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join("stdout.log"))
             .expect("log");
-        let child = Command::new("mariadbd")
-            .arg(format!("--defaults-file={}/my.cnf", self.dir.display()))
+        let mut command = match self.lane {
+            Lane::MariaDb => {
+                let mut c = Command::new("mariadbd");
+                c.arg(format!("--defaults-file={}/my.cnf", self.dir.display()));
+                c
+            }
+            Lane::MySql => {
+                let mut c = Command::new(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/stack.sh"),
+                );
+                c.arg("mysql-private")
+                    .arg(&self.dir)
+                    .arg(self.port.to_string())
+                    .arg(self.server_id.to_string());
+                c
+            }
+        };
+        let child = command
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .expect("start mariadbd");
+            .expect("start the server (deploy/install.sh installs it)");
         self.child = Some(child);
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join(match self.lane {
+            Lane::MariaDb => "mariadb.sock",
+            Lane::MySql => "mysql.sock",
+        })
     }
 
     /// Runs `sql` as root over the socket.
@@ -77,10 +118,10 @@ impl PrivateMariadb {
     async fn wait_up(&self) {
         let url = self.url();
         eventually(
-            &format!("MariaDB on port {} up", self.port),
-            Duration::from_secs(60),
+            &format!("{:?} on port {} up", self.lane, self.port),
+            Duration::from_secs(90),
             || async {
-                if !self.dir.join("mariadb.sock").exists() {
+                if !self.socket().exists() {
                     return Err(self.log_tail());
                 }
                 // The admin user exists only after the first start; the socket is enough.
@@ -111,28 +152,47 @@ impl PrivateMariadb {
 
     /// Makes this server a replica of `primary`, by GTID from the primary's first
     /// transaction (the users are created outside the binlog on each server).
-    pub fn replicate_from(&self, primary: &PrivateMariadb) {
-        self.root(&format!(
-            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = '{ADMIN}', \
-             MASTER_PASSWORD = '{ADMIN}', MASTER_USE_GTID = slave_pos; START SLAVE;",
-            primary.port
-        ));
+    pub fn replicate_from(&self, primary: &PrivateSource) {
+        let port = primary.port;
+        self.root(&match self.lane {
+            Lane::MariaDb => format!(
+                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {port}, MASTER_USER = '{ADMIN}', \
+                 MASTER_PASSWORD = '{ADMIN}', MASTER_USE_GTID = slave_pos; START SLAVE;"
+            ),
+            // caching_sha2_password over plain TCP: the primary's RSA key is asked for.
+            Lane::MySql => format!(
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '127.0.0.1', SOURCE_PORT = {port}, \
+                 SOURCE_USER = '{ADMIN}', SOURCE_PASSWORD = '{ADMIN}', SOURCE_AUTO_POSITION = 1, \
+                 GET_SOURCE_PUBLIC_KEY = 1; START REPLICA;"
+            ),
+        });
     }
 
     /// Promotes this replica: waits until it applied everything `primary` has written
     /// (no write may reach the primary any more), then stops replicating.
-    pub fn promote(&self, primary: &PrivateMariadb) {
-        let end = primary.root_value("SELECT @@GLOBAL.gtid_binlog_pos");
-        let waited = self.root_value(&format!("SELECT MASTER_GTID_WAIT('{end}', 60)"));
-        assert_eq!(waited, "0", "the replica did not apply {end} within 60 s");
-        self.root("STOP SLAVE; RESET SLAVE ALL;");
+    pub fn promote(&self, primary: &PrivateSource) {
+        match self.lane {
+            Lane::MariaDb => {
+                let end = primary.root_value("SELECT @@GLOBAL.gtid_binlog_pos");
+                let waited = self.root_value(&format!("SELECT MASTER_GTID_WAIT('{end}', 60)"));
+                assert_eq!(waited, "0", "the replica did not apply {end} within 60 s");
+                self.root("STOP SLAVE; RESET SLAVE ALL;");
+            }
+            Lane::MySql => {
+                let end = primary.root_value("SELECT @@GLOBAL.gtid_executed");
+                let waited =
+                    self.root_value(&format!("SELECT WAIT_FOR_EXECUTED_GTID_SET('{end}', 60)"));
+                assert_eq!(waited, "0", "the replica did not apply {end} within 60 s");
+                self.root("STOP REPLICA; RESET REPLICA ALL;");
+            }
+        }
     }
 
     /// Runs `sql` as root over the socket; what it printed (the one value a query answers).
     fn root_value(&self, sql: &str) -> String {
         let out = Command::new("mariadb")
             .args(["--no-defaults", "-uroot", "--batch", "--skip-column-names"])
-            .arg(format!("--socket={}/mariadb.sock", self.dir.display()))
+            .arg(format!("--socket={}", self.socket().display()))
             .arg("-e")
             .arg(sql)
             .output()
@@ -161,13 +221,17 @@ impl PrivateMariadb {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("mariadb.log")).unwrap_or_default();
+        let log = match self.lane {
+            Lane::MariaDb => self.dir.join("mariadb.log"),
+            Lane::MySql => self.dir.join("mysqld.err"),
+        };
+        let log = std::fs::read_to_string(log).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 }
 
-impl Drop for PrivateMariadb {
+impl Drop for PrivateSource {
     fn drop(&mut self) {
         self.kill9();
         if !std::thread::panicking() {
