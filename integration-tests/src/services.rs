@@ -276,6 +276,10 @@ pub struct TestCtx {
     routes: std::sync::Mutex<Routes>,
     /// Environment for services configured from now on, by binary.
     env: std::sync::Mutex<Vec<(&'static str, String, String)>>,
+    /// Whether services configured from now on may send passwords over plain TCP with the
+    /// server's RSA key (`allow_public_key_retrieval`): on the MySQL lane, unless a test
+    /// says otherwise.
+    public_key_retrieval: std::sync::atomic::AtomicBool,
 }
 
 /// Where services configured from now on reach MySQL, Kafka and Elasticsearch, when not
@@ -334,6 +338,7 @@ impl TestCtx {
             cleaned: Default::default(),
             routes: Default::default(),
             env: Default::default(),
+            public_key_retrieval: (Lane::current() == Lane::MySql).into(),
         }
     }
 
@@ -494,6 +499,12 @@ impl TestCtx {
         fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         let mut service = Service::new(bin, path, self.dir.join(format!("{name}.log")));
         service.telemetry = telemetry;
+        if self.public_key_retrieval() {
+            service = service.with_env("SLUICE_SOURCE_PUBLIC_KEY_RETRIEVAL", "true");
+            if bin == "sluice-center" {
+                service = service.with_env("SLUICE_META__ALLOW_PUBLIC_KEY_RETRIEVAL", "true");
+            }
+        }
         for (_, key, value) in self
             .env
             .lock()
@@ -504,6 +515,18 @@ impl TestCtx {
             service = service.with_env(key, value);
         }
         service
+    }
+
+    /// Whether services configured from now on may send passwords over plain TCP
+    /// encrypted with the RSA key the server sends.
+    pub fn allow_public_key_retrieval(&self, allowed: bool) {
+        self.public_key_retrieval
+            .store(allowed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn public_key_retrieval(&self) -> bool {
+        self.public_key_retrieval
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Services of binary `bin` configured from now on get `key=value` in their
@@ -528,12 +551,14 @@ user = "{user}"
 password = "{password}"
 server_id = {server_id}
 tables = ["{db}.*"]
+allow_public_key_retrieval = {rsa}
 "#,
             instance = self.instance,
             user = self.stack.source_user,
             password = self.stack.source_password,
             server_id = self.server_id,
             db = self.db,
+            rsa = self.public_key_retrieval(),
         )
     }
 

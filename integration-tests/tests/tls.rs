@@ -15,6 +15,7 @@ use sluice_core::TlsFiles;
 use sluice_elastic::EsSection;
 use sluice_faultproxy::TlsFront;
 use sluice_integration_tests::cluster::{Cluster, ClusterSource};
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::services::OwnAccounts;
 use sluice_integration_tests::{eventually, Stack, TestCtx};
 
@@ -84,7 +85,7 @@ async fn streams_a_table(ctx: &TestCtx) -> (Cluster, ClusterSource) {
     (cluster, items)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(sources_and_the_meta_database_over_tls_with_client_certificates: mariadb, mysql);
 async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
     let tls = client_files(&tls_dir());
     let base = Stack::connect().await;
@@ -100,6 +101,7 @@ async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
         server_id: 1,
         tables: Vec::new(),
         tls,
+        allow_public_key_retrieval: false,
     };
     let connects = |cfg: sluice_mysql::SourceConfig| async move {
         mysql_async::Conn::new(cfg.opts())
@@ -238,4 +240,57 @@ async fn elasticsearch_over_tls_with_a_custom_ca_and_a_client_certificate() {
 
     drop(cluster);
     ctx.cleanup().await;
+}
+
+/// MySQL 8.4+ authenticates with `caching_sha2_password`: over plain TCP a password is
+/// sent only encrypted with the RSA key the server hands out, which nothing checks. So a
+/// worker without TLS is refused before it sends one, naming the setting, and with
+/// `allow_public_key_retrieval` it streams; the meta database likewise stops a center at
+/// start. (MariaDB's `mysql_native_password` needs neither, and connects.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_connection_to_mysql_sends_no_password_unless_allowed() {
+    sluice_integration_tests::lane::Lane::MySql.enter();
+    let ctx = TestCtx::new("rsa").await;
+    ctx.allow_public_key_retrieval(false);
+    ctx.exec("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40))")
+        .await;
+    let pipeline = ctx.pipeline("items");
+    let mut worker = ctx.worker();
+    worker.start();
+    eventually(
+        "the worker refuses to send the password",
+        Duration::from_secs(60),
+        || async {
+            let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+            if log.contains("allow_public_key_retrieval = true") && log.contains("caching_sha2") {
+                Ok(())
+            } else {
+                Err(worker.log_tail())
+            }
+        },
+    )
+    .await;
+    drop(worker);
+
+    let mut center = ctx.center_with_api(
+        0,
+        sluice_integration_tests::cluster::free_port(),
+        "[api]\nauth = \"none\"\n",
+    );
+    center.start();
+    let status = center
+        .wait_exit(Duration::from_secs(60))
+        .expect("the center stops at start");
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&center.log).unwrap_or_default();
+    assert!(
+        log.contains("the meta database ([meta])") && log.contains("allow_public_key_retrieval"),
+        "{log}"
+    );
+
+    ctx.allow_public_key_retrieval(true);
+    let run = ctx.start(std::slice::from_ref(&pipeline)).await;
+    ctx.exec("INSERT INTO items VALUES (1, 'one')").await;
+    ctx.converges(&run, &pipeline, Duration::from_secs(60))
+        .await;
 }

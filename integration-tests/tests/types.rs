@@ -88,6 +88,7 @@ fn source(ctx: &TestCtx) -> sluice_mysql::SourceConfig {
         server_id: ctx.server_id,
         tables: vec![],
         tls: None,
+        allow_public_key_retrieval: true,
     }
 }
 

@@ -354,7 +354,7 @@ impl AdminApi {
                 spec.source
             ))
         };
-        let src = SourceConfig::from_spec(source, self.shared.cfg.source_tls.as_ref())
+        let src = SourceConfig::from_spec(source, &self.shared.cfg.source_access())
             .map_err(|e| cannot(format!("{e} (the centers need the source's password too)")))?;
         let checked = tokio::time::timeout(
             std::time::Duration::from_secs(15),

@@ -302,7 +302,7 @@ pub(crate) async fn source_of(
         .iter()
         .find(|s| s.name == p.spec.source)
         .with_context(|| format!("source {} is gone", p.spec.source))?;
-    sluice_mysql::SourceConfig::from_spec(source, shared.cfg.source_tls.as_ref())
+    sluice_mysql::SourceConfig::from_spec(source, &shared.cfg.source_access())
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
 

@@ -24,6 +24,11 @@ pub struct CenterConfig {
     /// TLS to the sources, when the centers check pipelines against their tables.
     #[serde(default)]
     pub source_tls: Option<sluice_core::TlsFiles>,
+    /// Over plain connections to those sources, let a password be encrypted with the RSA
+    /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
+    /// such a connection is refused before any credential is sent.
+    #[serde(default)]
+    pub source_public_key_retrieval: bool,
     /// Needed to list and replay dead letters (`sluicectl dlq`).
     #[serde(default)]
     pub kafka: Option<sluice_kafka::KafkaConfig>,
@@ -101,6 +106,10 @@ pub struct MetaSection {
     /// TLS to the meta database; none: plain connections.
     #[serde(default)]
     pub tls: Option<sluice_core::TlsFiles>,
+    /// Over a plain connection to a MySQL 8.4+ server, let the password be encrypted with
+    /// the RSA key the server sends; without it such a connection is refused.
+    #[serde(default)]
+    pub allow_public_key_retrieval: bool,
 }
 
 fn default_port() -> u16 {
@@ -184,6 +193,14 @@ fn default_resync() -> Duration {
 }
 
 impl CenterConfig {
+    /// How this process reaches the center's sources.
+    pub fn source_access(&self) -> sluice_mysql::Access {
+        sluice_mysql::Access {
+            tls: self.source_tls.clone(),
+            allow_public_key_retrieval: self.source_public_key_retrieval,
+        }
+    }
+
     /// Every MySQL TLS setting in the file, by key.
     pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
         let sources = self.source_tls.iter().map(|t| ("source_tls".to_owned(), t));

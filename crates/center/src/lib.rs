@@ -151,7 +151,9 @@ async fn connect_meta(
     loop {
         match meta::Meta::connect(&cfg.meta, &cfg.center.id).await {
             Ok(m) => return Ok(m),
-            Err(e @ meta::MetaError::Corrupt(_)) => return Err(e.into()),
+            Err(e @ (meta::MetaError::Corrupt(_) | meta::MetaError::Refused(_))) => {
+                return Err(e.into())
+            }
             Err(e) => {
                 tracing::error!(error = %e, host = %cfg.meta.host, port = cfg.meta.port, "cannot reach the meta database; retrying");
             }

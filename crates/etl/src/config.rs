@@ -30,6 +30,11 @@ pub struct EtlConfig {
     /// TLS to the center's sources (file sources have their own `tls`).
     #[serde(default)]
     pub source_tls: Option<sluice_core::TlsFiles>,
+    /// Over plain connections to those sources, let a password be encrypted with the RSA
+    /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
+    /// such a connection is refused before any credential is sent.
+    #[serde(default)]
+    pub source_public_key_retrieval: bool,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_core::telemetry::TelemetrySection,
@@ -128,6 +133,14 @@ fn default_retry_backoff_max() -> Duration {
 pub use sluice_elastic::EsSection;
 
 impl EtlConfig {
+    /// How this process reaches the center's sources.
+    pub fn source_access(&self) -> sluice_mysql::Access {
+        sluice_mysql::Access {
+            tls: self.source_tls.clone(),
+            allow_public_key_retrieval: self.source_public_key_retrieval,
+        }
+    }
+
     /// Every MySQL TLS setting in the file, by key.
     pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
         sluice_mysql::tls::settings(self.source_tls.as_ref(), &self.sources)

@@ -51,8 +51,8 @@ pub(crate) struct Follow {
     pub from_file: Vec<Active>,
     /// The file's sources (preferred to the center's records of the same name).
     pub file_sources: Vec<SourceConfig>,
-    /// TLS to the center's sources (`source_tls`).
-    pub source_tls: Option<sluice_core::TlsFiles>,
+    /// How to reach the center's sources (`source_tls`, `source_public_key_retrieval`).
+    pub source_access: sluice_mysql::Access,
     /// Out: the file's pipelines plus the center's.
     pub pipelines: watch::Sender<Option<Vec<Active>>>,
     /// In: the versions being built this member writes to (published in `etls/<member>`,
@@ -85,7 +85,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
             let step = async {
                 let (list, mut watches) =
-                    look(&coord, &f.from_file, &f.file_sources, f.source_tls.as_ref()).await?;
+                    look(&coord, &f.from_file, &f.file_sources, &f.source_access).await?;
                 let (members, w) = members_of(&coord, &f.group).await?;
                 watches.push(w);
                 f.members.send_if_modified(|current| {
@@ -286,7 +286,7 @@ async fn look(
     coord: &Coordinator,
     from_file: &[Active],
     file_sources: &[SourceConfig],
-    tls: Option<&sluice_core::TlsFiles>,
+    access: &sluice_mysql::Access,
 ) -> Result<(Vec<Active>, Vec<sluice_zk::Watch>), sluice_zk::ZkError> {
     let (names, w) = coord.children_watched("pipelines").await?;
     let mut watches = vec![w];
@@ -294,7 +294,7 @@ async fn look(
     for p in from_file {
         let mut p = p.clone();
         if !p.spec.is_flat() && p.source.is_err() {
-            p.source = source_of(coord, &p.spec.source, file_sources, tls, &mut watches).await?;
+            p.source = source_of(coord, &p.spec.source, file_sources, access, &mut watches).await?;
         }
         list.push(p);
     }
@@ -312,7 +312,7 @@ async fn look(
                 let source = if r.spec.is_flat() {
                     Err("not needed: its documents are its rows".to_owned())
                 } else {
-                    source_of(coord, &r.spec.source, file_sources, tls, &mut watches).await?
+                    source_of(coord, &r.spec.source, file_sources, access, &mut watches).await?
                 };
                 list.push(Active {
                     spec: r.spec,
@@ -335,7 +335,7 @@ async fn source_of(
     coord: &Coordinator,
     name: &str,
     file_sources: &[SourceConfig],
-    tls: Option<&sluice_core::TlsFiles>,
+    access: &sluice_mysql::Access,
     watches: &mut Vec<sluice_zk::Watch>,
 ) -> Result<Result<SourceConfig, String>, sluice_zk::ZkError> {
     if let Some(s) = file_sources.iter().find(|s| s.name == name) {
@@ -346,7 +346,7 @@ async fn source_of(
     Ok(match node {
         None => Err(format!("no source `{name}` in the center's records")),
         Some(n) => match serde_json::from_slice::<SourceRecord>(&n.data) {
-            Ok(r) => SourceConfig::from_spec(&r.spec, tls),
+            Ok(r) => SourceConfig::from_spec(&r.spec, access),
             Err(e) => Err(format!(
                 "the center's record of source `{name}` is unreadable: {e}"
             )),

@@ -149,7 +149,7 @@ pub async fn run(
                 members: members_tx,
                 from_file: file_pipelines(&cfg),
                 file_sources: cfg.sources.clone(),
-                source_tls: cfg.source_tls.clone(),
+                source_access: cfg.source_access(),
                 pipelines: pipelines_tx,
                 applied,
                 verdicts,

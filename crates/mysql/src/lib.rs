@@ -3,6 +3,7 @@
 //! document reader that builds a pipeline's documents from its tables.
 //! Knows nothing of Kafka or ZooKeeper.
 
+pub mod auth;
 pub mod ddl;
 pub mod decode;
 pub mod docs;
@@ -19,5 +20,5 @@ pub use preflight::{bytes_behind, preflight, ServerInfo};
 pub use reader::{BinlogReader, CommitPoint, Ddl, RowChange, SourceEvent, StartAt, Unreadable};
 pub use server::{Flavor, Server};
 pub use snapshot::{Key, KeyPart, SnapshotTable, Watermarks};
-pub use source::{SourceConfig, TableFilter};
+pub use source::{Access, SourceConfig, TableFilter};
 pub use tls::ssl_opts;

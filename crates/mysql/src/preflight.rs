@@ -23,6 +23,7 @@ pub struct ServerInfo {
 }
 
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, MysqlError> {
+    cfg.may_send_password().await?;
     Conn::new(cfg.opts())
         .await
         .map_err(|error| MysqlError::Connect {

@@ -3,6 +3,8 @@
 use serde::Deserialize;
 use sluice_core::{Secret, SourceSpec};
 
+use crate::error::MysqlError;
+
 /// One MySQL/MariaDB instance: one binlog task.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +24,19 @@ pub struct SourceConfig {
     /// TLS to the server; none: plain connections.
     #[serde(default)]
     pub tls: Option<sluice_core::TlsFiles>,
+    /// Over a plain connection to a server that authenticates with
+    /// `caching_sha2_password` (MySQL 8.4+), let the password be encrypted with the RSA key
+    /// the server sends (see [`crate::auth`]); without it such a connection is refused.
+    #[serde(default)]
+    pub allow_public_key_retrieval: bool,
+}
+
+/// How a process reaches the sources the center keeps: its `source_tls` and
+/// `source_public_key_retrieval` settings (a file source has its own).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Access {
+    pub tls: Option<sluice_core::TlsFiles>,
+    pub allow_public_key_retrieval: bool,
 }
 
 fn default_port() -> u16 {
@@ -30,12 +45,9 @@ fn default_port() -> u16 {
 
 impl SourceConfig {
     /// The connection settings of a source the center keeps, its password resolved from
-    /// the reference in this process's environment, with this process's TLS settings
-    /// for the center's sources (certificates are files of each process).
-    pub fn from_spec(
-        spec: &SourceSpec,
-        tls: Option<&sluice_core::TlsFiles>,
-    ) -> Result<SourceConfig, String> {
+    /// the reference in this process's environment, with this process's settings for
+    /// reaching the center's sources (certificates are files of each process).
+    pub fn from_spec(spec: &SourceSpec, access: &Access) -> Result<SourceConfig, String> {
         Ok(SourceConfig {
             name: spec.name.clone(),
             host: spec.host.clone(),
@@ -44,8 +56,31 @@ impl SourceConfig {
             password: spec.password()?,
             server_id: spec.server_id,
             tables: spec.tables.clone(),
-            tls: tls.cloned(),
+            tls: access.tls.clone(),
+            allow_public_key_retrieval: access.allow_public_key_retrieval,
         })
+    }
+
+    /// Refuses, before any credential is sent, a connection that would hand the password
+    /// to a key the server sends unauthenticated ([`crate::auth`]).
+    pub async fn may_send_password(&self) -> Result<(), MysqlError> {
+        if self.tls.is_some() || self.allow_public_key_retrieval {
+            return Ok(());
+        }
+        let greeting = crate::auth::greeting(&self.host, self.port)
+            .await
+            .map_err(|e| MysqlError::Connect {
+                source_name: self.name.clone(),
+                error: mysql_async::Error::Io(mysql_async::IoError::Io(e)),
+            })?;
+        let who = format!("source `{}`", self.name);
+        match crate::auth::refusal(&greeting, false, false, &who) {
+            Some(why) => Err(MysqlError::Preflight {
+                source_name: self.name.clone(),
+                problems: vec![why],
+            }),
+            None => Ok(()),
+        }
     }
 
     pub fn opts(&self) -> mysql_async::Opts {

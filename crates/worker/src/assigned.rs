@@ -42,7 +42,7 @@ pub(crate) async fn follow(
     coord: &Coordinator,
     worker: &str,
     make_ctx: &MakeCtx<'_>,
-    tls: Option<&sluice_core::TlsFiles>,
+    access: &sluice_mysql::Access,
     reports: &Reports,
     shutdown: &CancellationToken,
 ) {
@@ -110,7 +110,7 @@ pub(crate) async fn follow(
                 tracing::warn!(task = %name, "assignment carries an old leader epoch; waiting for the current leader to confirm it");
                 continue;
             }
-            let src = match SourceConfig::from_spec(&record.spec, tls) {
+            let src = match SourceConfig::from_spec(&record.spec, access) {
                 Ok(s) => {
                     failing.remove(name);
                     s

@@ -26,6 +26,11 @@ pub struct WorkerConfig {
     /// TLS to the sources the center assigns (file sources have their own `tls`).
     #[serde(default)]
     pub source_tls: Option<sluice_core::TlsFiles>,
+    /// Over plain connections to those sources, let a password be encrypted with the RSA
+    /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
+    /// such a connection is refused before any credential is sent.
+    #[serde(default)]
+    pub source_public_key_retrieval: bool,
     /// The Elasticsearch the etl writes to: consistency checks compare the index with
     /// MySQL. A worker without it takes no check chunks.
     #[serde(default)]
@@ -143,6 +148,14 @@ fn default_report_interval() -> Duration {
 }
 
 impl WorkerConfig {
+    /// How this process reaches the center's sources.
+    pub fn source_access(&self) -> sluice_mysql::Access {
+        sluice_mysql::Access {
+            tls: self.source_tls.clone(),
+            allow_public_key_retrieval: self.source_public_key_retrieval,
+        }
+    }
+
     /// Every MySQL TLS setting in the file, by key.
     pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
         sluice_mysql::tls::settings(self.source_tls.as_ref(), &self.sources)

@@ -130,6 +130,7 @@ pub async fn run(
                             es,
                         })
                     });
+                    let access = cfg.source_access();
                     tokio::join!(
                         async {
                             if let Some(checks) = checks {
@@ -140,7 +141,7 @@ pub async fn run(
                             &coord,
                             &cfg.worker.id,
                             &make_ctx,
-                            cfg.source_tls.as_ref(),
+                            &access,
                             &reports,
                             &shutdown,
                         ),

@@ -254,7 +254,7 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
         .get_json(&layout::mapping(&build.spec.source))
         .await?
         .ok_or_else(|| anyhow!("source {} is gone", build.spec.source))?;
-    let src = sluice_mysql::SourceConfig::from_spec(&record.spec, jobs.cfg.source_tls.as_ref())
+    let src = sluice_mysql::SourceConfig::from_spec(&record.spec, &jobs.cfg.source_access())
         .map_err(|e| anyhow!(e))?;
     tracing::info!(job = %name, version = build.version, "build job started");
     match kind {

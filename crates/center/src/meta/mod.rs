@@ -32,6 +32,9 @@ pub enum MetaError {
     Deposed { ours: u64, current: u64 },
     #[error("meta database: {0}")]
     Corrupt(String),
+    /// The settings do not allow connecting as configured (the reason names the fix).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Schema versions, applied in order; each entry's statements run once.
@@ -309,6 +312,15 @@ pub struct Meta {
 impl Meta {
     /// Connects, creates the database if missing and applies pending migrations.
     pub async fn connect(cfg: &MetaSection, origin: &str) -> Result<Self, MetaError> {
+        if cfg.tls.is_none() && !cfg.allow_public_key_retrieval {
+            let greeting = sluice_mysql::auth::greeting(&cfg.host, cfg.port)
+                .await
+                .map_err(|e| MetaError::Db(mysql_async::Error::Io(mysql_async::IoError::Io(e))))?;
+            let who = "the meta database ([meta])";
+            if let Some(why) = sluice_mysql::auth::refusal(&greeting, false, false, who) {
+                return Err(MetaError::Refused(why));
+            }
+        }
         let server = mysql_async::OptsBuilder::default()
             .ip_or_hostname(cfg.host.clone())
             .tcp_port(cfg.port)

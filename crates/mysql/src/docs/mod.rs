@@ -269,6 +269,14 @@ impl SourcePool {
 
     /// A reader on a pooled connection.
     pub async fn reader(&self) -> Result<Reader<'_>, MysqlError> {
+        let known = self
+            .server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if known.is_none() {
+            self.src.may_send_password().await?;
+        }
         let conn = self
             .pool
             .get_conn()
@@ -277,11 +285,6 @@ impl SourcePool {
                 source_name: self.src.name.clone(),
                 error,
             })?;
-        let known = self
-            .server
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
         let mut reader = Reader::new(&self.src, conn, known.clone());
         if known.is_none() {
             let server = reader.server().await?;

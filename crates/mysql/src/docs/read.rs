@@ -106,6 +106,7 @@ impl<'a> Reader<'a> {
 
     /// A reader on a connection of its own.
     pub async fn connect(src: &'a SourceConfig) -> Result<Reader<'a>, MysqlError> {
+        src.may_send_password().await?;
         let conn = Conn::new(src.reader_opts())
             .await
             .map_err(|error| MysqlError::Connect {

@@ -245,7 +245,7 @@ async fn check_chunk(
         .get_json(&layout::mapping(&rec.spec.source))
         .await?
         .ok_or_else(|| anyhow!("source {} is gone", rec.spec.source))?;
-    let src = sluice_mysql::SourceConfig::from_spec(&source.spec, c.cfg.source_tls.as_ref())
+    let src = sluice_mysql::SourceConfig::from_spec(&source.spec, &c.cfg.source_access())
         .map_err(|e| anyhow!(e))?;
     let plans = sluice_mysql::docs::load(&src, &rec.spec)
         .await?
