@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
     MariaDb,
+    /// MariaDB, its snapshots read between watermarks as MySQL's are
+    /// (`SNAPSHOT_POSITIONS=watermarks` for the services and the test itself).
+    MariaDbWatermarks,
     MySql,
 }
 
@@ -27,12 +30,29 @@ impl Lane {
     pub fn enter(self) {
         let was = *LANE.get_or_init(|| self);
         assert_eq!(was, self, "a test process runs on one source lane");
+        if let Some((key, value)) = self.env() {
+            // Before any thread of the test reads the environment.
+            std::env::set_var(key, value);
+        }
+    }
+
+    /// What the lane sets in the environment of the services and the test.
+    pub fn env(self) -> Option<(&'static str, &'static str)> {
+        (self == Lane::MariaDbWatermarks).then_some(("SNAPSHOT_POSITIONS", "watermarks"))
+    }
+
+    /// The server's flavour.
+    pub fn flavor(self) -> Lane {
+        match self {
+            Lane::MariaDbWatermarks => Lane::MariaDb,
+            lane => lane,
+        }
     }
 
     /// The environment variable naming the lane's admin URL, and the local stack's server.
     pub fn url_var(self) -> (&'static str, &'static str) {
-        match self {
-            Lane::MariaDb => (
+        match self.flavor() {
+            Lane::MariaDb | Lane::MariaDbWatermarks => (
                 "MARIADB_URL",
                 "mysql://sluice_admin:sluice_admin@127.0.0.1:13306",
             ),
@@ -45,7 +65,7 @@ impl Lane {
 
     /// Whether a server's `VERSION()` is this lane's flavour.
     pub fn matches(self, version: &str) -> bool {
-        version.to_ascii_lowercase().contains("mariadb") == (self == Lane::MariaDb)
+        version.to_ascii_lowercase().contains("mariadb") == (self.flavor() == Lane::MariaDb)
     }
 }
 
@@ -71,5 +91,6 @@ macro_rules! on_sources {
         }
     };
     (@enter mariadb) => { $crate::lane::Lane::MariaDb.enter() };
+    (@enter mariadb_watermarks) => { $crate::lane::Lane::MariaDbWatermarks.enter() };
     (@enter mysql) => { $crate::lane::Lane::MySql.enter() };
 }

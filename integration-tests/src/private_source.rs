@@ -25,11 +25,11 @@ const ADMIN: &str = "sluice_admin";
 impl PrivateSource {
     /// A server of the test's lane: a data directory of its own, on a free port.
     pub async fn start(server_id: u32) -> PrivateSource {
-        let lane = Lane::current();
+        let lane = Lane::current().flavor();
         let dir = crate::services::target_dir()
             .join("it")
             .join(crate::unique(match lane {
-                Lane::MariaDb => "mariadb-",
+                Lane::MariaDb | Lane::MariaDbWatermarks => "mariadb-",
                 Lane::MySql => "mysql-",
             }));
         std::fs::create_dir_all(&dir).expect("server directory");
@@ -79,7 +79,7 @@ impl PrivateSource {
             .open(self.dir.join("stdout.log"))
             .expect("log");
         let mut command = match self.lane {
-            Lane::MariaDb => {
+            Lane::MariaDb | Lane::MariaDbWatermarks => {
                 let mut c = Command::new("mariadbd");
                 c.arg(format!("--defaults-file={}/my.cnf", self.dir.display()));
                 c
@@ -105,7 +105,7 @@ impl PrivateSource {
 
     fn socket(&self) -> PathBuf {
         self.dir.join(match self.lane {
-            Lane::MariaDb => "mariadb.sock",
+            Lane::MariaDb | Lane::MariaDbWatermarks => "mariadb.sock",
             Lane::MySql => "mysql.sock",
         })
     }
@@ -155,7 +155,7 @@ impl PrivateSource {
     pub fn replicate_from(&self, primary: &PrivateSource) {
         let port = primary.port;
         self.root(&match self.lane {
-            Lane::MariaDb => format!(
+            Lane::MariaDb | Lane::MariaDbWatermarks => format!(
                 "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {port}, MASTER_USER = '{ADMIN}', \
                  MASTER_PASSWORD = '{ADMIN}', MASTER_USE_GTID = slave_pos; START SLAVE;"
             ),
@@ -168,11 +168,27 @@ impl PrivateSource {
         });
     }
 
+    /// Stops this replica's applier: what it receives is not visible on it until
+    /// [`Self::resume_applier`].
+    pub fn pause_applier(&self) {
+        self.root(match self.lane {
+            Lane::MariaDb | Lane::MariaDbWatermarks => "STOP SLAVE SQL_THREAD",
+            Lane::MySql => "STOP REPLICA SQL_THREAD",
+        });
+    }
+
+    pub fn resume_applier(&self) {
+        self.root(match self.lane {
+            Lane::MariaDb | Lane::MariaDbWatermarks => "START SLAVE SQL_THREAD",
+            Lane::MySql => "START REPLICA SQL_THREAD",
+        });
+    }
+
     /// Promotes this replica: waits until it applied everything `primary` has written
     /// (no write may reach the primary any more), then stops replicating.
     pub fn promote(&self, primary: &PrivateSource) {
         match self.lane {
-            Lane::MariaDb => {
+            Lane::MariaDb | Lane::MariaDbWatermarks => {
                 let end = primary.root_value("SELECT @@GLOBAL.gtid_binlog_pos");
                 let waited = self.root_value(&format!("SELECT MASTER_GTID_WAIT('{end}', 60)"));
                 assert_eq!(waited, "0", "the replica did not apply {end} within 60 s");
@@ -222,7 +238,7 @@ impl PrivateSource {
 
     fn log_tail(&self) -> String {
         let log = match self.lane {
-            Lane::MariaDb => self.dir.join("mariadb.log"),
+            Lane::MariaDb | Lane::MariaDbWatermarks => self.dir.join("mariadb.log"),
             Lane::MySql => self.dir.join("mysqld.err"),
         };
         let log = std::fs::read_to_string(log).unwrap_or_default();

@@ -338,7 +338,7 @@ impl TestCtx {
             cleaned: Default::default(),
             routes: Default::default(),
             env: Default::default(),
-            public_key_retrieval: (Lane::current() == Lane::MySql).into(),
+            public_key_retrieval: (Lane::current().flavor() == Lane::MySql).into(),
         }
     }
 
@@ -499,6 +499,9 @@ impl TestCtx {
         fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         let mut service = Service::new(bin, path, self.dir.join(format!("{name}.log")));
         service.telemetry = telemetry;
+        if let Some((key, value)) = Lane::current().env() {
+            service = service.with_env(key, value);
+        }
         if self.public_key_retrieval() {
             service = service.with_env("SLUICE_SOURCE_PUBLIC_KEY_RETRIEVAL", "true");
             if bin == "sluice-center" {

@@ -65,7 +65,7 @@ async fn snapshotted(cluster: &Cluster, alias: &str, rows: u64) -> Result<(), St
     }
 }
 
-on_sources!(a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index: mariadb, mysql);
+on_sources!(a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index: mariadb, mariadb_watermarks, mysql);
 async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     let (ctx, mut cluster, items) = streaming_items("build", 3).await;
     let alias = items.pipeline.alias.clone();
@@ -174,7 +174,7 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     ctx.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_reset_build_leaves_the_alias_alone_and_its_index_goes: mariadb, mariadb_watermarks);
 async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
     let (ctx, cluster, items) = streaming_items("reset", 2).await;
     let alias = items.pipeline.alias.clone();
@@ -265,13 +265,13 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
     ctx.cleanup().await;
 }
 
+on_sources!(ddl_during_a_snapshot_builds_an_index_equal_to_the_table: mariadb, mariadb_watermarks);
 /// DDL while a build snapshots the table: a column added (and filled by writes that
 /// follow it) and another dropped between chunks. The chunks read after each statement
 /// carry the new shape and the stream decodes each change with the schema of its time:
 /// the built version equals the table but for the dropped column's values in documents
 /// of chunks read before the DROP, so the version the build made still needs a rebuild,
 /// with the DROP named; a second build clears it and leaves no trace of the column.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
     let (ctx, cluster, items) = streaming_items("buildddl", 2).await;
     let alias = items.pipeline.alias.clone();
@@ -346,7 +346,7 @@ async fn ddl_during_a_snapshot_builds_an_index_equal_to_the_table() {
     ctx.cleanup().await;
 }
 
-on_sources!(a_crash_at_the_hand_off_from_snapshot_to_stream_with_writes_to_the_chunk_being_read_loses_nothing: mariadb, mysql);
+on_sources!(a_crash_at_the_hand_off_from_snapshot_to_stream_with_writes_to_the_chunk_being_read_loses_nothing: mariadb, mariadb_watermarks, mysql);
 /// The hand-off from snapshot to stream, with writes aimed at the chunks being read: every
 /// round of the load updates a row in each chunk (on both sides of the chunk's read
 /// cursor, as it moves), deletes one now and then, and inserts past the end. Then both

@@ -51,7 +51,7 @@ fn counts(c: &Value) -> (u64, u64, u64) {
     (n("missing"), n("extra"), n("different"))
 }
 
-on_sources!(a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right: mariadb, mysql);
+on_sources!(a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right: mariadb, mariadb_watermarks, mysql);
 async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
     let ctx = TestCtx::new("consistency").await;
     ctx.items_table(ROWS).await;
@@ -244,9 +244,9 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
     );
 }
 
+on_sources!(a_windowed_check_looks_only_at_recently_changed_roots: mariadb, mariadb_watermarks);
 /// A check of a window (`--since`) looks only at roots whose `check.updated_column` is
 /// that recent: drift in an old row is left to the full check.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_windowed_check_looks_only_at_recently_changed_roots() {
     let ctx = TestCtx::new("checkwindow").await;
     ctx.exec(
@@ -348,9 +348,9 @@ async fn a_windowed_check_looks_only_at_recently_changed_roots() {
     assert_eq!(by_schedule, 1, "once a day: {list}");
 }
 
+on_sources!(a_check_reads_text_keys_in_order: mariadb, mariadb_watermarks);
 /// A text primary key: the index is read in key order on its `keyword` sub-field, chunk
 /// by chunk (several chunks, so the key ranges matter), and finds exactly what differs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_reads_text_keys_in_order() {
     let ctx = TestCtx::new("checktext").await;
     // Byte order, as the keyword sub-field sorts; text an analyzer would split.

@@ -90,7 +90,7 @@ async fn unrelated_change(ctx: &TestCtx, index: &str, id: u64, n: u64) -> Durati
     committed.elapsed()
 }
 
-on_sources!(a_delayed_category_rename_is_applied_by_the_job_not_inline: mariadb, mysql);
+on_sources!(a_delayed_category_rename_is_applied_by_the_job_not_inline: mariadb, mariadb_watermarks, mysql);
 async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     let ctx = TestCtx::new("delayed").await;
     create_tables(&ctx).await;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_integration_tests::on_sources;
+use sluice_integration_tests::private_source::PrivateSource;
 use sluice_integration_tests::{check_documents, eventually, shop, Running, TestCtx};
 
 const PRODUCTS: u64 = 2200;
@@ -491,4 +492,76 @@ async fn a_tree_that_stops_fitting_its_tables_dead_letters_with_the_key_named_an
     .await;
     drop(run);
     ctx.cleanup().await;
+}
+
+on_sources!(a_document_is_read_only_once_its_change_is_visible_where_it_is_read: mysql);
+/// A document is read only once its change is visible where it is read. The etl reads
+/// documents from a replica whose applier is stopped, so a change the worker streamed
+/// from the primary stays invisible there: the etl waits for its GTID
+/// (`WAIT_FOR_EXECUTED_GTID_SET`) and tries again, rather than stamp the replica's older
+/// state with the change's version (which would stick: nothing newer comes to replace
+/// it). Once the replica applies the change, the document has it.
+async fn a_document_is_read_only_once_its_change_is_visible_where_it_is_read() {
+    let primary = PrivateSource::start(7301).await;
+    let replica = PrivateSource::start(7302).await;
+    replica.replicate_from(&primary);
+    let ctx = TestCtx::on("visible", primary.stack().await).await;
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    // The worker streams the primary; the etl reads documents from the replica.
+    let worker = ctx.worker();
+    ctx.route_mysql(&replica.addr());
+    let etl = ctx.etl_with(std::slice::from_ref(&spec));
+    let run = ctx.run(worker, etl).await;
+    shop::data(&ctx, 20, 10).await;
+    converged(&ctx, &run, &spec, "the shop, streamed").await;
+
+    replica.pause_applier();
+    // Every version of the change is above the binlog's end before it.
+    let before = ctx.binlog_end().await;
+    let before = sluice_core::ExternalVersion::new(0, before.file_seq().unwrap(), before.pos)
+        .unwrap()
+        .get();
+    ctx.exec("UPDATE sku_prices SET amount = 99.99 WHERE sku_id = 70")
+        .await;
+    // Until the etl has waited past one bound (it says so each time), or has written the
+    // document at the change's version without waiting, which must not be.
+    let waits = |log: &str| log.matches("are not visible within").count();
+    let seven = eventually(
+        "the etl waits for the change on the replica, past one wait",
+        Duration::from_secs(60),
+        || async {
+            let log = std::fs::read_to_string(&run.etl.log).unwrap_or_default();
+            let hit = ctx
+                .stack
+                .es
+                .mget_hits(&alias, &[("7".to_owned(), None)])
+                .await
+                .map_err(|e| e.to_string())?
+                .remove(0)
+                .ok_or("no product 7")?;
+            if waits(&log) >= 2 || hit.version > before {
+                Ok(hit)
+            } else {
+                Err(format!(
+                    "{} waits so far\n{}",
+                    waits(&log),
+                    run.etl.log_tail()
+                ))
+            }
+        },
+    )
+    .await;
+    assert!(
+        seven.version < before && !seven.source.to_string().contains("99.99"),
+        "product 7 was written at version {} (the change's are above {before}) while the \
+         replica did not have the change: {}",
+        seven.version,
+        seven.source
+    );
+    replica.resume_applier();
+    converged(&ctx, &run, &spec, "the change, once the replica applied it").await;
+    let seven = document(&ctx, &alias, 7).await.expect("product 7");
+    assert!(seven.to_string().contains("99.99"), "{seven}");
 }

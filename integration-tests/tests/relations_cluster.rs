@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{check_documents, eventually, shop, Cluster, TestCtx};
 
 const PRODUCTS: u64 = 600;
@@ -42,7 +43,7 @@ fn change_everything(n: u64) -> Vec<String> {
     round
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(a_whole_tree_builds_under_a_load_on_all_its_tables: mariadb, mariadb_watermarks);
 async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
     let ctx = TestCtx::new("reltree").await;
     shop::schema(&ctx).await;
@@ -129,7 +130,7 @@ async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
     ctx.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(parent_child_documents_are_built_routed_and_moved_with_their_parent: mariadb, mariadb_watermarks);
 async fn parent_child_documents_are_built_routed_and_moved_with_their_parent() {
     let ctx = TestCtx::new("reljoin").await;
     for ddl in [

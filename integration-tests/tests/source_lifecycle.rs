@@ -130,7 +130,7 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
     );
 }
 
-on_sources!(a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it: mariadb, mysql);
+on_sources!(a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it: mariadb, mariadb_watermarks, mysql);
 async fn a_purged_resume_position_stops_the_task_until_a_resnapshot_recovers_it() {
     let server = PrivateSource::start(7102).await;
     let ctx = TestCtx::on("purged", server.stack().await).await;

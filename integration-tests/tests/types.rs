@@ -92,7 +92,7 @@ fn source(ctx: &TestCtx) -> sluice_mysql::SourceConfig {
     }
 }
 
-on_sources!(a_snapshot_reads_every_type_as_the_binlog_decodes_it: mariadb, mysql);
+on_sources!(a_snapshot_reads_every_type_as_the_binlog_decodes_it: mariadb, mariadb_watermarks, mysql);
 async fn a_snapshot_reads_every_type_as_the_binlog_decodes_it() {
     let ctx = TestCtx::new("snaptypes").await;
     ctx.exec(TABLE).await;
@@ -148,7 +148,7 @@ async fn a_snapshot_reads_every_type_as_the_binlog_decodes_it() {
     ctx.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(composite_text_keys_chunk_and_resume_exactly: mariadb, mariadb_watermarks);
 async fn composite_text_keys_chunk_and_resume_exactly() {
     let ctx = TestCtx::new("snapkeys").await;
     ctx.exec(

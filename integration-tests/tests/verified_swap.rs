@@ -61,7 +61,7 @@ fn example_ids(list: &Value, kind: &str) -> Vec<String> {
     ids
 }
 
-on_sources!(a_verified_build_is_held_compared_and_swapped_only_when_clean: mariadb, mysql);
+on_sources!(a_verified_build_is_held_compared_and_swapped_only_when_clean: mariadb, mariadb_watermarks, mysql);
 async fn a_verified_build_is_held_compared_and_swapped_only_when_clean() {
     let ctx = TestCtx::new("verified").await;
     ctx.items_table(ROWS).await;

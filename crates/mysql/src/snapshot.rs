@@ -347,12 +347,12 @@ pub struct Watermarks {
     pub high: BinlogPosition,
 }
 
-/// How snapshots learn their watermarks on MariaDB (`SLUICE_SNAPSHOT_POSITIONS`): by
+/// How snapshots learn their watermarks on MariaDB (`SNAPSHOT_POSITIONS`): by
 /// default its exact snapshot position (`low` = `high`); `watermarks` reads them around
 /// the snapshot as on MySQL, so that path is tested on MariaDB too.
 fn mariadb_watermarks() -> bool {
     static WATERMARKS: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
-        std::env::var("SLUICE_SNAPSHOT_POSITIONS").is_ok_and(|v| v.trim() == "watermarks")
+        std::env::var("SNAPSHOT_POSITIONS").is_ok_and(|v| v.trim() == "watermarks")
     });
     *WATERMARKS
 }

@@ -134,12 +134,14 @@ impl<'a> Reader<'a> {
 
     /// Starts a read that sees every change up to `floor` (a document's newest change).
     /// A change reaches the binlog, and Sluice, a moment before its transaction is
-    /// visible to readers; a read in that moment would stamp the old state with the new
-    /// version for good. So the read waits until the change is visible: on MariaDB for a
-    /// consistent snapshot whose binlog position is past the change's version, on MySQL
-    /// until the changes' GTIDs are executed (`WAIT_FOR_EXECUTED_GTID_SET`). That takes a
-    /// few milliseconds at most; after [`VISIBLE_WITHIN`] the read goes ahead and says so.
-    /// End it with [`Reader::end`].
+    /// visible to readers (on a replica read from, until the replica applied it); a read
+    /// in that moment would stamp the old state with the new version for good. So the read
+    /// waits until the change is visible, a few milliseconds on a primary: on MySQL until
+    /// the changes' GTIDs are executed (`WAIT_FOR_EXECUTED_GTID_SET`) — past
+    /// [`VISIBLE_WITHIN`] it fails as transient ([`MysqlError::Wait`]) and is tried again,
+    /// never read early; on MariaDB for a consistent snapshot whose binlog position is past
+    /// the change's version — past [`VISIBLE_WITHIN`] it goes ahead and says so (another
+    /// server's coordinates never pass). End it with [`Reader::end`].
     pub async fn begin_after(&mut self, floor: &Floor) -> Result<(), MysqlError> {
         let server = self.server().await?;
         if server.flavor == Flavor::MySql {
@@ -154,7 +156,13 @@ impl<'a> Reader<'a> {
                     .await
                     .map_err(query_err(self.src, "wait for a change to be visible"))?;
                 if timed_out != Some(0) {
-                    tracing::warn!(source = %self.src.name, gtids = %set, "the changes were not visible within 5 s (another server's GTIDs?): reading anyway");
+                    return Err(MysqlError::Wait {
+                        source_name: self.src.name.clone(),
+                        what: format!(
+                            "changes {set} are not visible within {} s (a replica behind?): the documents are read once they are",
+                            VISIBLE_WITHIN.as_secs()
+                        ),
+                    });
                 }
             }
             return self.begin().await;
