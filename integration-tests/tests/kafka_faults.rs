@@ -171,3 +171,74 @@ async fn events_past_the_message_timeout_fail_and_the_task_resumes_from_its_conf
     ctx.wait_streamed(&run.worker).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
 }
+
+/// The center probes Kafka as it probes its meta database and ZooKeeper: while the
+/// brokers do not answer, `sluice_center_dependency_up{dependency="kafka"}` is 0 and the
+/// health of `sluice.dependency.kafka` NOT_SERVING (what the `SluiceKafkaUnreachable`
+/// alert reads); once they answer, 1 and SERVING again. Its own health does not change:
+/// a center serves its API without Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_center_says_whether_the_kafka_brokers_answer() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let kafka = PrivateKafka::start().await;
+    let ctx = TestCtx::new("kafkaprobe").await;
+    ctx.route_kafka(&kafka.brokers());
+    let cluster = ctx.start_cluster(1, 0).await;
+    let center = &cluster.centers[0];
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[0]))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = HealthClient::new(channel);
+    let status = |service: &'static str| {
+        let mut health = health.clone();
+        async move {
+            health
+                .check(HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .map(|r| r.into_inner().status)
+                .map_err(|e| e.to_string())
+        }
+    };
+    // 1: SERVING, 2: NOT_SERVING.
+    let says = |up: f64, serving: i32| {
+        let status = &status;
+        async move {
+            let metric = center
+                .metric("sluice_center_dependency_up", &[("dependency", "kafka")])
+                .await;
+            let kafka = status("sluice.dependency.kafka").await?;
+            let own = status("").await?;
+            if metric == up && kafka == serving && own == 1 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "dependency_up {metric}, kafka's health {kafka}, the center's {own}"
+                ))
+            }
+        }
+    };
+    eventually("Kafka answers the center", WITHIN, || says(1.0, 1)).await;
+    kafka.proxy.set(Mode::Blackhole);
+    eventually("the center says Kafka does not answer", WITHIN, || {
+        says(0.0, 2)
+    })
+    .await;
+    assert_eq!(
+        center
+            .metric("sluice_center_dependency_up", &[("dependency", "meta")])
+            .await,
+        1.0,
+        "the meta database still answers"
+    );
+    kafka.proxy.set(Mode::Open);
+    eventually("the center says Kafka answers again", WITHIN, || {
+        says(1.0, 1)
+    })
+    .await;
+}

@@ -34,6 +34,11 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
     let api = &shared.cfg.api;
     let (admin_auth, reports_auth) = Auth::from_config(&shared.cfg)?;
     let (health, health_service) = tonic_health::server::health_reporter();
+    let probes = tokio::spawn(crate::probe::dependencies(
+        shared.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
     let readiness = tokio::spawn(report_health(health, shared.clone(), shutdown.clone()));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
@@ -70,6 +75,7 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
         .map_err(|e| anyhow::anyhow!("gRPC API on {listen}: {e}"));
     shutdown.cancel();
     let _ = readiness.await;
+    let _ = probes.await;
     served
 }
 

@@ -21,6 +21,7 @@ pub mod history;
 mod leader;
 pub mod meta;
 mod metrics;
+mod probe;
 mod rebuild;
 mod rollback;
 

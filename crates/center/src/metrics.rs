@@ -1,6 +1,8 @@
 //! The center's metrics (names as Prometheus shows them), kept by the leader's passes
 //! and the workers' reports, read at each scrape:
 //! `sluice_center_leader` (1 on the replica that leads), `sluice_center_epoch`,
+//! `sluice_center_dependency_up{dependency}` (1 when `meta`, `zookeeper` or `kafka`
+//! answered this replica's last probe, see [`crate::probe`]),
 //! `sluice_center_workers_live`, `sluice_center_tasks{worker}`,
 //! `sluice_center_source_lag_seconds{source}` (as the workers report it),
 //! `sluice_center_pipelines{state}`, and per pipeline being built
@@ -44,6 +46,8 @@ pub(crate) struct Gauges {
     pub needs_rebuild: BTreeMap<String, u64>,
     /// Per pipeline, its running or last consistency check.
     pub checks: BTreeMap<String, CheckGauge>,
+    /// Per dependency (`meta`, `zookeeper`, `kafka`), whether it answered the last probe.
+    pub dependencies: BTreeMap<&'static str, bool>,
 }
 
 /// A consistency check as the gauges show it.
@@ -65,6 +69,7 @@ pub(crate) static GAUGES: Mutex<Gauges> = Mutex::new(Gauges {
     source_lag: BTreeMap::new(),
     needs_rebuild: BTreeMap::new(),
     checks: BTreeMap::new(),
+    dependencies: BTreeMap::new(),
 });
 
 pub(crate) fn update(f: impl FnOnce(&mut Gauges)) {
@@ -96,6 +101,16 @@ pub(crate) fn observe() {
     m.u64_observable_gauge("sluice.center.leader")
         .with_description("1 on the center replica that leads, 0 on the others")
         .with_callback(|o| o.observe(read(|g| u64::from(g.leader)), &[]))
+        .build();
+    m.u64_observable_gauge("sluice.center.dependency.up")
+        .with_description(
+            "1 when the dependency (meta, zookeeper, kafka) answered this replica's last probe",
+        )
+        .with_callback(|o| {
+            for (dependency, up) in read(|g| g.dependencies.clone()) {
+                o.observe(u64::from(up), &[KeyValue::new("dependency", dependency)]);
+            }
+        })
         .build();
     m.u64_observable_gauge("sluice.center.epoch")
         .with_description("The leadership epoch this replica last led at")

@@ -236,6 +236,37 @@ fn consumer(cfg: &KafkaConfig, group: &str) -> Result<Consumer, KafkaError> {
     c.create_with_context(TracingContext)
 }
 
+/// A client that asks the cluster whether its brokers answer ([`Probe::brokers`]), kept
+/// between probes so that a broker down is one reconnecting client, not a new one per
+/// probe.
+pub struct Probe {
+    admin: std::sync::Arc<AdminClient<TracingContext>>,
+}
+
+impl Probe {
+    pub fn new(cfg: &KafkaConfig) -> Result<Probe, KafkaError> {
+        let mut c = cfg.client_config();
+        cfg.apply_overrides(&mut c);
+        Ok(Probe {
+            admin: std::sync::Arc::new(c.create_with_context(TracingContext)?),
+        })
+    }
+
+    /// How many brokers the cluster's metadata names, asked of a broker now (a Metadata
+    /// request, not librdkafka's cache); an error when none answers within `within`.
+    pub async fn brokers(&self, within: Duration) -> Result<usize, KafkaError> {
+        let admin = self.admin.clone();
+        tokio::task::spawn_blocking(move || {
+            admin
+                .inner()
+                .fetch_metadata(None, within)
+                .map(|m| m.brokers().len())
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)?
+    }
+}
+
 /// Creates the topics that do not exist yet, with the configured partitions and
 /// replication. Existing topics are left as they are.
 pub async fn ensure_topics(cfg: &KafkaConfig, topics: &[String]) -> Result<(), KafkaError> {

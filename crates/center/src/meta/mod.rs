@@ -389,6 +389,13 @@ impl Meta {
     }
 
     /// Records that `center` leads at `epoch`; fails if a newer epoch is already there.
+    /// Whether the meta database answers (`SELECT 1` on a pooled connection).
+    pub async fn ping(&self) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.query_drop("SELECT 1").await?;
+        Ok(())
+    }
+
     pub async fn take_leadership(&self, epoch: u64, center: &str) -> Result<(), MetaError> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
