@@ -35,12 +35,15 @@ bench: stack-up
 	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/tree_bench
 
 # ----- chaos soak (integration-tests/src/soak.rs) ------------------------------------
-# A write load on several tables while faults are injected at random, then the checker:
+# A write load on several tables while faults are injected at random, then the checker,
+# on each source of SOAK_SOURCES (default: mariadb mysql, one after the other):
 # SOAK_MINUTES (default 10), SOAK_TABLES, SOAK_ROWS, SOAK_TPS, SOAK_FAULT_EVERY, SOAK_SEED.
 .PHONY: soak
 soak: stack-up
 	cargo build --bins
-	$${CARGO_TARGET_DIR:-target}/debug/soak
+	for source in $${SOAK_SOURCES:-mariadb mysql}; do \
+	  SOAK_SOURCE=$$source $${CARGO_TARGET_DIR:-target}/debug/soak || exit 1; \
+	done
 
 # ----- build, test, demo -------------------------------------------------------------
 .PHONY: build test lint demo demo-stop cluster cluster-stop

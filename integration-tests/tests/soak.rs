@@ -5,9 +5,10 @@
 //! ZooKeeper restarted — then every row of every table equals its document and no
 //! confirmed position ever moved backwards. `SOAK_MINUTES` lengthens it.
 
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::soak::{self, Fault, SoakOptions};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+on_sources!(every_fault_at_random_under_a_write_load_loses_and_resurrects_nothing: mariadb, mysql);
 async fn every_fault_at_random_under_a_write_load_loses_and_resurrects_nothing() {
     let mut opts = SoakOptions::from_env(1.5).expect("SOAK_* settings");
     if std::env::var_os("SOAK_FAULT_EVERY").is_none() {

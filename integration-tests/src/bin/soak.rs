@@ -1,14 +1,25 @@
 //! `make soak`: the chaos soak (`sluice_integration_tests::soak`) for `SOAK_MINUTES`
-//! (default 10): prints the faults injected, the load, the worst lag and the verdict,
-//! writes them as JSON under `target/soak/`, and exits non-zero on a failing verdict.
+//! (default 10) on the source `SOAK_SOURCE` names (`mariadb`, the default, or `mysql`):
+//! prints the faults injected, the load, the worst lag and the verdict, writes them as
+//! JSON under `target/soak/`, and exits non-zero on a failing verdict.
 
 use std::process::ExitCode;
 
+use sluice_integration_tests::lane::Lane;
 use sluice_integration_tests::services::target_dir;
 use sluice_integration_tests::soak::{self, SoakOptions};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
+    let lane = match std::env::var("SOAK_SOURCE").as_deref() {
+        Err(_) | Ok("") | Ok("mariadb") => Lane::MariaDb,
+        Ok("mysql") => Lane::MySql,
+        Ok(other) => {
+            eprintln!("soak: SOAK_SOURCE={other}: mariadb or mysql");
+            return ExitCode::from(2);
+        }
+    };
+    lane.enter();
     let opts = match SoakOptions::from_env(10.0) {
         Ok(opts) => opts,
         Err(e) => {
@@ -20,7 +31,7 @@ async fn main() -> ExitCode {
     let report = soak::run(&opts).await;
     println!("{report}");
     let dir = target_dir().join("soak");
-    let file = dir.join(format!("soak-{}.json", report.seed));
+    let file = dir.join(format!("soak-{lane:?}-{}.json", report.seed).to_lowercase());
     let written = std::fs::create_dir_all(&dir).and_then(|()| {
         std::fs::write(
             &file,
