@@ -1,7 +1,7 @@
 # ----- local stack of real services (deploy/stack.sh) -------------------------------
 # MariaDB :13306, Oracle MySQL :13307, ZooKeeper :12181, Apache Kafka :19092, OpenSearch
-# :19200, state in .work/stack/. Set MARIADB_URL / MYSQL_URL / ZOOKEEPER / KAFKA_BROKERS /
-# ES_URL to use external services.
+# :19200, Elasticsearch :19201, state in .work/stack/. Set MARIADB_URL / MYSQL_URL /
+# ZOOKEEPER / KAFKA_BROKERS / ES_URL / ELASTICSEARCH_URL to use external services.
 .PHONY: install stack-up stack-down stack-clean stack-status
 
 install:
@@ -51,12 +51,16 @@ soak: stack-up
 build:
 	cargo build --bins
 
-# Every test: formatting, lints, unit tests and the end-to-end tests on the real stack.
+# Every test: formatting, lints, unit tests and the end-to-end tests on the real stack
+# (OpenSearch the sink), then the Elasticsearch lane: the sink client's own tests and the
+# end-to-end tests of ES_LANE again, with Elasticsearch the sink.
+ES_LANE = binary(server) | (test(/^(dml::|relations::a_shop_tree|relations_cluster::parent_child|cluster_build::a_build_under_load|replay::)/) & test(/::mariadb$$/))
 test: stack-up
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo build --bins
 	cargo nextest run --workspace
+	ES_URL=$${ELASTICSEARCH_URL:-http://127.0.0.1:19201} cargo nextest run --workspace -E '$(ES_LANE)'
 
 lint:
 	cargo fmt --all -- --check

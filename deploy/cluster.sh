@@ -3,7 +3,8 @@
 # mode and one etl following the center's pipelines, each a separate process; then the
 # sample table `shop.customers` added as a source and a pipeline with sluicectl, rows
 # written, and the cluster shown with `sluicectl leader|workers|tasks|events`.
-# Endpoints: MARIADB_URL (admin; also the meta database), ZOOKEEPER, KAFKA_BROKERS, ES_URL.
+# The source and the meta database: Oracle MySQL (MYSQL_URL, an admin) or, with
+# DEMO_SOURCE=mariadb, MariaDB (MARIADB_URL); ZOOKEEPER, KAFKA_BROKERS, ES_URL.
 #   deploy/cluster.sh           start (or restart) the cluster
 #   deploy/cluster.sh stop      stop every process of it
 #   deploy/cluster.sh ctl ARGS  run sluicectl against it (e.g. `ctl tasks`)
@@ -41,6 +42,7 @@ curl -fsS -X DELETE "$ES_URL/customers_v1" >/dev/null 2>&1 || true
 
 for n in 0 1 2; do
   cat >"$work/center-$n.toml" <<TOML
+source_public_key_retrieval = true
 [telemetry]
 listen = "127.0.0.1:$((9470 + n))"
 [center]
@@ -56,6 +58,8 @@ port = $db_port
 user = "$db_user"
 password = "$db_password"
 database = "sluice_meta_local"
+# Local, over loopback without TLS (see deploy/demo.sh).
+allow_public_key_retrieval = true
 [api]
 auth = "token"
 token_file = "$token_file"
@@ -66,6 +70,7 @@ brokers = "$KAFKA_BROKERS"
 rows = "sluice.$run_id.{instance}.{db}.{table}"
 TOML
   cat >"$work/worker-$n.toml" <<TOML
+source_public_key_retrieval = true
 [telemetry]
 listen = "127.0.0.1:$((9480 + n))"
 [worker]
@@ -83,6 +88,7 @@ token_file = "$worker_token_file"
 TOML
 done
 cat >"$work/etl.toml" <<TOML
+source_public_key_retrieval = true
 [telemetry]
 listen = "127.0.0.1:9490"
 [etl]
@@ -112,9 +118,9 @@ SOURCE_PASSWORD="$SOURCE_PASSWORD" launch etl "$bin/sluice-etl" --config "$work/
 wait_for "3 workers" 60 workers_up 3
 
 say "adding the source and the pipeline with sluicectl"
-ctl sources put local-mariadb --host "$db_host" --port "$db_port" --user "$SOURCE_USER" \
+ctl sources put local-$DEMO_SOURCE --host "$db_host" --port "$db_port" --user "$SOURCE_USER" \
   --password-ref env:SOURCE_PASSWORD --server-id 4343 --tables shop.customers
-ctl pipelines put customers --source local-mariadb --database shop --table customers --replicas 0
+ctl pipelines put customers --source local-$DEMO_SOURCE --database shop --table customers --replicas 0
 wait_for "the task to run" 60 task_running
 
 say "writing 500 rows"

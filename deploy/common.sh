@@ -1,9 +1,16 @@
 # Shared by deploy/demo.sh and deploy/cluster.sh (sourced; set $work first): the
 # endpoints (overridable as for the tests), the admin SQL client, waiting on a condition
 # with a deadline, document counts, and stopping what the script started.
+# DEMO_SOURCE picks the source server: mysql (Oracle MySQL, MYSQL_URL; the default) or
+# mariadb (MARIADB_URL).
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MYSQL_URL="${MARIADB_URL:-mysql://sluice_admin:sluice_admin@127.0.0.1:13306}"
+DEMO_SOURCE="${DEMO_SOURCE:-mysql}"
+case "$DEMO_SOURCE" in
+  mysql) admin_url="${MYSQL_URL:-mysql://sluice_admin:sluice_admin@127.0.0.1:13307}" ;;
+  mariadb) admin_url="${MARIADB_URL:-mysql://sluice_admin:sluice_admin@127.0.0.1:13306}" ;;
+  *) echo "DEMO_SOURCE=$DEMO_SOURCE: mysql or mariadb" >&2; exit 2 ;;
+esac
 ZOOKEEPER="${ZOOKEEPER:-127.0.0.1:12181}"
 KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:19092}"
 ES_URL="${ES_URL:-http://127.0.0.1:19200}"
@@ -13,7 +20,7 @@ bin="${CARGO_TARGET_DIR:-$root/target}/debug"
 mkdir -p "$work"
 
 # mysql://user:pass@host:port
-hostport="${MYSQL_URL#*@}"; creds="${MYSQL_URL#mysql://}"; creds="${creds%@*}"
+hostport="${admin_url#*@}"; creds="${admin_url#mysql://}"; creds="${creds%@*}"
 db_host="${hostport%%:*}"; db_port="${hostport##*:}"; db_port="${db_port%%/*}"
 db_user="${creds%%:*}"; db_password="${creds#*:}"
 

@@ -5,7 +5,8 @@
 #   SKUs nested — behind the alias `products`; 1000 sample products shown arriving, then a
 #   live change to one SKU's price timed from COMMIT until it is visible inside its
 #   product's document.
-# Endpoints: MARIADB_URL (admin), ZOOKEEPER, KAFKA_BROKERS, ES_URL, as for the tests.
+# The source is Oracle MySQL (MYSQL_URL, an admin) or, with DEMO_SOURCE=mariadb,
+# MariaDB (MARIADB_URL); ZOOKEEPER, KAFKA_BROKERS, ES_URL as for the tests.
 # `deploy/demo.sh stop` stops the demo's worker and etl (the stack keeps running).
 set -euo pipefail
 work="$(cd "$(dirname "$0")/.." && pwd)/.work/demo"
@@ -14,7 +15,7 @@ source "$(dirname "$0")/common.sh"
 if [ "${1:-}" = stop ]; then stop_started; exit 0; fi
 
 stop_started
-say "sample schema: shop.products, shop.brands, shop.skus"
+say "sample schema on $(sql -e 'SELECT VERSION()'): shop.products, shop.brands, shop.skus"
 sql -e "DROP DATABASE IF EXISTS shop; CREATE DATABASE shop;
         CREATE TABLE shop.brands (id INT PRIMARY KEY, name VARCHAR(100));
         CREATE TABLE shop.products (id INT PRIMARY KEY, name VARCHAR(100), brand_id INT,
@@ -32,7 +33,11 @@ port = $db_port
 user = \"$SOURCE_USER\"
 password = \"$SOURCE_PASSWORD\"
 server_id = 4242
-tables = [\"shop.*\"]"
+tables = [\"shop.*\"]
+# A local demo over loopback without TLS: MySQL 9's caching_sha2_password then sends the
+# password encrypted with the server's RSA key, which this allows (configure tls instead
+# where the network is not yours).
+allow_public_key_retrieval = true"
 cat > "$work/worker.toml" <<TOML
 [telemetry]
 listen = "127.0.0.1:9464"

@@ -7,7 +7,8 @@
 #   Apache Kafka      the broker's jars from Maven Central (KRaft mode, no ZooKeeper)
 #   OpenSearch        the minimal distribution from Maven Central, plus the modules the
 #                     pipelines' mappings use (parent-join, mapper-extras, analysis-common)
-#   Elasticsearch     the minimal distribution from Maven Central (the second sink)
+#   Elasticsearch     7.17's minimal distribution from Maven Central, with parent-join and
+#                     mapper-extras (the Elasticsearch lane of the sink's tests)
 #   tools             cargo-nextest, helm, the confluent-kafka wheel (stack health checks)
 #
 # Servers go to $SLUICE_TOOLS (default /opt/sluice as root, ~/.local/lib/sluice otherwise),
@@ -140,49 +141,79 @@ EOF
 
 # --- OpenSearch and Elasticsearch (Maven Central) ---------------------------------------
 
+# Adds module NAME to a search server's distribution HOME: the jar at URL, with the
+# descriptor a full build writes (VERSION_KEY is opensearch.version or
+# elasticsearch.version).
+add_module() {
+  local home=$1 name=$2 url=$3 class=$4 version_key=$5 version=$6
+  mkdir -p "$home/modules/$name"
+  curl -fsSL -o "$home/modules/$name/${url##*/}" "$url" \
+    || die "$name: ${url##*/} is not on Maven Central"
+  {
+    printf 'description=%s\nversion=%s\nname=%s\nclassname=%s\njava.version=11\n' \
+      "$name" "$version" "$name" "$class"
+    printf '%s=%s\nextended.plugins=\nhas.native.controller=false\n' "$version_key" "$version"
+    # OpenSearch's descriptors name a folder; Elasticsearch 7 refuses the key.
+    if [ "$version_key" = opensearch.version ]; then echo "custom.foldername="; fi
+  } >"$home/modules/$name/plugin-descriptor.properties"
+}
+
+# Unzips a minimal distribution from URL into HOME (its top directory's contents).
+unpack_distribution() {
+  local home=$1 url=$2 tmp
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/dist.zip" "$url" || die "${url##*/} is not on Maven Central"
+  unzip -q "$tmp/dist.zip" -d "$tmp/x"
+  mv "$tmp"/x/* "$home"
+  rm -rf "$tmp"
+}
+
 # OpenSearch's minimal distribution holds only the HTTP transport. The join field
 # (parent-child pipelines), scaled_float and search_as_you_type (mapper-extras) and the
 # analyzers beyond `standard` (analysis-common) are modules of the full one; each is one
 # jar on Maven Central, placed as a module with the descriptor the full build writes.
 install_opensearch() {
-  local home="$SLUICE_TOOLS/opensearch-$OPENSEARCH_VERSION" tmp
+  local home="$SLUICE_TOOLS/opensearch-$OPENSEARCH_VERSION" v=$OPENSEARCH_VERSION
   if [ -f "$home/stamp" ]; then
-    log "OpenSearch $OPENSEARCH_VERSION present ($home)"
+    log "OpenSearch $v present ($home)"
     return
   fi
   rm -rf "$home"
-  tmp=$(mktemp -d)
-  curl -fsSL -o "$tmp/os.zip" \
-    "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$OPENSEARCH_VERSION/opensearch-$OPENSEARCH_VERSION.zip" \
-    || die "opensearch: $OPENSEARCH_VERSION's distribution is not on Maven Central"
-  unzip -q "$tmp/os.zip" -d "$tmp"
-  mv "$tmp/opensearch-$OPENSEARCH_VERSION" "$home"
-  local module artifact class
-  while read -r module artifact class; do
-    mkdir -p "$home/modules/$module"
-    curl -fsSL -o "$home/modules/$module/$artifact-$OPENSEARCH_VERSION.jar" \
-      "$MAVEN/org/opensearch/plugin/$artifact/$OPENSEARCH_VERSION/$artifact-$OPENSEARCH_VERSION.jar" \
-      || die "opensearch: module $artifact $OPENSEARCH_VERSION is not on Maven Central"
-    cat >"$home/modules/$module/plugin-descriptor.properties" <<EOF
-description=$module
-version=$OPENSEARCH_VERSION
-name=$module
-classname=$class
-java.version=11
-opensearch.version=$OPENSEARCH_VERSION
-custom.foldername=
-extended.plugins=
-has.native.controller=false
-EOF
-  done <<'EOF'
-parent-join parent-join-client org.opensearch.join.ParentJoinPlugin
-mapper-extras mapper-extras-client org.opensearch.index.mapper.MapperExtrasPlugin
-analysis-common analysis-common org.opensearch.analysis.common.CommonAnalysisPlugin
-EOF
-  rm -rf "$tmp"
+  unpack_distribution "$home" \
+    "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$v/opensearch-$v.zip"
+  local plugins="$MAVEN/org/opensearch/plugin"
+  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
+    org.opensearch.join.ParentJoinPlugin opensearch.version "$v"
+  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
+    org.opensearch.index.mapper.MapperExtrasPlugin opensearch.version "$v"
+  add_module "$home" analysis-common "$plugins/analysis-common/$v/analysis-common-$v.jar" \
+    org.opensearch.analysis.common.CommonAnalysisPlugin opensearch.version "$v"
   chmod -R a+rX "$home"
-  echo "$OPENSEARCH_VERSION" >"$home/stamp"
-  log "OpenSearch $OPENSEARCH_VERSION with modules parent-join, mapper-extras, analysis-common in $home"
+  echo "$v" >"$home/stamp"
+  log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common in $home"
+}
+
+# Elasticsearch: Maven Central serves its minimal distribution for every version, but the
+# modules only up to 7.17 (8.x's lacks even `GET /`); 7.17 with parent-join and
+# mapper-extras runs every mapping Sluice makes. Its analysis-common is not served:
+# `standard`, `simple`, `stop`, `whitespace` and `keyword` analyzers are its core's.
+install_elasticsearch() {
+  local home="$SLUICE_TOOLS/elasticsearch-$ELASTICSEARCH_VERSION" v=$ELASTICSEARCH_VERSION
+  if [ -f "$home/stamp" ]; then
+    log "Elasticsearch $v present ($home)"
+    return
+  fi
+  rm -rf "$home"
+  unpack_distribution "$home" \
+    "$MAVEN/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$v/elasticsearch-$v.zip"
+  local plugins="$MAVEN/org/elasticsearch/plugin"
+  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
+    org.elasticsearch.join.ParentJoinPlugin elasticsearch.version "$v"
+  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
+    org.elasticsearch.index.mapper.MapperExtrasPlugin elasticsearch.version "$v"
+  chmod -R a+rX "$home"
+  echo "$v" >"$home/stamp"
+  log "Elasticsearch $v with modules parent-join, mapper-extras in $home"
 }
 
 # OpenSearch and Elasticsearch refuse to run as root: as root, deploy/stack.sh starts them
@@ -260,6 +291,7 @@ step "Debian packages" apt_packages
 step "Oracle MySQL" install_mysql
 step "Apache Kafka" install_kafka
 step "OpenSearch" install_opensearch
+step "Elasticsearch" install_elasticsearch
 step "service user" service_user
 step "cargo-nextest" install_nextest
 step "confluent-kafka" install_confluent_kafka

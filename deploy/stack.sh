@@ -21,6 +21,7 @@ DEFAULT_MYSQL_URL="mysql://sluice_admin:sluice_admin@127.0.0.1:13307"
 DEFAULT_ZOOKEEPER="127.0.0.1:12181"
 DEFAULT_KAFKA_BROKERS="127.0.0.1:19092"
 DEFAULT_ES_URL="http://127.0.0.1:19200"
+DEFAULT_ELASTICSEARCH_URL="http://127.0.0.1:19201"
 
 MARIADB_PORT=13306
 MYSQL_PORT=13307
@@ -29,8 +30,10 @@ KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
 OPENSEARCH_PORT=19200
 OPENSEARCH_TRANSPORT_PORT=19300
+ELASTICSEARCH_PORT=19201
+ELASTICSEARCH_TRANSPORT_PORT=19301
 
-SERVICES=(mariadb mysql zookeeper kafka opensearch)
+SERVICES=(mariadb mysql zookeeper kafka opensearch elasticsearch)
 
 log() { printf '[stack] %s\n' "$*"; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -41,7 +44,7 @@ now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 env_var() {
   case $1 in
     mariadb) echo MARIADB_URL ;; mysql) echo MYSQL_URL ;; zookeeper) echo ZOOKEEPER ;;
-    kafka) echo KAFKA_BROKERS ;; opensearch) echo ES_URL ;;
+    kafka) echo KAFKA_BROKERS ;; opensearch) echo ES_URL ;; elasticsearch) echo ELASTICSEARCH_URL ;;
   esac
 }
 default_of() { local v; v="DEFAULT_$(env_var "$1")"; echo "${!v}"; }
@@ -51,12 +54,13 @@ local_port() {
   case $1 in
     mariadb) echo $MARIADB_PORT ;; mysql) echo $MYSQL_PORT ;; zookeeper) echo $ZOOKEEPER_PORT ;;
     kafka) echo $KAFKA_PORT ;; opensearch) echo $OPENSEARCH_PORT ;;
+    elasticsearch) echo $ELASTICSEARCH_PORT ;;
   esac
 }
 # Seconds to become healthy / to stop. A database's first start includes creating its files;
 # OpenSearch's JVM takes 20 s on an idle machine and much longer beside a cargo build.
-start_deadline() { case $1 in mariadb | mysql) echo 90 ;; opensearch) echo 240 ;; *) echo 90 ;; esac; }
-stop_deadline() { case $1 in mariadb | mysql | opensearch) echo 60 ;; *) echo 30 ;; esac; }
+start_deadline() { case $1 in mariadb | mysql) echo 90 ;; opensearch | elasticsearch) echo 240 ;; *) echo 90 ;; esac; }
+stop_deadline() { case $1 in mariadb | mysql | opensearch | elasticsearch) echo 60 ;; *) echo 30 ;; esac; }
 # What the process' command line must contain: a pid file left from before a reboot may
 # name an unrelated process by now.
 proc_marker() {
@@ -64,6 +68,7 @@ proc_marker() {
     mariadb) echo mariadbd ;; mysql) echo "$MYSQL_HOME/usr/sbin/mysqld" ;;
     zookeeper) echo QuorumPeerMain ;; kafka) echo kafka.Kafka ;;
     opensearch) echo org.opensearch.bootstrap.OpenSearch ;;
+    elasticsearch) echo org.elasticsearch.bootstrap.Elasticsearch ;;
   esac
 }
 
@@ -501,45 +506,73 @@ as_search_user() {
   exec "$@"
 }
 
-opensearch_start() {
-  local d; d=$(dir_of opensearch)
-  [[ -f $OPENSEARCH_HOME/stamp ]] || die "opensearch: $OPENSEARCH_HOME not found (run deploy/install.sh)"
+# The node of a search server: its own config directory (a 1 GiB heap, no disk
+# watermarks — a test machine's disk may be fuller than a production node's would be
+# allowed — no GC log or heap dump files), data and logs in the service's directory.
+# $1: opensearch or elasticsearch; $2: its home; $3, $4: HTTP and transport ports.
+search_start() {
+  local svc=$1 home=$2 http=$3 transport=$4 d
+  d=$(dir_of "$svc")
+  [[ -f $home/stamp ]] || die "$svc: $home not found (run deploy/install.sh)"
   mkdir -p "$d/config" "$d/data" "$d/logs" "$d/tmp"
-  cp "$OPENSEARCH_HOME/config/log4j2.properties" "$d/config/"
-  # One small node for tests: a 1 GiB heap, no disk watermarks (a test machine's disk may
-  # be fuller than a production node's would be allowed), no GC log or heap dump files.
-  cat >"$d/config/jvm.options" <<EOF
--Xms1g
+  cp "$home/config/log4j2.properties" "$d/config/"
+  local jvm="-Xms1g
 -Xmx1g
 -XX:+UseG1GC
--Djava.io.tmpdir=\${OPENSEARCH_TMPDIR}
 -XX:-HeapDumpOnOutOfMemoryError
--XX:ErrorFile=$d/logs/hs_err_pid%p.log
+-XX:ErrorFile=$d/logs/hs_err_pid%p.log"
+  if [[ $svc == opensearch ]]; then
+    cat >"$d/config/jvm.options" <<EOF
+$jvm
+-Djava.io.tmpdir=\${OPENSEARCH_TMPDIR}
 -Djava.security.manager=allow
 -Djava.util.concurrent.ForkJoinPool.common.threadFactory=org.opensearch.secure_sm.SecuredForkJoinWorkerThreadFactory
 EOF
-  cat >"$d/config/opensearch.yml" <<EOF
-cluster.name: sluice-local-stack
+  else
+    cat >"$d/config/jvm.options" <<EOF
+$jvm
+-Djava.io.tmpdir=\${ES_TMPDIR}
+EOF
+  fi
+  cat >"$d/config/$svc.yml" <<EOF
+cluster.name: sluice-local-$svc
 node.name: sluice-local
 discovery.type: single-node
 network.host: 127.0.0.1
-http.port: $OPENSEARCH_PORT
-transport.port: $OPENSEARCH_TRANSPORT_PORT
+http.port: $http
+transport.port: $transport
 path.data: $d/data
 path.logs: $d/logs
 cluster.routing.allocation.disk.threshold_enabled: false
 action.auto_create_index: false
 EOF
+  [[ $svc == elasticsearch ]] && printf 'xpack.security.enabled: false\n' >>"$d/config/$svc.yml"
   [[ $(id -u) == 0 ]] && chown -R "$SEARCH_USER:$SEARCH_USER" "$d"
   OPENSEARCH_JAVA_HOME=$JAVA_HOME OPENSEARCH_PATH_CONF=$d/config OPENSEARCH_TMPDIR=$d/tmp \
-    launch opensearch bash -c "$(declare -f as_search_user die); SEARCH_USER=$SEARCH_USER; \
-      as_search_user \"\$@\"" _ "$OPENSEARCH_HOME/bin/opensearch"
+  ES_JAVA_HOME=$JAVA_HOME ES_PATH_CONF=$d/config ES_TMPDIR=$d/tmp \
+    launch "$svc" bash -c "$(declare -f as_search_user die); SEARCH_USER=$SEARCH_USER; \
+      as_search_user \"\$@\"" _ "$home/bin/$svc"
 }
 
-opensearch_healthy() {
-  curl -fsS --max-time 2 "$(endpoint opensearch)/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1
+opensearch_start() {
+  search_start opensearch "$OPENSEARCH_HOME" $OPENSEARCH_PORT $OPENSEARCH_TRANSPORT_PORT
 }
+
+search_healthy() {
+  curl -fsS --max-time 2 "$(endpoint "$1")/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1
+}
+opensearch_healthy() { search_healthy opensearch; }
 opensearch_after_healthy() { :; }
+
+# --- Elasticsearch (the sink's second lane) --------------------------------------------
+
+ELASTICSEARCH_HOME="$SLUICE_TOOLS/elasticsearch-$ELASTICSEARCH_VERSION"
+
+elasticsearch_start() {
+  search_start elasticsearch "$ELASTICSEARCH_HOME" $ELASTICSEARCH_PORT $ELASTICSEARCH_TRANSPORT_PORT
+}
+elasticsearch_healthy() { search_healthy elasticsearch; }
+elasticsearch_after_healthy() { :; }
 
 # --- versions ------------------------------------------------------------------------------
 
@@ -552,8 +585,8 @@ version_of() {
     kafka)
       if is_external kafka; then v="(external)"
       else v=$(cat "$KAFKA_HOME/stamp" 2>/dev/null); fi ;;
-    opensearch)
-      v=$(curl -fsS --max-time 2 "$(endpoint opensearch)/" 2>/dev/null | python3 -c \
+    opensearch | elasticsearch)
+      v=$(curl -fsS --max-time 2 "$(endpoint "$1")/" 2>/dev/null | python3 -c \
         'import json,sys; v=json.load(sys.stdin)["version"]; print(v.get("distribution","elasticsearch"), v["number"])' 2>/dev/null) ;;
   esac
   echo "${v:-?}"
@@ -596,7 +629,9 @@ wait_service() {
   t0=${STARTED_AT[$svc]:-$(now_ms)}
   deadline=$((t0 + $(start_deadline "$svc") * 1000))
   until "${svc}_healthy"; do
-    if ! is_external "$svc" && ! running_pid "$svc" >/dev/null; then
+    # While starting, the process may still be the launcher script that execs the server
+    # (its command line does not name the server yet): alive is enough.
+    if ! is_external "$svc" && ! kill -0 "$(cat "$(pidfile "$svc")" 2>/dev/null || echo 0)" 2>/dev/null; then
       fail_service "$svc" "process exited during startup"
     fi
     (($(now_ms) < deadline)) || fail_service "$svc" "not healthy after $(start_deadline "$svc")s at $(endpoint "$svc")"
@@ -701,7 +736,7 @@ usage: $0 up|down|status [SERVICE...] | clean | env | logs [-f] | mysqld-version
   down    stop local services (SIGTERM, then SIGKILL after a deadline)
   clean   down, then delete $WORK
   status  each service up/down with its version and endpoint; non-zero if any is not up
-  env     export lines for MARIADB_URL MYSQL_URL ZOOKEEPER KAFKA_BROKERS ES_URL
+  env     export lines for MARIADB_URL MYSQL_URL ZOOKEEPER KAFKA_BROKERS ES_URL ELASTICSEARCH_URL
   mysqld-version  the version of the Oracle MySQL deploy/install.sh unpacked
   logs    last lines of every log (-f: follow)
 EOF

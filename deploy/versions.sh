@@ -4,6 +4,7 @@ KAFKA_VERSION=4.1.1
 LOG4J_VERSION=2.24.3
 SLF4J_VERSION=2.0.17
 OPENSEARCH_VERSION=2.19.6
+ELASTICSEARCH_VERSION=7.17.29
 NEXTEST_VERSION=0.9.148
 MAVEN=https://repo1.maven.org/maven2
 # OpenSearch refuses to run as root: as root, the stack runs it as this user.
