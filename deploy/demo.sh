@@ -130,6 +130,8 @@ echo "visible $(( (visible - committed) / 1000000 )) ms after COMMIT"
 say "deleting product 7"
 sql -e "DELETE FROM shop.products WHERE id = 7"
 wait_for "the delete" 30 bash -c "! curl -fsS '$ES_URL/products/_doc/7' >/dev/null 2>&1"
+# Searches see it at the index's next refresh.
+wait_for "999 documents" 30 has_docs products 999
 echo "product 7 is gone from Elasticsearch; documents: $(doc_count products)"
 
 say "demo done; worker and etl keep running (make demo-stop stops them, make stack-down the stack)"
