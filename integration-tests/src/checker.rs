@@ -212,7 +212,9 @@ pub(crate) fn expected_json(data_type: &str, raw: MyValue) -> Value {
             .map(Value::from)
             .unwrap_or(Value::Null),
         "decimal" => Value::String(text()),
-        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => {
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "geometry"
+        | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+        | "multipolygon" | "geometrycollection" | "geomcollection" => {
             Value::String(base64::engine::general_purpose::STANDARD.encode(&bytes))
         }
         "date" => {
@@ -245,6 +247,15 @@ pub(crate) fn expected_json(data_type: &str, raw: MyValue) -> Value {
             })
         }
         "json" => serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(text())),
+        "vector" => Value::Array(
+            bytes
+                .chunks_exact(4)
+                .map(|c| {
+                    let f = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    Value::from(f.to_string().parse::<f64>().expect("a float"))
+                })
+                .collect(),
+        ),
         // char, varchar, text types, enum, time (and MariaDB's JSON, a longtext)
         _ => Value::String(text()),
     }

@@ -17,6 +17,8 @@
 //! | ENUM                                         | string label                                          |
 //! | SET                                          | array of labels, in definition order                  |
 //! | JSON (MySQL)                                 | the JSON value itself (MariaDB stores JSON as text)   |
+//! | VECTOR (MySQL 9)                             | array of numbers (single precision: shortest form)    |
+//! | GEOMETRY, POINT, … (spatial)                 | string, base64 of the stored bytes (SRID, then WKB)   |
 //! | NULL; zero dates (`0000-00-00`)              | null                                                  |
 //!
 //! Fractional seconds are printed with exactly the column's precision (`DATETIME(3)` →

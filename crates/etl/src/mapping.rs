@@ -38,6 +38,8 @@ pub fn field_mapping(sql_type: &str) -> Value {
         "enum" | "set" | "time" => json!({"type": "keyword"}),
         "date" | "datetime" | "timestamp" => json!({"type": "date"}),
         "json" => json!({"type": "object", "enabled": false}),
+        // An array of floats; a k-NN field (dense_vector, knn_vector) is a `fields` override.
+        "vector" => json!({"type": "float"}),
         // binary, varbinary, blobs, geometry and anything unknown: kept, not searchable.
         _ => json!({"type": "binary"}),
     }

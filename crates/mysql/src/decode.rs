@@ -37,6 +37,8 @@ pub enum Kind {
     Set,
     Bit,
     Json,
+    /// MySQL 9's VECTOR: 4-byte little-endian floats.
+    Vector,
 }
 
 #[derive(Debug, Clone)]
@@ -375,6 +377,7 @@ fn classify(ty: ColumnType, meta: &[u8], unsigned: bool, charset: u16) -> (Kind,
             }
         }
         MYSQL_TYPE_GEOMETRY => (Kind::Bytes, 0, "geometry".into()),
+        MYSQL_TYPE_VECTOR => (Kind::Vector, 0, "vector".into()),
         other => (Kind::Bytes, 0, format!("{other:?}").to_ascii_lowercase()),
     }
 }
@@ -508,6 +511,7 @@ pub(crate) fn shared_value(kind: Kind, fsp: u8, value: Value) -> Result<Json, St
         (Kind::Bytes, Value::Bytes(b)) => Ok(Json::String(
             base64::engine::general_purpose::STANDARD.encode(b),
         )),
+        (Kind::Vector, Value::Bytes(b)) => vector(&b),
         (Kind::Bit, Value::Bytes(b)) => {
             if b.len() > 8 {
                 return Err(format!("BIT value of {} bytes", b.len()));
@@ -543,6 +547,23 @@ pub(crate) fn shared_value(kind: Kind, fsp: u8, value: Value) -> Result<Json, St
         }
         (kind, v) => Err(format!("unexpected value {v:?} for a {kind:?} column")),
     }
+}
+
+/// A VECTOR's floats (4 bytes each, little-endian) as an array of numbers, each printed
+/// at single precision as FLOAT's are.
+fn vector(bytes: &[u8]) -> Result<Json, String> {
+    if bytes.len() % 4 != 0 {
+        return Err(format!("VECTOR value of {} bytes", bytes.len()));
+    }
+    bytes
+        .chunks_exact(4)
+        .map(|c| {
+            let f = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
+            number_from_f64(shortest)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Json::Array)
 }
 
 fn number_from_f64(f: f64) -> Result<Json, String> {

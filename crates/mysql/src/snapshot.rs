@@ -546,6 +546,7 @@ fn classify(data_type: &str, column_type: &str, precision: Option<u32>) -> (Kind
         "set" => (Kind::Set, 0, "set".into()),
         "bit" => (Kind::Bit, 0, format!("bit({inner})")),
         "json" => (Kind::Json, 0, "json".into()),
+        "vector" => (Kind::Vector, 0, "vector".into()),
         "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => {
             (Kind::Text, 0, data_type.to_owned())
         }
