@@ -28,11 +28,16 @@ stack-status:
 # Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):
 # BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_CHUNK_ROWS; then documents built from
 # several tables (integration-tests/src/bin/tree_bench.rs): BENCH_TREE_PRODUCTS, BENCH_TREE_BRAND.
+# Each runs on every source of BENCH_SOURCES (default: mariadb mysql): figures in
+# target/bench/<bench>-<source>.json.
 bench: stack-up
 	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-center -p sluicectl -p sluice-integration-tests
-	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/bench
-	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/snapshot_bench
-	SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $${CARGO_TARGET_DIR:-target}/release/tree_bench
+	for source in $${BENCH_SOURCES:-mariadb mysql}; do \
+	  for b in bench snapshot_bench tree_bench; do \
+	    BENCH_SOURCE=$$source SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release \
+	      $${CARGO_TARGET_DIR:-target}/release/$$b || exit 1; \
+	  done; \
+	done
 
 # ----- chaos soak (integration-tests/src/soak.rs) ------------------------------------
 # A write load on several tables while faults are injected at random, then the checker,

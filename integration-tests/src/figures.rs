@@ -60,9 +60,12 @@ pub fn write(bench: &str, figures: &Figures) -> std::io::Result<PathBuf> {
 }
 
 /// Prints each figure with its ceiling and ratio, writes them under `target/bench/`, and
-/// says loudly which ratios fell against the committed baseline.
+/// says loudly which ratios fell against the committed baseline. Figures are the
+/// source's: `bench` is named after the lane (`bench-mysql`).
 pub fn report(bench: &str, figures: &Figures) {
+    let bench = &format!("{bench}-{}", crate::lane::Lane::current().name());
     println!();
+    println!("{bench}, on {:?}", crate::lane::Lane::current());
     println!(
         "{:<30} {:>12} {:>12} {:>8}",
         "figure", "value", "ceiling", "ratio"

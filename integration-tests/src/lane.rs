@@ -49,6 +49,25 @@ impl Lane {
         }
     }
 
+    /// The lane an environment variable names (`mariadb`, the default, or `mysql`): what
+    /// `make soak` and `make bench` run on.
+    pub fn from_env(var: &str) -> Result<Lane, String> {
+        match std::env::var(var).as_deref() {
+            Err(_) | Ok("") | Ok("mariadb") => Ok(Lane::MariaDb),
+            Ok("mysql") => Ok(Lane::MySql),
+            Ok(other) => Err(format!("{var}={other}: mariadb or mysql")),
+        }
+    }
+
+    /// The lane's name in test names and figures' files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lane::MariaDb => "mariadb",
+            Lane::MariaDbWatermarks => "mariadb_watermarks",
+            Lane::MySql => "mysql",
+        }
+    }
+
     /// The environment variable naming the lane's admin URL, and the local stack's server.
     pub fn url_var(self) -> (&'static str, &'static str) {
         match self.flavor() {

@@ -11,11 +11,10 @@ use sluice_integration_tests::soak::{self, SoakOptions};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let lane = match std::env::var("SOAK_SOURCE").as_deref() {
-        Err(_) | Ok("") | Ok("mariadb") => Lane::MariaDb,
-        Ok("mysql") => Lane::MySql,
-        Ok(other) => {
-            eprintln!("soak: SOAK_SOURCE={other}: mariadb or mysql");
+    let lane = match Lane::from_env("SOAK_SOURCE") {
+        Ok(lane) => lane,
+        Err(e) => {
+            eprintln!("soak: {e}");
             return ExitCode::from(2);
         }
     };
@@ -31,7 +30,7 @@ async fn main() -> ExitCode {
     let report = soak::run(&opts).await;
     println!("{report}");
     let dir = target_dir().join("soak");
-    let file = dir.join(format!("soak-{lane:?}-{}.json", report.seed).to_lowercase());
+    let file = dir.join(format!("soak-{}-{}.json", lane.name(), report.seed));
     let written = std::fs::create_dir_all(&dir).and_then(|()| {
         std::fs::write(
             &file,
