@@ -78,9 +78,11 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// The numbers `from..=to` as a derived table of one column, `seq`, for `INSERT … SELECT`
 /// on either server (MariaDB's `seq_1_to_N` tables do not exist on MySQL, and MySQL's
-/// recursive CTEs stop at 1,000 rows by default): digits cross-joined.
+/// recursive CTEs stop at 1,000 rows by default): `from` plus the span's digits
+/// cross-joined.
 pub fn seq(from: u64, to: u64) -> String {
-    let places = to.max(1).ilog10() + 1;
+    let span = to.saturating_sub(from);
+    let places = span.max(1).ilog10() + 1;
     let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
                   UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
                   UNION ALL SELECT 8 UNION ALL SELECT 9)";
@@ -92,9 +94,7 @@ pub fn seq(from: u64, to: u64) -> String {
         .map(|p| format!("{digits} AS d{p}"))
         .collect::<Vec<_>>()
         .join(" CROSS JOIN ");
-    format!(
-        "(SELECT {sum} AS seq FROM {from_list} WHERE {sum} BETWEEN {from} AND {to}) AS seq_rows"
-    )
+    format!("(SELECT {from} + {sum} AS seq FROM {from_list} WHERE {sum} <= {span}) AS seq_rows")
 }
 
 /// A name unique to this process and call, safe for databases, topics and indexes.

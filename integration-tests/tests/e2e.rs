@@ -26,6 +26,7 @@ mod history;
 mod kafka_faults;
 mod lifecycle;
 mod mysql_faults;
+mod preflight;
 mod relations;
 mod relations_cluster;
 mod replay;

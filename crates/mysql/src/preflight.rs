@@ -136,18 +136,20 @@ pub async fn preflight(
         .await
         .map_err(query_err(cfg, "read grants"))?;
     let grants = grants.join("\n").to_ascii_uppercase();
-    if !grants.contains("ALL PRIVILEGES ON *.*") {
+    let all = grants.contains("ALL PRIVILEGES ON *.*");
+    let monitors = all
+        || server
+            .monitor_privileges()
+            .iter()
+            .any(|p| grants.contains(p));
+    if !all {
         if !grants.contains("REPLICATION SLAVE") {
             problems.push(format!(
                 "user `{}` lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO ...",
                 cfg.user
             ));
         }
-        if !server
-            .monitor_privileges()
-            .iter()
-            .any(|p| grants.contains(p))
-        {
+        if !monitors {
             problems.push(format!(
                 "user `{}` lacks REPLICATION CLIENT (BINLOG MONITOR on MariaDB): GRANT REPLICATION CLIENT ON *.* TO ...",
                 cfg.user
@@ -161,6 +163,14 @@ pub async fn preflight(
         }
     }
 
+    if !monitors {
+        // The binlog's positions are not readable without it: say what is known.
+        let _ = conn.disconnect().await;
+        return Err(MysqlError::Preflight {
+            source_name: cfg.name.clone(),
+            problems,
+        });
+    }
     let (end, gtid) = current_end(&mut conn, cfg, &server).await?;
 
     if let Some(cp) = resume {

@@ -16,7 +16,8 @@
 //!    ceiling is taken before and after the build and the mean is used: the server's pace
 //!    drifts as its memory fills, which favoured whichever ran second.
 //!
-//! The figures go to `target/bench/snapshot.json` and are compared with the baseline.
+//! The figures go to `target/bench/snapshot-<source>.json` (`BENCH_SOURCE`) and are
+//! compared with the baseline.
 //!
 //! `BENCH_CHUNK_ROWS` (default 20000) sets the chunk size.
 
@@ -57,13 +58,14 @@ async fn fill(ctx: &TestCtx, table: &str, rows: u64) -> anyhow::Result<Duration>
     ))
     .await;
     let started = Instant::now();
-    // MariaDB's sequence engine generates the rows server-side.
+    // The server generates the rows.
     let mut from = 1;
     while from <= rows {
-        let to = (from + 199_999).min(rows);
+        let to = (from + 99_999).min(rows);
         ctx.exec(&format!(
             "INSERT INTO {table} SELECT seq, seq % 100000, CONCAT('row ', seq, ' ', REPEAT('c', 60)), \
-             REPEAT('p', 50), NOW(6) FROM seq_{from}_to_{to}"
+             REPEAT('p', 50), NOW(6) FROM {}",
+            sluice_integration_tests::seq(from, to)
         ))
         .await;
         from = to + 1;

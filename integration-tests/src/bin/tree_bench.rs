@@ -12,7 +12,8 @@
 //! 3. A brand renamed under `BENCH_TREE_BRAND` documents (default 2000): seconds from
 //!    COMMIT until every one of them shows the new name.
 //!
-//! The figures go to `target/bench/tree.json`, judged against the committed baseline.
+//! The figures go to `target/bench/tree-<source>.json` (`BENCH_SOURCE`), judged against
+//! the committed baseline.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -6,20 +6,25 @@
 //! A chunk is judged in two rounds, so that the stream's own changes are never taken for
 //! drift:
 //!
-//! 1. **Survey.** The chunk's root rows are read in batches, each in a consistent snapshot
-//!    at binlog position `P`; the index is scanned over the same key range (`search_after`
-//!    on the key). A document the index holds at a version above `P`'s was written after
-//!    the read: skipped. What else differs is a suspect.
-//! 2. **Confirm** (only suspects). Read them again at `P2`; wait until the source's task
-//!    confirmed `P2` and every etl group consuming the pipeline committed past a probe
-//!    written after it to each partition of the pipeline's change topics (so everything
-//!    up to `P2` is applied); read them from the index (real time); read them from MySQL
-//!    once more at `P3`. A key whose document changed between `P2` and `P3`, or whose
-//!    index copy is newer than `P2`, was touched by the stream while it was read: skipped
-//!    (the low and high watermarks). What still differs is reported.
+//! Every read is a lock-free consistent snapshot with its watermarks (see
+//! [`sluice_mysql::Watermarks`]: every change logged before `low` is in it, none logged
+//! after `high`; on MariaDB both are the snapshot's exact position).
 //!
-//! A repair sends the document at `P3` (or an orphan's delete) through the etl, by the
-//! pipeline's build topic, with `P3`'s version: a newer change always wins over it.
+//! 1. **Survey.** The chunk's root rows are read in batches, each in a consistent snapshot
+//!    whose high watermark is `P`; the index is scanned over the same key range
+//!    (`search_after` on the key). A document the index holds at a version above `P`'s
+//!    was written after the read: skipped. What else differs is a suspect.
+//! 2. **Confirm** (only suspects). Read them again in a snapshot `S2` (high watermark
+//!    `P2`); wait until the source's task confirmed `P2` and every etl group consuming the
+//!    pipeline committed past a probe written after it to each partition of the
+//!    pipeline's change topics (so everything up to `P2` is applied); read them from the
+//!    index (real time); read them from MySQL once more, in `S3`. A key whose document
+//!    changed between `S2` and `S3`, or whose index copy is newer than `P2`, was touched
+//!    by the stream while it was read: skipped. What still differs is reported.
+//!
+//! A repair sends the document read in `S3` (or an orphan's delete) through the etl, by
+//! the pipeline's build topic, with the version of `S3`'s low watermark: it holds every
+//! change before it, and a newer change always wins over it.
 //!
 //! A compare (of a build held for verification) is such a check of the held version,
 //! whose documents are also set beside the live version's (see [`live`]). A delayed
