@@ -286,14 +286,27 @@ PY
   log "helm -> $helm"
 }
 
+# What to install: everything (the default), only the Debian packages the build needs, or
+# the servers `make demo` runs (it compiles meanwhile: see the Makefile).
+case "${1:-all}" in
+  all) steps=(packages mysql kafka opensearch elasticsearch user nextest confluent helm) ;;
+  packages) steps=(packages) ;;
+  demo) steps=(mysql kafka opensearch user) ;;
+  *) die "usage: deploy/install.sh [all|packages|demo]" ;;
+esac
+
 t_all=$(now_ms)
-step "Debian packages" apt_packages
-step "Oracle MySQL" install_mysql
-step "Apache Kafka" install_kafka
-step "OpenSearch" install_opensearch
-step "Elasticsearch" install_elasticsearch
-step "service user" service_user
-step "cargo-nextest" install_nextest
-step "confluent-kafka" install_confluent_kafka
-step "helm" install_helm
+for s in "${steps[@]}"; do
+  case $s in
+    packages) step "Debian packages" apt_packages ;;
+    mysql) step "Oracle MySQL" install_mysql ;;
+    kafka) step "Apache Kafka" install_kafka ;;
+    opensearch) step "OpenSearch" install_opensearch ;;
+    elasticsearch) step "Elasticsearch" install_elasticsearch ;;
+    user) step "service user" service_user ;;
+    nextest) step "cargo-nextest" install_nextest ;;
+    confluent) step "confluent-kafka" install_confluent_kafka ;;
+    helm) step "helm" install_helm ;;
+  esac
+done
 log "done in $(( ($(now_ms) - t_all) / 1000 )) s"
