@@ -14,6 +14,7 @@ use sluice_proto::v1::worker_reports_server::{WorkerReports, WorkerReportsServer
 use sluice_proto::v1::*;
 use sluice_zk::layout::{self, AssignmentRecord, CenterRecord, RunKind, WorkerRecord};
 use sluice_zk::Coordinator;
+use subtle::ConstantTimeEq as _;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
@@ -204,8 +205,10 @@ impl Interceptor for Auth {
     }
 }
 
+/// Whether a given token equals a configured one, in a time that does not depend on
+/// where they differ.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
 }
 
 #[derive(Clone)]
@@ -1388,4 +1391,20 @@ fn examples(list: &[sluice_zk::layout::CheckExample]) -> Vec<CheckExample> {
             detail: e.detail.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_match_only_when_equal_in_full() {
+        assert!(constant_time_eq(b"s3cret-token", b"s3cret-token"));
+        assert!(!constant_time_eq(b"s3cret-token", b"s3cret-tokeN"));
+        assert!(
+            !constant_time_eq(b"s3cret", b"s3cret-token"),
+            "a prefix is not the token"
+        );
+        assert!(!constant_time_eq(b"", b"s3cret-token"));
+    }
 }

@@ -7,6 +7,7 @@ use anyhow::bail;
 use serde_json::{json, Value};
 use sluice_proto::v1::*;
 
+use crate::progress::{Progress, Step};
 use crate::{ago, print, Conn, Output};
 
 /// A check (or compare) that started; with `wait`, follows it with a progress bar and
@@ -62,46 +63,56 @@ pub async fn list(
 
 /// A progress bar until the check (or delayed job) ends; returns it as it ended.
 pub async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Check> {
-    use std::io::Write as _;
+    let mut progress: Option<Progress> = None;
     loop {
         let c = conn
             .call(|mut c| async move { c.get_check(GetCheckRequest { id }).await })
             .await?;
         if out == Output::Table {
-            let total = c.chunks.max(1);
-            let share = f64::from(c.chunks_done) / f64::from(total);
-            let filled = ((share * 30.0).round() as usize).min(30);
-            let took = (sluice_core::now_ms() - c.started_at_ms).max(1) as f64 / 1000.0;
-            let bar = format!(
-                "[{}{}] {:>3.0}% {}/{} chunks, {} documents ({:.0}/s)",
-                "#".repeat(filled),
-                ".".repeat(30 - filled),
-                share * 100.0,
-                c.chunks_done,
-                c.chunks,
-                c.keys,
-                c.keys as f64 / took,
-            );
-            if c.kind == "delayed" {
-                eprint!(
-                    "\rdelayed job {} of {}: {} changes {bar}, {} rebuilt {:<10}",
-                    c.id, c.pipeline, c.changes, c.repaired, c.state
-                );
-            } else {
-                eprint!(
-                    "\r{} {} of {} v{} {bar}, {} missing, {} extra, {} different {:<10}",
-                    c.kind, c.id, c.pipeline, c.version, c.missing, c.extra, c.different, c.state,
-                );
-            }
-            let _ = std::io::stderr().flush();
+            progress
+                .get_or_insert_with(|| Progress::stderr(check_label(&c)))
+                .show(check_step(&c));
         }
         if c.state != "running" {
-            if out == Output::Table {
-                eprintln!();
+            if let Some(p) = progress {
+                p.finish();
             }
             return Ok(c);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn check_label(c: &Check) -> String {
+    if c.kind == "delayed" {
+        format!("delayed job {} of {}", c.id, c.pipeline)
+    } else {
+        format!("{} {} of {} v{}", c.kind, c.id, c.pipeline, c.version)
+    }
+}
+
+fn check_step(c: &Check) -> Step {
+    let took = (sluice_core::now_ms() - c.started_at_ms).max(1) as f64 / 1000.0;
+    let documents = format!(
+        "{}/{} chunks, {} documents ({:.0}/s)",
+        c.chunks_done,
+        c.chunks,
+        c.keys,
+        c.keys as f64 / took
+    );
+    let detail = if c.kind == "delayed" {
+        format!("{} changes, {documents}, {} rebuilt", c.changes, c.repaired)
+    } else {
+        format!(
+            "{documents}, {} missing, {} extra, {} different",
+            c.missing, c.extra, c.different
+        )
+    };
+    Step {
+        done: u64::from(c.chunks_done),
+        total: u64::from(c.chunks),
+        stage: c.state.clone(),
+        detail,
     }
 }
 

@@ -5,6 +5,7 @@
 mod check;
 mod delayed;
 mod dict;
+mod progress;
 
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request, Status};
+
+use crate::progress::{Progress, Step};
 
 #[derive(Parser)]
 #[command(version, about = "Sluice admin command line")]
@@ -619,7 +622,6 @@ fn print_build(out: Output, b: &BuildStatus) {
     }
 }
 
-/// A progress bar until the build is done (or gone).
 /// Follows a build with a progress bar until it ends, or until it is held for
 /// verification unless `through_held` (a swap was just released).
 async fn follow_build(
@@ -628,10 +630,10 @@ async fn follow_build(
     out: Output,
     through_held: bool,
 ) -> anyhow::Result<()> {
-    use std::io::Write as _;
     let req = GetBuildRequest {
         name: name.to_owned(),
     };
+    let mut progress: Option<Progress> = None;
     loop {
         let b = conn
             .call(|mut c| {
@@ -640,46 +642,45 @@ async fn follow_build(
             })
             .await?;
         if b.phase == "failed" {
+            if let Some(p) = progress {
+                p.finish();
+            }
             print_build(out, &b);
             bail!("the build of version {} failed: {}", b.version, b.message);
         }
-        if out == Output::Json {
-            if matches!(b.phase.as_str(), "done" | "none") || (b.phase == "held" && !through_held) {
-                print_build(out, &b);
-                return Ok(());
+        if out == Output::Table {
+            progress
+                .get_or_insert_with(|| Progress::stderr(format!("{} v{}", b.pipeline, b.version)))
+                .show(build_step(&b));
+        }
+        if matches!(b.phase.as_str(), "done" | "none") || (b.phase == "held" && !through_held) {
+            if let Some(p) = progress {
+                p.finish();
             }
-        } else {
-            let total = b.rows_estimated.max(b.rows_done).max(1);
-            let share = b.rows_done as f64 / total as f64;
-            let filled = (share * 30.0).round() as usize;
-            let eta = if b.rows_per_sec > 0.0 && b.rows_done < total {
-                format!("ETA {:.0}s", (total - b.rows_done) as f64 / b.rows_per_sec)
-            } else {
-                String::new()
-            };
-            eprint!(
-                "\r{} v{} [{}{}] {:>3.0}% {}/~{} rows, {}/{} chunks, {:.0} rows/s {} {:<40}",
-                b.pipeline,
-                b.version,
-                "#".repeat(filled.min(30)),
-                ".".repeat(30 - filled.min(30)),
-                share * 100.0,
-                b.rows_done,
-                b.rows_estimated,
-                b.chunks_done,
-                b.chunks,
-                b.rows_per_sec,
-                eta,
-                b.phase,
-            );
-            let _ = std::io::stderr().flush();
-            if matches!(b.phase.as_str(), "done" | "none") || (b.phase == "held" && !through_held) {
-                eprintln!();
-                print_build(out, &b);
-                return Ok(());
-            }
+            print_build(out, &b);
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn build_step(b: &BuildStatus) -> Step {
+    let eta = if b.rows_per_sec > 0.0 && b.rows_done < b.rows_estimated {
+        format!(
+            ", ETA {:.0}s",
+            (b.rows_estimated - b.rows_done) as f64 / b.rows_per_sec
+        )
+    } else {
+        String::new()
+    };
+    Step {
+        done: b.rows_done,
+        total: b.rows_estimated,
+        stage: b.phase.clone(),
+        detail: format!(
+            "{}/~{} rows, {}/{} chunks, {:.0} rows/s{eta}",
+            b.rows_done, b.rows_estimated, b.chunks_done, b.chunks, b.rows_per_sec
+        ),
     }
 }
 
