@@ -14,8 +14,7 @@ use zookeeper_async::{Acl, CreateMode, WatchedEvent, ZooKeeper};
 
 use crate::config::{check_name, ConfigIssue, ZkConfig};
 use crate::error::{ZkCode, ZkError};
-use crate::handshake::negotiate_session_timeout;
-use crate::lock::{watch_lock, LockCheck, TaskLock};
+use crate::handshake::{authenticate, negotiate_session_timeout, until_deadline};
 use crate::session::{SessionState, Shared, Supervisor, Timings};
 
 /// Persistent children of the root (the layout in the README's Architecture section), created by `connect`.
@@ -34,14 +33,9 @@ pub const LAYOUT: [&str; 8] = [
 /// Pause between failed TCP connects inside the client library (without one it retries
 /// in a busy loop).
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(250);
-/// Pause before retrying a request that lost its connection during set-up.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The library cannot work with less: it re-arms its read deadline in whole seconds of
 /// two thirds of the granted timeout.
 const MIN_GRANTED_TIMEOUT: Duration = Duration::from_millis(1500);
-/// How often `acquire_task_lock` re-reads and re-claims a checkpoint that keeps changing
-/// under it before giving up.
-const CLAIM_ATTEMPTS: usize = 5;
 
 /// One ZooKeeper session, supervised (see [`SessionState`]). Cheap to clone; all clones
 /// share the session. Dropping the last clone ends the session in the background; prefer
@@ -225,128 +219,6 @@ impl Coordinator {
         }
     }
 
-    /// Takes the task's lock: the ephemeral node `/<root>/locks/<task>` holding
-    /// `owner_info`. While another session holds it, waits for its deletion (a watch,
-    /// re-armed after every reconnect) until it is gone or `cancel` fires. A lock node this
-    /// session already owns (its create was answered by a lost connection, or a previous
-    /// `TaskLock` was dropped without release) is adopted.
-    ///
-    /// Then claims the checkpoint: rewrites it unchanged as a compare-and-set (or creates
-    /// it empty), so its version moves past anything a previous holder read. A zombie's
-    /// late confirm therefore fails, even one that was on the wire when we took over, and
-    /// cannot fence us instead.
-    pub async fn acquire_task_lock(
-        &self,
-        task: &str,
-        owner_info: &[u8],
-        cancel: &CancellationToken,
-    ) -> Result<TaskLock, ZkError> {
-        check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
-        let lock_path = self.lock_path(task);
-        loop {
-            if cancel.is_cancelled() {
-                return Err(ZkError::Cancelled);
-            }
-            self.wait_connected(cancel).await?;
-            let created = self
-                .call(
-                    "create",
-                    &lock_path,
-                    self.inner.zk.create2(
-                        &lock_path,
-                        owner_info.to_vec(),
-                        self.acl(),
-                        CreateMode::Ephemeral,
-                    ),
-                )
-                .await;
-            match created {
-                Ok((_, stat)) if stat.ephemeral_owner == self.session_id() => break,
-                Ok((_, stat)) => {
-                    // The library reconnected with a new session under us.
-                    self.expire(&format!(
-                        "lock node created by session {:#x}, not ours",
-                        stat.ephemeral_owner
-                    ));
-                    return Err(ZkError::SessionExpired);
-                }
-                Err(ZkError::Zk {
-                    source: ZkCode::NodeExists,
-                    ..
-                }) => {
-                    let mut session = self.session();
-                    let (tx, fired) = oneshot::channel();
-                    let holder = self
-                        .call(
-                            "exists",
-                            &lock_path,
-                            self.inner.zk.exists_w(&lock_path, move |event| {
-                                let _ = tx.send(event);
-                            }),
-                        )
-                        .await;
-                    match holder {
-                        Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => {
-                            info!(task, "adopting the lock node this session already owns");
-                            break;
-                        }
-                        Ok(Some(stat)) => {
-                            info!(
-                                task,
-                                holder = %format_args!("{:#x}", stat.ephemeral_owner),
-                                "task is locked by another session; waiting for it to go"
-                            );
-                            self.wait_for_change(&mut session, fired, cancel).await?;
-                        }
-                        Ok(None) => {}
-                        Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(ZkError::Zk {
-                    source: ZkCode::NoNode,
-                    ..
-                }) => self.ensure_persistent(&self.path("locks")).await?,
-                Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {
-                    debug!(task, error = %e, "creating the lock node; trying again");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-
-        let taken = async {
-            let watched = watch_lock(self, &lock_path).await.map_err(|e| match e {
-                LockCheck::Lost(why) => ZkError::Fenced {
-                    task: task.to_owned(),
-                    detail: why,
-                },
-                LockCheck::Failed(e) => e,
-            })?;
-            let (checkpoint, version) = self.claim_checkpoint(task).await?;
-            Ok::<_, ZkError>((watched, checkpoint, version))
-        };
-        match taken.await {
-            Ok((watched, checkpoint, version)) => {
-                info!(task, checkpoint_version = version, "task lock taken");
-                Ok(TaskLock::start(
-                    self.clone(),
-                    task.to_owned(),
-                    lock_path,
-                    self.checkpoint_path(task),
-                    checkpoint,
-                    version,
-                    watched,
-                ))
-            }
-            Err(e) => {
-                if let Err(release) = self.delete_own_lock(&lock_path).await {
-                    warn!(task, error = %release, "could not delete the lock node after a failed acquire; it goes with the session");
-                }
-                Err(e)
-            }
-        }
-    }
-
     /// The last confirmed position of `task` (`/<root>/tasks/<task>/checkpoint`), `None`
     /// when none was ever confirmed.
     pub async fn read_checkpoint(&self, task: &str) -> Result<Option<Vec<u8>>, ZkError> {
@@ -459,18 +331,18 @@ impl Coordinator {
         self.inner.shared.is_expired()
     }
 
-    fn expire(&self, why: &str) {
+    pub(crate) fn expire(&self, why: &str) {
         if self.inner.shared.mark_expired() {
             warn!(reason = why, "ZooKeeper session treated as expired");
         }
         self.inner.cancel.cancel();
     }
 
-    fn lock_path(&self, task: &str) -> String {
+    pub(crate) fn lock_path(&self, task: &str) -> String {
         self.path(&format!("locks/{task}"))
     }
 
-    fn checkpoint_path(&self, task: &str) -> String {
+    pub(crate) fn checkpoint_path(&self, task: &str) -> String {
         self.path(&format!("tasks/{task}/checkpoint"))
     }
 
@@ -581,81 +453,6 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Bumps the checkpoint's version by rewriting it unchanged (or creates it empty).
-    /// Returns what it held and the version our confirms must match.
-    async fn claim_checkpoint(&self, task: &str) -> Result<(Option<Vec<u8>>, i32), ZkError> {
-        let path = self.checkpoint_path(task);
-        for _ in 0..CLAIM_ATTEMPTS {
-            if !self.is_live() {
-                return Err(if self.is_expired() {
-                    ZkError::SessionExpired
-                } else {
-                    ZkError::NotConnected
-                });
-            }
-            match self
-                .call("get", &path, self.inner.zk.get_data(&path, false))
-                .await
-            {
-                Ok((data, stat)) => {
-                    match self
-                        .call(
-                            "set",
-                            &path,
-                            self.inner
-                                .zk
-                                .set_data(&path, data.clone(), Some(stat.version)),
-                        )
-                        .await
-                    {
-                        Ok(claimed) => return Ok((non_empty(data), claimed.version)),
-                        // Written (a zombie's last confirm, an operator) or deleted
-                        // between our read and write: read again.
-                        Err(ZkError::Zk {
-                            source: ZkCode::BadVersion | ZkCode::NoNode,
-                            ..
-                        }) => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(ZkError::Zk {
-                    source: ZkCode::NoNode,
-                    ..
-                }) => {
-                    self.ensure_persistent(&self.path(&format!("tasks/{task}")))
-                        .await?;
-                    match self
-                        .call(
-                            "create",
-                            &path,
-                            self.inner.zk.create(
-                                &path,
-                                Vec::new(),
-                                self.acl(),
-                                CreateMode::Persistent,
-                            ),
-                        )
-                        .await
-                    {
-                        Ok(_) => return Ok((None, 0)),
-                        Err(ZkError::Zk {
-                            source: ZkCode::NodeExists,
-                            ..
-                        }) => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(ZkError::Fenced {
-            task: task.to_owned(),
-            detail: format!(
-                "its checkpoint changed {CLAIM_ATTEMPTS} times while the lock was being taken"
-            ),
-        })
-    }
-
     /// Deletes the lock node if this session owns it.
     pub(crate) async fn delete_own_lock(&self, path: &str) -> Result<(), ZkError> {
         if self.is_expired() {
@@ -693,7 +490,7 @@ impl Coordinator {
     }
 }
 
-fn non_empty(data: Vec<u8>) -> Option<Vec<u8>> {
+pub(crate) fn non_empty(data: Vec<u8>) -> Option<Vec<u8>> {
     if data.is_empty() {
         None
     } else {
@@ -701,8 +498,6 @@ fn non_empty(data: Vec<u8>) -> Option<Vec<u8>> {
     }
 }
 
-/// Root, layout parents and this session's marker. Returns the marker's path, the session
-/// id and when the marker's create was sent (the start of the first lease).
 /// The ACL of the nodes a service with `cfg` creates.
 fn acl_for(cfg: &ZkConfig) -> Vec<Acl> {
     match cfg.auth {
@@ -711,19 +506,8 @@ fn acl_for(cfg: &ZkConfig) -> Vec<Acl> {
     }
 }
 
-/// Presents the digest credential on the current connection. ZooKeeper keeps it per
-/// connection, not per session: the supervisor presents it again after each reconnect.
-pub(crate) async fn authenticate(
-    zk: &ZooKeeper,
-    credential: &[u8],
-    deadline: Instant,
-) -> Result<(), ZkError> {
-    until_deadline(deadline, "authenticate", "/", || {
-        zk.add_auth("digest", credential.to_vec())
-    })
-    .await
-}
-
+/// Root, layout parents and this session's marker. Returns the marker's path, the session
+/// id and when the marker's create was sent (the start of the first lease).
 async fn set_up(
     zk: &ZooKeeper,
     root: &str,
@@ -772,39 +556,4 @@ async fn set_up(
     })
     .await?;
     Ok((marker, stat.ephemeral_owner, sent))
-}
-
-/// Retries `request` while the connection is being (re-)established, until `deadline`.
-async fn until_deadline<T, F, Fut>(
-    deadline: Instant,
-    op: &'static str,
-    path: &str,
-    mut request: F,
-) -> Result<T, ZkError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, ZkCode>>,
-{
-    let started = Instant::now();
-    let timed_out = || ZkError::Timeout {
-        op,
-        path: path.to_owned(),
-        timeout: deadline.saturating_duration_since(started),
-    };
-    loop {
-        match timeout_at(deadline, request()).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(ZkCode::ConnectionLoss)) => {
-                debug!(op, path, "connection lost while setting up; trying again");
-                if timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
-                    .await
-                    .is_err()
-                {
-                    return Err(timed_out());
-                }
-            }
-            Ok(Err(code)) => return Err(ZkError::zk(op, path, code)),
-            Err(_) => return Err(timed_out()),
-        }
-    }
 }

@@ -8,15 +8,18 @@
 //! documented client handshake of the ZooKeeper wire protocol (`ConnectRequest`,
 //! `ConnectResponse`, `closeSession` op code -11).
 
+use std::future::Future;
 use std::io;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
+use tracing::debug;
+use zookeeper_async::ZooKeeper;
 
 use crate::config::hosts;
-use crate::error::ZkError;
+use crate::error::{ZkCode, ZkError};
 
 /// The session timeout the first answering server of `connect` grants for `requested`.
 pub(crate) async fn negotiate_session_timeout(
@@ -99,6 +102,57 @@ fn parse_granted_timeout(body: &[u8]) -> io::Result<Duration> {
         )));
     }
     Ok(Duration::from_millis(timeout_ms as u64))
+}
+
+/// Pause before retrying a request that lost its connection during set-up.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Presents the digest credential on the current connection. ZooKeeper keeps it per
+/// connection, not per session: the supervisor presents it again after each reconnect.
+pub(crate) async fn authenticate(
+    zk: &ZooKeeper,
+    credential: &[u8],
+    deadline: Instant,
+) -> Result<(), ZkError> {
+    until_deadline(deadline, "authenticate", "/", || {
+        zk.add_auth("digest", credential.to_vec())
+    })
+    .await
+}
+
+/// Retries `request` while the connection is being (re-)established, until `deadline`.
+pub(crate) async fn until_deadline<T, F, Fut>(
+    deadline: Instant,
+    op: &'static str,
+    path: &str,
+    mut request: F,
+) -> Result<T, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ZkCode>>,
+{
+    let started = Instant::now();
+    let timed_out = || ZkError::Timeout {
+        op,
+        path: path.to_owned(),
+        timeout: deadline.saturating_duration_since(started),
+    };
+    loop {
+        match timeout_at(deadline, request()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(ZkCode::ConnectionLoss)) => {
+                debug!(op, path, "connection lost while setting up; trying again");
+                if timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
+                    .await
+                    .is_err()
+                {
+                    return Err(timed_out());
+                }
+            }
+            Ok(Err(code)) => return Err(ZkError::zk(op, path, code)),
+            Err(_) => return Err(timed_out()),
+        }
+    }
 }
 
 #[cfg(test)]

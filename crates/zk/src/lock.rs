@@ -7,11 +7,16 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
-use zookeeper_async::WatchedEvent;
+use zookeeper_async::{CreateMode, WatchedEvent};
 
-use crate::coordinator::Coordinator;
+use crate::config::check_name;
+use crate::coordinator::{non_empty, Coordinator};
 use crate::error::{ZkCode, ZkError};
 use crate::session::SessionState;
+
+/// How often `acquire_task_lock` re-reads and re-claims a checkpoint that keeps changing
+/// under it before giving up.
+const CLAIM_ATTEMPTS: usize = 5;
 
 /// The ephemeral lock of one task, held by one session, plus the checkpoint version our
 /// confirms must match. Publish only while [`TaskLock::may_publish`]; confirm positions
@@ -326,6 +331,200 @@ pub(crate) struct Watched {
     connection: u64,
     session: watch::Receiver<SessionState>,
     fired: oneshot::Receiver<WatchedEvent>,
+}
+
+/// Lock acquisition, on the coordinator whose session the lock belongs to.
+impl Coordinator {
+    /// Takes the task's lock: the ephemeral node `/<root>/locks/<task>` holding
+    /// `owner_info`. While another session holds it, waits for its deletion (a watch,
+    /// re-armed after every reconnect) until it is gone or `cancel` fires. A lock node this
+    /// session already owns (its create was answered by a lost connection, or a previous
+    /// `TaskLock` was dropped without release) is adopted.
+    ///
+    /// Then claims the checkpoint: rewrites it unchanged as a compare-and-set (or creates
+    /// it empty), so its version moves past anything a previous holder read. A zombie's
+    /// late confirm therefore fails, even one that was on the wire when we took over, and
+    /// cannot fence us instead.
+    pub async fn acquire_task_lock(
+        &self,
+        task: &str,
+        owner_info: &[u8],
+        cancel: &CancellationToken,
+    ) -> Result<TaskLock, ZkError> {
+        check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
+        let lock_path = self.lock_path(task);
+        loop {
+            if cancel.is_cancelled() {
+                return Err(ZkError::Cancelled);
+            }
+            self.wait_connected(cancel).await?;
+            let created = self
+                .call(
+                    "create",
+                    &lock_path,
+                    self.zk().create2(
+                        &lock_path,
+                        owner_info.to_vec(),
+                        self.acl(),
+                        CreateMode::Ephemeral,
+                    ),
+                )
+                .await;
+            match created {
+                Ok((_, stat)) if stat.ephemeral_owner == self.session_id() => break,
+                Ok((_, stat)) => {
+                    // The library reconnected with a new session under us.
+                    self.expire(&format!(
+                        "lock node created by session {:#x}, not ours",
+                        stat.ephemeral_owner
+                    ));
+                    return Err(ZkError::SessionExpired);
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NodeExists,
+                    ..
+                }) => {
+                    let mut session = self.session();
+                    let (tx, fired) = oneshot::channel();
+                    let holder = self
+                        .call(
+                            "exists",
+                            &lock_path,
+                            self.zk().exists_w(&lock_path, move |event| {
+                                let _ = tx.send(event);
+                            }),
+                        )
+                        .await;
+                    match holder {
+                        Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => {
+                            info!(task, "adopting the lock node this session already owns");
+                            break;
+                        }
+                        Ok(Some(stat)) => {
+                            info!(
+                                task,
+                                holder = %format_args!("{:#x}", stat.ephemeral_owner),
+                                "task is locked by another session; waiting for it to go"
+                            );
+                            self.wait_for_change(&mut session, fired, cancel).await?;
+                        }
+                        Ok(None) => {}
+                        Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NoNode,
+                    ..
+                }) => self.ensure_persistent(&self.path("locks")).await?,
+                Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {
+                    debug!(task, error = %e, "creating the lock node; trying again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+
+        let taken = async {
+            let watched = watch_lock(self, &lock_path).await.map_err(|e| match e {
+                LockCheck::Lost(why) => ZkError::Fenced {
+                    task: task.to_owned(),
+                    detail: why,
+                },
+                LockCheck::Failed(e) => e,
+            })?;
+            let (checkpoint, version) = self.claim_checkpoint(task).await?;
+            Ok::<_, ZkError>((watched, checkpoint, version))
+        };
+        match taken.await {
+            Ok((watched, checkpoint, version)) => {
+                info!(task, checkpoint_version = version, "task lock taken");
+                Ok(TaskLock::start(
+                    self.clone(),
+                    task.to_owned(),
+                    lock_path,
+                    self.checkpoint_path(task),
+                    checkpoint,
+                    version,
+                    watched,
+                ))
+            }
+            Err(e) => {
+                if let Err(release) = self.delete_own_lock(&lock_path).await {
+                    warn!(task, error = %release, "could not delete the lock node after a failed acquire; it goes with the session");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Bumps the checkpoint's version by rewriting it unchanged (or creates it empty).
+    /// Returns what it held and the version our confirms must match.
+    async fn claim_checkpoint(&self, task: &str) -> Result<(Option<Vec<u8>>, i32), ZkError> {
+        let path = self.checkpoint_path(task);
+        for _ in 0..CLAIM_ATTEMPTS {
+            if !self.is_live() {
+                return Err(if self.is_expired() {
+                    ZkError::SessionExpired
+                } else {
+                    ZkError::NotConnected
+                });
+            }
+            match self
+                .call("get", &path, self.zk().get_data(&path, false))
+                .await
+            {
+                Ok((data, stat)) => {
+                    match self
+                        .call(
+                            "set",
+                            &path,
+                            self.zk().set_data(&path, data.clone(), Some(stat.version)),
+                        )
+                        .await
+                    {
+                        Ok(claimed) => return Ok((non_empty(data), claimed.version)),
+                        // Written (a zombie's last confirm, an operator) or deleted
+                        // between our read and write: read again.
+                        Err(ZkError::Zk {
+                            source: ZkCode::BadVersion | ZkCode::NoNode,
+                            ..
+                        }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NoNode,
+                    ..
+                }) => {
+                    self.ensure_persistent(&self.path(&format!("tasks/{task}")))
+                        .await?;
+                    match self
+                        .call(
+                            "create",
+                            &path,
+                            self.zk()
+                                .create(&path, Vec::new(), self.acl(), CreateMode::Persistent),
+                        )
+                        .await
+                    {
+                        Ok(_) => return Ok((None, 0)),
+                        Err(ZkError::Zk {
+                            source: ZkCode::NodeExists,
+                            ..
+                        }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ZkError::Fenced {
+            task: task.to_owned(),
+            detail: format!(
+                "its checkpoint changed {CLAIM_ATTEMPTS} times while the lock was being taken"
+            ),
+        })
+    }
 }
 
 pub(crate) enum LockCheck {

@@ -307,7 +307,7 @@ impl Supervisor {
                     beat = Some(Box::pin(async move {
                         if let Some(c) = credential {
                             let deadline = sent + timings.op;
-                            if let Err(e) = crate::coordinator::authenticate(&zk, &c, deadline).await {
+                            if let Err(e) = crate::handshake::authenticate(&zk, &c, deadline).await {
                                 warn!(error = %e, "cannot present the ZooKeeper credential on the new connection yet");
                                 return (sent, Some(Err(ZkCode::AuthFailed)));
                             }
