@@ -17,10 +17,10 @@ pub struct PrivateKafka {
 
 impl PrivateKafka {
     pub async fn start() -> PrivateKafka {
-        let port = crate::cluster::free_port();
-        let controller = crate::cluster::free_port();
+        let port = crate::ports::free_port();
+        let controller = crate::ports::free_port();
         let proxy = Proxy::start(&format!("127.0.0.1:{port}")).await;
-        let dir = crate::services::target_dir()
+        let dir = crate::paths::target_dir()
             .join("it")
             .join(crate::unique("kafka-"));
         std::fs::create_dir_all(&dir).expect("the broker's directory");

@@ -52,7 +52,7 @@ pub type Figures = BTreeMap<String, Figure>;
 
 /// Writes `target/bench/<bench>.json` and returns its path.
 pub fn write(bench: &str, figures: &Figures) -> std::io::Result<PathBuf> {
-    let dir = crate::services::target_dir().join("bench");
+    let dir = crate::paths::target_dir().join("bench");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{bench}.json"));
     std::fs::write(&path, serde_json::to_vec_pretty(figures)?)?;

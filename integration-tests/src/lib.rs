@@ -16,6 +16,8 @@ pub mod documents;
 pub mod figures;
 pub mod kafka;
 pub mod lane;
+pub mod paths;
+pub mod ports;
 pub mod private_source;
 pub mod services;
 pub mod shop;

@@ -26,14 +26,14 @@ impl PrivateSource {
     /// A server of the test's lane: a data directory of its own, on a free port.
     pub async fn start(server_id: u32) -> PrivateSource {
         let lane = Lane::current().flavor();
-        let dir = crate::services::target_dir()
+        let dir = crate::paths::target_dir()
             .join("it")
             .join(crate::unique(match lane {
                 Lane::MariaDb | Lane::MariaDbWatermarks => "mariadb-",
                 Lane::MySql => "mysql-",
             }));
         std::fs::create_dir_all(&dir).expect("server directory");
-        let port = crate::cluster::free_port();
+        let port = crate::ports::free_port();
         let mut server = PrivateSource {
             lane,
             dir,

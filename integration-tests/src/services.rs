@@ -9,6 +9,7 @@ use mysql_async::prelude::*;
 use sluice_elastic::{EsClient, EsClientConfig};
 
 use crate::lane::Lane;
+use crate::paths::target_dir;
 use crate::{check_table, eventually, unique, CheckOptions};
 
 /// Where the real services are.
@@ -493,7 +494,7 @@ impl TestCtx {
     /// Each gets a `[telemetry]` section listening on a port of its own.
     pub(crate) fn service(&self, bin: &'static str, name: &str, sections: &[&str]) -> Service {
         let path = self.dir.join(format!("{name}.toml"));
-        let telemetry = std::net::SocketAddr::from(([127, 0, 0, 1], crate::cluster::free_port()));
+        let telemetry = std::net::SocketAddr::from(([127, 0, 0, 1], crate::ports::free_port()));
         let mut text = sections.join("\n");
         text.push_str(&format!("\n[telemetry]\nlisten = \"{telemetry}\"\n"));
         fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
@@ -1011,16 +1012,6 @@ impl Running {
             self.worker.log_tail()
         )
     }
-}
-
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("target")
-        })
 }
 
 /// A Sluice binary running as a child process, its output in a log file.

@@ -25,8 +25,8 @@ pub struct PrivateZookeeper {
 
 impl PrivateZookeeper {
     pub async fn start() -> PrivateZookeeper {
-        let port = crate::cluster::free_port();
-        let dir = crate::services::target_dir()
+        let port = crate::ports::free_port();
+        let dir = crate::paths::target_dir()
             .join("it")
             .join(crate::unique("zookeeper-"));
         std::fs::create_dir_all(dir.join("data")).expect("ZooKeeper data directory");

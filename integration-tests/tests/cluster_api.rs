@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use sluice_integration_tests::cluster::free_center_port;
+use sluice_integration_tests::ports::free_center_port;
 use sluice_integration_tests::{eventually, Service, TestCtx};
 use sluice_proto::v1::admin_client::AdminClient;
 use sluice_proto::v1::Source;

@@ -5,7 +5,7 @@
 use reqwest::header::{self, HeaderMap};
 use reqwest::StatusCode;
 use serde_json::Value;
-use sluice_integration_tests::cluster::dictionary_port;
+use sluice_integration_tests::ports::dictionary_port;
 use sluice_integration_tests::{Cluster, TestCtx};
 
 /// IK's `Monitor`, as it polls `remote_ext_dict` / `remote_ext_stopwords`: a `HEAD` with

@@ -274,7 +274,7 @@ async fn a_plain_connection_to_mysql_sends_no_password_unless_allowed() {
 
     let mut center = ctx.center_with_api(
         0,
-        sluice_integration_tests::cluster::free_port(),
+        sluice_integration_tests::ports::free_port(),
         "[api]\nauth = \"none\"\n",
     );
     center.start();

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use sluice_integration_tests::lane::Lane;
-use sluice_integration_tests::services::target_dir;
+use sluice_integration_tests::paths::target_dir;
 use sluice_integration_tests::soak::{self, SoakOptions};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
