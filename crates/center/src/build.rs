@@ -104,7 +104,7 @@ pub(crate) async fn drive(
     for p in building.values() {
         if let Err(e) = drive_one(shared, coord, epoch, acting, p, live, &mut all_jobs).await {
             tracing::warn!(pipeline = %p.spec.name, error = format!("{e:#}"), "build step failed; retrying");
-            if crate::leader::is_deposed(&e) {
+            if crate::term::is_deposed(&e) {
                 return Err(e);
             }
         }

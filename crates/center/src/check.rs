@@ -15,6 +15,7 @@ use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, RunKind};
 use sluice_zk::{Coordinator, Expect};
 
 use crate::meta::{CheckRun, NewCheck, StoredPipeline};
+use crate::run;
 use crate::Shared;
 
 /// Root rows per check chunk.
@@ -154,7 +155,7 @@ pub(crate) async fn drive(
             Ok((name, g)) => gauges.push((name, g, run.kind)),
             Err(e) => {
                 tracing::warn!(pipeline = %run.pipeline, check = run.id, error = format!("{e:#}"), "check step failed; retrying");
-                if crate::leader::is_deposed(&e) {
+                if crate::term::is_deposed(&e) {
                     return Err(e);
                 }
             }
@@ -271,10 +272,10 @@ async fn plan(
     shared: &Shared,
     p: &StoredPipeline,
 ) -> anyhow::Result<Result<Vec<ChunkRecord>, String>> {
-    let src = source_of(shared, p).await?;
+    let src = run::source_of(shared, p).await?;
     let plans = match sluice_mysql::docs::load(&src, &p.spec).await? {
         Ok(plans) => plans,
-        Err(problems) => return Ok(Err(unfit(&problems))),
+        Err(problems) => return Ok(Err(run::unfit(&problems))),
     };
     let mut conn = mysql_async::Conn::new(src.reader_opts())
         .await
@@ -290,28 +291,6 @@ async fn plan(
     }
     let _ = conn.disconnect().await;
     Ok(Ok(chunks))
-}
-
-/// The connection settings of `p`'s source.
-pub(crate) async fn source_of(
-    shared: &Shared,
-    p: &StoredPipeline,
-) -> anyhow::Result<sluice_mysql::SourceConfig> {
-    let sources = shared.meta.sources().await?;
-    let source = sources
-        .iter()
-        .find(|s| s.name == p.spec.source)
-        .with_context(|| format!("source {} is gone", p.spec.source))?;
-    sluice_mysql::SourceConfig::from_spec(source, &shared.cfg.source_access())
-        .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// Why a run cannot be planned: the pipeline's `problems` with its tables.
-pub(crate) fn unfit(problems: &[String]) -> String {
-    format!(
-        "the pipeline does not fit its tables: {}",
-        problems.join("; ")
-    )
 }
 
 /// Writes the check for the workers: its record without chunks first (so a worker that
@@ -367,7 +346,7 @@ async fn schedule(shared: &Shared, epoch: u64, pipelines: &[StoredPipeline]) -> 
     let now = sluice_core::now_ms();
     let last = shared.meta.last_scheduled_checks().await?;
     for (p, minute) in scheduled {
-        if !due(now, minute, last.get(&p.spec.name).copied()) {
+        if !run::due(now, minute, last.get(&p.spec.name).copied()) {
             continue;
         }
         let c = &p.spec.check;
@@ -381,15 +360,6 @@ async fn schedule(shared: &Shared, epoch: u64, pipelines: &[StoredPipeline]) -> 
         }
     }
     Ok(())
-}
-
-/// Whether a check scheduled daily at `minute` (after midnight UTC) is due at `now`,
-/// the last scheduled one having started at `last` (all in ms since the epoch).
-pub(crate) fn due(now: i64, minute: u32, last: Option<i64>) -> bool {
-    const DAY: i64 = 86_400_000;
-    let today = now - now.rem_euclid(DAY) + i64::from(minute) * 60_000;
-    let slot = if today <= now { today } else { today - DAY };
-    last.is_none_or(|l| l < slot)
 }
 
 #[cfg(test)]
@@ -450,31 +420,6 @@ mod tests {
             clean(&p, Some(&run(3, "done", live_only))),
             Ok("compare 7".to_owned()),
             "differences from the live version are no reason to refuse"
-        );
-    }
-
-    const H: i64 = 3_600_000;
-
-    #[test]
-    fn a_daily_check_runs_once_per_day_at_or_after_its_time() {
-        let day = 20_000 * 24 * H; // a midnight
-        let three = 180; // 03:00
-        assert!(due(day + 3 * H, three, None), "never ran: due at its time");
-        assert!(
-            !due(day + 3 * H, three, Some(day + 3 * H)),
-            "ran at 03:00 today"
-        );
-        assert!(
-            due(day + 5 * H, three, Some(day - 21 * H)),
-            "last ran yesterday 03:00"
-        );
-        assert!(
-            !due(day + 2 * H, three, Some(day - 21 * H)),
-            "before today's 03:00"
-        );
-        assert!(
-            due(day + 2 * H, three, Some(day - 30 * H)),
-            "yesterday's slot was missed"
         );
     }
 }

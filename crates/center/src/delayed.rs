@@ -24,6 +24,7 @@ use sluice_zk::layout::{ChunkRecord, RunKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::meta::{CheckRun, NewCheck, StoredPipeline};
+use crate::run;
 use crate::Shared;
 
 /// Root keys per chunk of a delayed job.
@@ -66,7 +67,7 @@ pub(crate) async fn schedule(
         let Some(p) = pipelines.iter().find(|p| p.spec.name == name) else {
             continue;
         };
-        if !crate::check::due(now, p.spec.delayed.daily_minute(), Some(oldest)) {
+        if !run::due(now, p.spec.delayed.daily_minute(), Some(oldest)) {
             continue;
         }
         match start(shared, epoch, p, "schedule").await? {
@@ -87,10 +88,10 @@ pub(crate) async fn plan(
     p: &StoredPipeline,
     run: &CheckRun,
 ) -> anyhow::Result<Result<Vec<ChunkRecord>, String>> {
-    let src = crate::check::source_of(shared, p).await?;
+    let src = run::source_of(shared, p).await?;
     let plans = match sluice_mysql::docs::load(&src, &p.spec).await? {
         Ok(plans) => plans,
-        Err(problems) => return Ok(Err(crate::check::unfit(&problems))),
+        Err(problems) => return Ok(Err(run::unfit(&problems))),
     };
     let claimed = shared.meta.claimed(run.id).await?;
     let starts = starts(&plans, &claimed);
@@ -162,7 +163,7 @@ pub(crate) async fn record(
     loop {
         let failed = match tail(shared, &kafka, &topic, epoch, shutdown).await {
             Ok(()) => return Ok(()),
-            Err(e) if crate::leader::is_deposed(&e) => return Err(e),
+            Err(e) if crate::term::is_deposed(&e) => return Err(e),
             Err(e) => e,
         };
         tracing::warn!(error = format!("{failed:#}"), retry_in = ?backoff, "cannot record delayed changes; retrying");

@@ -16,7 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::balance::{self, LiveWorker, Move};
-use crate::meta::{MetaError, StoredPipeline};
+use crate::meta::StoredPipeline;
+use crate::term::{is_deposed, Deposed};
 use crate::Shared;
 
 type RebalanceRequests = mpsc::Receiver<oneshot::Sender<Vec<Move>>>;
@@ -189,19 +190,6 @@ async fn lead(
         r = crate::delayed::record(shared, epoch, shutdown) => r,
     }
 }
-
-pub(crate) fn is_deposed(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<MetaError>(),
-            Some(MetaError::Deposed { .. })
-        ) || c.downcast_ref::<Deposed>().is_some()
-    })
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("deposed: {0} carries epoch {1}, newer than ours")]
-struct Deposed(String, u64);
 
 /// One pass: publish metadata, then assign. Returns the moves made, when to look again
 /// for a worker that is about to settle, and a watch on the live workers.

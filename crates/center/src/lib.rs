@@ -24,6 +24,8 @@ mod metrics;
 mod probe;
 mod rebuild;
 mod rollback;
+mod run;
+mod term;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
