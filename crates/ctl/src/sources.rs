@@ -1,0 +1,186 @@
+//! `sluicectl sources`: the MySQL servers whose binlogs Sluice streams.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use sluice_proto::v1::*;
+
+use crate::{print, Conn, Output};
+
+#[derive(Subcommand)]
+pub enum SourceCmd {
+    List,
+    /// Create or replace a source.
+    Put(SourceArgs),
+    Delete {
+        name: String,
+    },
+    /// Move a source to a new primary: its task resumes there from the confirmed GTID
+    /// state under a new version epoch (nothing skipped, nothing refused as stale).
+    Failover {
+        name: String,
+        /// The new primary.
+        #[arg(long)]
+        host: String,
+        /// Default: keep the port.
+        #[arg(long, default_value_t = 0)]
+        port: u32,
+    },
+    /// Start a source's task again at its server's current end under a new version epoch
+    /// and build each of its pipelines anew (e.g. after its resume position was purged).
+    Resnapshot {
+        name: String,
+    },
+}
+
+#[derive(Args)]
+pub struct SourceArgs {
+    name: String,
+    #[arg(long)]
+    host: String,
+    #[arg(long, default_value_t = 3306)]
+    port: u32,
+    #[arg(long)]
+    user: String,
+    /// `env:NAME` (a variable of the workers' environment) or `file:/path`.
+    #[arg(long)]
+    password_ref: String,
+    #[arg(long)]
+    server_id: u32,
+    /// `db.table` or `db.*` patterns (comma-separated); none captures every table.
+    #[arg(long, value_delimiter = ',')]
+    tables: Vec<String>,
+}
+
+pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::Result<()> {
+    match cmd {
+        SourceCmd::List => {
+            let r = conn
+                .call(|mut c| async move { c.list_sources(ListSourcesRequest {}).await })
+                .await?;
+            print(
+                out,
+                &[
+                    "name",
+                    "host",
+                    "port",
+                    "user",
+                    "password",
+                    "server id",
+                    "tables",
+                    "epoch",
+                ],
+                r.sources
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            s.name.clone(),
+                            s.host.clone(),
+                            s.port.to_string(),
+                            s.user.clone(),
+                            s.password_ref.clone(),
+                            s.server_id.to_string(),
+                            if s.tables.is_empty() {
+                                "*".into()
+                            } else {
+                                s.tables.join(",")
+                            },
+                            s.epoch.to_string(),
+                        ]
+                    })
+                    .collect(),
+                Value::Array(r.sources.iter().map(source_json).collect()),
+            );
+        }
+        SourceCmd::Put(a) => {
+            let s = Source {
+                name: a.name.clone(),
+                host: a.host.clone(),
+                port: a.port,
+                user: a.user.clone(),
+                password_ref: a.password_ref.clone(),
+                server_id: a.server_id,
+                tables: a.tables.clone(),
+                epoch: 0,
+            };
+            let s = conn
+                .call(|mut c| {
+                    let s = s.clone();
+                    async move { c.put_source(s).await }
+                })
+                .await?;
+            print(
+                out,
+                &["source", "stored"],
+                vec![vec![s.name.clone(), "yes".into()]],
+                source_json(&s),
+            );
+        }
+        SourceCmd::Failover { name, host, port } => {
+            let req = FailoverRequest {
+                name: name.clone(),
+                host: host.clone(),
+                port: *port,
+            };
+            let s = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.failover_source(req).await }
+                })
+                .await?;
+            print(
+                out,
+                &["source", "now at", "version epoch"],
+                vec![vec![
+                    s.name.clone(),
+                    format!("{}:{}", s.host, s.port),
+                    s.epoch.to_string(),
+                ]],
+                source_json(&s),
+            );
+        }
+        SourceCmd::Resnapshot { name } => {
+            let req = ResnapshotRequest { name: name.clone() };
+            let r = conn
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.resnapshot_source(req).await }
+                })
+                .await?;
+            let epoch = r.source.as_ref().map_or(0, |s| s.epoch);
+            let list = |v: &[String]| {
+                if v.is_empty() {
+                    "-".to_owned()
+                } else {
+                    v.join(",")
+                }
+            };
+            print(
+                out,
+                &[
+                    "source",
+                    "version epoch",
+                    "builds started",
+                    "already building",
+                ],
+                vec![vec![
+                    name.clone(),
+                    epoch.to_string(),
+                    list(&r.builds_started),
+                    list(&r.already_building),
+                ]],
+                json!({"source": r.source.as_ref().map(source_json), "builds_started": r.builds_started,
+                       "already_building": r.already_building}),
+            );
+        }
+        SourceCmd::Delete { name } => {
+            crate::delete(conn, out, name, crate::Deleting::Source).await?;
+        }
+    }
+    Ok(())
+}
+
+fn source_json(s: &Source) -> Value {
+    json!({"name": s.name, "host": s.host, "port": s.port, "user": s.user,
+           "password_ref": s.password_ref, "server_id": s.server_id, "tables": s.tables,
+           "epoch": s.epoch})
+}
