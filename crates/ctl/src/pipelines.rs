@@ -273,6 +273,8 @@ fn parse_field(arg: &str) -> Result<(String, FieldMapping), String> {
     Ok((column.to_owned(), f))
 }
 
+/// Runs one `pipelines` command. Longer than 80 lines because it is one short arm per
+/// command (a request, then its printing); the longer ones are functions of their own.
 pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow::Result<()> {
     match cmd {
         PipelineCmd::Build {
@@ -403,121 +405,133 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 .await?;
             print_versions(out, &p);
         }
-        PipelineCmd::List => {
-            let r = conn
-                .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
-                .await?;
-            print(
-                out,
-                &[
-                    "name",
-                    "source",
-                    "table",
-                    "alias",
-                    "state",
-                    "live",
-                    "building",
-                    "columns",
-                    "relations",
-                    "shards",
-                    "replicas",
-                    "rebuild",
-                ],
-                r.pipelines
-                    .iter()
-                    .map(|p| {
-                        vec![
-                            p.name.clone(),
-                            p.source.clone(),
-                            format!("{}.{}", p.database, p.table),
-                            p.alias.clone(),
-                            or_dash(&p.state),
-                            version(p.live_version),
-                            version(p.building_version),
-                            if p.columns.is_empty() {
-                                "*".into()
-                            } else {
-                                p.columns.join(",")
-                            },
-                            count_relations(&p.relations).to_string(),
-                            p.shards.to_string(),
-                            p.replicas.to_string(),
-                            if p.needs_rebuild.is_empty() {
-                                "-"
-                            } else {
-                                "needed"
-                            }
-                            .into(),
-                        ]
-                    })
-                    .collect(),
-                Value::Array(r.pipelines.iter().map(pipeline_json).collect()),
-            );
-            if out == Output::Table {
-                for p in r.pipelines.iter().filter(|p| !p.needs_rebuild.is_empty()) {
-                    println!(
-                        "\n{} needs a rebuild (sluicectl pipelines build {}): {}",
-                        p.name, p.name, p.needs_rebuild
-                    );
-                }
-            }
-        }
-        PipelineCmd::Put(a) => {
-            let spec = a.spec()?;
-            let p = sluice_proto::convert::pipeline(&spec, &Default::default());
-            let p = conn
-                .call(|mut c| {
-                    let p = p.clone();
-                    async move { c.put_pipeline(p).await }
-                })
-                .await?;
-            print(
-                out,
-                &["pipeline", "alias", "tables"],
-                vec![vec![
-                    p.name.clone(),
-                    p.alias.clone(),
-                    (1 + count_relations(&p.relations)).to_string(),
-                ]],
-                pipeline_json(&p),
-            );
-        }
-        PipelineCmd::Get { name } => {
-            let r = conn
-                .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
-                .await?;
-            let p = r
-                .pipelines
-                .iter()
-                .find(|p| &p.name == name)
-                .with_context(|| format!("no pipeline `{name}`"))?;
-            if out == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&pipeline_json(p))?);
-            } else {
-                println!(
-                    "{} {}.{}{} -> {} ({}, live {}, building {})",
-                    p.name,
-                    p.database,
-                    p.table,
-                    if p.filter.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" where {}", p.filter)
-                    },
-                    p.alias,
-                    p.state,
-                    version(p.live_version),
-                    version(p.building_version)
-                );
-                let mut lines = Vec::new();
-                relation_lines(&p.relations, 1, &mut lines);
-                for line in lines {
-                    println!("{line}");
-                }
-            }
-        }
+        PipelineCmd::List => list(conn, out).await?,
+        PipelineCmd::Put(a) => put(conn, out, a).await?,
+        PipelineCmd::Get { name } => get(conn, out, name).await?,
         PipelineCmd::Delete { name } => {
             crate::delete(conn, out, name, crate::Deleting::Pipeline).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `pipelines list`: every pipeline, and which need a rebuild and why.
+async fn list(conn: &mut Conn<'_>, out: Output) -> anyhow::Result<()> {
+    let r = conn
+        .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
+        .await?;
+    print(
+        out,
+        &[
+            "name",
+            "source",
+            "table",
+            "alias",
+            "state",
+            "live",
+            "building",
+            "columns",
+            "relations",
+            "shards",
+            "replicas",
+            "rebuild",
+        ],
+        r.pipelines
+            .iter()
+            .map(|p| {
+                vec![
+                    p.name.clone(),
+                    p.source.clone(),
+                    format!("{}.{}", p.database, p.table),
+                    p.alias.clone(),
+                    or_dash(&p.state),
+                    version(p.live_version),
+                    version(p.building_version),
+                    if p.columns.is_empty() {
+                        "*".into()
+                    } else {
+                        p.columns.join(",")
+                    },
+                    count_relations(&p.relations).to_string(),
+                    p.shards.to_string(),
+                    p.replicas.to_string(),
+                    if p.needs_rebuild.is_empty() {
+                        "-"
+                    } else {
+                        "needed"
+                    }
+                    .into(),
+                ]
+            })
+            .collect(),
+        Value::Array(r.pipelines.iter().map(pipeline_json).collect()),
+    );
+    if out == Output::Table {
+        for p in r.pipelines.iter().filter(|p| !p.needs_rebuild.is_empty()) {
+            println!(
+                "\n{} needs a rebuild (sluicectl pipelines build {}): {}",
+                p.name, p.name, p.needs_rebuild
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `pipelines put`: creates or replaces a pipeline from its spec.
+async fn put(conn: &mut Conn<'_>, out: Output, a: &PipelineArgs) -> anyhow::Result<()> {
+    let spec = a.spec()?;
+    let p = sluice_proto::convert::pipeline(&spec, &Default::default());
+    let p = conn
+        .call(|mut c| {
+            let p = p.clone();
+            async move { c.put_pipeline(p).await }
+        })
+        .await?;
+    print(
+        out,
+        &["pipeline", "alias", "tables"],
+        vec![vec![
+            p.name.clone(),
+            p.alias.clone(),
+            (1 + count_relations(&p.relations)).to_string(),
+        ]],
+        pipeline_json(&p),
+    );
+    Ok(())
+}
+
+/// `pipelines get`: one pipeline's spec, its tree of relations drawn as an outline.
+async fn get(conn: &mut Conn<'_>, out: Output, name: &str) -> anyhow::Result<()> {
+    let r = conn
+        .call(|mut c| async move { c.list_pipelines(ListPipelinesRequest {}).await })
+        .await?;
+    let p = r
+        .pipelines
+        .iter()
+        .find(|p| p.name == name)
+        .with_context(|| format!("no pipeline `{name}`"))?;
+    if out == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&pipeline_json(p))?);
+    } else {
+        println!(
+            "{} {}.{}{} -> {} ({}, live {}, building {})",
+            p.name,
+            p.database,
+            p.table,
+            if p.filter.is_empty() {
+                String::new()
+            } else {
+                format!(" where {}", p.filter)
+            },
+            p.alias,
+            p.state,
+            version(p.live_version),
+            version(p.building_version)
+        );
+        let mut lines = Vec::new();
+        relation_lines(&p.relations, 1, &mut lines);
+        for line in lines {
+            println!("{line}");
         }
     }
     Ok(())
