@@ -499,11 +499,7 @@ pub(crate) fn shared_value(kind: Kind, fsp: u8, value: Value) -> Result<Json, St
     match (kind, value) {
         (Kind::Int | Kind::Year, Value::Int(i)) => Ok(Json::from(i)),
         (Kind::Int | Kind::Year, Value::UInt(u)) => Ok(Json::from(u)),
-        (Kind::Float, Value::Float(f)) => {
-            // Print at single precision, then widen: FLOAT 1.1 is "1.1", not 1.100000023841858.
-            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
-            number_from_f64(shortest)
-        }
+        (Kind::Float, Value::Float(f)) => single_precision(f),
         (Kind::Float | Kind::Double, Value::Double(d)) => number_from_f64(d),
         (Kind::Decimal, Value::Bytes(b)) => Ok(Json::String(
             String::from_utf8(b).map_err(|e| e.to_string())?,
@@ -549,21 +545,24 @@ pub(crate) fn shared_value(kind: Kind, fsp: u8, value: Value) -> Result<Json, St
     }
 }
 
-/// A VECTOR's floats (4 bytes each, little-endian) as an array of numbers, each printed
-/// at single precision as FLOAT's are.
+/// A VECTOR's floats (4 bytes each, little-endian) as an array of numbers, each as a
+/// FLOAT's.
 fn vector(bytes: &[u8]) -> Result<Json, String> {
     if bytes.len() % 4 != 0 {
         return Err(format!("VECTOR value of {} bytes", bytes.len()));
     }
     bytes
         .chunks_exact(4)
-        .map(|c| {
-            let f = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
-            number_from_f64(shortest)
-        })
+        .map(|c| single_precision(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
         .collect::<Result<Vec<_>, _>>()
         .map(Json::Array)
+}
+
+/// A single-precision float as the number it prints as, widened: FLOAT 1.1 is 1.1, not
+/// 1.100000023841858.
+fn single_precision(f: f32) -> Result<Json, String> {
+    let shortest: f64 = f.to_string().parse().map_err(|_| format!("float {f}"))?;
+    number_from_f64(shortest)
 }
 
 fn number_from_f64(f: f64) -> Result<Json, String> {
@@ -750,6 +749,16 @@ mod tests {
             v(&col(Kind::Float, 0, &[]), Value::Float(1.1)),
             serde_json::json!(1.1)
         );
+        let floats: Vec<u8> = [1.1f32, -2.0, 1e-7]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        assert_eq!(
+            v(&col(Kind::Vector, 0, &[]), Value::Bytes(floats)),
+            serde_json::json!([1.1, -2.0, 1e-7]),
+            "each of a VECTOR's floats as a FLOAT's"
+        );
+        assert!(shared_value(Kind::Vector, 0, Value::Bytes(vec![0; 5])).is_err());
         assert_eq!(
             v(&col(Kind::Decimal, 0, &[]), Value::Bytes(b"-0.50".to_vec())),
             "-0.50"
