@@ -49,14 +49,16 @@ impl Lane {
         }
     }
 
-    /// The lane an environment variable names (`mariadb`, the default, or `mysql`): what
-    /// `make soak` and `make bench` run on.
-    pub fn from_env(var: &str) -> Result<Lane, String> {
-        match std::env::var(var).as_deref() {
-            Err(_) | Ok("") | Ok("mariadb") => Ok(Lane::MariaDb),
-            Ok("mysql") => Ok(Lane::MySql),
-            Ok(other) => Err(format!("{var}={other}: mariadb or mysql")),
-        }
+    /// Enters the lane an environment variable names (`mariadb`, the default, or
+    /// `mysql`): what `make soak` and `make bench` run on.
+    pub fn enter_from_env(var: &str) -> Result<Lane, String> {
+        let lane = match std::env::var(var).as_deref() {
+            Err(_) | Ok("") | Ok("mariadb") => Lane::MariaDb,
+            Ok("mysql") => Lane::MySql,
+            Ok(other) => return Err(format!("{var}={other}: mariadb or mysql")),
+        };
+        lane.enter();
+        Ok(lane)
     }
 
     /// The lane's name in test names and figures' files.

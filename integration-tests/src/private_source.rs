@@ -110,22 +110,9 @@ impl PrivateSource {
         })
     }
 
-    /// Runs `sql` as root over the socket.
-    fn root(&self, sql: &str) {
+    /// Runs `sql` as root over the socket (a test may change the server's settings).
+    pub fn root(&self, sql: &str) {
         self.root_value(sql);
-    }
-
-    /// Runs `sql` as root over the socket (a test changing the server's settings).
-    pub fn root_sql(&self, sql: &str) {
-        self.root(sql);
-    }
-
-    /// The server's flavour.
-    pub fn flavor(&self) -> sluice_mysql::Flavor {
-        match self.lane {
-            Lane::MySql => sluice_mysql::Flavor::MySql,
-            _ => sluice_mysql::Flavor::MariaDb,
-        }
     }
 
     async fn wait_up(&self) {

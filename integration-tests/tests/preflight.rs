@@ -2,6 +2,7 @@
 //! fixes it, before anything streams, on a server of the test's own (its settings are
 //! changed): full row metadata, GTIDs on MySQL, the privilege to read binlog positions.
 
+use sluice_integration_tests::lane::Lane;
 use sluice_integration_tests::on_sources;
 use sluice_integration_tests::private_source::PrivateSource;
 use sluice_mysql::MysqlError;
@@ -9,13 +10,13 @@ use sluice_mysql::MysqlError;
 on_sources!(a_source_that_cannot_be_streamed_is_told_every_fix: mariadb, mysql);
 async fn a_source_that_cannot_be_streamed_is_told_every_fix() {
     let server = PrivateSource::start(7401).await;
-    let mysql = server.flavor() == sluice_mysql::Flavor::MySql;
-    server.root_sql("SET GLOBAL binlog_row_metadata = MINIMAL");
+    let mysql = Lane::current().flavor() == Lane::MySql;
+    server.root("SET GLOBAL binlog_row_metadata = MINIMAL");
     if mysql {
         // GTIDs are turned off step by step; one step down is enough to be refused.
-        server.root_sql("SET GLOBAL gtid_mode = ON_PERMISSIVE");
+        server.root("SET GLOBAL gtid_mode = ON_PERMISSIVE");
     }
-    server.root_sql(
+    server.root(
         "SET SESSION sql_log_bin = 0; CREATE USER 'thin'@'%' IDENTIFIED BY 'thin';\
          GRANT SELECT, REPLICATION SLAVE ON *.* TO 'thin'@'%';",
     );
@@ -72,11 +73,11 @@ async fn a_source_that_cannot_be_streamed_is_told_every_fix() {
     );
 
     // Put right, the same source passes.
-    server.root_sql(
+    server.root(
         "SET GLOBAL binlog_row_metadata = FULL; GRANT REPLICATION CLIENT ON *.* TO 'thin'@'%'",
     );
     if mysql {
-        server.root_sql("SET GLOBAL gtid_mode = ON");
+        server.root("SET GLOBAL gtid_mode = ON");
     }
     let info = sluice_mysql::preflight(&src, None)
         .await

@@ -215,12 +215,9 @@ struct Bench {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    match sluice_integration_tests::lane::Lane::from_env("BENCH_SOURCE") {
-        Ok(lane) => lane.enter(),
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    if let Err(e) = sluice_integration_tests::lane::Lane::enter_from_env("BENCH_SOURCE") {
+        eprintln!("{e}");
+        return ExitCode::from(2);
     }
     let settings = match Settings::from_env() {
         Ok(s) => s,

@@ -11,14 +11,13 @@ use sluice_integration_tests::soak::{self, SoakOptions};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let lane = match Lane::from_env("SOAK_SOURCE") {
+    let lane = match Lane::enter_from_env("SOAK_SOURCE") {
         Ok(lane) => lane,
         Err(e) => {
             eprintln!("soak: {e}");
             return ExitCode::from(2);
         }
     };
-    lane.enter();
     let opts = match SoakOptions::from_env(10.0) {
         Ok(opts) => opts,
         Err(e) => {
