@@ -237,6 +237,31 @@ impl Coordinator {
         }
     }
 
+    /// Creates `task`'s checkpoint holding `data` (and its parent); `false` when one
+    /// exists already (created in between: the caller reads or writes it again).
+    pub(crate) async fn create_checkpoint(&self, task: &str, data: &[u8]) -> Result<bool, ZkError> {
+        self.ensure_persistent(&self.path(&format!("tasks/{task}")))
+            .await?;
+        let path = self.checkpoint_path(task);
+        let created = self
+            .call(
+                "create",
+                &path,
+                self.inner
+                    .zk
+                    .create(&path, data.to_vec(), self.acl(), CreateMode::Persistent),
+            )
+            .await;
+        match created {
+            Ok(_) => Ok(true),
+            Err(ZkError::Zk {
+                source: ZkCode::NodeExists,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Overwrites the checkpoint regardless of who holds the task (operators, tests: reset
     /// a position). A running holder's next confirm is fenced and its task stops; when it
     /// is taken again it starts from this position. Empty `data` clears the checkpoint.
@@ -259,24 +284,8 @@ impl Coordinator {
                 }) => {}
                 Err(e) => return Err(e),
             }
-            self.ensure_persistent(&self.path(&format!("tasks/{task}")))
-                .await?;
-            match self
-                .call(
-                    "create",
-                    &path,
-                    self.inner
-                        .zk
-                        .create(&path, data.to_vec(), self.acl(), CreateMode::Persistent),
-                )
-                .await
-            {
-                Ok(_) => break,
-                Err(ZkError::Zk {
-                    source: ZkCode::NodeExists,
-                    ..
-                }) => {}
-                Err(e) => return Err(e),
+            if self.create_checkpoint(task, data).await? {
+                break;
             }
         }
         info!(task, "checkpoint overwritten without fencing");

@@ -496,23 +496,9 @@ impl Coordinator {
                     source: ZkCode::NoNode,
                     ..
                 }) => {
-                    self.ensure_persistent(&self.path(&format!("tasks/{task}")))
-                        .await?;
-                    match self
-                        .call(
-                            "create",
-                            &path,
-                            self.zk()
-                                .create(&path, Vec::new(), self.acl(), CreateMode::Persistent),
-                        )
-                        .await
-                    {
-                        Ok(_) => return Ok((None, 0)),
-                        Err(ZkError::Zk {
-                            source: ZkCode::NodeExists,
-                            ..
-                        }) => continue,
-                        Err(e) => return Err(e),
+                    // Created by another in between: read it again.
+                    if self.create_checkpoint(task, &[]).await? {
+                        return Ok((None, 0));
                     }
                 }
                 Err(e) => return Err(e),
