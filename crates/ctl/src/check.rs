@@ -52,10 +52,7 @@ pub async fn list(
         kind: kind.to_owned(),
     };
     let r = conn
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.list_checks(req).await }
-        })
+        .call_with(req, |mut c, req| async move { c.list_checks(req).await })
         .await?;
     print_checks(out, &r.checks);
     Ok(())

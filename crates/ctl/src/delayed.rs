@@ -42,10 +42,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DelayedCmd) -> anyhow::
                 limit: *limit,
             };
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.list_delayed(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.list_delayed(req).await })
                 .await?;
             list(out, &r);
         }
@@ -54,10 +51,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DelayedCmd) -> anyhow::
                 pipeline: pipeline.clone(),
             };
             let c = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.apply_delayed(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.apply_delayed(req).await })
                 .await?;
             let c = if *wait {
                 follow(conn, c.id, out).await?

@@ -60,20 +60,14 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DictCmd) -> anyhow::Res
                 dictionary: dictionary.clone(),
             };
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.list_words(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.list_words(req).await })
                 .await?;
             show(out, &r.words, "");
         }
         DictCmd::Add(a) => {
             let req = a.request();
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.add_words(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.add_words(req).await })
                 .await?;
             show(out, &r.words, "");
         }
@@ -88,30 +82,21 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DictCmd) -> anyhow::Res
                 replacement: replacement.clone(),
             };
             let w = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.edit_word(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.edit_word(req).await })
                 .await?;
             show(out, &[w], "");
         }
         DictCmd::Publish(a) => {
             let req = a.request();
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.publish_words(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.publish_words(req).await })
                 .await?;
             show(out, &r.words, "");
         }
         DictCmd::Delete(a) => {
             let req = a.request();
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.delete_words(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.delete_words(req).await })
                 .await?;
             show(out, &r.words, "deleted");
         }

@@ -47,10 +47,10 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
                 include_replayed: *include_replayed,
             };
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.list_dead_letters(req).await }
-                })
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.list_dead_letters(req).await },
+                )
                 .await?;
             let letter_json = |l: &DeadLetter| {
                 json!({"id": l.id, "at_ms": l.at_ms, "reason": l.reason, "pipeline": l.pipeline,
@@ -102,10 +102,10 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
                 all: *all,
             };
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.replay_dead_letters(req).await }
-                })
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.replay_dead_letters(req).await },
+                )
                 .await?;
             print(
                 out,

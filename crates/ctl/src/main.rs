@@ -123,6 +123,16 @@ impl<'a> Conn<'a> {
         Err(last.unwrap_or_else(|| anyhow::anyhow!("no --center given")))
     }
 
+    /// [`Conn::call`] of a request, cloned for each try.
+    async fn call_with<R, T, F, Fut>(&mut self, req: R, call: F) -> anyhow::Result<T>
+    where
+        R: Clone,
+        F: Fn(Client, R) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.call(|c| call(c, req.clone())).await
+    }
+
     /// Runs a call; when a follower refused a write, repeats it at the leader it named.
     async fn call<T, F, Fut>(&mut self, call: F) -> anyhow::Result<T>
     where
@@ -338,10 +348,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
                 subject: subject.clone(),
             };
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.list_events(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.list_events(req).await })
                 .await?;
             print(
                 out,
@@ -377,13 +384,10 @@ async fn delete(
         name: name.to_owned(),
     };
     let r = conn
-        .call(|mut c| {
-            let req = req.clone();
-            async move {
-                match what {
-                    Deleting::Source => c.delete_source(req).await,
-                    Deleting::Pipeline => c.delete_pipeline(req).await,
-                }
+        .call_with(req, |mut c, req| async move {
+            match what {
+                Deleting::Source => c.delete_source(req).await,
+                Deleting::Pipeline => c.delete_pipeline(req).await,
             }
         })
         .await?;

@@ -291,10 +291,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 verify: *verify,
             };
             let b = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.build_pipeline(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.build_pipeline(req).await })
                 .await?;
             if *wait {
                 follow_build(conn, name, out, false).await?;
@@ -308,10 +305,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
             } else {
                 let req = GetBuildRequest { name: name.clone() };
                 let b = conn
-                    .call(|mut c| {
-                        let req = req.clone();
-                        async move { c.get_build(req).await }
-                    })
+                    .call_with(req, |mut c, req| async move { c.get_build(req).await })
                     .await?;
                 print_build(out, &b);
             }
@@ -329,10 +323,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 repair: *repair,
             };
             let c = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.start_check(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.start_check(req).await })
                 .await?;
             check::started(conn, out, c, *wait).await?;
         }
@@ -342,10 +333,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 repair: *repair,
             };
             let c = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.start_compare(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.start_compare(req).await })
                 .await?;
             check::started(conn, out, c, *wait).await?;
         }
@@ -355,10 +343,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 force: *force,
             };
             let b = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.swap_pipeline(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.swap_pipeline(req).await })
                 .await?;
             if *wait {
                 follow_build(conn, name, out, true).await?;
@@ -372,10 +357,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
         PipelineCmd::Reset { name } => {
             let req = ResetRequest { name: name.clone() };
             let p = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.reset_pipeline(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.reset_pipeline(req).await })
                 .await?;
             print_versions(out, &p);
         }
@@ -385,10 +367,10 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 to_version: to.unwrap_or(0),
             };
             let p = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.rollback_pipeline(req).await }
-                })
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.rollback_pipeline(req).await },
+                )
                 .await?;
             print_versions(out, &p);
         }
@@ -398,10 +380,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 version: *version,
             };
             let p = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.drop_version(req).await }
-                })
+                .call_with(req, |mut c, req| async move { c.drop_version(req).await })
                 .await?;
             print_versions(out, &p);
         }
@@ -482,10 +461,7 @@ async fn put(conn: &mut Conn<'_>, out: Output, a: &PipelineArgs) -> anyhow::Resu
     let spec = a.spec()?;
     let p = sluice_proto::convert::pipeline(&spec, &Default::default());
     let p = conn
-        .call(|mut c| {
-            let p = p.clone();
-            async move { c.put_pipeline(p).await }
-        })
+        .call_with(p, |mut c, p| async move { c.put_pipeline(p).await })
         .await?;
     print(
         out,
@@ -583,10 +559,10 @@ async fn follow_build(
     let mut progress: Option<Progress> = None;
     loop {
         let b = conn
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.get_build(req).await }
-            })
+            .call_with(
+                req.clone(),
+                |mut c, req| async move { c.get_build(req).await },
+            )
             .await?;
         if b.phase == "failed" {
             if let Some(p) = progress {

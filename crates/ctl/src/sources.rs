@@ -103,10 +103,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::R
                 epoch: 0,
             };
             let s = conn
-                .call(|mut c| {
-                    let s = s.clone();
-                    async move { c.put_source(s).await }
-                })
+                .call_with(s, |mut c, s| async move { c.put_source(s).await })
                 .await?;
             print(
                 out,
@@ -122,10 +119,10 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::R
                 port: *port,
             };
             let s = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.failover_source(req).await }
-                })
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.failover_source(req).await },
+                )
                 .await?;
             print(
                 out,
@@ -141,10 +138,10 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::R
         SourceCmd::Resnapshot { name } => {
             let req = ResnapshotRequest { name: name.clone() };
             let r = conn
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.resnapshot_source(req).await }
-                })
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.resnapshot_source(req).await },
+                )
                 .await?;
             let epoch = r.source.as_ref().map_or(0, |s| s.epoch);
             let list = |v: &[String]| {
