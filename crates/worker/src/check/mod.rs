@@ -3,12 +3,12 @@
 //! and compare, per chunk, the documents the document builder makes from MySQL with the
 //! ones the index holds.
 //!
-//! A chunk is judged in two rounds, so that the stream's own changes are never taken for
-//! drift:
-//!
 //! Every read is a lock-free consistent snapshot with its watermarks (see
 //! [`sluice_mysql::Watermarks`]: every change logged before `low` is in it, none logged
 //! after `high`; on MariaDB both are the snapshot's exact position).
+//!
+//! A chunk is judged in two rounds, so that the stream's own changes are never taken for
+//! drift:
 //!
 //! 1. **Survey.** The chunk's root rows are read in batches, each in a consistent snapshot
 //!    whose high watermark is `P`; the index is scanned over the same key range
