@@ -98,7 +98,7 @@ pub async fn check_table(
             doc.insert(col.name.clone(), expected_json(&col.data_type, raw));
         }
         let key_map: Map<String, Value> = key.iter().map(|k| (k.clone(), doc[k].clone())).collect();
-        let id = sluice_core::event::document_id(&key_map).ok_or("row with a NULL key")?;
+        let id = sluice_model::event::document_id(&key_map).ok_or("row with a NULL key")?;
         if !opts.columns.is_empty() {
             doc.retain(|k, _| opts.columns.contains(k));
         }

@@ -131,7 +131,7 @@ async fn require_tcp(service: &str, endpoint: &str, addr: &str) {
 /// flavour and version ask it.
 pub async fn binlog_end(
     conn: &mut mysql_async::Conn,
-) -> Result<sluice_core::BinlogPosition, String> {
+) -> Result<sluice_model::BinlogPosition, String> {
     let version: String = conn
         .query_first("SELECT VERSION()")
         .await
@@ -143,7 +143,7 @@ pub async fn binlog_end(
         .await
         .map_err(|e| format!("{sql}: {e}"))?
         .ok_or_else(|| format!("{sql} is empty: is the binlog on?"))?;
-    Ok(sluice_core::BinlogPosition::new(
+    Ok(sluice_model::BinlogPosition::new(
         row.get::<String, _>(0).ok_or("no file")?,
         row.get::<u64, _>(1).ok_or("no position")?,
     ))
@@ -449,7 +449,7 @@ impl TestCtx {
             connect: self.stack.zookeeper.clone(),
             root: self.zk_root.clone(),
             session_timeout: SESSION_TIMEOUT,
-            auth: Some(sluice_core::Secret::new(&self.secrets.zk_auth)),
+            auth: Some(sluice_model::Secret::new(&self.secrets.zk_auth)),
         }
     }
 
@@ -678,12 +678,12 @@ replicas = 0
     }
 
     /// The task's confirmed checkpoint.
-    pub async fn checkpoint(&self) -> Option<sluice_core::Checkpoint> {
+    pub async fn checkpoint(&self) -> Option<sluice_model::Checkpoint> {
         self.checkpoint_of(&self.instance).await
     }
 
     /// The confirmed checkpoint of task `task` (a cluster source's, named by the test).
-    pub async fn checkpoint_of(&self, task: &str) -> Option<sluice_core::Checkpoint> {
+    pub async fn checkpoint_of(&self, task: &str) -> Option<sluice_model::Checkpoint> {
         let cp = self
             .coordinator()
             .await
@@ -691,7 +691,7 @@ replicas = 0
             .await
             .expect("read checkpoint");
         cp.filter(|b| !b.is_empty())
-            .map(|b| sluice_core::Checkpoint::from_json(&b).expect("checkpoint JSON"))
+            .map(|b| sluice_model::Checkpoint::from_json(&b).expect("checkpoint JSON"))
     }
 
     /// Waits until the worker has recorded its start position: writes after this point
@@ -714,7 +714,7 @@ replicas = 0
     }
 
     /// Where the server's binlog ends now: no reader can have read past it yet.
-    pub async fn binlog_end(&self) -> sluice_core::BinlogPosition {
+    pub async fn binlog_end(&self) -> sluice_model::BinlogPosition {
         binlog_end(&mut self.stack.conn().await)
             .await
             .unwrap_or_else(|e| panic!("the binlog's end: {e}"))
@@ -1103,7 +1103,7 @@ impl Service {
             .env(
                 "RUST_LOG",
                 std::env::var("SLUICE_IT_LOG")
-                    .unwrap_or_else(|_| sluice_core::telemetry::DEFAULT_FILTER.into()),
+                    .unwrap_or_else(|_| sluice_runtime::telemetry::DEFAULT_FILTER.into()),
             )
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

@@ -650,7 +650,7 @@ impl Published {
 struct Positions {
     zk: sluice_zk::ZkConfig,
     session: Option<sluice_zk::Coordinator>,
-    last: BTreeMap<String, sluice_core::BinlogPosition>,
+    last: BTreeMap<String, sluice_model::BinlogPosition>,
     samples: u64,
     regressed: Option<String>,
 }
@@ -685,7 +685,7 @@ impl Positions {
                 }
             };
             self.samples += 1;
-            let Ok(cp) = sluice_core::Checkpoint::from_json(&bytes) else {
+            let Ok(cp) = sluice_model::Checkpoint::from_json(&bytes) else {
                 continue;
             };
             if let Some(prev) = self.last.get(&s.name) {

@@ -165,11 +165,11 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
         let zk = ctx.coordinator().await.clone();
         let (task, sampling) = (task.clone(), sampling.clone());
         tokio::spawn(async move {
-            let mut last: Option<sluice_core::BinlogPosition> = None;
+            let mut last: Option<sluice_model::BinlogPosition> = None;
             let mut samples = 0u32;
             while sampling.load(Ordering::Relaxed) {
                 if let Some(b) = zk.read_checkpoint(&task).await.unwrap() {
-                    let cp = sluice_core::Checkpoint::from_json(&b).unwrap();
+                    let cp = sluice_model::Checkpoint::from_json(&b).unwrap();
                     if let Some(prev) = &last {
                         assert!(
                             cp.position >= *prev,
@@ -223,7 +223,7 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
                 .read_checkpoint(&task)
                 .await
                 .unwrap()
-                .map(|b| sluice_core::Checkpoint::from_json(&b).unwrap().position);
+                .map(|b| sluice_model::Checkpoint::from_json(&b).unwrap().position);
             match now {
                 Some(p) if p >= stopped_at => Ok(()),
                 other => Err(format!("{other:?}, the zombie stopped before {stopped_at}")),
@@ -231,7 +231,7 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
         },
     )
     .await;
-    let woke_ms = sluice_core::now_ms();
+    let woke_ms = sluice_model::now_ms();
     let rounds_at_wake = rounds.load(Ordering::Relaxed);
     let mark = cluster.workers[zombie].log_mark();
     let woke = Instant::now();
@@ -293,9 +293,9 @@ async fn a_stopped_worker_past_its_session_never_regresses_and_stops() {
         .filter(|r| r.ts_ms.is_some_and(|ts| ts >= woke_ms))
     {
         since_woke += 1;
-        let e: sluice_core::ChangeEvent =
+        let e: sluice_model::ChangeEvent =
             serde_json::from_slice(&r.payload).expect("a change event");
-        let at = sluice_core::BinlogPosition::new(e.source.file.clone(), e.source.pos);
+        let at = sluice_model::BinlogPosition::new(e.source.file.clone(), e.source.pos);
         if at < stopped_at {
             late.push((at.to_string(), copies[r.payload.as_slice()]));
         }

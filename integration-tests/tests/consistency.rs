@@ -308,7 +308,7 @@ async fn a_windowed_check_looks_only_at_recently_changed_roots() {
 
     // A daily schedule whose time of day has come runs once, by itself, with the spec's
     // window and repair.
-    let minute = (sluice_core::now_ms() / 60_000) % 1440;
+    let minute = (sluice_model::now_ms() / 60_000) % 1440;
     let spec = json!({
         "source": source.name, "database": ctx.db, "table": "stamped",
         "check": {"updated_column": "updated_at", "daily_at": format!("{:02}:{:02}", minute / 60, minute % 60),

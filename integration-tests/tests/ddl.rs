@@ -59,7 +59,8 @@ async fn add_and_drop_column_mid_stream_decode_with_the_schema_of_their_time() {
         .await
         .iter()
         .map(|r| {
-            let e: sluice_core::DdlEvent = serde_json::from_slice(&r.payload).expect("a DDL event");
+            let e: sluice_model::DdlEvent =
+                serde_json::from_slice(&r.payload).expect("a DDL event");
             e.ddl
         })
         .collect();

@@ -137,8 +137,8 @@ fn check_config(component: &str, toml: &str, env: Vec<(String, String)>) {
         env: Vec<(String, String)>,
         validate: fn(&C) -> Result<(), Vec<String>>,
     ) -> Result<(), String> {
-        let c: C =
-            sluice_core::load_config_from(Some(path), "SLUICE", env).map_err(|e| e.to_string())?;
+        let c: C = sluice_runtime::load_config_from(Some(path), "SLUICE", env)
+            .map_err(|e| e.to_string())?;
         validate(&c).map_err(|p| p.join("; "))
     }
     let problems = match component {
@@ -543,6 +543,6 @@ fn the_charts_default_log_filter_is_the_services_own() {
     let values: Value = serde_yaml::from_str(&text).unwrap();
     assert_eq!(
         str_of(s(&values, &["log", "level"])),
-        sluice_core::telemetry::DEFAULT_FILTER
+        sluice_runtime::telemetry::DEFAULT_FILTER
     );
 }

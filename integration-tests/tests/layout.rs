@@ -2,6 +2,8 @@
 //! through others. A file that needs another's helpers while that one needs it back is
 //! two reasons to change tangled together; the fix is to move what both need below
 //! them. The check reads the `crate::` and `super::` paths of every non-test line.
+//! And the crates keep their layers: the model runs nothing, the adapters know the model
+//! alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -34,6 +36,43 @@ fn no_file_imports_itself_through_others() {
         "files that import each other, directly or through others (move what both need \
          into a module below them):\n{found:#?}"
     );
+}
+
+/// The dependencies `crate_dir`'s manifest lists under `[dependencies]`.
+fn dependencies(crate_dir: &Path) -> BTreeSet<String> {
+    let path = crate_dir.join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let manifest: toml::Table = text.parse().unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    manifest
+        .get("dependencies")
+        .and_then(|d| d.as_table())
+        .map(|d| d.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_model_runs_nothing_and_adapters_know_the_model_alone() {
+    let crates = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates");
+    let model = dependencies(&crates.join("model"));
+    let allowed: BTreeSet<String> = ["humantime", "serde", "serde_json", "thiserror"]
+        .map(String::from)
+        .into();
+    assert!(
+        model.is_subset(&allowed),
+        "sluice-model depends on {:?}: the model must not pull a runtime, telemetry or \
+         a web server (put process life in sluice-runtime)",
+        model.difference(&allowed).collect::<Vec<_>>()
+    );
+    for adapter in ["mysql", "kafka", "elastic", "zk"] {
+        let ours: Vec<String> = dependencies(&crates.join(adapter))
+            .into_iter()
+            .filter(|d| d.starts_with("sluice-") && d != "sluice-model")
+            .collect();
+        assert!(
+            ours.is_empty(),
+            "the {adapter} adapter depends on {ours:?}; adapters depend on sluice-model alone"
+        );
+    }
 }
 
 #[test]

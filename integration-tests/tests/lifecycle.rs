@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use sluice_core::ChangeEvent;
 use sluice_integration_tests::{eventually, Service, TestCtx};
+use sluice_model::ChangeEvent;
 
 const STATEMENTS: u64 = 1200;
 

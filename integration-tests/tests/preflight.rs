@@ -30,7 +30,7 @@ async fn a_source_that_cannot_be_streamed_is_told_every_fix() {
         host,
         port,
         user: "thin".into(),
-        password: sluice_core::Secret::new("thin"),
+        password: sluice_model::Secret::new("thin"),
         server_id: 7499,
         tables: vec![],
         tls: None,

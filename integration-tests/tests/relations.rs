@@ -520,7 +520,7 @@ async fn a_document_is_read_only_once_its_change_is_visible_where_it_is_read() {
     replica.pause_applier();
     // Every version of the change is above the binlog's end before it.
     let before = ctx.binlog_end().await;
-    let before = sluice_core::ExternalVersion::new(0, before.file_seq().unwrap(), before.pos)
+    let before = sluice_model::ExternalVersion::new(0, before.file_seq().unwrap(), before.pos)
         .unwrap()
         .get();
     ctx.exec("UPDATE sku_prices SET amount = 99.99 WHERE sku_id = 70")

@@ -10,7 +10,7 @@ use sluice_integration_tests::services::{random_hex, OwnAccounts};
 use sluice_integration_tests::{Stack, TestCtx};
 
 /// Sluice's own crates at debug, the rest at the shipped default.
-const VERBOSE: &str = "info,librdkafka=warn,zookeeper_async=error,sluice_center=debug,sluice_worker=debug,sluice_etl=debug,sluice_zk=debug,sluice_kafka=debug,sluice_mysql=debug,sluice_elastic=debug,sluice_core=debug";
+const VERBOSE: &str = "info,librdkafka=warn,zookeeper_async=error,sluice_center=debug,sluice_worker=debug,sluice_etl=debug,sluice_zk=debug,sluice_kafka=debug,sluice_mysql=debug,sluice_elastic=debug,sluice_model=debug";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_reaches_a_log_line_or_metrics() {

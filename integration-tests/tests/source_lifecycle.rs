@@ -122,8 +122,8 @@ async fn a_promoted_replica_takes_over_by_failover_and_nothing_is_lost_or_refuse
         "{on_replica:?}"
     );
     assert!(
-        sluice_core::position::file_seq(&on_replica.position.file).expect("a binlog file")
-            < sluice_core::position::file_seq(&on_primary.position.file).expect("a binlog file"),
+        sluice_model::position::file_seq(&on_replica.position.file).expect("a binlog file")
+            < sluice_model::position::file_seq(&on_primary.position.file).expect("a binlog file"),
         "the promoted replica's binlog numbers are below the primary's ({} vs {}): the case the epoch is for",
         on_replica.position,
         on_primary.position

@@ -11,13 +11,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluice_core::TlsFiles;
 use sluice_elastic::EsSection;
 use sluice_faultproxy::TlsFront;
 use sluice_integration_tests::cluster::{Cluster, ClusterSource};
 use sluice_integration_tests::on_sources;
 use sluice_integration_tests::services::OwnAccounts;
 use sluice_integration_tests::{eventually, Stack, TestCtx};
+use sluice_model::TlsFiles;
 
 /// The CA and client certificate the local stack's databases were set up with
 /// (`deploy/stack.sh`), or those in `MYSQL_TLS_DIR` for a server of one's own.
@@ -97,7 +97,7 @@ async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
         host: base.mysql_host.clone(),
         port: base.mysql_port,
         user: accounts.reader.clone(),
-        password: sluice_core::Secret::new(&accounts.reader_password),
+        password: sluice_model::Secret::new(&accounts.reader_password),
         server_id: 1,
         tables: Vec::new(),
         tls,

@@ -84,7 +84,7 @@ fn source(ctx: &TestCtx) -> sluice_mysql::SourceConfig {
         host: ctx.stack.mysql_host.clone(),
         port: ctx.stack.mysql_port,
         user: ctx.stack.source_user.clone(),
-        password: sluice_core::Secret::new(ctx.stack.source_password.clone()),
+        password: sluice_model::Secret::new(ctx.stack.source_password.clone()),
         server_id: ctx.server_id,
         tables: vec![],
         tls: None,
@@ -107,14 +107,14 @@ async fn a_snapshot_reads_every_type_as_the_binlog_decodes_it() {
     let mut streamed = std::collections::BTreeMap::new();
     let mut columns = None;
     for r in records {
-        let e: sluice_core::ChangeEvent = serde_json::from_slice(&r.payload).unwrap();
+        let e: sluice_model::ChangeEvent = serde_json::from_slice(&r.payload).unwrap();
         columns = Some(e.columns.clone());
         streamed.insert(e.document_id().unwrap(), e.after.unwrap());
     }
 
     // Read as a build reads it: the table's document plan, in a consistent snapshot.
     let src = source(&ctx);
-    let spec = sluice_core::PipelineSpec::table("t", &src.name, &ctx.db, "t");
+    let spec = sluice_model::PipelineSpec::table("t", &src.name, &ctx.db, "t");
     let plan = &sluice_mysql::docs::load(&src, &spec)
         .await
         .unwrap()
@@ -172,7 +172,7 @@ async fn composite_text_keys_chunk_and_resume_exactly() {
         .await;
 
     let src = source(&ctx);
-    let spec = sluice_core::PipelineSpec::table("k", &src.name, &ctx.db, "k");
+    let spec = sluice_model::PipelineSpec::table("k", &src.name, &ctx.db, "k");
     let plan = &sluice_mysql::docs::load(&src, &spec)
         .await
         .unwrap()
@@ -269,7 +269,7 @@ async fn mysql_types_round_trip_exactly() {
 
     // A snapshot reads the same documents.
     let src = source(&ctx);
-    let spec = sluice_core::PipelineSpec::table("m", &src.name, &ctx.db, "m");
+    let spec = sluice_model::PipelineSpec::table("m", &src.name, &ctx.db, "m");
     let plan = &sluice_mysql::docs::load(&src, &spec)
         .await
         .unwrap()

@@ -21,7 +21,7 @@ use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
-use sluice_core::{PipelineSpec, Restart, SourceSpec};
+use sluice_model::{PipelineSpec, Restart, SourceSpec};
 use sluice_mysql::SourceConfig;
 use sluice_proto::convert::{self, PipelineState};
 
@@ -129,7 +129,7 @@ struct Auth {
 
 /// A token from its value or its file, named by `key` in errors; `None` when neither is set.
 fn token(
-    value: &Option<sluice_core::Secret>,
+    value: &Option<sluice_model::Secret>,
     file: &Option<std::path::PathBuf>,
     key: &str,
 ) -> anyhow::Result<Option<Arc<str>>> {
@@ -1007,7 +1007,7 @@ impl Admin for AdminApi {
                 .read_checkpoint(&s.name)
                 .await
                 .map_err(internal)?
-                .and_then(|b| sluice_core::Checkpoint::from_json(&b).ok());
+                .and_then(|b| sluice_model::Checkpoint::from_json(&b).ok());
             let status = statuses.get(&s.name);
             let (assigned_to, generation) = assigned.remove(&s.name).unwrap_or_default();
             tasks.push(Task {
@@ -1312,7 +1312,7 @@ fn letter_message(l: &crate::dlq::Letter, replayed_at_ms: Option<i64>) -> DeadLe
 impl WorkerReports for AdminApi {
     async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
         let report = req.into_inner();
-        if !sluice_core::pipeline::is_name(&report.worker, 255) {
+        if !sluice_model::pipeline::is_name(&report.worker, 255) {
             return Err(Status::invalid_argument(format!(
                 "worker: `{}` must be 1..=255 characters of [A-Za-z0-9._-]",
                 report.worker

@@ -198,7 +198,7 @@ async fn record_from_meta(
     let s = settings.unwrap_or(crate::meta::BuildSettings {
         chunk_rows: DEFAULT_CHUNK_ROWS,
         throttle_rows_per_sec: 0,
-        started_at_ms: sluice_core::now_ms(),
+        started_at_ms: sluice_model::now_ms(),
         verify: false,
         swap_by: None,
     });
@@ -405,7 +405,7 @@ async fn progress(
         s.chunks_done += u32::from(cursor.done);
         done.push(cursor.done);
     }
-    let elapsed = (sluice_core::now_ms() - s.started_at_ms).max(1) as f64 / 1000.0;
+    let elapsed = (sluice_model::now_ms() - s.started_at_ms).max(1) as f64 / 1000.0;
     s.rows_per_sec = s.rows_done as f64 / elapsed;
     if s.chunks_done < plan.chunks {
         s.phase = "snapshotting".into();

@@ -44,7 +44,7 @@ pub(crate) async fn start(
                 p.spec.name
             )));
         }
-        Some(sluice_core::now_ms() - window.as_millis() as i64)
+        Some(sluice_model::now_ms() - window.as_millis() as i64)
     };
     let check = NewCheck {
         pipeline: &p.spec.name,
@@ -343,7 +343,7 @@ async fn schedule(shared: &Shared, epoch: u64, pipelines: &[StoredPipeline]) -> 
     if scheduled.is_empty() {
         return Ok(());
     }
-    let now = sluice_core::now_ms();
+    let now = sluice_model::now_ms();
     let last = shared.meta.last_scheduled_checks().await?;
     for (p, minute) in scheduled {
         if !run::due(now, minute, last.get(&p.spec.name).copied()) {
@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn only_a_finished_clean_compare_of_the_held_version_releases_the_swap() {
         let p = StoredPipeline {
-            spec: sluice_core::PipelineSpec::table("items", "s", "d", "items"),
+            spec: sluice_model::PipelineSpec::table("items", "s", "d", "items"),
             live_version: 2,
             building_version: 3,
             history: Default::default(),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sluice_core::Secret;
+use sluice_model::Secret;
 use sluice_zk::ZkConfig;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -23,7 +23,7 @@ pub struct CenterConfig {
     pub elasticsearch: Option<sluice_elastic::EsSection>,
     /// TLS to the sources, when the centers check pipelines against their tables.
     #[serde(default)]
-    pub source_tls: Option<sluice_core::TlsFiles>,
+    pub source_tls: Option<sluice_model::TlsFiles>,
     /// Over plain connections to those sources, let a password be encrypted with the RSA
     /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
     /// such a connection is refused before any credential is sent.
@@ -37,7 +37,7 @@ pub struct CenterConfig {
     pub topics: sluice_kafka::TopicConfig,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
-    pub telemetry: sluice_core::telemetry::TelemetrySection,
+    pub telemetry: sluice_runtime::telemetry::TelemetrySection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -105,7 +105,7 @@ pub struct MetaSection {
     pub database: String,
     /// TLS to the meta database; none: plain connections.
     #[serde(default)]
-    pub tls: Option<sluice_core::TlsFiles>,
+    pub tls: Option<sluice_model::TlsFiles>,
     /// Over a plain connection to a MySQL 8.4+ server, let the password be encrypted with
     /// the RSA key the server sends; without it such a connection is refused.
     #[serde(default)]
@@ -202,7 +202,7 @@ impl CenterConfig {
     }
 
     /// Every MySQL TLS setting in the file, by key.
-    pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
+    pub fn mysql_tls(&self) -> Vec<(String, &sluice_model::TlsFiles)> {
         let sources = self.source_tls.iter().map(|t| ("source_tls".to_owned(), t));
         let meta = self.meta.tls.iter().map(|t| ("meta.tls".to_owned(), t));
         sources.chain(meta).collect()
@@ -213,7 +213,7 @@ impl CenterConfig {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
         p.extend(self.topics.problems("topics"));
-        p.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
+        p.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
         if let Some(k) = &self.kafka {
             p.extend(k.problems("kafka"));
         }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::Value as Json;
-use sluice_core::DelayedChange;
+use sluice_model::DelayedChange;
 use sluice_mysql::docs::{DocPlan, Reader};
 use sluice_zk::layout::{ChunkRecord, RunKind};
 use tokio_util::sync::CancellationToken;
@@ -62,7 +62,7 @@ pub(crate) async fn schedule(
     if !pipelines.iter().any(|p| p.spec.has_delayed()) {
         return Ok(());
     }
-    let now = sluice_core::now_ms();
+    let now = sluice_model::now_ms();
     for (name, oldest) in shared.meta.oldest_waiting().await? {
         let Some(p) = pipelines.iter().find(|p| p.spec.name == name) else {
             continue;
@@ -167,7 +167,7 @@ pub(crate) async fn record(
             Err(e) => e,
         };
         tracing::warn!(error = format!("{failed:#}"), retry_in = ?backoff, "cannot record delayed changes; retrying");
-        if !sluice_core::shutdown::pause(backoff, shutdown).await {
+        if !sluice_runtime::shutdown::pause(backoff, shutdown).await {
             return Ok(());
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -222,7 +222,7 @@ mod tests {
     use sluice_mysql::SnapshotTable;
 
     fn plans() -> Vec<DocPlan> {
-        let spec: sluice_core::PipelineSpec = serde_json::from_value(json!({
+        let spec: sluice_model::PipelineSpec = serde_json::from_value(json!({
             "source": "s", "database": "d", "table": "products",
             "relations": [
                 {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},

@@ -6,8 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use sluice_core::dead_letter::{EventLetter, RowsLetter};
 use sluice_kafka::{KafkaConfig, Received, TopicConfig};
+use sluice_model::dead_letter::{EventLetter, RowsLetter};
 
 /// A letter's place in its dead-letter topic: `<topic>:<partition>:<offset>`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use sluice_core::SourceSpec;
+use sluice_model::SourceSpec;
 use sluice_zk::layout::{
     self, AssignmentRecord, CenterRecord, PipelineRecord, SourceRecord, WorkerRecord,
 };
@@ -46,7 +46,7 @@ pub(crate) async fn campaign_forever(
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper; retrying");
-                sluice_core::shutdown::pause(backoff, &shutdown).await;
+                sluice_runtime::shutdown::pause(backoff, &shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
@@ -79,7 +79,7 @@ pub(crate) async fn campaign_forever(
         }
         coord.close().await;
         if failed {
-            sluice_core::shutdown::pause(backoff, &shutdown).await;
+            sluice_runtime::shutdown::pause(backoff, &shutdown).await;
             backoff = (backoff * 2).min(Duration::from_secs(10));
         } else {
             backoff = Duration::from_millis(250);
@@ -162,7 +162,7 @@ async fn lead(
                 Err(e) if is_deposed(&e) => return Err(e),
                 Err(e) => {
                     tracing::warn!(error = format!("{e:#}"), "reconcile failed; retrying");
-                    sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                    sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
                     if shutdown.is_cancelled() {
                         return Ok(());
                     }
@@ -236,7 +236,7 @@ async fn reconcile(
 
     // Live workers.
     let settle = shared.cfg.balance.settle;
-    let now = sluice_core::now_ms();
+    let now = sluice_model::now_ms();
     let mut live = Vec::new();
     let mut wake: Option<Duration> = None;
     for id in &worker_ids {
@@ -387,7 +387,7 @@ async fn reconcile(
         let rec = AssignmentRecord {
             epoch,
             generation,
-            assigned_at_ms: sluice_core::now_ms(),
+            assigned_at_ms: sluice_model::now_ms(),
         };
         coord
             .put(
@@ -533,7 +533,7 @@ pub(crate) fn pipeline_record(p: &StoredPipeline, epoch: u64) -> PipelineRecord 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::PipelineSpec;
+    use sluice_model::PipelineSpec;
 
     #[test]
     fn a_source_captures_every_table_of_its_pipelines() {

@@ -32,7 +32,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use sluice_core::ConfigError;
+use sluice_runtime::ConfigError;
 use sluice_zk::Coordinator;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
@@ -41,9 +41,9 @@ pub use config::CenterConfig;
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<CenterConfig, ConfigError> {
-    let cfg: CenterConfig = sluice_core::load_config(Some(path), "SLUICE")?;
+    let cfg: CenterConfig = sluice_runtime::load_config(Some(path), "SLUICE")?;
     cfg.validate().map_err(ConfigError::Problems)?;
-    sluice_core::tls::unreadable(&cfg.mysql_tls())?;
+    sluice_runtime::unreadable_tls(&cfg.mysql_tls())?;
     Ok(cfg)
 }
 
@@ -62,7 +62,7 @@ pub struct Shared {
     /// An operator's rebalance, answered with the moves made.
     rebalance: mpsc::Sender<oneshot::Sender<Vec<balance::Move>>>,
     /// `/readyz`: the same as the gRPC health.
-    ready: sluice_core::telemetry::Readiness,
+    ready: sluice_runtime::telemetry::Readiness,
 }
 
 impl Shared {
@@ -79,7 +79,7 @@ impl Shared {
 /// Runs the center until `shutdown`: serves the API, campaigns, and leads when elected.
 pub async fn run(
     cfg: CenterConfig,
-    ready: sluice_core::telemetry::Readiness,
+    ready: sluice_runtime::telemetry::Readiness,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     metrics::observe();

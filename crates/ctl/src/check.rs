@@ -89,7 +89,7 @@ fn check_label(c: &Check) -> String {
 }
 
 fn check_step(c: &Check) -> Step {
-    let took = (sluice_core::now_ms() - c.started_at_ms).max(1) as f64 / 1000.0;
+    let took = (sluice_model::now_ms() - c.started_at_ms).max(1) as f64 / 1000.0;
     let documents = format!(
         "{}/{} chunks, {} documents ({:.0}/s)",
         c.chunks_done,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use sluice_core::PipelineSpec;
+use sluice_model::PipelineSpec;
 use sluice_proto::v1::*;
 
 use crate::progress::{Progress, Step};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sluice_core::TlsPem;
+use sluice_model::TlsPem;
 use url::Url;
 
 use crate::bulk::{classify_with_target, encode_ops, validate_op, BulkOp, ItemOutcome};
@@ -172,7 +172,7 @@ fn with_tls(http: reqwest::ClientBuilder, tls: &TlsPem) -> Result<reqwest::Clien
 
 impl EsClient {
     /// Checks the configuration and builds the HTTP client; does no I/O (the TLS files
-    /// come read, see [`sluice_core::TlsFiles::read`]).
+    /// come read, see [`sluice_model::TlsFiles::read`]).
     pub fn new(cfg: EsClientConfig) -> Result<Self, EsError> {
         let url = cfg.url;
         if url.scheme() != "http" && url.scheme() != "https" {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use sluice_core::{Secret, TlsFiles};
+use sluice_model::{Secret, TlsFiles};
 
 use crate::{EsClient, EsClientConfig, EsError};
 

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use sluice_core::PipelineSpec;
 use sluice_kafka::{KafkaConfig, TopicConfig};
+use sluice_model::PipelineSpec;
 use sluice_mysql::SourceConfig;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -29,7 +29,7 @@ pub struct EtlConfig {
     pub sources: Vec<SourceConfig>,
     /// TLS to the center's sources (file sources have their own `tls`).
     #[serde(default)]
-    pub source_tls: Option<sluice_core::TlsFiles>,
+    pub source_tls: Option<sluice_model::TlsFiles>,
     /// Over plain connections to those sources, let a password be encrypted with the RSA
     /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
     /// such a connection is refused before any credential is sent.
@@ -37,7 +37,7 @@ pub struct EtlConfig {
     pub source_public_key_retrieval: bool,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
-    pub telemetry: sluice_core::telemetry::TelemetrySection,
+    pub telemetry: sluice_runtime::telemetry::TelemetrySection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -142,7 +142,7 @@ impl EtlConfig {
     }
 
     /// Every MySQL TLS setting in the file, by key.
-    pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
+    pub fn mysql_tls(&self) -> Vec<(String, &sluice_model::TlsFiles)> {
         sluice_mysql::tls::settings(self.source_tls.as_ref(), &self.sources)
     }
 
@@ -159,7 +159,7 @@ impl EtlConfig {
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
-        p.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
+        p.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
         if self.etl.group_id.trim().is_empty() {
             p.push("etl.group_id: must not be empty".into());
         }

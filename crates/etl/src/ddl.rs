@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use sluice_core::DdlEvent;
 use sluice_elastic::{index_version, EsClient};
+use sluice_model::DdlEvent;
 use sluice_mysql::ddl::Rewrite;
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +70,7 @@ pub(crate) async fn rewritten(
 }
 
 /// Whether rewrite `r` changed what the pipeline's documents hold.
-fn concerns(spec: &sluice_core::PipelineSpec, r: &Rewrite) -> bool {
+fn concerns(spec: &sluice_model::PipelineSpec, r: &Rewrite) -> bool {
     if r.columns.is_empty() {
         spec.tables()
             .iter()
@@ -99,7 +99,7 @@ async fn versions(
                 Ok(t) => break t,
                 Err(e) if e.is_transient() => {
                     tracing::warn!(error = %e, "Elasticsearch unavailable while reading a pipeline's versions; retrying");
-                    if !sluice_core::shutdown::pause(backoff * 5, shutdown).await {
+                    if !sluice_runtime::shutdown::pause(backoff * 5, shutdown).await {
                         return Ok(None);
                     }
                 }

@@ -18,9 +18,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value as Json;
-use sluice_core::delayed::{DelayedChange, DELAYED_VERSION};
-use sluice_core::ChangeEvent;
 use sluice_elastic::BulkOp;
+use sluice_model::delayed::{DelayedChange, DELAYED_VERSION};
+use sluice_model::ChangeEvent;
 use sluice_mysql::docs::{Built, DocPlan, Floor, Reader, SourcePool};
 use sluice_mysql::{MysqlError, SourceConfig};
 use tokio_util::sync::CancellationToken;
@@ -527,7 +527,7 @@ async fn retrying<T>(
         match f().await {
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "the source is unavailable for reading documents; retrying");
-                if !sluice_core::shutdown::pause(backoff, shutdown).await {
+                if !sluice_runtime::shutdown::pause(backoff, shutdown).await {
                     return None;
                 }
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
@@ -545,7 +545,7 @@ mod tests {
     use sluice_mysql::SnapshotTable;
 
     fn shop() -> Vec<DocPlan> {
-        let spec: sluice_core::PipelineSpec = serde_json::from_value(json!({
+        let spec: sluice_model::PipelineSpec = serde_json::from_value(json!({
             "source": "s", "database": "d", "table": "products",
             "relations": [
                 {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},

@@ -77,7 +77,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper for the pipelines; retrying");
-                sluice_core::shutdown::pause(Duration::from_secs(1), &shutdown).await;
+                sluice_runtime::shutdown::pause(Duration::from_secs(1), &shutdown).await;
                 continue;
             }
         };
@@ -118,7 +118,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot follow the pipelines; retrying");
-                    sluice_core::shutdown::pause(Duration::from_secs(1), &shutdown).await;
+                    sluice_runtime::shutdown::pause(Duration::from_secs(1), &shutdown).await;
                     continue;
                 }
             };

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
-use sluice_core::ColumnInfo;
 use sluice_elastic::{index_version, versioned_index, AliasAction, EsClient, EsError};
+use sluice_model::ColumnInfo;
 
 use crate::mapping;
 use crate::pipeline::{Router, Verdict};

@@ -26,10 +26,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::Value;
-use sluice_core::dead_letter::{EventLetter, LETTER_VERSION};
-use sluice_core::{BuildDocument, ChangeEvent, ConfigError, DdlEvent};
 use sluice_elastic::{BulkOp, EsClient};
 use sluice_kafka::{CommitMode, Feed, Producer, Received, SharedProducer};
+use sluice_model::dead_letter::{EventLetter, LETTER_VERSION};
+use sluice_model::{BuildDocument, ChangeEvent, DdlEvent};
+use sluice_runtime::ConfigError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -41,17 +42,17 @@ pub use share::owns;
 use flight::{Flight, Landed};
 use metrics::METRICS;
 use pipeline::{Active, Router};
-use sluice_core::telemetry::Readiness;
+use sluice_runtime::telemetry::Readiness;
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
-    let mut cfg: EtlConfig = sluice_core::load_config(Some(path), "SLUICE")?;
+    let mut cfg: EtlConfig = sluice_runtime::load_config(Some(path), "SLUICE")?;
     cfg.validate().map_err(ConfigError::Problems)?;
-    sluice_core::tls::unreadable(&cfg.mysql_tls())?;
+    sluice_runtime::unreadable_tls(&cfg.mysql_tls())?;
     cfg.pipelines = cfg
         .pipelines
         .into_iter()
-        .map(sluice_core::PipelineSpec::normalized)
+        .map(sluice_model::PipelineSpec::normalized)
         .collect();
     Ok(cfg)
 }
@@ -130,7 +131,7 @@ pub async fn run(
         .etl
         .instance_id
         .clone()
-        .unwrap_or_else(|| format!("etl-{}", sluice_core::now_ms()));
+        .unwrap_or_else(|| format!("etl-{}", sluice_model::now_ms()));
 
     // The pipelines: from the file, and from the center when a [zookeeper] section is set.
     let (pipelines_tx, mut pipelines) = watch::channel(None);
@@ -549,7 +550,7 @@ impl Batch {
             self.first = Some(Instant::now());
             // Kafka's timestamp: when the worker queued the batch's first message.
             if let Some(published) = m.ts_ms {
-                let waited = (sluice_core::now_ms() - published).max(0) as f64 / 1000.0;
+                let waited = (sluice_model::now_ms() - published).max(0) as f64 / 1000.0;
                 METRICS.consume_latency.record(waited, &[]);
             }
         }
@@ -735,7 +736,7 @@ async fn land(
             .record(first.elapsed().as_secs_f64(), &[]);
     }
     // A crash here: Elasticsearch has the batch, Kafka not its offsets.
-    sluice_core::failpoint("etl.before_commit");
+    sluice_model::failpoint("etl.before_commit");
     commit(ctx.feed, &batch.msgs, mode);
     Ok(true)
 }
@@ -764,7 +765,7 @@ async fn record(
     }
     if recorded > 0 {
         // A crash here: the build's marker is recorded, its offset not committed.
-        sluice_core::failpoint("etl.after_build_marker");
+        sluice_model::failpoint("etl.after_build_marker");
     }
     true
 }
@@ -952,7 +953,7 @@ async fn ready(
             Ok(()) => return Ok(true),
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "Elasticsearch or the source unavailable while preparing a pipeline; retrying");
-                if !sluice_core::shutdown::pause(cfg.etl.retry_backoff * 5, shutdown).await {
+                if !sluice_runtime::shutdown::pause(cfg.etl.retry_backoff * 5, shutdown).await {
                     return Ok(false);
                 }
             }
@@ -980,7 +981,7 @@ async fn dead_letter(
 /// Hands the changes of `delayed` relations to the center (the delayed topic) and waits
 /// until Kafka has them all: the batch is not committed before. `false` when shutdown
 /// came first.
-async fn hand_over(ctx: &Ctx<'_>, delayed: &[sluice_core::DelayedChange]) -> anyhow::Result<bool> {
+async fn hand_over(ctx: &Ctx<'_>, delayed: &[sluice_model::DelayedChange]) -> anyhow::Result<bool> {
     if delayed.is_empty() {
         return Ok(true);
     }
@@ -1035,7 +1036,7 @@ async fn acknowledged(
             return Err(e);
         };
         tracing::warn!(%why, retry_in = ?backoff, "Kafka refused {what}: sending them again with a new producer");
-        if !sluice_core::shutdown::pause(backoff, shutdown).await {
+        if !sluice_runtime::shutdown::pause(backoff, shutdown).await {
             return Ok(false);
         }
         backoff = policy.next(backoff, false);

@@ -1,6 +1,6 @@
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    sluice_core::service::main(
+    sluice_runtime::service::main(
         "sluice-etl",
         "Applies Sluice change events from Kafka to Elasticsearch.",
         |path| Ok(sluice_etl::load(path)?),

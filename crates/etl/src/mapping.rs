@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
-use sluice_core::mapping::TEXT_TYPES;
-use sluice_core::{ColumnInfo, FieldOverride};
+use sluice_model::mapping::TEXT_TYPES;
+use sluice_model::{ColumnInfo, FieldOverride};
 use sluice_mysql::docs::{DocPlan, Node};
 
 /// The mapping of one column, from its envelope type (`bigint unsigned`, `decimal(10,2)`…).

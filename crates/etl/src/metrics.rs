@@ -74,13 +74,13 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .f64_histogram("sluice.etl.consume.latency")
             .with_unit("s")
             .with_description("Per batch, from Kafka's timestamp of its first message (the worker published it) to its consumption")
-            .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
+            .with_boundaries(sluice_runtime::telemetry::LATENCY_BUCKETS.to_vec())
             .build(),
         index_latency: m
             .f64_histogram("sluice.etl.index.latency")
             .with_unit("s")
             .with_description("Per batch, from consuming its first message to Elasticsearch acknowledging all of it")
-            .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
+            .with_boundaries(sluice_runtime::telemetry::LATENCY_BUCKETS.to_vec())
             .build(),
         bulk_documents: m
             .u64_histogram("sluice.etl.bulk.documents")

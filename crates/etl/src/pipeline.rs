@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use sluice_core::{BuildDocument, ChangeEvent, ColumnInfo, Op, PipelineSpec};
 use sluice_elastic::{versioned_index, BulkOp, EsClient, EsError};
 use sluice_kafka::TopicConfig;
+use sluice_model::{BuildDocument, ChangeEvent, ColumnInfo, Op, PipelineSpec};
 use sluice_mysql::docs::DocPlan;
 use sluice_mysql::{MysqlError, SourceConfig};
 
@@ -390,7 +390,7 @@ impl Router {
             } else {
                 image.as_ref().and_then(|row| {
                     let values: Option<Vec<&Value>> = spec.id.iter().map(|c| row.get(c)).collect();
-                    sluice_core::event::id_of(values?)
+                    sluice_model::event::id_of(values?)
                 })
             };
             id.ok_or_else(|| {

@@ -166,7 +166,7 @@ impl Writer {
             }
             if !ops.is_empty() {
                 self.tally.retried += ops.len() as u64;
-                if !sluice_core::shutdown::pause(backoff, &self.shutdown).await {
+                if !sluice_runtime::shutdown::pause(backoff, &self.shutdown).await {
                     return Ok(false);
                 }
                 backoff = self.backoff.next(backoff, ops.len() < sent);

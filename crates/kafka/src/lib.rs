@@ -42,7 +42,7 @@ pub struct KafkaConfig {
     /// librdkafka's `sasl.password`, kept out of `properties` so it can come from the
     /// environment (`SLUICE_KAFKA__SASL_PASSWORD`, e.g. from a Kubernetes Secret).
     #[serde(default)]
-    pub sasl_password: Option<sluice_core::Secret>,
+    pub sasl_password: Option<sluice_model::Secret>,
     /// How long a produced message may wait for Kafka's acknowledgement (librdkafka's
     /// `message.timeout.ms`). Past it the message fails: the worker's task stops short of
     /// confirming it and resumes from its confirmed position, so nothing is lost, and

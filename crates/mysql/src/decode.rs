@@ -15,7 +15,7 @@ use mysql_async::consts::ColumnType;
 use mysql_async::Value;
 use mysql_common::io::ParseBuf;
 use serde_json::{Map, Number, Value as Json};
-use sluice_core::ColumnInfo;
+use sluice_model::ColumnInfo;
 
 /// MySQL's `binary` character set: the column holds bytes, not text.
 const BINARY_CHARSET: u16 = 63;

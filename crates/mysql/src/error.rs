@@ -1,4 +1,4 @@
-use sluice_core::BinlogPosition;
+use sluice_model::BinlogPosition;
 
 /// Where in the binlog a failure happened.
 #[derive(Debug, Clone, Default)]

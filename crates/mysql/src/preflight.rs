@@ -5,7 +5,7 @@
 
 use mysql_async::prelude::*;
 use mysql_async::Conn;
-use sluice_core::{BinlogPosition, Checkpoint, GtidSet};
+use sluice_model::{BinlogPosition, Checkpoint, GtidSet};
 
 use crate::error::MysqlError;
 use crate::server::{Flavor, Server};

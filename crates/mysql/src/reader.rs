@@ -14,8 +14,8 @@ use mysql_async::binlog::events::{EventData, RowsEventData, TableMapEvent};
 use mysql_async::prelude::*;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use serde_json::{Map, Value};
-use sluice_core::position::MariaDbGtid;
-use sluice_core::{BinlogPosition, GtidSet, Op};
+use sluice_model::position::MariaDbGtid;
+use sluice_model::{BinlogPosition, GtidSet, Op};
 
 use crate::decode::{RowValues, TableSchema};
 use crate::error::{At, MysqlError};
@@ -440,7 +440,7 @@ impl BinlogReader {
                             self.tables.insert(id, (tme.into_owned(), state));
                         }
                         // A crash here: the rows event of this table map is not read yet.
-                        sluice_core::failpoint("reader.after_table_map");
+                        sluice_model::failpoint("reader.after_table_map");
                     }
                     Some(EventData::RowsEvent(rows)) => {
                         self.rows(&rows, start, server_id, ts_ms)?

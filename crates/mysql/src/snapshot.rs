@@ -21,7 +21,7 @@ use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
-use sluice_core::{BinlogPosition, ColumnInfo};
+use sluice_model::{BinlogPosition, ColumnInfo};
 
 use crate::decode::{shared_value, Kind};
 use crate::error::MysqlError;
@@ -478,7 +478,7 @@ async fn wait_committing(src: &SourceConfig, conn: &mut Conn) -> Result<(), Mysq
 
 /// `@@GLOBAL.gtid_owned` (`uuid:gno#thread, …`, thread ids after `#`) as a GTID set.
 pub(crate) fn owned_gtids(owned: &str) -> String {
-    let mut set = sluice_core::GtidSet::empty_mysql();
+    let mut set = sluice_model::GtidSet::empty_mysql();
     for item in owned.split(',') {
         let mut parts = item.trim().split(':');
         let Some(uuid) = parts.next().filter(|u| u.len() == 36) else {

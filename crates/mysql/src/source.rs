@@ -1,7 +1,7 @@
 //! How to reach a MySQL instance and which of its tables to capture.
 
 use serde::Deserialize;
-use sluice_core::{Secret, SourceSpec};
+use sluice_model::{Secret, SourceSpec};
 
 use crate::error::MysqlError;
 
@@ -23,7 +23,7 @@ pub struct SourceConfig {
     pub tables: Vec<String>,
     /// TLS to the server; none: plain connections.
     #[serde(default)]
-    pub tls: Option<sluice_core::TlsFiles>,
+    pub tls: Option<sluice_model::TlsFiles>,
     /// Over a plain connection to a server that authenticates with
     /// `caching_sha2_password` (MySQL 8.4+), let the password be encrypted with the RSA key
     /// the server sends (see [`crate::auth`]); without it such a connection is refused.
@@ -35,7 +35,7 @@ pub struct SourceConfig {
 /// `source_public_key_retrieval` settings (a file source has its own).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Access {
-    pub tls: Option<sluice_core::TlsFiles>,
+    pub tls: Option<sluice_model::TlsFiles>,
     pub allow_public_key_retrieval: bool,
 }
 

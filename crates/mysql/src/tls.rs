@@ -3,7 +3,7 @@
 //! `SUBJECT`/`ISSUER`), a client certificate.
 
 use mysql_async::{ClientIdentity, SslOpts};
-use sluice_core::TlsFiles;
+use sluice_model::TlsFiles;
 
 /// What the driver takes. It reads the files at connect; a service checks them at start
 /// with [`TlsFiles::read`].

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::pipeline::{CheckSpec, DelayedSpec, JoinField, DEFAULT_JOIN_FIELD};
-use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
+use sluice_model::pipeline::{CheckSpec, DelayedSpec, JoinField, DEFAULT_JOIN_FIELD};
+use sluice_model::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
 
 use crate::v1;
 
@@ -110,7 +110,7 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
         auto_rebuild: p.auto_rebuild,
         keep_history: p
             .keep_history
-            .unwrap_or(sluice_core::pipeline::DEFAULT_KEEP_HISTORY),
+            .unwrap_or(sluice_model::pipeline::DEFAULT_KEEP_HISTORY),
         check: p.check.map_or_else(CheckSpec::default, |c| CheckSpec {
             updated_column: c.updated_column,
             daily_at: c.daily_at,

@@ -62,7 +62,7 @@ pub(crate) async fn follow(
             Err(ZkError::SessionExpired) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the assignments; retrying");
-                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
                 continue;
             }
         };

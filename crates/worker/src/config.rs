@@ -25,7 +25,7 @@ pub struct WorkerConfig {
     pub sources: Vec<SourceConfig>,
     /// TLS to the sources the center assigns (file sources have their own `tls`).
     #[serde(default)]
-    pub source_tls: Option<sluice_core::TlsFiles>,
+    pub source_tls: Option<sluice_model::TlsFiles>,
     /// Over plain connections to those sources, let a password be encrypted with the RSA
     /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
     /// such a connection is refused before any credential is sent.
@@ -37,7 +37,7 @@ pub struct WorkerConfig {
     pub elasticsearch: Option<sluice_elastic::EsSection>,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
-    pub telemetry: sluice_core::telemetry::TelemetrySection,
+    pub telemetry: sluice_runtime::telemetry::TelemetrySection,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -45,7 +45,7 @@ pub struct WorkerConfig {
 pub struct CenterClientSection {
     /// Bearer token for the center's API (`api.auth = "token"`).
     #[serde(default)]
-    pub token: Option<sluice_core::Secret>,
+    pub token: Option<sluice_model::Secret>,
     #[serde(default)]
     pub token_file: Option<std::path::PathBuf>,
     /// CA (PEM) that signed the center's certificate; enables TLS.
@@ -157,7 +157,7 @@ impl WorkerConfig {
     }
 
     /// Every MySQL TLS setting in the file, by key.
-    pub fn mysql_tls(&self) -> Vec<(String, &sluice_core::TlsFiles)> {
+    pub fn mysql_tls(&self) -> Vec<(String, &sluice_model::TlsFiles)> {
         sluice_mysql::tls::settings(self.source_tls.as_ref(), &self.sources)
     }
 
@@ -189,7 +189,7 @@ impl WorkerConfig {
         if let Some(es) = &self.elasticsearch {
             problems.extend(es.problems("elasticsearch"));
         }
-        problems.extend(sluice_core::tls::problems_of(&self.mysql_tls()));
+        problems.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
         if self.worker.capacity == 0 {
             problems.push("worker.capacity: must be at least 1".into());
         }

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use sluice_mysql::decode::{RowValues, TableSchema};
 
-use sluice_core::dead_letter::{RowsAt, RowsLetter, LETTER_VERSION};
-use sluice_core::event::DdlEvent;
-use sluice_core::position::file_seq;
-use sluice_core::{ChangeEvent, ColumnInfo, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
 use sluice_kafka::TopicConfig;
+use sluice_model::dead_letter::{RowsAt, RowsLetter, LETTER_VERSION};
+use sluice_model::event::DdlEvent;
+use sluice_model::position::file_seq;
+use sluice_model::{ChangeEvent, ColumnInfo, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
 use sluice_mysql::{Ddl, RowChange, Unreadable};
 
 pub(crate) struct Record {

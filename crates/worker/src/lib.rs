@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use sluice_core::telemetry::Readiness;
-use sluice_core::ConfigError;
+use sluice_runtime::telemetry::Readiness;
+use sluice_runtime::ConfigError;
 use sluice_zk::layout::{self, WorkerRecord};
 use sluice_zk::{Coordinator, SessionState};
 use tokio::sync::Mutex;
@@ -34,9 +34,9 @@ pub use config::WorkerConfig;
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
-    let cfg: WorkerConfig = sluice_core::load_config(Some(path), "SLUICE")?;
+    let cfg: WorkerConfig = sluice_runtime::load_config(Some(path), "SLUICE")?;
     cfg.validate().map_err(ConfigError::Problems)?;
-    sluice_core::tls::unreadable(&cfg.mysql_tls())?;
+    sluice_runtime::unreadable_tls(&cfg.mysql_tls())?;
     Ok(cfg)
 }
 
@@ -70,14 +70,14 @@ pub async fn run(
         mode = if cluster { "cluster (tasks assigned by the center)" } else { "standalone (sources from the file)" },
         "worker starting"
     );
-    let started_at_ms = sluice_core::now_ms();
+    let started_at_ms = sluice_model::now_ms();
     let mut backoff = cfg.worker.retry_backoff;
     while !shutdown.is_cancelled() {
         let coord = match Coordinator::connect(&cfg.zookeeper).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "cannot reach ZooKeeper; retrying");
-                sluice_core::shutdown::pause(backoff, &shutdown).await;
+                sluice_runtime::shutdown::pause(backoff, &shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
                 continue;
             }
@@ -105,7 +105,7 @@ pub async fn run(
                 addr: cfg.worker.advertise.clone().unwrap_or_default(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 started_at_ms,
-                registered_at_ms: sluice_core::now_ms(),
+                registered_at_ms: sluice_model::now_ms(),
                 capacity: cfg.worker.capacity,
             };
             let data = serde_json::to_vec(&me).expect("worker record serializes");
@@ -150,7 +150,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?backoff, "cannot register the worker; retrying");
-                    sluice_core::shutdown::pause(backoff, &shutdown).await;
+                    sluice_runtime::shutdown::pause(backoff, &shutdown).await;
                 }
             }
         } else {

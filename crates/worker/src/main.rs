@@ -7,7 +7,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    sluice_core::service::main(
+    sluice_runtime::service::main(
         "sluice-worker",
         "Streams MySQL binlogs into Kafka.",
         |path| Ok(sluice_worker::load(path)?),

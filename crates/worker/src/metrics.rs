@@ -39,7 +39,7 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             .f64_histogram("sluice.worker.publish.latency")
             .with_unit("s")
             .with_description("Per transaction, from reading its first row event in the binlog to Kafka acknowledging its last (the first stage of commit to searchable)")
-            .with_boundaries(sluice_core::telemetry::LATENCY_BUCKETS.to_vec())
+            .with_boundaries(sluice_runtime::telemetry::LATENCY_BUCKETS.to_vec())
             .build(),
     }
 });
@@ -63,10 +63,10 @@ impl EventLabels {
     pub fn count(&mut self, source: &str, rc: &sluice_mysql::RowChange) {
         let (db, table) = (&rc.schema.db, &rc.schema.table);
         let op = match rc.op {
-            sluice_core::Op::Create => 0,
-            sluice_core::Op::Update => 1,
-            sluice_core::Op::Delete => 2,
-            sluice_core::Op::Read => 3,
+            sluice_model::Op::Create => 0,
+            sluice_model::Op::Update => 1,
+            sluice_model::Op::Delete => 2,
+            sluice_model::Op::Read => 3,
         };
         self.unflushed += 1;
         if self.unflushed >= FLUSH_EVERY {

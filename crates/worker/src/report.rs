@@ -45,7 +45,7 @@ impl Progress {
     /// A transaction committed at `ts_ms` was read now.
     pub fn read_commit(&self, ts_ms: u64) {
         if ts_ms > 0 {
-            let now = sluice_core::now_ms().max(0) as u64;
+            let now = sluice_model::now_ms().max(0) as u64;
             self.lag_ms
                 .store(now.saturating_sub(ts_ms), Ordering::Relaxed);
         }
@@ -142,7 +142,7 @@ impl Reports {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
         q.push_back(WorkerEvent {
-            at_ms: sluice_core::now_ms(),
+            at_ms: sluice_model::now_ms(),
             kind: kind.to_owned(),
             subject: subject.to_owned(),
             message: message.into(),
@@ -168,7 +168,7 @@ impl Reports {
             events.insert(
                 0,
                 WorkerEvent {
-                    at_ms: sluice_core::now_ms(),
+                    at_ms: sluice_model::now_ms(),
                     kind: "events_dropped".into(),
                     subject: worker.to_owned(),
                     message: format!(

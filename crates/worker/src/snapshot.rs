@@ -22,8 +22,8 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use anyhow::{anyhow, bail, Context as _};
-use sluice_core::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
 use sluice_kafka::SharedProducer;
+use sluice_model::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
 use sluice_mysql::docs::{DocPlan, Reader};
 use sluice_mysql::Key;
 use sluice_zk::layout::{
@@ -76,7 +76,7 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
             Err(ZkError::SessionExpired) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the build jobs; retrying");
-                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
                 continue;
             }
         };
@@ -121,7 +121,7 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
         }
         if failed {
             // Retry pace for a job that keeps failing (source unreachable, say).
-            sluice_core::shutdown::pause(Duration::from_secs(2), shutdown).await;
+            sluice_runtime::shutdown::pause(Duration::from_secs(2), shutdown).await;
         }
         for name in &names {
             if running.contains_key(name) || finished.contains_key(name) {
@@ -178,9 +178,9 @@ pub(crate) async fn confirmed(
 /// `epoch`: the version its documents are written with.
 pub(crate) fn version_at(
     epoch: u16,
-    position: &sluice_core::BinlogPosition,
+    position: &sluice_model::BinlogPosition,
 ) -> anyhow::Result<u64> {
-    let seq = sluice_core::position::file_seq(&position.file)?;
+    let seq = sluice_model::position::file_seq(&position.file)?;
     Ok(ExternalVersion::new(epoch as u64, seq, position.pos)?.get())
 }
 
@@ -459,7 +459,7 @@ async fn chunk(
                     (cursor.rows - rows_at_start) as f64 / b.throttle_rows_per_sec as f64,
                 );
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    sluice_core::shutdown::pause(wait, stop).await;
+                    sluice_runtime::shutdown::pause(wait, stop).await;
                 }
             }
         }
@@ -500,7 +500,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     acknowledged(deliveries, "a build marker").await?;
     // A crash here: the markers are in Kafka, their count not recorded; the job is done
     // again and the etl finds the markers twice.
-    sluice_core::failpoint("worker.after_build_markers");
+    sluice_model::failpoint("worker.after_build_markers");
     jobs.coord
         .put(
             &layout::build_partitions(&b.spec.name),

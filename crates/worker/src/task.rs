@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
-use sluice_core::{Checkpoint, Coordinates, GtidSet, Restart};
 use sluice_kafka::{Delivery, SharedProducer};
+use sluice_model::{Checkpoint, Coordinates, GtidSet, Restart};
 use sluice_mysql::{
     BinlogReader, Flavor, RowChange, ServerInfo, SourceConfig, SourceEvent, StartAt, Unreadable,
 };
@@ -65,7 +65,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
             }
             Err(e) => {
                 tracing::warn!(task = %src.name, error = %e, "cannot take the task lock; retrying");
-                sluice_core::shutdown::pause(backoff, &ctx.shutdown).await;
+                sluice_runtime::shutdown::pause(backoff, &ctx.shutdown).await;
                 continue;
             }
         };
@@ -99,7 +99,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
                 ctx.reports
                     .event("task_failed", &src.name, format!("{e:#}"));
                 tracing::error!(task = %src.name, error = format!("{e:#}"), recheck_in = ?recheck, "task stopped: this needs an operator (see the error); nothing past the last confirmed position was skipped");
-                if !sluice_core::shutdown::pause(recheck, &ctx.shutdown).await {
+                if !sluice_runtime::shutdown::pause(recheck, &ctx.shutdown).await {
                     ctx.progress.state("stopped");
                     return;
                 }
@@ -115,7 +115,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
                 ctx.progress.state("retrying");
                 ctx.reports.event("task_error", &src.name, format!("{e:#}"));
                 tracing::error!(task = %src.name, error = format!("{e:#}"), retry_in = ?backoff, "task failed; it resumes from the last confirmed position");
-                sluice_core::shutdown::pause(backoff, &ctx.shutdown).await;
+                sluice_runtime::shutdown::pause(backoff, &ctx.shutdown).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
@@ -348,7 +348,7 @@ async fn watch_bytes_behind(src: SourceConfig, progress: Arc<Progress>, stop: Ca
     const EVERY: Duration = Duration::from_secs(10);
     let mut conn = None;
     loop {
-        let at: Option<sluice_core::BinlogPosition> = progress.position().parse().ok();
+        let at: Option<sluice_model::BinlogPosition> = progress.position().parse().ok();
         if let Some(at) = at {
             if conn.is_none() {
                 conn = sluice_mysql::preflight::connect(&src).await.ok();
@@ -364,7 +364,7 @@ async fn watch_bytes_behind(src: SourceConfig, progress: Arc<Progress>, stop: Ca
                 }
             }
         }
-        if !sluice_core::shutdown::pause(EVERY, &stop).await {
+        if !sluice_runtime::shutdown::pause(EVERY, &stop).await {
             return;
         }
     }
@@ -479,7 +479,7 @@ struct DeadLetterNotices {
 
 impl DeadLetterNotices {
     fn keyless(&mut self, ctx: &TaskCtx, task: &str, rc: &RowChange) {
-        if sluice_core::event::has_document_id(&rc.key)
+        if sluice_model::event::has_document_id(&rc.key)
             || !self
                 .keyless
                 .insert((rc.schema.db.clone(), rc.schema.table.clone()))

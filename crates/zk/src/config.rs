@@ -40,7 +40,7 @@ pub struct ZkConfig {
     /// right, so only Sluice's services can read or change checkpoints, locks and
     /// assignments. Every service of a cluster needs the same one.
     #[serde(default)]
-    pub auth: Option<sluice_core::Secret>,
+    pub auth: Option<sluice_model::Secret>,
 }
 
 impl ZkConfig {
@@ -218,7 +218,7 @@ mod tests {
             connect: "localhost".to_owned(),
             root: "sluice/".to_owned(),
             session_timeout: Duration::from_millis(500),
-            auth: Some(sluice_core::Secret::new("no-colon")),
+            auth: Some(sluice_model::Secret::new("no-colon")),
         };
         let issues = cfg.validate().unwrap_err();
         let keys: Vec<_> = issues.iter().map(|i| i.key).collect();

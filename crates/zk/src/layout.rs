@@ -42,14 +42,14 @@ pub struct AssignmentRecord {
 pub struct SourceRecord {
     pub epoch: u64,
     #[serde(flatten)]
-    pub spec: sluice_core::SourceSpec,
+    pub spec: sluice_model::SourceSpec,
 }
 
 /// `pipelines/<name>`: what the etl must apply.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PipelineRecord {
     pub epoch: u64,
-    pub spec: sluice_core::PipelineSpec,
+    pub spec: sluice_model::PipelineSpec,
     /// A version being built (`<alias>_v<N>`): the etl writes to it as well as to the
     /// indexes behind the alias.
     #[serde(default)]
@@ -65,7 +65,7 @@ pub struct PipelineRecord {
 pub struct BuildRecord {
     pub epoch: u64,
     /// The pipeline as it was when the build started: what its documents are made of.
-    pub spec: sluice_core::PipelineSpec,
+    pub spec: sluice_model::PipelineSpec,
     pub version: u32,
     /// Rows per chunk.
     pub chunk_rows: u64,
@@ -301,7 +301,7 @@ pub fn build_failure(pipeline: &str, job: &str) -> String {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CheckRecord {
     pub id: u64,
-    pub spec: sluice_core::PipelineSpec,
+    pub spec: sluice_model::PipelineSpec,
     /// The index version compared (the live one when the check started; a compare's,
     /// the held build's).
     pub version: u32,

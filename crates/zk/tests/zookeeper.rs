@@ -74,7 +74,7 @@ impl Fixture {
             connect: connect.to_owned(),
             root: self.root.clone(),
             session_timeout: SESSION_TIMEOUT,
-            auth: Some(sluice_core::Secret::new(AUTH)),
+            auth: Some(sluice_model::Secret::new(AUTH)),
         }
     }
 
@@ -287,7 +287,7 @@ async fn nodes_admit_only_the_services_credential() {
     assert_eq!(data, b"{\"position\":1}", "the checkpoint is untouched");
 
     let other = ZkConfig {
-        auth: Some(sluice_core::Secret::new("someone:else")),
+        auth: Some(sluice_model::Secret::new("someone:else")),
         ..fx.cfg(&addr)
     };
     let err = Coordinator::connect(&other).await.unwrap_err();

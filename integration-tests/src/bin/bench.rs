@@ -38,10 +38,10 @@ use anyhow::{anyhow, bail, Context as _};
 use futures::FutureExt as _;
 use mysql_async::prelude::*;
 use serde_json::{Map, Value};
-use sluice_core::{BinlogPosition, Checkpoint};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::services::Pipeline;
 use sluice_integration_tests::{env_num, kafka, Service, TestCtx, Xorshift};
+use sluice_model::{BinlogPosition, Checkpoint};
 use tokio::sync::mpsc;
 
 const TABLE: &str = "bench";

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::*;
 use mysql_async::Transaction;
-use sluice_core::DelayedChange;
+use sluice_model::DelayedChange;
 
 use super::{Meta, MetaError};
 

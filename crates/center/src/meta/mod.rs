@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Pool, Row, Transaction, TxOpts};
-use sluice_core::{Coordinates, PipelineSpec, Restart, SourceSpec};
+use sluice_model::{Coordinates, PipelineSpec, Restart, SourceSpec};
 use sluice_proto::v1::{Event, TaskProgress};
 
 use crate::config::MetaSection;
@@ -133,14 +133,14 @@ const MIGRATIONS: &[(u32, &[&str])] = &[
     // A pipeline's state follows from its versions (`StoredPipeline::state`); a stored copy could
     // only disagree with them.
     (3, &["ALTER TABLE pipelines DROP COLUMN state"]),
-    // `spec_json` holds the whole pipeline (one definition, `sluice_core::PipelineSpec`);
+    // `spec_json` holds the whole pipeline (one definition, `sluice_model::PipelineSpec`);
     // the key columns beside it stay for the unique constraints.
     (
         4,
         &["UPDATE pipelines SET spec_json = JSON_SET(spec_json, '$.name', name,
              '$.source', source, '$.database', db_name, '$.table', table_name, '$.alias', alias)"],
     ),
-    // Each source's version epoch (`sluice_core::Coordinates`): kept when the source is
+    // Each source's version epoch (`sluice_model::Coordinates`): kept when the source is
     // deleted, so a name added again never reuses an epoch.
     (
         5,
@@ -476,11 +476,11 @@ impl Meta {
         let next = current
             .unwrap_or(0)
             .checked_add(1)
-            .filter(|e| u64::from(*e) <= sluice_core::version::MAX_EPOCH);
+            .filter(|e| u64::from(*e) <= sluice_model::version::MAX_EPOCH);
         let Some(next) = next else {
             return Err(MetaError::Corrupt(format!(
                 "source {name}: the version epoch is at its maximum ({})",
-                sluice_core::version::MAX_EPOCH
+                sluice_model::version::MAX_EPOCH
             )));
         };
         tx.exec_drop(

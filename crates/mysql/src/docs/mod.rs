@@ -14,8 +14,8 @@ mod sql;
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value as Json};
-use sluice_core::pipeline::filter;
-use sluice_core::{FieldOverride, PipelineSpec, Relation, RelationKind};
+use sluice_model::pipeline::filter;
+use sluice_model::{FieldOverride, PipelineSpec, Relation, RelationKind};
 
 pub use read::{Built, Floor, RangeRead, Reader};
 
@@ -186,7 +186,7 @@ impl DocPlan {
     /// mode) share the index with their parents, and usually count from 1 as they do:
     /// their `_id` is `<name>#<id>`.
     pub fn document_id(&self, key: &[Json]) -> Option<String> {
-        let id = sluice_core::event::id_of(key)?;
+        let id = sluice_model::event::id_of(key)?;
         Some(match self.join.as_ref().and_then(|j| j.parent.as_ref()) {
             Some(_) => format!("{}#{id}", self.name),
             None => id,
@@ -214,7 +214,7 @@ impl DocPlan {
     pub fn routing_of(&self, image: &Map<String, Json>) -> Option<String> {
         let cols = self.join.as_ref()?.parent.as_ref()?;
         let values = Self::image_values(&self.root, cols, image)?;
-        sluice_core::event::id_of(&values)
+        sluice_model::event::id_of(&values)
     }
 }
 
@@ -514,7 +514,7 @@ fn node(
     for o in n
         .order_by
         .iter()
-        .filter_map(|o| sluice_core::pipeline::OrderKey::parse(o).ok())
+        .filter_map(|o| sluice_model::pipeline::OrderKey::parse(o).ok())
     {
         match t.column(&o.column) {
             Some(c) => order.push((c, o.descending)),

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
 use serde_json::{Map, Value as Json};
-use sluice_core::RelationKind;
+use sluice_model::RelationKind;
 
 use super::{join_key, sql, DocPlan, Node};
 use crate::decode::Kind;
@@ -25,14 +25,14 @@ use crate::source::SourceConfig;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Floor {
     pub version: u64,
-    pub gtids: sluice_core::GtidSet,
+    pub gtids: sluice_model::GtidSet,
 }
 
 impl Default for Floor {
     fn default() -> Self {
         Floor {
             version: 0,
-            gtids: sluice_core::GtidSet::empty_mysql(),
+            gtids: sluice_model::GtidSet::empty_mysql(),
         }
     }
 }
@@ -167,13 +167,13 @@ impl<'a> Reader<'a> {
             }
             return self.begin().await;
         }
-        let version = sluice_core::ExternalVersion::from_raw(floor.version);
+        let version = sluice_model::ExternalVersion::from_raw(floor.version);
         let deadline = tokio::time::Instant::now() + VISIBLE_WITHIN;
         loop {
             self.begin().await?;
             let position = crate::snapshot::mariadb_position(self.src, &mut self.conn).await?;
             let at = (
-                sluice_core::position::file_seq(&position.file).unwrap_or(0),
+                sluice_model::position::file_seq(&position.file).unwrap_or(0),
                 position.pos,
             );
             if at > (version.file_seq(), version.offset()) {
@@ -367,7 +367,7 @@ impl DocPlan {
     fn routing_in(&self, row: &[Json]) -> Option<String> {
         let cols = self.join.as_ref()?.parent.as_ref()?;
         let values: Vec<&Json> = cols.iter().map(|&c| &row[self.root.slot(c)]).collect();
-        sluice_core::event::id_of(values)
+        sluice_model::event::id_of(values)
     }
 }
 

@@ -37,9 +37,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use serde_json::{json, Map, Value as Json};
-use sluice_core::{BuildDocument, ENVELOPE_VERSION};
 use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
+use sluice_model::{BuildDocument, ENVELOPE_VERSION};
 use sluice_mysql::docs::{Built, DocPlan, Reader};
 use sluice_mysql::{Key, Watermarks};
 use sluice_zk::layout::{
@@ -78,7 +78,7 @@ pub(crate) async fn follow(c: Arc<Checks>, shutdown: &CancellationToken) {
             Err(ZkError::SessionExpired) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the checks; retrying");
-                sluice_core::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
                 continue;
             }
         };
@@ -92,13 +92,13 @@ pub(crate) async fn follow(c: Arc<Checks>, shutdown: &CancellationToken) {
                 Ok(did) => worked |= did,
                 Err(e) => {
                     tracing::warn!(pipeline = %p, error = format!("{e:#}"), "check chunk failed; it is claimed again");
-                    sluice_core::shutdown::pause(Duration::from_secs(2), shutdown).await;
+                    sluice_runtime::shutdown::pause(Duration::from_secs(2), shutdown).await;
                 }
             }
         }
         if !worked {
             // Claims of other workers fire no watch here: look again shortly.
-            sluice_core::shutdown::pause(Duration::from_millis(500), shutdown).await;
+            sluice_runtime::shutdown::pause(Duration::from_millis(500), shutdown).await;
         }
     }
 }
@@ -722,7 +722,7 @@ async fn read_keys(
 async fn settle(
     c: &Checks,
     ctx: &Ctx<'_>,
-    position: &sluice_core::BinlogPosition,
+    position: &sluice_model::BinlogPosition,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE_WITHIN;
     let target = version_at(ctx.epoch, position)?;

@@ -1,9 +1,10 @@
-//! Types every Sluice service shares: the pipeline and source definitions, binlog
-//! positions and GTID sets, the external document version derived from them, the
-//! change-event envelope published to Kafka, layered configuration loading, secrets,
-//! shutdown and telemetry set-up.
+//! What Sluice's services and adapters agree on, and nothing that runs: the pipeline and
+//! source definitions, binlog positions and GTID sets, the external document version
+//! derived from them, the change-event envelope published to Kafka, dead letters, secrets
+//! and TLS files. It pulls no telemetry, web server or async runtime, so the adapters
+//! (MySQL, Kafka, Elasticsearch, ZooKeeper) depend on it alone; the services' process
+//! life (configuration loading, signals, telemetry) is `sluice-runtime`'s.
 
-pub mod config;
 pub mod dead_letter;
 pub mod delayed;
 pub mod event;
@@ -11,14 +12,11 @@ pub mod failpoint;
 pub mod mapping;
 pub mod pipeline;
 pub mod position;
-pub mod service;
-pub mod shutdown;
+pub mod secret;
 pub mod source;
-pub mod telemetry;
 pub mod tls;
 pub mod version;
 
-pub use config::{load_config, load_config_from, ConfigError, Secret};
 pub use delayed::DelayedChange;
 pub use event::{
     BuildDocument, ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION,
@@ -27,6 +25,7 @@ pub use failpoint::failpoint;
 pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
+pub use secret::Secret;
 pub use source::{Coordinates, Restart, SourceSpec};
 pub use tls::{TlsFiles, TlsPem};
 pub use version::{ExternalVersion, VersionError};

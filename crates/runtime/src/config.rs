@@ -2,11 +2,10 @@
 //! nesting, e.g. `SLUICE_KAFKA__BROKERS`). Every service's config struct denies unknown
 //! fields; errors name the offending key by its full path.
 
-use std::fmt;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer};
+use sluice_model::TlsFiles;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -75,41 +74,25 @@ pub fn load_config_from<T: DeserializeOwned>(
     })
 }
 
-/// A secret (password, token). Never printed by `Debug` or `Display`, never serialized.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl<'de> Deserialize<'de> for Secret {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Secret)
+/// The TLS files of `settings` that cannot be read, each named by its key: what a service
+/// checks at start, so that it does not fail its first connection in the driver's words.
+pub fn unreadable_tls(settings: &[(String, &TlsFiles)]) -> Result<(), ConfigError> {
+    let found: Vec<String> = settings
+        .iter()
+        .filter_map(|(key, t)| t.read(key).err())
+        .collect();
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Problems(found))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
+    use sluice_model::Secret;
     use std::io::Write;
 
     #[derive(Debug, Deserialize)]

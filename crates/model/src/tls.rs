@@ -92,20 +92,6 @@ pub fn problems_of(settings: &[(String, &TlsFiles)]) -> Vec<String> {
         .collect()
 }
 
-/// The files of `settings` that cannot be read, each named by its key: what a service
-/// checks at start, so that it does not fail its first connection in the driver's words.
-pub fn unreadable(settings: &[(String, &TlsFiles)]) -> Result<(), crate::ConfigError> {
-    let found: Vec<String> = settings
-        .iter()
-        .filter_map(|(key, t)| t.read(key).err())
-        .collect();
-    if found.is_empty() {
-        Ok(())
-    } else {
-        Err(crate::ConfigError::Problems(found))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
