@@ -27,11 +27,12 @@ use sluice_proto::convert::{self, PipelineState};
 
 use crate::config::AuthMode;
 use crate::dict::{self, Dictionary};
+use crate::error::{CenterError, Result as CenterResult};
 use crate::meta::{MetaError, StoredPipeline};
 use crate::Shared;
 
 /// Serves until `shutdown`.
-pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterResult<()> {
     let api = &shared.cfg.api;
     let (admin_auth, reports_auth) = Auth::from_config(&shared.cfg)?;
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -44,25 +45,27 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+        .build_v1()
+        .map_err(CenterError::definite)?;
     let service = AdminApi {
         shared: shared.clone(),
     };
     let mut server = Server::builder();
     if let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) {
         let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
-            std::fs::read(cert)
-                .map_err(|e| anyhow::anyhow!("api.tls_cert: {}: {e}", cert.display()))?,
-            std::fs::read(key)
-                .map_err(|e| anyhow::anyhow!("api.tls_key: {}: {e}", key.display()))?,
+            std::fs::read(cert).map_err(|e| {
+                CenterError::definite(format!("api.tls_cert: {}: {e}", cert.display()))
+            })?,
+            std::fs::read(key).map_err(|e| {
+                CenterError::definite(format!("api.tls_key: {}: {e}", key.display()))
+            })?,
         ));
         if let Some(ca) = &api.client_ca {
-            tls = tls.client_ca_root(Certificate::from_pem(
-                std::fs::read(ca)
-                    .map_err(|e| anyhow::anyhow!("api.client_ca: {}: {e}", ca.display()))?,
-            ));
+            tls = tls.client_ca_root(Certificate::from_pem(std::fs::read(ca).map_err(|e| {
+                CenterError::definite(format!("api.client_ca: {}: {e}", ca.display()))
+            })?));
         }
-        server = server.tls_config(tls)?;
+        server = server.tls_config(tls).map_err(CenterError::definite)?;
     }
     let listen = shared.cfg.center.listen;
     tracing::info!(%listen, auth = ?api.auth, "gRPC API listening");
@@ -73,7 +76,7 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> anyhow::
         .add_service(WorkerReportsServer::with_interceptor(service, reports_auth))
         .serve_with_shutdown(listen, shutdown.clone().cancelled_owned())
         .await
-        .map_err(|e| anyhow::anyhow!("gRPC API on {listen}: {e}"));
+        .map_err(|e| CenterError::definite(format!("gRPC API on {listen}: {e}")));
     shutdown.cancel();
     let _ = readiness.await;
     let _ = probes.await;
@@ -132,34 +135,37 @@ fn token(
     value: &Option<sluice_model::Secret>,
     file: &Option<std::path::PathBuf>,
     key: &str,
-) -> anyhow::Result<Option<Arc<str>>> {
+) -> CenterResult<Option<Arc<str>>> {
     let token = match (value, file) {
         (Some(t), _) => t.expose().to_owned(),
         (None, Some(f)) => std::fs::read_to_string(f)
-            .map_err(|e| anyhow::anyhow!("api.{key}_file: {}: {e}", f.display()))?
+            .map_err(|e| CenterError::definite(format!("api.{key}_file: {}: {e}", f.display())))?
             .trim()
             .to_owned(),
         (None, None) => return Ok(None),
     };
     if token.is_empty() {
-        anyhow::bail!("api.{key}: must not be empty");
+        return Err(CenterError::definite(format!(
+            "api.{key}: must not be empty"
+        )));
     }
     Ok(Some(token.into()))
 }
 
 impl Auth {
     /// The admin service's guard and the reports service's.
-    fn from_config(cfg: &crate::CenterConfig) -> anyhow::Result<(Self, Self)> {
+    fn from_config(cfg: &crate::CenterConfig) -> CenterResult<(Self, Self)> {
         let api = &cfg.api;
         let (admin, worker) = match api.auth {
             AuthMode::Token => {
-                let admin = token(&api.token, &api.token_file, "token")?
-                    .ok_or_else(|| anyhow::anyhow!("api.token: required with auth = \"token\""))?;
+                let admin = token(&api.token, &api.token_file, "token")?.ok_or_else(|| {
+                    CenterError::definite("api.token: required with auth = \"token\"")
+                })?;
                 let worker = token(&api.worker_token, &api.worker_token_file, "worker_token")?;
                 if worker.as_deref() == Some(&*admin) {
-                    anyhow::bail!(
-                        "api.worker_token: must differ from api.token, or workers could administer"
-                    );
+                    return Err(CenterError::definite(
+                        "api.worker_token: must differ from api.token, or workers could administer",
+                    ));
                 }
                 (Some(admin), worker)
             }
@@ -218,6 +224,20 @@ struct AdminApi {
 
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::unavailable(e.to_string())
+}
+
+/// The center's errors at the API's edge: a refusal or anything retrying cannot mend is
+/// `FAILED_PRECONDITION` with the reason, as is a write this replica may no longer make
+/// (deposed); what may pass is `UNAVAILABLE`.
+fn center_err(e: CenterError) -> Status {
+    match e {
+        CenterError::Definite(_) | CenterError::Deposed(_) => {
+            Status::failed_precondition(e.to_string())
+        }
+        CenterError::Transient(_) | CenterError::SessionExpired(_) => {
+            Status::unavailable(e.to_string())
+        }
+    }
 }
 
 fn meta_err(e: MetaError) -> Status {
@@ -748,8 +768,7 @@ impl Admin for AdminApi {
         let to = (req.to_version > 0).then_some(req.to_version);
         crate::rollback::rollback(&self.shared, es, &self.coord()?, epoch, &p, to)
             .await
-            .map_err(|e| Status::unavailable(format!("{e:#}")))?
-            .map_err(Status::failed_precondition)?;
+            .map_err(center_err)?;
         self.changed();
         Ok(Response::new(self.pipeline_message(&req.name).await?))
     }
@@ -767,8 +786,7 @@ impl Admin for AdminApi {
             "operator",
         )
         .await
-        .map_err(|e| Status::unavailable(format!("{e:#}")))?
-        .map_err(Status::failed_precondition)?;
+        .map_err(center_err)?;
         tracing::info!(pipeline = %req.pipeline, check = id, "check started");
         self.changed();
         self.check_message(id).await.map(Response::new)
@@ -781,8 +799,7 @@ impl Admin for AdminApi {
         let coord = self.coord()?;
         let id = crate::check::start_compare(&self.shared, &coord, epoch, &p, req.repair)
             .await
-            .map_err(|e| Status::unavailable(format!("{e:#}")))?
-            .map_err(Status::failed_precondition)?;
+            .map_err(center_err)?;
         tracing::info!(pipeline = %req.pipeline, compare = id, version = p.building_version, "compare started");
         self.changed();
         self.check_message(id).await.map(Response::new)
@@ -900,8 +917,7 @@ impl Admin for AdminApi {
         let p = self.existing(&req.pipeline).await?;
         let id = crate::delayed::start(&self.shared, epoch, &p, "operator")
             .await
-            .map_err(|e| Status::unavailable(format!("{e:#}")))?
-            .map_err(Status::failed_precondition)?;
+            .map_err(center_err)?;
         tracing::info!(pipeline = %req.pipeline, job = id, "delayed job started");
         self.changed();
         self.check_message(id).await.map(Response::new)
@@ -1135,7 +1151,7 @@ impl Admin for AdminApi {
             async move {
                 meta.record_replay(epoch, &l.id.to_string(), &to)
                     .await
-                    .map_err(anyhow::Error::from)
+                    .map_err(CenterError::from)
             }
         })
         .await;

@@ -21,11 +21,11 @@
 //! A reset abandons the build: its index is deleted once no etl writes to it. So does a
 //! failure: a job that fails [`MAX_DEFINITE_FAILURES`] times with an error only an
 //! operator can fix (the workers count them) fails the build, with the reason, the alias
-//! untouched. Transient errors are retried without end.
+//! untouched; so does a step of the leader's that meets such an error (Elasticsearch
+//! refusing the new index's settings, say). Transient errors are retried without end.
 
 use std::collections::BTreeMap;
 
-use anyhow::Context as _;
 use serde_json::json;
 use sluice_elastic::{AliasAction, EsClient};
 use sluice_proto::v1::BuildStatus;
@@ -34,7 +34,9 @@ use sluice_zk::layout::{
 };
 use sluice_zk::{Coordinator, Expect};
 
+use crate::error::{CenterError, Context as _, Result};
 use crate::meta::StoredPipeline;
+use crate::term::Term;
 use crate::Shared;
 
 /// Default rows per chunk.
@@ -47,7 +49,7 @@ pub const MAX_DEFINITE_FAILURES: u32 = 3;
 const JOBS_PER_WORKER: usize = 2;
 
 /// Every build job: job name → worker.
-async fn jobs(coord: &Coordinator) -> anyhow::Result<BTreeMap<String, String>> {
+async fn jobs(coord: &Coordinator) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for worker in coord.children("snapshots").await? {
         for job in coord.children(&layout::jobs(&worker)).await? {
@@ -61,12 +63,11 @@ async fn jobs(coord: &Coordinator) -> anyhow::Result<BTreeMap<String, String>> {
 /// build is under way (the leader then looks again soon: chunk progress fires no watch).
 pub(crate) async fn drive(
     shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
+    term: &Term<'_>,
     pipelines: &[StoredPipeline],
     live: &[String],
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
+    let (coord, epoch) = (term.coord, term.epoch());
     let building: BTreeMap<&str, &StoredPipeline> = pipelines
         .iter()
         .filter(|p| p.building_version > 0)
@@ -78,7 +79,7 @@ pub(crate) async fn drive(
         let recorded: Option<BuildRecord> =
             coord.get_json(&layout::build(&name)).await.ok().flatten();
         if current.is_none() || recorded.is_some_and(|r| Some(r.version) != current) {
-            acting()?;
+            term.acting()?;
             coord.delete(&layout::build(&name), None, true).await?;
             remove_chunk_tasks(coord, &name).await?;
         }
@@ -94,7 +95,7 @@ pub(crate) async fn drive(
             None => false,
         };
         if !wanted || !live.contains(&worker) {
-            acting()?;
+            term.acting()?;
             coord
                 .delete(&layout::job(&worker, &job), None, false)
                 .await?;
@@ -102,10 +103,20 @@ pub(crate) async fn drive(
         }
     }
     for p in building.values() {
-        if let Err(e) = drive_one(shared, coord, epoch, acting, p, live, &mut all_jobs).await {
-            tracing::warn!(pipeline = %p.spec.name, error = format!("{e:#}"), "build step failed; retrying");
-            if crate::term::is_deposed(&e) {
-                return Err(e);
+        match drive_one(shared, term, p, live, &mut all_jobs).await {
+            Ok(()) => {}
+            Err(e) if e.ends_the_term() => return Err(e),
+            Err(e @ CenterError::Transient(_)) => {
+                tracing::warn!(pipeline = %p.spec.name, error = %e, "build step failed; it is tried again on the next pass");
+            }
+            Err(e) => {
+                // Retrying cannot mend it: the build fails, with the reason, the alias
+                // untouched.
+                let reason = format!("build step failed: {e}");
+                tracing::warn!(pipeline = %p.spec.name, version = p.building_version, %reason, "build failed");
+                term.acting()?;
+                let (name, alias) = (&p.spec.name, &p.spec.alias);
+                shared.meta.fail_build(epoch, name, alias, &reason).await?;
             }
         }
     }
@@ -120,11 +131,11 @@ pub(crate) async fn drive(
         }
     });
     let existing: Vec<&str> = pipelines.iter().map(|p| p.spec.name.as_str()).collect();
-    delete_doomed(shared, coord, epoch, acting, &existing).await?;
+    delete_doomed(shared, term, &existing).await?;
     Ok(!building.is_empty())
 }
 
-async fn remove_chunk_tasks(coord: &Coordinator, pipeline: &str) -> anyhow::Result<()> {
+async fn remove_chunk_tasks(coord: &Coordinator, pipeline: &str) -> Result<()> {
     let prefix = format!("snap~{pipeline}~");
     for task in coord.children("tasks").await? {
         if task.starts_with(&prefix) && coord.get(&layout::lock(&task)).await?.is_none() {
@@ -136,14 +147,13 @@ async fn remove_chunk_tasks(coord: &Coordinator, pipeline: &str) -> anyhow::Resu
 
 /// Makes sure `job` is assigned to a live worker: the one with the fewest build jobs.
 async fn ensure_job(
-    coord: &Coordinator,
-    epoch: u64,
+    term: &Term<'_>,
     version: u32,
-    acting: &impl Fn() -> anyhow::Result<()>,
     job: String,
     live: &[String],
     all_jobs: &mut BTreeMap<String, String>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
+    let (coord, epoch) = (term.coord, term.epoch());
     if all_jobs.contains_key(&job) {
         return Ok(());
     }
@@ -161,7 +171,7 @@ async fn ensure_job(
         return Ok(()); // every live worker is busy (or none lives): wait
     };
     let worker = worker.to_owned();
-    acting()?;
+    term.acting()?;
     let rec = JobRecord { epoch, version };
     coord
         .put(
@@ -180,12 +190,11 @@ async fn ensure_job(
 /// already says so; otherwise the new record is written.
 async fn record_from_meta(
     shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
+    term: &Term<'_>,
     p: &StoredPipeline,
     earlier: Option<BuildRecord>,
-) -> anyhow::Result<BuildRecord> {
+) -> Result<BuildRecord> {
+    let epoch = term.epoch();
     let v = p.building_version;
     let settings = shared.meta.build_settings(&p.spec.name, v).await?;
     let released = settings.as_ref().is_some_and(|s| s.swap_by.is_some());
@@ -213,25 +222,24 @@ async fn record_from_meta(
         released,
         searchable: earlier.is_some_and(|r| r.version == v && r.searchable),
     };
-    put_build(coord, acting, &rec).await?;
+    put_build(term, &rec).await?;
     Ok(rec)
 }
 
 async fn drive_one(
     shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
+    term: &Term<'_>,
     p: &StoredPipeline,
     live: &[String],
     all_jobs: &mut BTreeMap<String, String>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
+    let (coord, epoch) = (term.coord, term.epoch());
     let v = p.building_version;
     let record: Option<BuildRecord> = coord.get_json(&layout::build(&p.spec.name)).await?;
     let record = match record {
         // Nothing the meta database holds could change it: not read on every pass.
         Some(r) if r.version == v && (!r.verify || r.released) => r,
-        earlier => record_from_meta(shared, coord, epoch, acting, p, earlier).await?,
+        earlier => record_from_meta(shared, term, p, earlier).await?,
     };
     if let Some(reason) = failed_for_good(coord, p).await? {
         tracing::warn!(pipeline = %p.spec.name, version = v, %reason, "build failed");
@@ -263,7 +271,7 @@ async fn drive_one(
     }
     for name in finished {
         if let Some(worker) = all_jobs.remove(&name) {
-            acting()?;
+            term.acting()?;
             coord
                 .delete(&layout::job(&worker, &name), None, false)
                 .await?;
@@ -271,14 +279,14 @@ async fn drive_one(
     }
     match status.phase.as_str() {
         "waiting for etl" => Ok(()),
-        "planning" => ensure_job(coord, epoch, v, acting, job("plan"), live, all_jobs).await,
+        "planning" => ensure_job(term, v, job("plan"), live, all_jobs).await,
         "snapshotting" => {
             for n in (0..chunk_done.len()).filter(|&n| !chunk_done[n]) {
-                ensure_job(coord, epoch, v, acting, chunk_job(n), live, all_jobs).await?;
+                ensure_job(term, v, chunk_job(n), live, all_jobs).await?;
             }
             Ok(())
         }
-        "catching up" => ensure_job(coord, epoch, v, acting, job("mark"), live, all_jobs).await,
+        "catching up" => ensure_job(term, v, job("mark"), live, all_jobs).await,
         "held" if !record.searchable => {
             make_searchable(es(shared)?, p).await?;
             tracing::info!(pipeline = %p.spec.name, version = v, "build caught up: held for verification, searchable");
@@ -286,19 +294,16 @@ async fn drive_one(
                 searchable: true,
                 ..record
             };
-            put_build(coord, acting, &rec).await
+            put_build(term, &rec).await
         }
-        "swap" => swap(shared, coord, epoch, acting, p).await,
+        "swap" => swap(shared, term, p).await,
         _ => Ok(()),
     }
 }
 
-async fn put_build(
-    coord: &Coordinator,
-    acting: &impl Fn() -> anyhow::Result<()>,
-    rec: &BuildRecord,
-) -> anyhow::Result<()> {
-    acting()?;
+async fn put_build(term: &Term<'_>, rec: &BuildRecord) -> Result<()> {
+    let coord = term.coord;
+    term.acting()?;
     coord
         .put(
             &layout::build(&rec.spec.name),
@@ -311,10 +316,7 @@ async fn put_build(
 
 /// Why the build must stop: a job of it failed [`MAX_DEFINITE_FAILURES`] times with an
 /// error retrying cannot fix (as the workers count them).
-async fn failed_for_good(
-    coord: &Coordinator,
-    p: &StoredPipeline,
-) -> anyhow::Result<Option<String>> {
+async fn failed_for_good(coord: &Coordinator, p: &StoredPipeline) -> Result<Option<String>> {
     let name = &p.spec.name;
     for job in coord.children(&layout::build_failures(name)).await? {
         let failure: Option<JobFailure> = coord
@@ -335,15 +337,12 @@ async fn failed_for_good(
 }
 
 /// Where a pipeline's build stands (any replica can compute it).
-pub(crate) async fn status(coord: &Coordinator, p: &StoredPipeline) -> anyhow::Result<BuildStatus> {
+pub(crate) async fn status(coord: &Coordinator, p: &StoredPipeline) -> Result<BuildStatus> {
     Ok(progress(coord, p).await?.0)
 }
 
 /// The build's status and, once planned, which chunks are done (read once per pass).
-async fn progress(
-    coord: &Coordinator,
-    p: &StoredPipeline,
-) -> anyhow::Result<(BuildStatus, Vec<bool>)> {
+async fn progress(coord: &Coordinator, p: &StoredPipeline) -> Result<(BuildStatus, Vec<bool>)> {
     let mut done = Vec::new();
     let mut s = BuildStatus {
         pipeline: p.spec.name.clone(),
@@ -450,7 +449,7 @@ async fn progress(
     Ok((s, done))
 }
 
-fn es(shared: &Shared) -> anyhow::Result<&EsClient> {
+fn es(shared: &Shared) -> Result<&EsClient> {
     shared
         .es
         .as_ref()
@@ -459,7 +458,7 @@ fn es(shared: &Shared) -> anyhow::Result<&EsClient> {
 
 /// Gives the version being built the pipeline's settings (it was filled without
 /// refreshes or replicas) and makes every write visible, before anyone searches it.
-async fn make_searchable(es: &EsClient, p: &StoredPipeline) -> anyhow::Result<()> {
+async fn make_searchable(es: &EsClient, p: &StoredPipeline) -> Result<()> {
     let new = sluice_elastic::versioned_index(&p.spec.alias, p.building_version);
     // An empty table gives the etl nothing to create the index with.
     es.create_index(
@@ -488,13 +487,8 @@ async fn make_searchable(es: &EsClient, p: &StoredPipeline) -> anyhow::Result<()
 }
 
 /// Moves the alias to the new version in one atomic `_aliases` request.
-async fn swap(
-    shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
-    p: &StoredPipeline,
-) -> anyhow::Result<()> {
+async fn swap(shared: &Shared, term: &Term<'_>, p: &StoredPipeline) -> Result<()> {
+    let (coord, epoch) = (term.coord, term.epoch());
     let es = es(shared)?;
     let v = p.building_version;
     let new = sluice_elastic::versioned_index(&p.spec.alias, v);
@@ -512,7 +506,7 @@ async fn swap(
         index: new.clone(),
         alias: p.spec.alias.clone(),
     });
-    acting()?;
+    term.acting()?;
     es.update_aliases(&actions).await?;
     let previous: Vec<u32> = old
         .iter()
@@ -521,7 +515,7 @@ async fn swap(
         .collect();
     let dropped = shared.meta.finish_build(epoch, p, v, &previous).await?;
     tracing::info!(pipeline = %p.spec.name, version = v, from = ?old, ?dropped, "alias moved: the new version is live");
-    acting()?;
+    term.acting()?;
     coord
         .delete(&layout::build(&p.spec.name), None, true)
         .await?;
@@ -529,13 +523,8 @@ async fn swap(
 }
 
 /// Deletes doomed indexes (reset builds, deleted pipelines) once no etl writes to them.
-async fn delete_doomed(
-    shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
-    existing: &[&str],
-) -> anyhow::Result<()> {
+async fn delete_doomed(shared: &Shared, term: &Term<'_>, existing: &[&str]) -> Result<()> {
+    let (coord, epoch) = (term.coord, term.epoch());
     let doomed = shared.meta.doomed().await?;
     if doomed.is_empty() {
         return Ok(());
@@ -566,7 +555,7 @@ async fn delete_doomed(
         if written {
             continue;
         }
-        acting()?;
+        term.acting()?;
         es.delete_index(&index).await?;
         shared.meta.forget_doomed(epoch, &index).await?;
         tracing::info!(%index, pipeline, "doomed index deleted");

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sluice_model::Secret;
+use sluice_model::{RetryPolicy, Secret};
 use sluice_zk::ZkConfig;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,6 +55,14 @@ pub struct CenterSection {
     /// Where the IK dictionaries are served over HTTP (`/dict/ext`, `/dict/stop`).
     #[serde(default = "default_dictionary_listen")]
     pub dictionary_listen: SocketAddr,
+    /// First pause before retrying what failed (reaching ZooKeeper or the meta database,
+    /// a campaign, a reconcile pass, recording delayed changes); it doubles, with jitter,
+    /// up to `retry_backoff_max`.
+    #[serde(default = "default_retry_backoff", with = "humantime_serde")]
+    pub retry_backoff: Duration,
+    /// The longest pause between two attempts.
+    #[serde(default = "default_retry_backoff_max", with = "humantime_serde")]
+    pub retry_backoff_max: Duration,
 }
 
 impl Default for CenterSection {
@@ -64,11 +72,26 @@ impl Default for CenterSection {
             listen: default_listen(),
             advertise: None,
             dictionary_listen: default_dictionary_listen(),
+            retry_backoff: default_retry_backoff(),
+            retry_backoff_max: default_retry_backoff_max(),
         }
     }
 }
 
+fn default_retry_backoff() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn default_retry_backoff_max() -> Duration {
+    Duration::from_secs(10)
+}
+
 impl CenterSection {
+    /// The retry policy of everything the center retries.
+    pub fn retry(&self) -> RetryPolicy {
+        RetryPolicy::new(self.retry_backoff, self.retry_backoff_max)
+    }
+
     pub fn advertised(&self) -> String {
         self.advertise
             .clone()
@@ -212,6 +235,11 @@ impl CenterConfig {
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
+        p.extend(
+            self.center
+                .retry()
+                .problems("center.retry_backoff", "center.retry_backoff_max"),
+        );
         p.extend(self.topics.problems("topics"));
         p.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
         if let Some(k) = &self.kafka {

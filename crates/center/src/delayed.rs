@@ -16,13 +16,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use serde_json::Value as Json;
 use sluice_model::DelayedChange;
 use sluice_mysql::docs::{DocPlan, Reader};
 use sluice_zk::layout::{ChunkRecord, RunKind};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::{CenterError, Context as _, Result};
 use crate::meta::{CheckRun, NewCheck, StoredPipeline};
 use crate::run;
 use crate::Shared;
@@ -32,14 +32,14 @@ const CHUNK_KEYS: usize = 1_000;
 /// Delayed changes recorded per transaction at most.
 const RECORD_BATCH: usize = 1_000;
 
-/// Starts a delayed job of `p` now; `Err` says why it cannot start (nothing waits, or a
-/// check or a job runs).
+/// Starts a delayed job of `p` now; a definite error says why it cannot start (nothing
+/// waits, or a check or a job runs).
 pub(crate) async fn start(
     shared: &Shared,
     epoch: u64,
     p: &StoredPipeline,
     started_by: &str,
-) -> anyhow::Result<Result<u64, String>> {
+) -> Result<u64> {
     let job = NewCheck {
         pipeline: &p.spec.name,
         version: p.live_or_first(),
@@ -49,7 +49,11 @@ pub(crate) async fn start(
         started_by,
         kind: RunKind::Delayed,
     };
-    Ok(shared.meta.start_check(epoch, &job).await?)
+    shared
+        .meta
+        .start_check(epoch, &job)
+        .await?
+        .map_err(CenterError::Definite)
 }
 
 /// Starts the jobs that are due: a pipeline's waiting changes are applied at the first
@@ -58,7 +62,7 @@ pub(crate) async fn schedule(
     shared: &Shared,
     epoch: u64,
     pipelines: &[StoredPipeline],
-) -> anyhow::Result<()> {
+) -> Result<()> {
     if !pipelines.iter().any(|p| p.spec.has_delayed()) {
         return Ok(());
     }
@@ -70,29 +74,29 @@ pub(crate) async fn schedule(
         if !run::due(now, p.spec.delayed.daily_minute(), Some(oldest)) {
             continue;
         }
-        match start(shared, epoch, p, "schedule").await? {
+        match start(shared, epoch, p, "schedule").await {
             Ok(id) => tracing::info!(pipeline = %name, job = id, "scheduled delayed job started"),
-            Err(why) => {
+            Err(why @ CenterError::Definite(_)) => {
                 tracing::debug!(pipeline = %name, %why, "scheduled delayed job not started yet")
             }
+            Err(e) => return Err(e),
         }
     }
     Ok(())
 }
 
-/// The chunks of root keys job `run` rebuilds; `Err` when the pipeline does not fit
-/// its tables. Changes whose relation the pipeline no longer has are skipped (a spec
+/// The chunks of root keys job `run` rebuilds; a definite error when the pipeline does
+/// not fit its tables. Changes whose relation the pipeline no longer has are skipped (a spec
 /// change that drops a relation needs a build anyway).
 pub(crate) async fn plan(
     shared: &Shared,
     p: &StoredPipeline,
     run: &CheckRun,
-) -> anyhow::Result<Result<Vec<ChunkRecord>, String>> {
+) -> Result<Vec<ChunkRecord>> {
     let src = run::source_of(shared, p).await?;
-    let plans = match sluice_mysql::docs::load(&src, &p.spec).await? {
-        Ok(plans) => plans,
-        Err(problems) => return Ok(Err(run::unfit(&problems))),
-    };
+    let plans = sluice_mysql::docs::load(&src, &p.spec)
+        .await?
+        .map_err(|problems| run::unfit(&problems))?;
     let claimed = shared.meta.claimed(run.id).await?;
     let starts = starts(&plans, &claimed);
     let mut reader = Reader::connect(&src).await?;
@@ -117,7 +121,7 @@ pub(crate) async fn plan(
         }
     }
     reader.close().await;
-    Ok(Ok(chunks))
+    Ok(chunks)
 }
 
 /// Where to walk up from, for each claimed change: by document kind, the path of the
@@ -152,25 +156,38 @@ pub(crate) async fn record(
     shared: &Shared,
     epoch: u64,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let Some(kafka) = shared.cfg.kafka.clone() else {
         // Nothing to read with: the API says so to whoever asks about delayed changes.
         shutdown.cancelled().await;
         return Ok(());
     };
     let topic = shared.cfg.topics.delayed.clone();
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = shared.cfg.center.retry().backoff();
     loop {
         let failed = match tail(shared, &kafka, &topic, epoch, shutdown).await {
             Ok(()) => return Ok(()),
-            Err(e) if crate::term::is_deposed(&e) => return Err(e),
+            Err(e) if e.ends_the_term() => return Err(e),
+            Err(e @ CenterError::Definite(_)) => {
+                // Retrying cannot mend it: say so, and record nothing more in this term
+                // (the changes wait in the topic, from the last recorded place).
+                let me = &shared.cfg.center.id;
+                let why = format!("delayed changes are not recorded: {e} (fix it, then restart the leading center)");
+                tracing::error!("{why}");
+                let _ = shared
+                    .meta
+                    .add_event_once(me, "delayed", &topic, &why)
+                    .await;
+                shutdown.cancelled().await;
+                return Ok(());
+            }
             Err(e) => e,
         };
-        tracing::warn!(error = format!("{failed:#}"), retry_in = ?backoff, "cannot record delayed changes; retrying");
-        if !sluice_runtime::shutdown::pause(backoff, shutdown).await {
+        let pause = backoff.next_pause();
+        tracing::warn!(error = %failed, retry_in = ?pause, "cannot record delayed changes; retrying");
+        if !sluice_runtime::shutdown::pause(pause, shutdown).await {
             return Ok(());
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -180,7 +197,7 @@ async fn tail(
     topic: &str,
     epoch: u64,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     sluice_kafka::ensure_topics(kafka, &[topic.to_owned()])
         .await
         .context("cannot create the delayed topic")?;

@@ -16,12 +16,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context as _;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::{CenterError, Result};
 use crate::meta::Meta;
 
 /// Words longer than this are refused (the column holds 255 characters).
@@ -104,7 +104,7 @@ pub async fn serve(
     meta: Meta,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let mut app = axum::Router::new();
     for dictionary in Dictionary::ALL {
         let meta = meta.clone();
@@ -119,15 +119,18 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
-        .context("the dictionary endpoint stopped")
+        .map_err(|e| CenterError::definite(format!("the dictionary endpoint stopped: {e}")))
 }
 
 /// Binds the dictionary endpoint's address (`center.dictionary_listen`).
-pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("center.dictionary_listen: cannot listen on {listen}"))?;
-    tracing::info!(addr = %listener.local_addr()?, "serving the IK dictionaries at /dict/ext and /dict/stop");
+pub async fn bind(listen: SocketAddr) -> Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        CenterError::definite(format!(
+            "center.dictionary_listen: cannot listen on {listen}: {e}"
+        ))
+    })?;
+    let addr = listener.local_addr().unwrap_or(listen);
+    tracing::info!(%addr, "serving the IK dictionaries at /dict/ext and /dict/stop");
     Ok(listener)
 }
 

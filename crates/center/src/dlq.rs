@@ -9,6 +9,8 @@ use std::time::Duration;
 use sluice_kafka::{KafkaConfig, Received, TopicConfig};
 use sluice_model::dead_letter::{EventLetter, RowsLetter};
 
+use crate::error::Result;
+
 /// A letter's place in its dead-letter topic: `<topic>:<partition>:<offset>`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LetterId {
@@ -127,12 +129,12 @@ pub async fn replay<'a, F, Fut>(
     kafka: &KafkaConfig,
     letters: &[&'a Letter],
     mut done: F,
-) -> anyhow::Result<()>
+) -> Result<()>
 where
     F: FnMut(&'a Letter, String) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
+    Fut: std::future::Future<Output = Result<()>>,
 {
-    use anyhow::Context as _;
+    use crate::error::Context as _;
     let producer = sluice_kafka::producer(kafka).context("cannot create a Kafka producer")?;
     let mut queued = Vec::with_capacity(letters.len());
     for &letter in letters {

@@ -13,31 +13,35 @@ pub mod api;
 pub mod balance;
 mod build;
 mod check;
+mod chunked;
 pub mod config;
 mod delayed;
 pub mod dict;
 pub mod dlq;
+pub mod error;
 pub mod history;
 mod leader;
 pub mod meta;
 mod metrics;
 mod probe;
 mod rebuild;
+mod reconcile;
 mod rollback;
 mod run;
 mod term;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
-use anyhow::Context as _;
 use sluice_runtime::ConfigError;
 use sluice_zk::Coordinator;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 pub use config::CenterConfig;
+pub use error::CenterError;
+
+use crate::error::{Context as _, Result};
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<CenterConfig, ConfigError> {
@@ -81,7 +85,7 @@ pub async fn run(
     cfg: CenterConfig,
     ready: sluice_runtime::telemetry::Readiness,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     metrics::observe();
     let meta = connect_meta(&cfg, &shutdown).await?;
     let (rebalance_tx, rebalance_rx) = mpsc::channel(4);
@@ -122,19 +126,20 @@ pub async fn run(
     let campaign = leader::campaign_forever(shared.clone(), rebalance_rx, shutdown.clone());
     tokio::pin!(campaign);
     let (led, served) = tokio::select! {
-        led = &mut campaign => {
+        () = &mut campaign => {
             shutdown.cancel();
-            (led, server.await.context("the API server task failed")?)
+            (Ok(()), server.await.context("the API server task failed")?)
         }
         served = &mut server => {
             let served = served.context("the API server task failed")?;
             let graceful = shutdown.is_cancelled();
             shutdown.cancel();
-            let led = campaign.await;
+            campaign.await;
             if graceful {
-                (led, served)
+                (Ok(()), served)
             } else {
-                (led, served.and(Err(anyhow::anyhow!("the gRPC API stopped unexpectedly"))))
+                let stopped = CenterError::definite("the gRPC API stopped unexpectedly");
+                (Ok(()), served.and(Err(stopped)))
             }
         }
     };
@@ -146,11 +151,8 @@ pub async fn run(
     led.and(served)
 }
 
-async fn connect_meta(
-    cfg: &CenterConfig,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<meta::Meta> {
-    let mut backoff = Duration::from_millis(500);
+async fn connect_meta(cfg: &CenterConfig, shutdown: &CancellationToken) -> Result<meta::Meta> {
+    let mut backoff = cfg.center.retry().backoff();
     loop {
         match meta::Meta::connect(&cfg.meta, &cfg.center.id).await {
             Ok(m) => return Ok(m),
@@ -161,10 +163,10 @@ async fn connect_meta(
                 tracing::error!(error = %e, host = %cfg.meta.host, port = cfg.meta.port, "cannot reach the meta database; retrying");
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = shutdown.cancelled() => anyhow::bail!("shutdown before the meta database was reachable"),
+        if !sluice_runtime::shutdown::pause(backoff.next_pause(), shutdown).await {
+            return Err(CenterError::transient(
+                "shutdown before the meta database was reachable",
+            ));
         }
-        backoff = (backoff * 2).min(Duration::from_secs(10));
     }
 }

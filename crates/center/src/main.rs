@@ -5,7 +5,7 @@ async fn main() -> anyhow::Result<()> {
         "Sluice's control plane: elects a leader, assigns binlog tasks, serves the admin API.",
         |path| Ok(sluice_center::load(path)?),
         |c| c.telemetry.clone(),
-        sluice_center::run,
+        |cfg, ready, shutdown| async move { Ok(sluice_center::run(cfg, ready, shutdown).await?) },
     )
     .await
 }

@@ -6,19 +6,20 @@
 //! (a mapping change is the operator's to rebuild: it follows their own `pipelines put`).
 
 use sluice_zk::layout::{self, NeedsRebuild};
-use sluice_zk::Coordinator;
 
+use crate::error::Result;
 use crate::meta::StoredPipeline;
+use crate::term::Term;
 use crate::Shared;
 
-/// One pass over every pipeline. Returns the pipelines it started a build of.
-pub(crate) async fn watch(
+/// One pass over every pipeline: exports the gauge, records the reasons, and starts the
+/// builds `auto_rebuild` asks for. Returns the pipelines it started a build of.
+pub(crate) async fn start_needed(
     shared: &Shared,
-    coord: &Coordinator,
-    epoch: u64,
-    acting: &impl Fn() -> anyhow::Result<()>,
+    term: &Term<'_>,
     pipelines: &[StoredPipeline],
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>> {
+    let (coord, epoch) = (term.coord, term.epoch());
     let mut flagged = std::collections::BTreeMap::new();
     let mut started = Vec::new();
     let me = &shared.cfg.center.id;
@@ -47,7 +48,7 @@ pub(crate) async fn watch(
         if !wanted || shared.es.is_none() {
             continue;
         }
-        acting()?;
+        term.acting()?;
         match shared
             .meta
             .start_build(epoch, name, crate::build::DEFAULT_CHUNK_ROWS, 0, false)

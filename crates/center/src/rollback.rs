@@ -8,11 +8,12 @@ use sluice_elastic::{AliasAction, EsClient};
 use sluice_zk::layout::{self, EtlRecord, NeedsRebuild};
 use sluice_zk::Coordinator;
 
+use crate::error::{CenterError, Result};
 use crate::meta::StoredPipeline;
 use crate::Shared;
 
-/// Moves `p`'s alias to `to` (`None`: the newest current version). `Ok(Err(why))` is a
-/// refusal; `Ok(Ok(v))` the version now live. Safe to repeat after a failure halfway: the
+/// Moves `p`'s alias to `to` (`None`: the newest current version); the version now live.
+/// A refusal is a definite error with the reason. Safe to repeat after a failure halfway: the
 /// alias move is idempotent and the meta database is written after it.
 pub(crate) async fn rollback(
     shared: &Shared,
@@ -21,25 +22,25 @@ pub(crate) async fn rollback(
     epoch: u64,
     p: &StoredPipeline,
     to: Option<u32>,
-) -> anyhow::Result<Result<u32, String>> {
+) -> Result<u32> {
     let name = &p.spec.name;
     let live = p.live_or_first();
     if p.building_version > 0 {
-        return Ok(Err(format!(
+        return Err(CenterError::definite(format!(
             "a build of version {} is under way and would move the alias again; reset it first (`pipelines reset {name}`)",
             p.building_version
         )));
     }
     let to = match p.history.rollback_target(to, live) {
         Ok(v) => v,
-        Err(why) => return Ok(Err(why)),
+        Err(why) => return Err(CenterError::Definite(why)),
     };
     let verdicts: NeedsRebuild = coord
         .get_json(&layout::needs_rebuild(name))
         .await?
         .unwrap_or_default();
     if let Some(why) = verdicts.of(to) {
-        return Ok(Err(format!(
+        return Err(CenterError::definite(format!(
             "version {to} cannot take what the pipeline now asks for ({why}); put back the spec it was built with, or build"
         )));
     }
@@ -53,7 +54,7 @@ pub(crate) async fn rollback(
         }
     }
     if !behind.is_empty() {
-        return Ok(Err(format!(
+        return Err(CenterError::definite(format!(
             "etl member(s) {} do not write versions {to} and {live} as history yet; retry in a moment",
             behind.join(", ")
         )));
@@ -61,7 +62,7 @@ pub(crate) async fn rollback(
     let alias = &p.spec.alias;
     let target = sluice_elastic::versioned_index(alias, to);
     if !es.index_exists(&target).await? {
-        return Ok(Err(format!(
+        return Err(CenterError::definite(format!(
             "the index {target} is gone; drop the version (`pipelines drop-version {name} {to}`) and build instead"
         )));
     }
@@ -80,10 +81,12 @@ pub(crate) async fn rollback(
         alias: alias.clone(),
     });
     if shared.leading_epoch() != Some(epoch) {
-        anyhow::bail!("this center stopped leading; send the rollback to the new leader");
+        return Err(CenterError::Deposed(
+            "this center stopped leading; send the rollback to the new leader".into(),
+        ));
     }
     es.update_aliases(&actions).await?;
     let dropped = shared.meta.rolled_back(epoch, p, to).await?;
     tracing::info!(pipeline = %name, from = live, to, ?dropped, "alias moved back");
-    Ok(Ok(to))
+    Ok(to)
 }

@@ -2,8 +2,7 @@
 //! is due, the source their chunks are read from, and how a pipeline that does not fit
 //! its tables fails one.
 
-use anyhow::Context as _;
-
+use crate::error::{CenterError, Context as _, Result};
 use crate::meta::StoredPipeline;
 use crate::Shared;
 
@@ -11,22 +10,22 @@ use crate::Shared;
 pub(crate) async fn source_of(
     shared: &Shared,
     p: &StoredPipeline,
-) -> anyhow::Result<sluice_mysql::SourceConfig> {
+) -> Result<sluice_mysql::SourceConfig> {
     let sources = shared.meta.sources().await?;
     let source = sources
         .iter()
         .find(|s| s.name == p.spec.source)
         .with_context(|| format!("source {} is gone", p.spec.source))?;
     sluice_mysql::SourceConfig::from_spec(source, &shared.cfg.source_access())
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .map_err(CenterError::definite)
 }
 
 /// Why a run cannot be planned: the pipeline's `problems` with its tables.
-pub(crate) fn unfit(problems: &[String]) -> String {
-    format!(
+pub(crate) fn unfit(problems: &[String]) -> CenterError {
+    CenterError::definite(format!(
         "the pipeline does not fit its tables: {}",
         problems.join("; ")
-    )
+    ))
 }
 
 /// Whether a check scheduled daily at `minute` (after midnight UTC) is due at `now`,

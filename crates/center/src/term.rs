@@ -1,18 +1,44 @@
-//! A leader's term as its work sees it: the error that says another replica took over.
+//! A leader's term as its work sees it: the ZooKeeper session it leads in, the epoch it
+//! acts under, and whether it may act right now. The phases of the leader's pass (publish,
+//! assign, builds, runs, rebuilds) take it instead of calling back into the leader.
 
-use crate::meta::MetaError;
+use sluice_zk::{Coordinator, Leadership};
 
-/// Whether `e` says this replica no longer leads: the meta database or ZooKeeper holds a
-/// newer epoch than the one it acts under.
-pub(crate) fn is_deposed(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<MetaError>(),
-            Some(MetaError::Deposed { .. })
-        ) || c.downcast_ref::<Deposed>().is_some()
-    })
+use crate::error::{CenterError, Result};
+
+pub(crate) struct Term<'a> {
+    pub(crate) coord: &'a Coordinator,
+    leadership: &'a Leadership,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("deposed: {0} carries epoch {1}, newer than ours")]
-pub(crate) struct Deposed(pub(crate) String, pub(crate) u64);
+impl<'a> Term<'a> {
+    pub(crate) fn new(coord: &'a Coordinator, leadership: &'a Leadership) -> Self {
+        Term { coord, leadership }
+    }
+
+    /// The epoch every record and fenced write of this term carries.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.leadership.epoch()
+    }
+
+    /// `Ok` while the session is confirmed alive within the lease, so that no other
+    /// replica can lead yet; a transient error while the connection is in doubt (the pass
+    /// is tried again once it is back, or the term ends when it is lost).
+    pub(crate) fn acting(&self) -> Result<()> {
+        if self.leadership.is_acting() {
+            Ok(())
+        } else {
+            Err(CenterError::transient(
+                "not acting (ZooKeeper connection in doubt)",
+            ))
+        }
+    }
+
+    /// The error for a record of `what` that carries `epoch`, newer than this term's.
+    pub(crate) fn deposed_by(&self, what: &str, epoch: u64) -> CenterError {
+        CenterError::Deposed(format!(
+            "deposed: {what} carries epoch {epoch}, newer than ours ({})",
+            self.epoch()
+        ))
+    }
+}

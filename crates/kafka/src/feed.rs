@@ -10,6 +10,7 @@ use futures::FutureExt as _;
 use rdkafka::consumer::Consumer as _;
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
+use sluice_model::RetryPolicy;
 
 use crate::{Consumer, KafkaConfig, Received};
 
@@ -153,7 +154,7 @@ impl Feed {
             tpl.add_partition(topic, *partition);
         }
         let deadline = std::time::Instant::now() + COMMITTED_WITHIN;
-        let mut pause = Duration::from_millis(100);
+        let mut backoff = OFFSETS_RETRY.backoff();
         let committed = loop {
             match self
                 .consumer
@@ -162,8 +163,7 @@ impl Feed {
                 Ok(c) => break c,
                 Err(e) if std::time::Instant::now() < deadline => {
                     tracing::info!(error = %e, "the group's committed offsets are not available yet; asking again");
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                    std::thread::sleep(backoff.next_pause());
                 }
                 Err(e) => return Err(e),
             }
@@ -182,6 +182,10 @@ impl Feed {
 
 /// How long [`Feed::committed`] asks a coordinator that is not ready.
 const COMMITTED_WITHIN: Duration = Duration::from_secs(60);
+
+/// The pauses between those questions.
+const OFFSETS_RETRY: RetryPolicy =
+    RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(2));
 
 /// Runs a blocking librdkafka call, off the async workers when on a multi-threaded runtime.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {

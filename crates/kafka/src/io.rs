@@ -156,6 +156,8 @@ pub async fn queue_with(
         match producer.send_result(record) {
             Ok(future) => return Ok(Delivery { future }),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                // Not a retry of a failure: the local queue drains as the broker
+                // acknowledges, so the send is offered again at that pace.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Err((e, _)) => return Err(e),

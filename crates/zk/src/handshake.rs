@@ -12,6 +12,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 
+use sluice_model::RetryPolicy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
@@ -104,8 +105,10 @@ fn parse_granted_timeout(body: &[u8]) -> io::Result<Duration> {
     Ok(Duration::from_millis(timeout_ms as u64))
 }
 
-/// Pause before retrying a request that lost its connection during set-up.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Pauses before retrying a request that lost its connection during set-up (within the
+/// set-up's deadline).
+const SETUP_RETRY: RetryPolicy =
+    RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(500));
 
 /// Presents the digest credential on the current connection. ZooKeeper keeps it per
 /// connection, not per session: the supervisor presents it again after each reconnect.
@@ -137,12 +140,13 @@ where
         path: path.to_owned(),
         timeout: deadline.saturating_duration_since(started),
     };
+    let mut backoff = SETUP_RETRY.backoff();
     loop {
         match timeout_at(deadline, request()).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(ZkCode::ConnectionLoss)) => {
                 debug!(op, path, "connection lost while setting up; trying again");
-                if timeout_at(deadline, tokio::time::sleep(RETRY_PAUSE))
+                if timeout_at(deadline, tokio::time::sleep(backoff.next_pause()))
                     .await
                     .is_err()
                 {

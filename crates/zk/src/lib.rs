@@ -43,6 +43,7 @@ mod handshake;
 pub mod layout;
 mod lock;
 mod nodes;
+mod reconnect;
 pub mod session;
 
 pub use config::{ConfigIssue, ZkConfig, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT};
@@ -51,5 +52,6 @@ pub use election::{EpochRecord, Leadership, LEADER_NODE};
 pub use error::{ZkCode, ZkError};
 pub use lock::TaskLock;
 pub use nodes::{Expect, Node, Watch};
+pub use reconnect::{SessionEnd, Sessions};
 pub use session::SessionState;
 pub use tokio_util::sync::CancellationToken;
