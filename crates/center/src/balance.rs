@@ -32,7 +32,7 @@ pub struct Move {
 
 /// The moves that take `current` (task → worker, possibly dead) to a balanced
 /// assignment of `tasks` over `workers`. A task that fits nowhere stays unassigned.
-pub fn plan(
+pub fn moves_for(
     workers: &[LiveWorker],
     tasks: &[String],
     current: &BTreeMap<String, String>,
@@ -150,22 +150,22 @@ mod tests {
     fn new_tasks_spread_evenly_and_a_second_plan_moves_nothing() {
         let ws = workers(&["a", "b", "c"]);
         let mut current = BTreeMap::new();
-        let moves = plan(&ws, &tasks(7), &current, 1);
+        let moves = moves_for(&ws, &tasks(7), &current, 1);
         assert_eq!(moves.len(), 7);
         assert!(moves.iter().all(|m| m.from.is_none()));
         apply(&mut current, &moves);
         let c = counts(&current);
         assert_eq!(c.values().max().unwrap() - c.values().min().unwrap(), 1);
-        assert!(plan(&ws, &tasks(7), &current, 1).is_empty());
+        assert!(moves_for(&ws, &tasks(7), &current, 1).is_empty());
     }
 
     #[test]
     fn a_dead_workers_tasks_move_and_others_stay() {
         let mut current = BTreeMap::new();
-        let moves = plan(&workers(&["a", "b", "c"]), &tasks(6), &current, 1);
+        let moves = moves_for(&workers(&["a", "b", "c"]), &tasks(6), &current, 1);
         apply(&mut current, &moves);
         let before = current.clone();
-        let moves = plan(&workers(&["a", "c"]), &tasks(6), &current, 1);
+        let moves = moves_for(&workers(&["a", "c"]), &tasks(6), &current, 1);
         assert_eq!(moves.len(), 2, "{moves:?}");
         assert!(moves.iter().all(|m| m.from.as_deref() == Some("b")));
         apply(&mut current, &moves);
@@ -183,20 +183,20 @@ mod tests {
     #[test]
     fn a_joining_worker_gets_tasks_once_settled_and_beyond_the_threshold() {
         let mut current = BTreeMap::new();
-        let moves = plan(&workers(&["a", "b"]), &tasks(6), &current, 1);
+        let moves = moves_for(&workers(&["a", "b"]), &tasks(6), &current, 1);
         apply(&mut current, &moves);
         let mut ws = workers(&["a", "b", "c"]);
         ws[2].settled = false;
         assert!(
-            plan(&ws, &tasks(6), &current, 1).is_empty(),
+            moves_for(&ws, &tasks(6), &current, 1).is_empty(),
             "moved to an unsettled worker"
         );
         ws[2].settled = true;
-        let moves = plan(&ws, &tasks(6), &current, 1);
+        let moves = moves_for(&ws, &tasks(6), &current, 1);
         assert_eq!(moves.len(), 2);
         assert!(moves.iter().all(|m| m.to == "c"));
         // A threshold of 3 tolerates 3 against 0.
-        assert!(plan(&ws, &tasks(6), &current, 3).is_empty());
+        assert!(moves_for(&ws, &tasks(6), &current, 3).is_empty());
     }
 
     #[test]
@@ -204,17 +204,17 @@ mod tests {
         let mut ws = workers(&["a", "b"]);
         ws[0].capacity = 1;
         ws[1].capacity = 1;
-        let moves = plan(&ws, &tasks(3), &BTreeMap::new(), 1);
+        let moves = moves_for(&ws, &tasks(3), &BTreeMap::new(), 1);
         assert_eq!(moves.len(), 2);
-        assert!(plan(&[], &tasks(3), &BTreeMap::new(), 1).is_empty());
+        assert!(moves_for(&[], &tasks(3), &BTreeMap::new(), 1).is_empty());
     }
 
     #[test]
     fn removed_tasks_are_not_planned() {
         let mut current = BTreeMap::new();
-        let moves = plan(&workers(&["a"]), &tasks(2), &current, 1);
+        let moves = moves_for(&workers(&["a"]), &tasks(2), &current, 1);
         apply(&mut current, &moves);
-        let moves = plan(&workers(&["a", "b"]), &tasks(1), &current, 1);
+        let moves = moves_for(&workers(&["a", "b"]), &tasks(1), &current, 1);
         assert!(moves.is_empty(), "{moves:?}");
     }
 }

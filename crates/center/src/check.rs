@@ -132,7 +132,7 @@ pub(crate) fn clean(
 
 /// The root table's (and in parent-child mode each child kind's) primary-key chunks; a
 /// definite error when the pipeline does not fit its tables.
-pub(crate) async fn plan(shared: &Shared, p: &StoredPipeline) -> Result<Vec<ChunkRecord>> {
+pub(crate) async fn chunks(shared: &Shared, p: &StoredPipeline) -> Result<Vec<ChunkRecord>> {
     let src = run::source_of(shared, p).await?;
     let plans = sluice_mysql::docs::load(&src, &p.spec)
         .await?

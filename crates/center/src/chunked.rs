@@ -102,8 +102,8 @@ async fn drive_one(
     let rec: Option<CheckRecord> = coord.get_json(&layout::check(name)).await?;
     let Some(rec) = rec.filter(|r| r.id == run.id && r.chunks > 0) else {
         let planned = match run.kind {
-            RunKind::Delayed => delayed::plan(shared, p, run).await,
-            RunKind::Check | RunKind::Compare => check::plan(shared, p).await,
+            RunKind::Delayed => delayed::chunks(shared, p, run).await,
+            RunKind::Check | RunKind::Compare => check::chunks(shared, p).await,
         };
         let chunks = match planned {
             Ok(chunks) => chunks,

@@ -88,7 +88,7 @@ pub(crate) async fn schedule(
 /// The chunks of root keys job `run` rebuilds; a definite error when the pipeline does
 /// not fit its tables. Changes whose relation the pipeline no longer has are skipped (a spec
 /// change that drops a relation needs a build anyway).
-pub(crate) async fn plan(
+pub(crate) async fn chunks(
     shared: &Shared,
     p: &StoredPipeline,
     run: &CheckRun,
@@ -152,7 +152,7 @@ fn starts(plans: &[DocPlan], claimed: &[(String, String)]) -> Starts {
 /// Records what the etl hands over on the delayed topic into the meta database, for as
 /// long as this replica leads at `epoch`: returns only when deposed (`Err`) or at
 /// shutdown.
-pub(crate) async fn record(
+pub(crate) async fn record_changes(
     shared: &Shared,
     epoch: u64,
     shutdown: &CancellationToken,

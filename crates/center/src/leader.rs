@@ -192,6 +192,6 @@ async fn lead(
     // Delayed changes are recorded for as long as this replica leads.
     tokio::select! {
         r = main => r,
-        r = crate::delayed::record(shared, epoch, shutdown) => r,
+        r = crate::delayed::record_changes(shared, epoch, shutdown) => r,
     }
 }

@@ -48,7 +48,7 @@ pub(crate) async fn reconcile(shared: &Shared, term: &Term<'_>, operator: bool) 
     } else {
         shared.cfg.balance.threshold
     };
-    let moves = balance::plan(&live, &tasks, &current, threshold);
+    let moves = balance::moves_for(&live, &tasks, &current, threshold);
     let stay = assign(shared, term, &moves, &worker_ids, operator, nodes).await?;
     restamp(term, stay).await?;
 

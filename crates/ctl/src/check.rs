@@ -17,7 +17,7 @@ pub async fn started(conn: &mut Conn<'_>, out: Output, c: Check, wait: bool) -> 
         print_checks(out, &[c]);
         return Ok(());
     }
-    let c = follow(conn, c.id, out).await?;
+    let c = until_done(conn, c.id, out).await?;
     print_checks(out, std::slice::from_ref(&c));
     if c.state == "failed" {
         bail!("check {} failed: {}", c.id, c.error);
@@ -59,7 +59,7 @@ pub async fn list(
 }
 
 /// A progress bar until the check (or delayed job) ends; returns it as it ended.
-pub async fn follow(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Check> {
+pub async fn until_done(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Result<Check> {
     let mut progress: Option<Progress> = None;
     loop {
         let c = conn

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 use sluice_proto::v1::*;
 
-use crate::check::{follow, print_checks};
+use crate::check::{print_checks, until_done};
 use crate::{ago, print, Conn, Output};
 
 #[derive(Subcommand)]
@@ -54,7 +54,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DelayedCmd) -> anyhow::
                 .call_with(req, |mut c, req| async move { c.apply_delayed(req).await })
                 .await?;
             let c = if *wait {
-                follow(conn, c.id, out).await?
+                until_done(conn, c.id, out).await?
             } else {
                 c
             };

@@ -4,6 +4,7 @@
 //! exchange is `sluice-model`'s; adapters never depend on this crate.
 
 pub mod config;
+pub mod error;
 pub mod service;
 pub mod shutdown;
 pub mod telemetry;

@@ -38,14 +38,19 @@ struct Assigned {
 }
 
 /// Follows this worker's assignments until the session expires or `shutdown`.
-pub(crate) async fn follow(
+pub(crate) async fn run_tasks(
     coord: &Coordinator,
     worker: &str,
+    retry: sluice_model::RetryPolicy,
     make_ctx: &MakeCtx<'_>,
     access: &sluice_mysql::Access,
     reports: &Reports,
     shutdown: &CancellationToken,
 ) {
+    // Reading the assignments, and starting tasks that could not start, are retried
+    // with pauses of their own.
+    let mut reading = retry.backoff();
+    let mut starting = retry.backoff();
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     // Tasks that cannot start here (e.g. the password reference does not resolve), with
     // the error already reported: reported again only when it changes.
@@ -61,11 +66,13 @@ pub(crate) async fn follow(
             Ok(v) => v,
             Err(ZkError::SessionExpired) => break,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the assignments; retrying");
-                sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                let pause = reading.next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, "cannot read the assignments; retrying");
+                sluice_runtime::shutdown::pause(pause, shutdown).await;
                 continue;
             }
         };
+        reading.reset();
         let mut retry = false;
         // Stop what is no longer ours, or whose source changed.
         let names: Vec<String> = running.keys().cloned().collect();
@@ -144,10 +151,16 @@ pub(crate) async fn follow(
             );
         }
 
+        let again = if retry {
+            starting.next_pause()
+        } else {
+            starting.reset();
+            Duration::ZERO
+        };
         tokio::select! {
             _ = coord.wait_any(watches, shutdown) => {}
             _ = ended.recv() => {}
-            _ = tokio::time::sleep(Duration::from_secs(5)), if retry => {}
+            _ = tokio::time::sleep(again), if retry => {}
         }
     }
     for (name, r) in running {

@@ -74,9 +74,13 @@ pub struct WorkerSection {
     /// How long a shutdown waits for Kafka to acknowledge what is in flight.
     #[serde(default = "default_drain_timeout", with = "humantime_serde")]
     pub drain_timeout: Duration,
-    /// Pause before a failed task is retried (doubles up to 30 s).
+    /// First pause before retrying what failed (a task, reaching ZooKeeper, a build job,
+    /// a check); it doubles, with jitter, up to `retry_backoff_max`.
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
+    /// The longest pause between two attempts.
+    #[serde(default = "default_retry_backoff_max", with = "humantime_serde")]
+    pub retry_backoff_max: Duration,
     /// How long a task stopped by a failure that needs an operator (the source's
     /// settings, an undecodable event, a purged resume position) waits before it looks
     /// again; a change of its source's record restarts it at once.
@@ -101,6 +105,7 @@ impl Default for WorkerSection {
             confirm_interval: default_confirm_interval(),
             drain_timeout: default_drain_timeout(),
             retry_backoff: default_retry_backoff(),
+            retry_backoff_max: default_retry_backoff_max(),
             recheck_failed: default_recheck_failed(),
             capacity: default_capacity(),
             advertise: None,
@@ -133,6 +138,17 @@ fn default_drain_timeout() -> Duration {
 
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(500)
+}
+
+fn default_retry_backoff_max() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl WorkerSection {
+    /// The retry policy of everything the worker retries.
+    pub fn retry(&self) -> sluice_model::RetryPolicy {
+        sluice_model::RetryPolicy::new(self.retry_backoff, self.retry_backoff_max)
+    }
 }
 
 fn default_recheck_failed() -> Duration {
@@ -171,6 +187,11 @@ impl WorkerConfig {
                 self.worker.id
             ));
         }
+        problems.extend(
+            self.worker
+                .retry()
+                .problems("worker.retry_backoff", "worker.retry_backoff_max"),
+        );
         if self.worker.max_in_flight == 0 {
             problems.push("worker.max_in_flight: must be at least 1".into());
         }

@@ -13,6 +13,8 @@ use sluice_model::position::file_seq;
 use sluice_model::{ChangeEvent, ColumnInfo, ExternalVersion, SourceInfo, ENVELOPE_VERSION};
 use sluice_mysql::{Ddl, RowChange, Unreadable};
 
+use crate::error::Result;
+
 pub(crate) struct Record {
     pub topic: Arc<str>,
     pub key: Vec<u8>,
@@ -43,7 +45,7 @@ impl SeenTables {
         topics: &TopicConfig,
         instance: &str,
         schema: &Arc<TableSchema>,
-    ) -> anyhow::Result<(&Rendered, bool)> {
+    ) -> Result<(&Rendered, bool)> {
         let at = Arc::as_ptr(schema) as usize;
         let new = !self.by_schema.contains_key(&at);
         if new {
@@ -71,7 +73,7 @@ pub(crate) fn row(
     instance: &str,
     epoch: u16,
     rc: RowChange,
-) -> anyhow::Result<(Record, bool)> {
+) -> Result<(Record, bool)> {
     let seq = file_seq(&rc.file)?;
     let version = ExternalVersion::new(epoch as u64, seq, rc.pos + rc.row as u64)?;
     let (rendered, new_topic) = seen.of(topics, instance, &rc.schema)?;
@@ -135,7 +137,7 @@ impl serde::Serialize for Named<'_> {
     }
 }
 
-pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> anyhow::Result<Record> {
+pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> Result<Record> {
     let event = DdlEvent {
         v: ENVELOPE_VERSION,
         source: SourceInfo {
@@ -157,11 +159,7 @@ pub(crate) fn ddl(topics: &TopicConfig, instance: &str, d: Ddl) -> anyhow::Resul
     })
 }
 
-pub(crate) fn unreadable(
-    topics: &TopicConfig,
-    instance: &str,
-    u: &Unreadable,
-) -> anyhow::Result<Record> {
+pub(crate) fn unreadable(topics: &TopicConfig, instance: &str, u: &Unreadable) -> Result<Record> {
     let payload = RowsLetter {
         v: LETTER_VERSION,
         reason: u.reason.clone(),

@@ -11,6 +11,7 @@ mod assigned;
 mod check;
 pub mod config;
 mod envelope;
+pub mod error;
 mod metrics;
 mod report;
 mod snapshot;
@@ -21,16 +22,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use sluice_runtime::telemetry::Readiness;
 use sluice_runtime::ConfigError;
 use sluice_zk::layout::{self, WorkerRecord};
-use sluice_zk::{Coordinator, SessionState};
+use sluice_zk::{SessionEnd, Sessions};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use config::WorkerConfig;
+pub use error::WorkerError;
+
+use crate::error::{Context as _, Result};
 
 /// Loads and validates the configuration; errors name the offending keys.
 pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
@@ -45,11 +48,7 @@ pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
 ///
 /// With `sources` in its configuration the worker runs those (standalone); without, it
 /// registers in ZooKeeper and runs what the center's leader assigns it.
-pub async fn run(
-    cfg: WorkerConfig,
-    ready: Readiness,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToken) -> Result<()> {
     let cfg = Arc::new(cfg);
     let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
         .context("cannot create the Kafka producer")?;
@@ -71,18 +70,9 @@ pub async fn run(
         "worker starting"
     );
     let started_at_ms = sluice_model::now_ms();
-    let mut backoff = cfg.worker.retry_backoff;
-    while !shutdown.is_cancelled() {
-        let coord = match Coordinator::connect(&cfg.zookeeper).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot reach ZooKeeper; retrying");
-                sluice_runtime::shutdown::pause(backoff, &shutdown).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-                continue;
-            }
-        };
-        backoff = cfg.worker.retry_backoff;
+    let retry = cfg.worker.retry();
+    let mut sessions = Sessions::new(cfg.zookeeper.clone(), retry, "the worker", shutdown.clone());
+    while let Some(coord) = sessions.next().await {
         let session_done = shutdown.child_token();
         let reporter = tokio::spawn(report::report_loop(
             cfg.clone(),
@@ -99,7 +89,7 @@ pub async fn run(
             progress: reports.task(task),
             reports: reports.clone(),
         };
-        if cluster {
+        let end = if cluster {
             let me = WorkerRecord {
                 id: cfg.worker.id.clone(),
                 addr: cfg.worker.advertise.clone().unwrap_or_default(),
@@ -134,23 +124,25 @@ pub async fn run(
                     tokio::join!(
                         async {
                             if let Some(checks) = checks {
-                                check::follow(checks, &shutdown).await;
+                                check::claim_chunks(checks, &shutdown).await;
                             }
                         },
-                        assigned::follow(
+                        assigned::run_tasks(
                             &coord,
                             &cfg.worker.id,
+                            cfg.worker.retry(),
                             &make_ctx,
                             &access,
                             &reports,
                             &shutdown,
                         ),
-                        snapshot::follow(jobs, &shutdown),
+                        snapshot::run_jobs(jobs, &shutdown),
                     );
+                    SessionEnd::Ended
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "cannot register the worker; retrying");
-                    sluice_runtime::shutdown::pause(backoff, &shutdown).await;
+                    tracing::warn!(error = %e, "cannot register the worker");
+                    SessionEnd::Failed
                 }
             }
         } else {
@@ -161,15 +153,12 @@ pub async fn run(
             }
             ready.set(true);
             while tasks.join_next().await.is_some() {}
-        }
+            SessionEnd::Ended
+        };
         ready.set(false);
-        let expired = *coord.session().borrow() == SessionState::Expired;
         session_done.cancel();
         let _ = reporter.await;
-        coord.close().await;
-        if expired && !shutdown.is_cancelled() {
-            tracing::warn!("ZooKeeper session expired: every task was dropped; reconnecting with a new session");
-        }
+        sessions.ended(coord, end).await;
     }
     if let Err(e) = producer.flush(Duration::from_secs(5)).await {
         tracing::warn!(error = %e, "producer flush at shutdown failed");

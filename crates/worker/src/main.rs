@@ -12,7 +12,7 @@ async fn main() -> anyhow::Result<()> {
         "Streams MySQL binlogs into Kafka.",
         |path| Ok(sluice_worker::load(path)?),
         |c| c.telemetry.clone(),
-        sluice_worker::run,
+        |cfg, ready, shutdown| async move { Ok(sluice_worker::run(cfg, ready, shutdown).await?) },
     )
     .await
 }

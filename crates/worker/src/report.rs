@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use sluice_proto::v1::worker_reports_client::WorkerReportsClient;
 use sluice_proto::v1::{TaskProgress, WorkerEvent, WorkerReport};
 use sluice_zk::layout::CenterRecord;
@@ -18,6 +17,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::WorkerConfig;
+use crate::error::{Context as _, Result, WorkerError};
 
 const MAX_QUEUED_EVENTS: usize = 1000;
 
@@ -234,8 +234,8 @@ pub(crate) async fn report_loop(
             if let Some(t) = &token {
                 req.metadata_mut().insert("authorization", t.clone());
             }
-            c.report(req).await?;
-            Ok::<_, anyhow::Error>(())
+            c.report(req).await.map_err(WorkerError::transient)?;
+            Ok::<_, WorkerError>(())
         }
         .await;
         match sent {
@@ -255,7 +255,7 @@ pub(crate) async fn report_loop(
     }
 }
 
-fn bearer(cfg: &WorkerConfig) -> anyhow::Result<Option<MetadataValue<Ascii>>> {
+fn bearer(cfg: &WorkerConfig) -> Result<Option<MetadataValue<Ascii>>> {
     let token = match (&cfg.center.token, &cfg.center.token_file) {
         (Some(t), _) => t.expose().to_owned(),
         (None, Some(f)) => std::fs::read_to_string(f)
@@ -266,14 +266,15 @@ fn bearer(cfg: &WorkerConfig) -> anyhow::Result<Option<MetadataValue<Ascii>>> {
     };
     Ok(Some(
         MetadataValue::try_from(format!("Bearer {token}"))
-            .context("center.token: not a valid header value")?,
+            .map_err(|_| WorkerError::definite("center.token: not a valid header value"))?,
     ))
 }
 
-fn channel(cfg: &WorkerConfig, addr: &str) -> anyhow::Result<Channel> {
+fn channel(cfg: &WorkerConfig, addr: &str) -> Result<Channel> {
     let c = &cfg.center;
     let scheme = if c.tls_ca.is_some() { "https" } else { "http" };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(WorkerError::definite)?
         .connect_timeout(Duration::from_secs(3));
     if let Some(ca) = &c.tls_ca {
         let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(
@@ -286,7 +287,7 @@ fn channel(cfg: &WorkerConfig, addr: &str) -> anyhow::Result<Channel> {
                 std::fs::read(key).with_context(|| format!("center.tls_key: {}", key.display()))?,
             ));
         }
-        endpoint = endpoint.tls_config(tls)?;
+        endpoint = endpoint.tls_config(tls).map_err(WorkerError::definite)?;
     }
     Ok(endpoint.connect_lazy())
 }

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument as _;
 
-use anyhow::{anyhow, bail, Context as _};
 use sluice_kafka::SharedProducer;
 use sluice_model::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
 use sluice_mysql::docs::{DocPlan, Reader};
@@ -35,6 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
+use crate::error::{Context as _, Result, WorkerError};
 use crate::report::Reports;
 
 /// Rows per snapshot batch (one consistent snapshot, one cursor confirm).
@@ -49,13 +49,13 @@ pub(crate) struct Jobs {
 
 struct Running {
     stop: CancellationToken,
-    handle: JoinHandle<anyhow::Result<()>>,
+    handle: JoinHandle<Result<()>>,
     /// This run's number, which it says when it ends (a retry runs under the same name).
     run: u64,
 }
 
 /// Follows this worker's build jobs until the session expires or `shutdown`.
-pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
+pub(crate) async fn run_jobs(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     let me = jobs.cfg.worker.id.clone();
     let coord = jobs.coord.clone();
     let session = coord.session();
@@ -67,6 +67,7 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<u64>();
     let mut ended_runs: BTreeSet<u64> = BTreeSet::new();
     let mut runs = 0u64;
+    let mut backoff = jobs.cfg.worker.retry().backoff();
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
             break;
@@ -75,8 +76,9 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
             Ok(v) => v,
             Err(ZkError::SessionExpired) => break,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the build jobs; retrying");
-                sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                let pause = backoff.next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, "cannot read the build jobs; retrying");
+                sluice_runtime::shutdown::pause(pause, shutdown).await;
                 continue;
             }
         };
@@ -99,17 +101,16 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
                         finished.insert(name, ());
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(job = %name, error = format!("{e:#}"), "build job failed; retrying");
-                        if is_definite(&e) {
+                        tracing::warn!(job = %name, error = %e, "build job failed; retrying");
+                        if e.is_definite() {
                             if let Err(z) = count_failure(&coord, &me, &name, &e).await {
                                 tracing::warn!(job = %name, error = %z, "cannot record the job's failure");
                             }
                         }
-                        if let Some(why) = jobs.producer.renew_after(e.as_ref()) {
+                        if let Some(why) = jobs.producer.renew_after(&e) {
                             tracing::warn!(job = %name, %why, "Kafka refused documents: the producer is replaced with a new one");
                         }
-                        jobs.reports
-                            .event("build_job_error", &name, format!("{e:#}"));
+                        jobs.reports.event("build_job_error", &name, e.to_string());
                         failed = true;
                     }
                     Err(e) => {
@@ -120,8 +121,10 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
             }
         }
         if failed {
-            // Retry pace for a job that keeps failing (source unreachable, say).
-            sluice_runtime::shutdown::pause(Duration::from_secs(2), shutdown).await;
+            // A job that keeps failing (source unreachable, say) is retried ever less often.
+            sluice_runtime::shutdown::pause(backoff.next_pause(), shutdown).await;
+        } else {
+            backoff.reset();
         }
         for name in &names {
             if running.contains_key(name) || finished.contains_key(name) {
@@ -156,13 +159,6 @@ pub(crate) async fn follow(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     }
 }
 
-/// A failure that retrying cannot fix (the spec no longer fits the tables, a table
-/// without a primary key): a build job's is counted, so the leader can fail the build;
-/// a check chunk's fails the check.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Definite(pub String);
-
 /// The source task's confirmed checkpoint (its position and version epoch), if any.
 pub(crate) async fn confirmed(
     coord: &Coordinator,
@@ -176,29 +172,20 @@ pub(crate) async fn confirmed(
 
 /// The external version of what a snapshot at `position` read, under version epoch
 /// `epoch`: the version its documents are written with.
-pub(crate) fn version_at(
-    epoch: u16,
-    position: &sluice_model::BinlogPosition,
-) -> anyhow::Result<u64> {
+pub(crate) fn version_at(epoch: u16, position: &sluice_model::BinlogPosition) -> Result<u64> {
     let seq = sluice_model::position::file_seq(&position.file)?;
     Ok(ExternalVersion::new(epoch as u64, seq, position.pos)?.get())
 }
 
-fn is_definite(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<Definite>().is_some()
-            || c.downcast_ref::<sluice_mysql::MysqlError>()
-                .is_some_and(|m| !m.is_transient())
-    })
-}
-
 /// Counts a definite failure of this worker's job `name` (`<pipeline>~<job>`) against
-/// the build version the job is for; a job already withdrawn counts for nothing.
+/// the build version the job is for (the leader fails the build after a few: the spec no
+/// longer fits the tables, a table without a primary key); a job already withdrawn
+/// counts for nothing.
 async fn count_failure(
     coord: &Coordinator,
     me: &str,
     name: &str,
-    e: &anyhow::Error,
+    e: &WorkerError,
 ) -> Result<(), ZkError> {
     let Some((pipeline, job)) = name.split_once('~') else {
         return Ok(());
@@ -216,7 +203,7 @@ async fn count_failure(
             .unwrap_or_default();
         failure.version = assigned.version;
         failure.count += 1;
-        failure.reason = format!("{e:#}");
+        failure.reason = e.to_string();
         let expect = node.map_or(Expect::Absent, |n| Expect::Version(n.version));
         let data = serde_json::to_vec(&failure).expect("serializes");
         match coord.put(&at, &data, expect).await {
@@ -227,38 +214,37 @@ async fn count_failure(
     }
 }
 
-async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::Result<()> {
+async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> Result<()> {
     let (pipeline, kind) = name
         .split_once('~')
-        .ok_or_else(|| anyhow!("`{name}` is not a build job name"))?;
+        .ok_or_else(|| WorkerError::transient(format!("`{name}` is not a build job name")))?;
     let me = &jobs.cfg.worker.id;
     let job: JobRecord = jobs
         .coord
         .get_json(&layout::job(me, name))
         .await?
-        .ok_or_else(|| anyhow!("job {name} vanished"))?;
+        .ok_or_else(|| WorkerError::transient(format!("job {name} vanished")))?;
     let build: BuildRecord = jobs
         .coord
         .get_json(&layout::build(pipeline))
         .await?
-        .ok_or_else(|| anyhow!("no build of {pipeline} in progress"))?;
+        .ok_or_else(|| WorkerError::transient(format!("no build of {pipeline} in progress")))?;
     if build.version != job.version {
-        bail!(
+        return Err(WorkerError::transient(format!(
             "job {name} is for version {}, the build is of {}",
-            job.version,
-            build.version
-        );
+            job.version, build.version
+        )));
     }
     let record: SourceRecord = jobs
         .coord
         .get_json(&layout::mapping(&build.spec.source))
         .await?
-        .ok_or_else(|| anyhow!("source {} is gone", build.spec.source))?;
+        .ok_or_else(|| WorkerError::transient(format!("source {} is gone", build.spec.source)))?;
     let src = sluice_mysql::SourceConfig::from_spec(&record.spec, &jobs.cfg.source_access())
-        .map_err(|e| anyhow!(e))?;
+        .map_err(WorkerError::transient)?;
     tracing::info!(job = %name, version = build.version, "build job started");
     match kind {
-        "plan" => plan(jobs, &build, &src).await,
+        "plan" => plan_chunks(jobs, &build, &src).await,
         "mark" => mark(jobs, &build).await,
         n => {
             let n: u32 = n
@@ -270,26 +256,19 @@ async fn run_job(jobs: &Jobs, name: &str, stop: &CancellationToken) -> anyhow::R
 }
 
 /// The pipeline's documents compiled against its tables as they are now.
-async fn compile(
-    b: &BuildRecord,
-    src: &sluice_mysql::SourceConfig,
-) -> anyhow::Result<Vec<DocPlan>> {
+async fn compile(b: &BuildRecord, src: &sluice_mysql::SourceConfig) -> Result<Vec<DocPlan>> {
     sluice_mysql::docs::load(src, &b.spec)
         .await?
         .map_err(|problems| {
-            anyhow!(Definite(format!(
+            WorkerError::definite(format!(
                 "pipeline {} does not fit its tables: {}",
                 b.spec.name,
                 problems.join("; ")
-            )))
+            ))
         })
 }
 
-async fn plan(
-    jobs: &Jobs,
-    b: &BuildRecord,
-    src: &sluice_mysql::SourceConfig,
-) -> anyhow::Result<()> {
+async fn plan_chunks(jobs: &Jobs, b: &BuildRecord, src: &sluice_mysql::SourceConfig) -> Result<()> {
     if jobs
         .coord
         .get(&layout::build_plan(&b.spec.name))
@@ -305,7 +284,7 @@ async fn plan(
     for (kind, doc) in plans.iter().enumerate() {
         let table = &doc.root.table;
         if table.key_names().is_empty() {
-            bail!(Definite(format!(
+            return Err(WorkerError::definite(format!(
                 "table {}.{} has no primary key: a build reads it in chunks of its primary key (add one)",
                 table.db, table.table
             )));
@@ -346,12 +325,14 @@ async fn chunk(
     source_epoch: u16,
     n: u32,
     stop: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let range: ChunkRecord = jobs
         .coord
         .get_json(&layout::build_chunk(&b.spec.name, n))
         .await?
-        .ok_or_else(|| anyhow!("chunk {n} of {} is not planned", b.spec.name))?;
+        .ok_or_else(|| {
+            WorkerError::transient(format!("chunk {n} of {} is not planned", b.spec.name))
+        })?;
     let lower: Option<Key> = serde_json::from_value(range.lower)?;
     let upper: Option<Key> = serde_json::from_value(range.upper)?;
     let task = layout::chunk_task(&b.spec.name, b.version, n);
@@ -371,7 +352,7 @@ async fn chunk(
         let plans = compile(b, src).await?;
         let plan = plans
             .get(range.kind)
-            .ok_or_else(|| anyhow!("chunk {n} is of document kind {}, which the pipeline no longer has", range.kind))?;
+            .ok_or_else(|| WorkerError::transient(format!("chunk {n} is of document kind {}, which the pipeline no longer has", range.kind)))?;
         // The source's version epoch, so snapshot versions compare with the stream's. When
         // the center bumped it (a re-snapshot starts builds at once), read only once the
         // task streams under it: a change the task still published under the old epoch
@@ -380,10 +361,8 @@ async fn chunk(
             .await?
             .map_or(0, |c| c.epoch);
         if epoch < source_epoch {
-            bail!(
-                "the task of source {} does not stream under version epoch {source_epoch} yet (its checkpoint is of {epoch}); the chunk is read once it does",
-                b.spec.source
-            );
+            return Err(WorkerError::transient(format!("the task of source {} does not stream under version epoch {source_epoch} yet (its checkpoint is of {epoch}); the chunk is read once it does",
+                b.spec.source)));
         }
         let topic = jobs.cfg.topics.build_topic(&b.spec.name);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
@@ -417,7 +396,7 @@ async fn chunk(
             let mut deliveries = Vec::with_capacity(read.docs.len());
             for built in read.docs {
                 if !lock.may_publish() {
-                    bail!("the chunk's lock is in doubt: stopping before publishing more");
+                    return Err(WorkerError::transient("the chunk's lock is in doubt: stopping before publishing more"));
                 }
                 let doc = BuildDocument {
                     v: ENVELOPE_VERSION,
@@ -469,7 +448,7 @@ async fn chunk(
     result
 }
 
-async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
+async fn mark(jobs: &Jobs, b: &BuildRecord) -> Result<()> {
     if jobs
         .coord
         .get(&layout::build_partitions(&b.spec.name))
@@ -482,7 +461,9 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
     sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
     let partitions = sluice_kafka::partitions(&jobs.producer.get(), &topic).await?;
     if partitions == 0 {
-        bail!("topic {topic} has no partitions");
+        return Err(WorkerError::transient(format!(
+            "topic {topic} has no partitions"
+        )));
     }
     let marker = serde_json::to_vec(&Marker {
         pipeline: b.spec.name.clone(),
@@ -513,7 +494,7 @@ async fn mark(jobs: &Jobs, b: &BuildRecord) -> anyhow::Result<()> {
 }
 
 /// Waits for Kafka to acknowledge every delivery; the first refusal is the error.
-async fn acknowledged(deliveries: Vec<sluice_kafka::Delivery>, what: &str) -> anyhow::Result<()> {
+async fn acknowledged(deliveries: Vec<sluice_kafka::Delivery>, what: &str) -> Result<()> {
     for d in deliveries {
         d.acknowledged()
             .await
@@ -524,8 +505,13 @@ async fn acknowledged(deliveries: Vec<sluice_kafka::Delivery>, what: &str) -> an
 
 /// A connection set up as the document reader's are (in UTC), so the chunk bounds of a
 /// TIMESTAMP key are the values the chunk reads compare against.
-async fn connect(src: &sluice_mysql::SourceConfig) -> anyhow::Result<mysql_async::Conn> {
-    mysql_async::Conn::new(src.reader_opts())
-        .await
-        .with_context(|| format!("cannot connect to source {}", src.name))
+async fn connect(src: &sluice_mysql::SourceConfig) -> Result<mysql_async::Conn> {
+    let conn = mysql_async::Conn::new(src.reader_opts()).await;
+    conn.map_err(|error| {
+        sluice_mysql::MysqlError::Connect {
+            source_name: src.name.clone(),
+            error,
+        }
+        .into()
+    })
 }

@@ -4,7 +4,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context as _};
 use sluice_kafka::{Delivery, SharedProducer};
 use sluice_model::{Checkpoint, Coordinates, GtidSet, Restart};
 use sluice_mysql::{
@@ -17,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
 use crate::envelope;
+use crate::error::{Context as _, Result, WorkerError};
 use crate::report::{Progress, Reports};
 
 pub(crate) struct TaskCtx {
@@ -29,9 +29,9 @@ pub(crate) struct TaskCtx {
     pub reports: Arc<Reports>,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("the ZooKeeper session expired: the task was dropped")]
-struct SessionExpired;
+fn expired() -> WorkerError {
+    WorkerError::SessionExpired("the task was dropped".into())
+}
 
 /// What the publisher hands the acknowledger, in binlog order.
 enum Entry {
@@ -45,7 +45,7 @@ enum Entry {
 pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordinates) {
     let owner =
         serde_json::json!({ "worker": ctx.cfg.worker.id, "pid": std::process::id() }).to_string();
-    let mut backoff = ctx.cfg.worker.retry_backoff;
+    let mut backoff = ctx.cfg.worker.retry().backoff();
     loop {
         if ctx.shutdown.is_cancelled() {
             ctx.progress.state("stopped");
@@ -64,8 +64,9 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
                 return;
             }
             Err(e) => {
-                tracing::warn!(task = %src.name, error = %e, "cannot take the task lock; retrying");
-                sluice_runtime::shutdown::pause(backoff, &ctx.shutdown).await;
+                let pause = backoff.next_pause();
+                tracing::warn!(task = %src.name, error = %e, retry_in = ?pause, "cannot take the task lock; retrying");
+                sluice_runtime::shutdown::pause(pause, &ctx.shutdown).await;
                 continue;
             }
         };
@@ -84,60 +85,42 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
                     .event("task_stopped", &src.name, "stopped and released");
                 return;
             }
-            Err(e) if e.is::<SessionExpired>() => {
+            Err(e @ WorkerError::SessionExpired(_)) => {
                 tracing::warn!(task = %src.name, "{e}");
                 ctx.progress.state("stopped");
                 ctx.reports.event("task_stopped", &src.name, e.to_string());
                 return;
             }
-            Err(e) if needs_operator(&e) => {
+            Err(e @ WorkerError::Definite(_)) => {
                 // Retrying on a backoff cannot help: stop, say what to fix, and look again
                 // only rarely (or at once when the source's record changes: the task is
                 // restarted then).
                 let recheck = ctx.cfg.worker.recheck_failed;
                 ctx.progress.state("failed");
-                ctx.reports
-                    .event("task_failed", &src.name, format!("{e:#}"));
-                tracing::error!(task = %src.name, error = format!("{e:#}"), recheck_in = ?recheck, "task stopped: this needs an operator (see the error); nothing past the last confirmed position was skipped");
+                ctx.reports.event("task_failed", &src.name, e.to_string());
+                tracing::error!(task = %src.name, error = %e, recheck_in = ?recheck, "task stopped: this needs an operator (see the error); nothing past the last confirmed position was skipped");
                 if !sluice_runtime::shutdown::pause(recheck, &ctx.shutdown).await {
                     ctx.progress.state("stopped");
                     return;
                 }
-                backoff = ctx.cfg.worker.retry_backoff;
+                backoff.reset();
             }
             Err(e) => {
                 if started.elapsed() > Duration::from_secs(60) {
-                    backoff = ctx.cfg.worker.retry_backoff;
+                    backoff.reset();
                 }
-                if let Some(why) = ctx.producer.renew_after(e.as_ref()) {
+                if let Some(why) = ctx.producer.renew_after(&e) {
                     tracing::warn!(task = %src.name, %why, "Kafka refused events: the producer is replaced with a new one");
                 }
                 ctx.progress.state("retrying");
-                ctx.reports.event("task_error", &src.name, format!("{e:#}"));
-                tracing::error!(task = %src.name, error = format!("{e:#}"), retry_in = ?backoff, "task failed; it resumes from the last confirmed position");
-                sluice_runtime::shutdown::pause(backoff, &ctx.shutdown).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                ctx.reports.event("task_error", &src.name, e.to_string());
+                let pause = backoff.next_pause();
+                tracing::error!(task = %src.name, error = %e, retry_in = ?pause, "task failed; it resumes from the last confirmed position");
+                sluice_runtime::shutdown::pause(pause, &ctx.shutdown).await;
             }
         }
     }
 }
-
-/// A failure retrying cannot mend: the source's settings, an event that cannot be
-/// decoded, a resume position the server no longer has, a checkpoint that cannot be read.
-/// Everything else (connections, Kafka, ZooKeeper, a killed query) is retried.
-fn needs_operator(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause.is::<Definite>()
-            || cause
-                .downcast_ref::<sluice_mysql::MysqlError>()
-                .is_some_and(|m| !m.is_transient())
-    })
-}
-
-/// A failure of the task itself that needs an operator; the message names the fix.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Definite(String);
 
 /// Where a task begins, from its checkpoint and the source's coordinates.
 enum Begin {
@@ -185,7 +168,7 @@ async fn stream(
     src: &SourceConfig,
     coords: Coordinates,
     mut lock: TaskLock,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let (reader, stamp) = match open(src, coords, &mut lock).await {
         Ok(opened) => opened,
         Err(e) => {
@@ -212,7 +195,7 @@ async fn stream(
     let mut acker = tokio::spawn(async move {
         let result = tokio::select! {
             r = acknowledge(rx, &mut lock, interval, &task_name, &progress) => r,
-            _ = stopped.cancelled() => Err(anyhow!("drain timed out")),
+            _ = stopped.cancelled() => Err(WorkerError::transient("drain timed out")),
         };
         (lock, result)
     });
@@ -225,13 +208,15 @@ async fn stream(
     let (lock, ack_result) = match tokio::time::timeout(ctx.cfg.worker.drain_timeout, &mut acker)
         .await
     {
-        Ok(joined) => joined.map_err(|e| anyhow!("acknowledger task failed: {e}"))?,
+        Ok(joined) => {
+            joined.map_err(|e| WorkerError::transient(format!("acknowledger task failed: {e}")))?
+        }
         Err(_) => {
             stop.cancel();
             tracing::warn!(task = %src.name, "drain timed out: unacknowledged events will be re-read from the last confirmed position");
             acker
                 .await
-                .map_err(|e| anyhow!("acknowledger task failed: {e}"))?
+                .map_err(|e| WorkerError::transient(format!("acknowledger task failed: {e}")))?
         }
     };
     if let Err(e) = lock.release().await {
@@ -249,10 +234,10 @@ async fn open(
     src: &SourceConfig,
     coords: Coordinates,
     lock: &mut TaskLock,
-) -> anyhow::Result<(BinlogReader, Stamp)> {
+) -> Result<(BinlogReader, Stamp)> {
     let resumed = match lock.checkpoint() {
         Some(bytes) if !bytes.is_empty() => Some(Checkpoint::from_json(bytes).map_err(|e| {
-            Definite(format!(
+            WorkerError::definite(format!(
                 "the checkpoint of task `{}` cannot be read ({e}): reset the task's position",
                 src.name
             ))
@@ -296,7 +281,7 @@ fn begin_at(
     src: &SourceConfig,
     begin: Begin,
     info: &ServerInfo,
-) -> Result<(Checkpoint, Option<&'static str>), Definite> {
+) -> Result<(Checkpoint, Option<&'static str>)> {
     let at_end = |epoch, gtid: Option<GtidSet>, ts_ms| Checkpoint {
         position: info.end.clone(),
         gtid,
@@ -316,14 +301,14 @@ fn begin_at(
                 at_end(epoch, Some(gtid), from.ts_ms),
                 Some("failover: resuming from the confirmed GTID state on the new server under a new version epoch"),
             )),
-            None => Err(Definite(format!(
+            None => Err(WorkerError::definite(format!(
                 "source `{}` moved to another server (version epoch {epoch}), but its confirmed position {} has no GTID state \
                  to find on the new one: run `sluicectl sources resnapshot {}`",
                 src.name, from.position, src.name
             ))),
         },
         Begin::Resume(cp) => match cp.server_id {
-            Some(was) if was != info.server_id => Err(Definite(format!(
+            Some(was) if was != info.server_id => Err(WorkerError::definite(format!(
                 "source `{}` now answers from server_id {} at {}:{}, but its confirmed position {} was read from server_id {was}: \
                  the binlog coordinates of another server would version new changes below the indexed ones (refused as stale). \
                  If this is the new primary, run `sluicectl sources failover {} --host {} --port {}` to resume there from the \
@@ -378,7 +363,7 @@ async fn publish_loop(
     mut reader: BinlogReader,
     tx: mpsc::Sender<Entry>,
     stamp: Stamp,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let mut session = ctx.coord.session();
     let topics = &ctx.cfg.topics;
     let producer = ctx.producer.get();
@@ -416,10 +401,12 @@ async fn publish_loop(
             },
         };
         let (record, new_topic) = match next? {
-            None => bail!(
-                "the server ended the binlog stream at {}",
-                reader.position()
-            ),
+            None => {
+                return Err(WorkerError::transient(format!(
+                    "the server ended the binlog stream at {}",
+                    reader.position()
+                )))
+            }
             Some(SourceEvent::Row(rc)) => {
                 events.count(&src.name, &rc);
                 told.keyless(ctx, &src.name, &rc);
@@ -443,7 +430,7 @@ async fn publish_loop(
                 };
                 tx.send(Entry::Commit(cp))
                     .await
-                    .map_err(|_| anyhow!("acknowledger stopped"))?;
+                    .map_err(|_| WorkerError::transient("acknowledger stopped"))?;
                 open = false;
                 if finish_by.is_some() {
                     reader.close().await;
@@ -465,7 +452,7 @@ async fn publish_loop(
         ctx.progress.published();
         tx.send(Entry::Delivery(delivery, read_at))
             .await
-            .map_err(|_| anyhow!("acknowledger stopped"))?;
+            .map_err(|_| WorkerError::transient("acknowledger stopped"))?;
     }
 }
 
@@ -512,7 +499,7 @@ async fn wait_publishable(
     coord: &Coordinator,
     session: &mut watch::Receiver<SessionState>,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let mut warned = false;
     loop {
         let state = *session.borrow_and_update();
@@ -523,7 +510,7 @@ async fn wait_publishable(
                 }
                 return Ok(());
             }
-            SessionState::Expired => return Err(SessionExpired.into()),
+            SessionState::Expired => return Err(expired()),
             SessionState::Connected | SessionState::Disconnected => {}
         }
         if !warned {
@@ -533,14 +520,14 @@ async fn wait_publishable(
         // Connected but out of lease: the supervisor is about to say so; look again soon.
         let recheck = state == SessionState::Connected;
         tokio::select! {
-            changed = session.changed() => if changed.is_err() { return Err(SessionExpired.into()) },
+            changed = session.changed() => if changed.is_err() { return Err(expired()) },
             _ = tokio::time::sleep(Duration::from_millis(20)), if recheck => {}
-            _ = shutdown.cancelled() => bail!("shutdown while paused"),
+            _ = shutdown.cancelled() => return Err(WorkerError::transient("shutdown while paused")),
         }
     }
 }
 
-async fn ensure_topic(ctx: &TaskCtx, topic: &str) -> anyhow::Result<()> {
+async fn ensure_topic(ctx: &TaskCtx, topic: &str) -> Result<()> {
     let mut known = ctx.known_topics.lock().await;
     if known.contains(topic) {
         return Ok(());
@@ -567,7 +554,7 @@ async fn acknowledge(
     interval: Duration,
     task: &str,
     progress: &Progress,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let mut ready: Option<Checkpoint> = None;
     let mut last_write = Instant::now();
     // When the first event of the open transaction was read.
@@ -579,7 +566,7 @@ async fn acknowledge(
             why = lock.lost() => Step::Lost(why),
         };
         match step {
-            Step::Lost(why) => bail!("task lock lost: {why}"),
+            Step::Lost(why) => return Err(WorkerError::Deposed(format!("task lock lost: {why}"))),
             Step::Tick => {}
             Step::Entry(None) => {
                 if let Some(cp) = ready.take() {
@@ -607,10 +594,7 @@ async fn acknowledge(
             if let Some(cp) = ready.take() {
                 match confirm(lock, &cp, task, progress).await {
                     Ok(()) => last_write = Instant::now(),
-                    Err(e)
-                        if e.downcast_ref::<ZkError>()
-                            .is_some_and(ZkError::is_transient) =>
-                    {
+                    Err(e @ (WorkerError::Transient(_) | WorkerError::SessionExpired(_))) => {
                         tracing::warn!(task, error = %e, "cannot confirm yet; will retry");
                         ready = Some(cp);
                         last_write = Instant::now();
@@ -627,7 +611,7 @@ async fn confirm(
     cp: &Checkpoint,
     task: &str,
     progress: &Progress,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     lock.confirm(&cp.to_json()).await?;
     progress.confirmed(
         cp.position.to_string(),

@@ -15,7 +15,7 @@ use zookeeper_async::{Acl, CreateMode, WatchedEvent, ZooKeeper};
 use crate::config::{check_name, ConfigIssue, ZkConfig};
 use crate::error::{ZkCode, ZkError};
 use crate::handshake::{authenticate, negotiate_session_timeout, until_deadline};
-use crate::session::{SessionState, Shared, Supervisor, Timings};
+use crate::session::{Liveness, SessionState, Supervisor, Timings};
 
 /// Persistent children of the root (the layout in the README's Architecture section), created by `connect`.
 /// `sessions` holds one ephemeral marker per live coordinator; see [`Coordinator`].
@@ -51,7 +51,7 @@ pub struct Coordinator {
 
 struct Inner {
     zk: Arc<ZooKeeper>,
-    shared: Arc<Shared>,
+    shared: Arc<Liveness>,
     root: String,
     session_id: i64,
     timings: Timings,
@@ -126,7 +126,7 @@ impl Coordinator {
         })?;
         let zk = Arc::new(zk);
 
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(Liveness::new());
         let (events_tx, events) = mpsc::unbounded_channel();
         {
             let shared = Arc::clone(&shared);

@@ -39,7 +39,7 @@ pub struct TaskLock {
     /// A confirm whose outcome is unknown (its answer was lost): its data.
     unresolved: Option<Vec<u8>>,
     revoked: Arc<watch::Sender<Option<String>>>,
-    /// The connection (see `Shared::connection`) in which the lock node was last seen
+    /// The connection (see `Liveness::connection`) in which the lock node was last seen
     /// ours with a watch set on it. A watch dies with its connection, and a deletion
     /// while we were disconnected is never reported: so after a reconnect the lock counts
     /// only once it has been looked at again.

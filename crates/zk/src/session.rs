@@ -74,9 +74,9 @@ const LIB_CONNECTED: u8 = 1;
 const LIB_RECONNECTING: u8 = 2;
 const LIB_GONE: u8 = 3;
 
-/// Shared between the coordinator, its locks, the supervisor task and the library's
+/// Liveness between the coordinator, its locks, the supervisor task and the library's
 /// state listener (which runs inside the library's I/O task and must never block).
-pub(crate) struct Shared {
+pub(crate) struct Liveness {
     state: watch::Sender<SessionState>,
     library: AtomicU8,
     /// Counts the library's reconnects. Watches live on a connection: one set in an
@@ -85,7 +85,7 @@ pub(crate) struct Shared {
     lease_until: Mutex<Instant>,
 }
 
-impl Shared {
+impl Liveness {
     pub fn new() -> Self {
         Self {
             state: watch::channel(SessionState::Disconnected).0,
@@ -214,7 +214,7 @@ type Heartbeat =
 /// session for good on expiry or close.
 pub(crate) struct Supervisor {
     pub zk: Arc<ZooKeeper>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Liveness>,
     pub marker: String,
     pub session_id: i64,
     pub timings: Timings,

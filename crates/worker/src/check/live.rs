@@ -19,6 +19,7 @@ use sluice_mysql::Key;
 use sluice_zk::layout::LiveTally;
 
 use super::{differing_fields, scan, settle, version_at, Checks, Ctx, Pair, BATCH};
+use crate::error::Result;
 
 /// What one key's two copies make.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,7 +52,7 @@ pub(super) async fn compare(
     pairs: &BTreeMap<String, Pair>,
     lower: Option<&Key>,
     upper: Option<&Key>,
-) -> anyhow::Result<LiveTally> {
+) -> Result<LiveTally> {
     let live_index = versioned_index(&ctx.rec.spec.alias(), against);
     let live = scan(c, ctx, &live_index, lower, upper).await?;
     let mut tally = LiveTally {

@@ -35,7 +35,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context as _};
 use serde_json::{json, Map, Value as Json};
 use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
@@ -50,7 +49,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
-use crate::snapshot::{confirmed, version_at, Definite};
+use crate::error::{Context as _, Result, WorkerError};
+use crate::snapshot::{confirmed, version_at};
 
 mod live;
 
@@ -66,9 +66,14 @@ pub(crate) struct Checks {
     pub es: EsClient,
 }
 
+/// How soon a worker that found no chunk to claim looks again (other workers' claims
+/// fire no watch here).
+const UNCLAIMED_POLL: Duration = Duration::from_millis(500);
+
 /// Claims and checks chunks until the session expires or `shutdown`.
-pub(crate) async fn follow(c: Arc<Checks>, shutdown: &CancellationToken) {
+pub(crate) async fn claim_chunks(c: Arc<Checks>, shutdown: &CancellationToken) {
     let session = c.coord.session();
+    let mut backoff = c.cfg.worker.retry().backoff();
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
             return;
@@ -77,8 +82,9 @@ pub(crate) async fn follow(c: Arc<Checks>, shutdown: &CancellationToken) {
             Ok(v) => v,
             Err(ZkError::SessionExpired) => return,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the checks; retrying");
-                sluice_runtime::shutdown::pause(Duration::from_secs(1), shutdown).await;
+                let pause = backoff.next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, "cannot read the checks; retrying");
+                sluice_runtime::shutdown::pause(pause, shutdown).await;
                 continue;
             }
         };
@@ -87,29 +93,31 @@ pub(crate) async fn follow(c: Arc<Checks>, shutdown: &CancellationToken) {
             continue;
         }
         let mut worked = false;
+        let mut failed = false;
         for p in &pipelines {
             match claim_and_check(&c, p, shutdown).await {
                 Ok(did) => worked |= did,
                 Err(e) => {
                     tracing::warn!(pipeline = %p, error = format!("{e:#}"), "check chunk failed; it is claimed again");
-                    sluice_runtime::shutdown::pause(Duration::from_secs(2), shutdown).await;
+                    failed = true;
                 }
             }
         }
-        if !worked {
-            // Claims of other workers fire no watch here: look again shortly.
-            sluice_runtime::shutdown::pause(Duration::from_millis(500), shutdown).await;
+        if failed {
+            sluice_runtime::shutdown::pause(backoff.next_pause(), shutdown).await;
+        } else {
+            backoff.reset();
+            if !worked {
+                // Claims of other workers fire no watch here: look again shortly.
+                sluice_runtime::shutdown::pause(UNCLAIMED_POLL, shutdown).await;
+            }
         }
     }
 }
 
 /// Claims one unclaimed chunk of `pipeline`'s check and checks it; `false` when none was
 /// left to claim.
-async fn claim_and_check(
-    c: &Checks,
-    pipeline: &str,
-    stop: &CancellationToken,
-) -> anyhow::Result<bool> {
+async fn claim_and_check(c: &Checks, pipeline: &str, stop: &CancellationToken) -> Result<bool> {
     let Some(rec) = c
         .coord
         .get_json::<CheckRecord>(&layout::check(pipeline))
@@ -132,8 +140,9 @@ async fn claim_and_check(
         }
         let tally = match check_chunk(c, &rec, n, stop).await {
             Ok(tally) => tally,
-            Err(e) if e.chain().any(|c| c.downcast_ref::<Definite>().is_some()) => CheckTally {
-                error: Some(format!("chunk {n}: {e:#}")),
+            // Retrying cannot mend it: the check fails with the reason.
+            Err(e @ WorkerError::Definite(_)) => CheckTally {
+                error: Some(format!("chunk {n}: {e}")),
                 ..CheckTally::default()
             },
             Err(e) => {
@@ -238,32 +247,34 @@ async fn check_chunk(
     rec: &CheckRecord,
     n: u32,
     stop: &CancellationToken,
-) -> anyhow::Result<CheckTally> {
+) -> Result<CheckTally> {
     let p = &rec.spec.name;
     let chunk: ChunkRecord = c
         .coord
         .get_json(&layout::check_chunk(p, n))
         .await?
-        .ok_or_else(|| anyhow!("chunk {n} of the check of {p} is not planned"))?;
+        .ok_or_else(|| {
+            WorkerError::transient(format!("chunk {n} of the check of {p} is not planned"))
+        })?;
     let source: SourceRecord = c
         .coord
         .get_json(&layout::mapping(&rec.spec.source))
         .await?
-        .ok_or_else(|| anyhow!("source {} is gone", rec.spec.source))?;
+        .ok_or_else(|| WorkerError::transient(format!("source {} is gone", rec.spec.source)))?;
     let src = sluice_mysql::SourceConfig::from_spec(&source.spec, &c.cfg.source_access())
-        .map_err(|e| anyhow!(e))?;
+        .map_err(WorkerError::transient)?;
     let plans = sluice_mysql::docs::load(&src, &rec.spec)
         .await?
         .map_err(|problems| {
-            anyhow!(Definite(format!(
+            WorkerError::definite(format!(
                 "the pipeline does not fit its tables: {}",
                 problems.join("; ")
-            )))
+            ))
         })?;
     let mut plan = plans
         .get(chunk.kind)
         .cloned()
-        .ok_or_else(|| anyhow!(Definite(format!("document kind {} is gone", chunk.kind))))?;
+        .ok_or_else(|| WorkerError::definite(format!("document kind {} is gone", chunk.kind)))?;
     if let Some(since) = rec.since_ms {
         restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
     }
@@ -281,7 +292,7 @@ async fn check_chunk(
         index: versioned_index(&rec.spec.alias(), rec.version),
     };
     if !c.es.index_exists(&ctx.index).await? {
-        bail!(Definite(format!(
+        return Err(WorkerError::definite(format!(
             "index {} does not exist (nothing was written to the pipeline yet, or the version was deleted)",
             ctx.index
         )));
@@ -330,16 +341,12 @@ async fn rebuild(
     src: &sluice_mysql::SourceConfig,
     epoch: u16,
     keys: &[Json],
-) -> anyhow::Result<CheckTally> {
+) -> Result<CheckTally> {
     let keys: Vec<Vec<Json>> = keys
         .iter()
         .map(|k| serde_json::from_value(k.clone()))
         .collect::<Result<_, _>>()
-        .map_err(|e| {
-            anyhow!(Definite(format!(
-                "a chunk key is not a list of values: {e}"
-            )))
-        })?;
+        .map_err(|e| WorkerError::definite(format!("a chunk key is not a list of values: {e}")))?;
     let started = Instant::now();
     let mut reader = Reader::connect(src).await?;
     let mut tally = CheckTally {
@@ -379,10 +386,10 @@ async fn rebuild(
 
 /// Narrows the root to rows changed at or after `since_ms` (`check.updated_column`).
 /// The readers' sessions are in UTC, as `FROM_UNIXTIME` then is.
-fn restrict_to_recent(plan: &mut DocPlan, column: &str, since_ms: i64) -> anyhow::Result<()> {
+fn restrict_to_recent(plan: &mut DocPlan, column: &str, since_ms: i64) -> Result<()> {
     if column.is_empty() {
-        bail!(Definite(
-            "a check with a window needs check.updated_column".into()
+        return Err(WorkerError::definite(
+            "a check with a window needs check.updated_column",
         ));
     }
     let cond = format!(
@@ -405,13 +412,13 @@ async fn survey(
     lower: Option<&Key>,
     upper: Option<&Key>,
     stop: &CancellationToken,
-) -> anyhow::Result<BTreeMap<String, Pair>> {
+) -> Result<BTreeMap<String, Pair>> {
     let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
     let mut reader = Reader::connect(ctx.src).await?;
     let mut after = lower.cloned();
     loop {
         if stop.is_cancelled() {
-            bail!("stopped");
+            return Err(WorkerError::transient("stopped"));
         }
         // Judged at the high watermark: an index copy above it was written after the
         // read, one at or below it is what the read may be compared with.
@@ -466,7 +473,7 @@ async fn scan(
     index: &str,
     lower: Option<&Key>,
     upper: Option<&Key>,
-) -> anyhow::Result<BTreeMap<String, Hit>> {
+) -> Result<BTreeMap<String, Hit>> {
     let sort = sort_fields(c, ctx, index).await?;
     let query = range_query(ctx, &sort, lower, upper)?;
     let mut found = BTreeMap::new();
@@ -495,7 +502,7 @@ async fn scan(
 
 /// The fields of `index` holding the root's primary key, as sortable fields (a text
 /// field's `keyword` sub-field).
-async fn sort_fields(c: &Checks, ctx: &Ctx<'_>, index: &str) -> anyhow::Result<Vec<String>> {
+async fn sort_fields(c: &Checks, ctx: &Ctx<'_>, index: &str) -> Result<Vec<String>> {
     let mapping = c.es.get_mapping(index).await?;
     let props = mapping
         .as_object()
@@ -508,7 +515,7 @@ async fn sort_fields(c: &Checks, ctx: &Ctx<'_>, index: &str) -> anyhow::Result<V
         let field = &props[&name];
         let sortable = match field["type"].as_str() {
             Some("text") if field.pointer("/fields/keyword").is_some() => format!("{name}.keyword"),
-            Some("text") | None => bail!(Definite(format!(
+            Some("text") | None => return Err(WorkerError::definite(format!(
                 "key column `{name}` is not a sortable field of {} (a text field without a keyword sub-field, or not mapped): a check reads the index in key order",
                 index
             ))),
@@ -520,12 +527,12 @@ async fn sort_fields(c: &Checks, ctx: &Ctx<'_>, index: &str) -> anyhow::Result<V
 }
 
 /// The root's primary-key columns, which must be document fields.
-fn key_fields(ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
+fn key_fields(ctx: &Ctx<'_>) -> Result<Vec<String>> {
     let root = &ctx.plan.root;
     let output = root.names(&root.output);
     let keys = root.table.key_names();
     if let Some(k) = keys.iter().find(|k| !output.contains(k)) {
-        bail!(Definite(format!(
+        return Err(WorkerError::definite(format!(
             "the documents lack key column `{k}` of {}.{}: a check reads the index in key order (add it to `columns`)",
             root.table.db, root.table.table
         )));
@@ -540,14 +547,14 @@ fn range_query(
     fields: &[String],
     lower: Option<&Key>,
     upper: Option<&Key>,
-) -> anyhow::Result<Json> {
-    let values = |k: &Key| -> anyhow::Result<Vec<Json>> {
+) -> Result<Json> {
+    let values = |k: &Key| -> Result<Vec<Json>> {
         k.0.iter()
             .map(|part| {
                 part.to_json().ok_or_else(|| {
-                    anyhow!(Definite(
-                        "a check reads keys of numbers and strings only (this key has another type)".into()
-                    ))
+                    WorkerError::definite(
+                        "a check reads keys of numbers and strings only (this key has another type)"
+                    )
                 })
             })
             .collect()
@@ -596,7 +603,7 @@ async fn confirm(
     pairs: &BTreeMap<String, Pair>,
     suspects: &[String],
     tally: &mut CheckTally,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let id_cols = ctx.plan.root.names(&ctx.plan.id);
     // The id values of each suspect: from MySQL's side, else from the index's copy.
     let mut keys: Vec<(String, Vec<Json>, Option<String>)> = Vec::new();
@@ -700,11 +707,7 @@ impl Snapshot {
     }
 }
 
-async fn read_keys(
-    reader: &mut Reader<'_>,
-    ctx: &Ctx<'_>,
-    keys: &[Vec<Json>],
-) -> anyhow::Result<Snapshot> {
+async fn read_keys(reader: &mut Reader<'_>, ctx: &Ctx<'_>, keys: &[Vec<Json>]) -> Result<Snapshot> {
     let marks = reader.begin_snapshot().await?;
     let read = ctx.plan.read(reader, keys).await;
     reader.end().await?;
@@ -719,11 +722,7 @@ async fn read_keys(
 /// Waits until every change up to `position` is applied: the source's task confirmed
 /// it (so it is in Kafka), then every etl group consuming the pipeline committed past a
 /// probe written behind it to each partition of the pipeline's change topics.
-async fn settle(
-    c: &Checks,
-    ctx: &Ctx<'_>,
-    position: &sluice_model::BinlogPosition,
-) -> anyhow::Result<()> {
+async fn settle(c: &Checks, ctx: &Ctx<'_>, position: &sluice_model::BinlogPosition) -> Result<()> {
     let deadline = Instant::now() + SETTLE_WITHIN;
     let target = version_at(ctx.epoch, position)?;
     let spec = &ctx.rec.spec;
@@ -735,7 +734,7 @@ async fn settle(
             break;
         }
         if Instant::now() > deadline {
-            bail!("the task of source {} did not confirm position {position} within {SETTLE_WITHIN:?}", spec.source);
+            return Err(WorkerError::transient(format!("the task of source {} did not confirm position {position} within {SETTLE_WITHIN:?}", spec.source)));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -763,14 +762,16 @@ async fn settle(
             return Ok(());
         };
         if Instant::now() > deadline {
-            bail!("{behind} did not apply the changes up to {position} within {SETTLE_WITHIN:?}");
+            return Err(WorkerError::transient(format!(
+                "{behind} did not apply the changes up to {position} within {SETTLE_WITHIN:?}"
+            )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// The consumer groups of the etl members applying `pipeline`.
-async fn etl_groups(c: &Checks, pipeline: &str) -> anyhow::Result<Vec<String>> {
+async fn etl_groups(c: &Checks, pipeline: &str) -> Result<Vec<String>> {
     let mut groups = Vec::new();
     for member in c.coord.children("etls").await? {
         if let Some(r) = c.coord.get_json::<EtlRecord>(&layout::etl(&member)).await? {
@@ -783,14 +784,14 @@ async fn etl_groups(c: &Checks, pipeline: &str) -> anyhow::Result<Vec<String>> {
         }
     }
     if groups.is_empty() {
-        bail!("no etl member applies pipeline {pipeline}: a check waits for the etl to apply what it reads");
+        return Err(WorkerError::transient(format!("no etl member applies pipeline {pipeline}: a check waits for the etl to apply what it reads")));
     }
     Ok(groups)
 }
 
 /// A marker (which the etl skips) on every partition of the pipeline's change topics:
 /// `(topic, partition, offset)` of each.
-async fn probe(c: &Checks, ctx: &Ctx<'_>) -> anyhow::Result<Vec<(String, i32, i64)>> {
+async fn probe(c: &Checks, ctx: &Ctx<'_>) -> Result<Vec<(String, i32, i64)>> {
     let spec = &ctx.rec.spec;
     let producer = c.producer.get();
     let payload = serde_json::to_vec(&layout::Marker {
@@ -822,7 +823,7 @@ async fn probe(c: &Checks, ctx: &Ctx<'_>) -> anyhow::Result<Vec<(String, i32, i6
 
 /// Sends repairs through the etl (the pipeline's build topic); returns how many Kafka
 /// acknowledged.
-async fn repair(c: &Checks, pipeline: &str, docs: Vec<BuildDocument>) -> anyhow::Result<u64> {
+async fn repair(c: &Checks, pipeline: &str, docs: Vec<BuildDocument>) -> Result<u64> {
     let topic = c.cfg.topics.build_topic(pipeline);
     sluice_kafka::ensure_topics(&c.cfg.kafka, std::slice::from_ref(&topic)).await?;
     let producer = c.producer.get();
