@@ -293,13 +293,25 @@ fn without_colours(log: &str) -> String {
     out
 }
 
-/// The pauses the etl logged before retrying a failed bulk request (`retry_in=`), in order.
-fn retry_pauses(log: &str) -> Vec<String> {
+/// The pauses the etl logged before retrying a failed bulk request (`retry_in=`, as
+/// `Debug` prints a `Duration`), in order.
+fn retry_pauses(log: &str) -> Vec<Duration> {
     without_colours(log)
         .lines()
         .filter(|l| l.contains("bulk request failed; retrying"))
         .filter_map(|l| l.split_once("retry_in=")?.1.split_whitespace().next())
-        .map(str::to_owned)
+        .map(|d| {
+            let (number, unit) = d.split_at(d.find(|c: char| c.is_alphabetic()).unwrap_or(d.len()));
+            let n: f64 = number.parse().unwrap_or_else(|_| panic!("a pause: {d}"));
+            let scale = match unit {
+                "s" => 1.0,
+                "ms" => 1e-3,
+                "µs" => 1e-6,
+                "ns" => 1e-9,
+                other => panic!("unit {other} in {d}"),
+            };
+            Duration::from_secs_f64(n * scale)
+        })
         .collect()
 }
 
@@ -323,12 +335,18 @@ async fn a_bulk_refused_again_and_again_waits_at_most_the_longest_pause() {
         .await;
     served(&proxy, &run).await;
     ctx.converges(&run, &pipeline, WITHIN).await;
-    assert_eq!(
-        retry_pauses(&run.etl.log_since(mark)),
-        ["200ms", "400ms", "400ms", "400ms", "400ms", "400ms"],
-        "the pause doubles from etl.retry_backoff up to etl.retry_backoff_max, no further\n{}",
-        run.logs()
-    );
+    // Each pause is jittered between half and all of its nominal length, which doubles
+    // from etl.retry_backoff up to etl.retry_backoff_max and no further.
+    let pauses = retry_pauses(&run.etl.log_since(mark));
+    let nominal = [200, 400, 400, 400, 400, 400].map(Duration::from_millis);
+    assert_eq!(pauses.len(), nominal.len(), "{pauses:?}\n{}", run.logs());
+    for (pause, n) in pauses.iter().zip(nominal) {
+        assert!(
+            *pause >= n / 2 && *pause <= n,
+            "a pause of {pause:?} where {n:?} was due, jittered to no less than half: {pauses:?}\n{}",
+            run.logs()
+        );
+    }
 }
 
 /// Documents read back from MySQL go out in several bulks at once: a rename under 500

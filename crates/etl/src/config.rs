@@ -64,9 +64,10 @@ pub struct EtlSection {
     /// ...and waits at most this long for more events once it has one.
     #[serde(default = "default_linger", with = "humantime_serde")]
     pub linger: Duration,
-    /// First pause before retrying a bulk item answered 429/5xx (doubles up to
-    /// `retry_backoff_max` while an attempt settles nothing; held while the server takes
-    /// part of each).
+    /// First pause before retrying what failed: a bulk item answered 429/5xx (the pause
+    /// doubles, with jitter, up to `retry_backoff_max` while an attempt settles nothing,
+    /// and holds while the server takes part of each), a send to Kafka, a read from the
+    /// source, reaching ZooKeeper.
     #[serde(default = "default_retry_backoff", with = "humantime_serde")]
     pub retry_backoff: Duration,
     /// The longest pause between two attempts of a bulk (or of a send to Kafka): once the
@@ -80,12 +81,9 @@ pub struct EtlSection {
 }
 
 impl EtlSection {
-    /// The pauses between a bulk's (or a send's) attempts.
-    pub(crate) fn backoff(&self) -> crate::write::Backoff {
-        crate::write::Backoff {
-            first: self.retry_backoff,
-            max: self.retry_backoff_max,
-        }
+    /// The retry policy of everything the etl retries.
+    pub(crate) fn retry(&self) -> sluice_model::RetryPolicy {
+        sluice_model::RetryPolicy::new(self.retry_backoff, self.retry_backoff_max)
     }
 }
 
@@ -174,15 +172,11 @@ impl EtlConfig {
         if self.etl.max_in_flight == 0 {
             p.push("etl.max_in_flight: must be at least 1".into());
         }
-        if self.etl.retry_backoff.is_zero() {
-            p.push("etl.retry_backoff: must be above zero".into());
-        }
-        if self.etl.retry_backoff_max < self.etl.retry_backoff {
-            p.push(format!(
-                "etl.retry_backoff_max: must be at least etl.retry_backoff ({})",
-                humantime::format_duration(self.etl.retry_backoff)
-            ));
-        }
+        p.extend(
+            self.etl
+                .retry()
+                .problems("etl.retry_backoff", "etl.retry_backoff_max"),
+        );
         if self.etl.max_batch_bytes < 1024 {
             p.push("etl.max_batch_bytes: must be at least 1024".into());
         }

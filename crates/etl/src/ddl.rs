@@ -6,13 +6,14 @@
 //! `auto_rebuild`) before the schema topic's offset is committed: never silent, and never
 //! lost to a crash (README, "Schema changes").
 
-use std::time::Duration;
+use std::collections::HashMap;
 
 use sluice_elastic::{index_version, EsClient};
-use sluice_model::DdlEvent;
+use sluice_model::{DdlEvent, RetryPolicy};
 use sluice_mysql::ddl::Rewrite;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::Result;
 use crate::pipeline::Router;
 
 /// A pipeline whose documents DDL changed: the index versions it wrote to, and why.
@@ -23,34 +24,43 @@ pub(crate) struct Rewritten {
     pub reason: String,
 }
 
-/// What `event` changed in the documents of `pipelines` (those of its source); `None`
-/// when shutdown came while Elasticsearch was unavailable.
-pub(crate) async fn rewritten(
+/// The pipelines among `pipelines` (those of the event's source) whose documents `event`
+/// changed without row events, each with why.
+pub(crate) fn concerned(
     router: &Router,
-    es: &EsClient,
     pipelines: &[usize],
     event: &DdlEvent,
-    backoff: Duration,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<Option<Vec<Rewritten>>> {
+) -> Vec<(usize, Vec<String>)> {
     let rewrites = sluice_mysql::ddl::rewrites(&event.db, &event.ddl);
+    pipelines
+        .iter()
+        .filter_map(|&p| {
+            let spec = &router.pipelines[p].cfg.spec;
+            if spec.source != event.source.instance {
+                return None;
+            }
+            let reasons: Vec<String> = rewrites
+                .iter()
+                .filter(|r| concerns(spec, r))
+                .map(|r| r.reason.clone())
+                .collect();
+            (!reasons.is_empty()).then_some((p, reasons))
+        })
+        .collect()
+}
+
+/// What `event` changed in the documents of the `concerned` pipelines, given the index
+/// versions each writes to (a pipeline without any has nothing to rebuild).
+pub(crate) fn rewritten(
+    router: &Router,
+    event: &DdlEvent,
+    concerned: Vec<(usize, Vec<String>)>,
+    versions: &HashMap<usize, Vec<u32>>,
+) -> Vec<Rewritten> {
     let mut out = Vec::new();
-    for &p in pipelines {
+    for (p, reasons) in concerned {
         let spec = &router.pipelines[p].cfg.spec;
-        if spec.source != event.source.instance {
-            continue;
-        }
-        let reasons: Vec<&str> = rewrites
-            .iter()
-            .filter(|r| concerns(spec, r))
-            .map(|r| r.reason.as_str())
-            .collect();
-        if reasons.is_empty() {
-            continue;
-        }
-        let Some(versions) = versions(router, es, p, backoff, shutdown).await? else {
-            return Ok(None);
-        };
+        let versions = versions.get(&p).cloned().unwrap_or_default();
         let reason = format!(
             "{} (DDL at {}:{})",
             reasons.join("; "),
@@ -66,7 +76,7 @@ pub(crate) async fn rewritten(
             });
         }
     }
-    Ok(Some(out))
+    out
 }
 
 /// Whether rewrite `r` changed what the pipeline's documents hold.
@@ -82,14 +92,16 @@ fn concerns(spec: &sluice_model::PipelineSpec, r: &Rewrite) -> bool {
     }
 }
 
-/// The index versions pipeline `p` writes to now (none before its first index exists).
-async fn versions(
+/// The index versions pipeline `p` writes to now (none before its first index exists);
+/// `None` when shutdown came while Elasticsearch was unavailable.
+pub(crate) async fn versions(
     router: &Router,
     es: &EsClient,
     p: usize,
-    backoff: Duration,
+    retry: RetryPolicy,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<Vec<u32>>> {
+) -> Result<Option<Vec<u32>>> {
+    let mut backoff = retry.backoff();
     let pipeline = &router.pipelines[p];
     let alias = pipeline.cfg.spec.alias();
     let mut indexes = match &pipeline.targets {
@@ -98,8 +110,9 @@ async fn versions(
             match es.alias_targets(&alias).await {
                 Ok(t) => break t,
                 Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "Elasticsearch unavailable while reading a pipeline's versions; retrying");
-                    if !sluice_runtime::shutdown::pause(backoff * 5, shutdown).await {
+                    let pause = backoff.next_pause();
+                    tracing::warn!(error = %e, retry_in = ?pause, "Elasticsearch unavailable while reading a pipeline's versions; retrying");
+                    if !sluice_runtime::shutdown::pause(pause, shutdown).await {
                         return Ok(None);
                     }
                 }

@@ -21,14 +21,16 @@ use serde_json::Value as Json;
 use sluice_elastic::BulkOp;
 use sluice_model::delayed::{DelayedChange, DELAYED_VERSION};
 use sluice_model::ChangeEvent;
+use sluice_model::RetryPolicy;
 use sluice_mysql::docs::{Built, DocPlan, Floor, Reader, SourcePool};
 use sluice_mysql::{MysqlError, SourceConfig};
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::DeadLetter;
+use crate::error::Result;
 use crate::metrics::METRICS;
 use crate::pipeline::Router;
 use crate::write::{Lanes, Origin};
-use crate::DeadLetter;
 
 /// Documents read (and written) per chunk: bounds the etl's memory however many
 /// documents one change reaches.
@@ -258,8 +260,9 @@ pub(crate) async fn rebuild(
     sources: &mut Sources,
     lanes: &mut Lanes<'_>,
     dirty: Dirty,
+    retry: RetryPolicy,
     shutdown: &CancellationToken,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     for (p, works) in dirty.pipelines {
         let pipeline = &router.pipelines[p];
         let name = pipeline.cfg.spec.name.clone();
@@ -281,6 +284,7 @@ pub(crate) async fn rebuild(
             let ctx = Rebuild {
                 pool,
                 name: &name,
+                retry,
                 shutdown,
             };
             let Some(docs) = ctx.walk_up(work, &mut dead).await else {
@@ -321,6 +325,7 @@ pub(crate) async fn rebuild(
 struct Rebuild<'a> {
     pool: &'a SourcePool,
     name: &'a str,
+    retry: RetryPolicy,
     shutdown: &'a CancellationToken,
 }
 
@@ -342,7 +347,7 @@ impl Rebuild<'_> {
                 all.merge(prov);
             }
             let plan = &plans[k];
-            let found = retrying(self.shutdown, async || {
+            let found = retrying(self.retry, self.shutdown, async || {
                 let mut r = self.pool.reader().await?;
                 r.begin_after(&all.floor).await?;
                 let roots = plan
@@ -390,7 +395,7 @@ impl Rebuild<'_> {
             for e in part {
                 floor.merge(&e.prov.floor);
             }
-            let read = retrying(self.shutdown, async || {
+            let read = retrying(self.retry, self.shutdown, async || {
                 let mut r = self.pool.reader().await?;
                 r.begin_after(&floor).await?;
                 let built = plan.read(&mut r, &keys).await;
@@ -519,18 +524,19 @@ fn count_queries(pipeline: &str, r: &Reader<'_>) {
 /// Runs `f` until it succeeds or fails for good, pausing between transient failures:
 /// `None` when shutdown came first.
 async fn retrying<T>(
+    retry: RetryPolicy,
     shutdown: &CancellationToken,
     mut f: impl AsyncFnMut() -> Result<T, MysqlError>,
 ) -> Option<Result<T, MysqlError>> {
-    let mut backoff = std::time::Duration::from_millis(200);
+    let mut backoff = retry.backoff();
     loop {
         match f().await {
             Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "the source is unavailable for reading documents; retrying");
-                if !sluice_runtime::shutdown::pause(backoff, shutdown).await {
+                let pause = backoff.next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, "the source is unavailable for reading documents; retrying");
+                if !sluice_runtime::shutdown::pause(pause, shutdown).await {
                     return None;
                 }
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
             }
             done => return Some(done),
         }

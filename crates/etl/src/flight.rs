@@ -25,13 +25,13 @@
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher as _, RandomState};
 
-use anyhow::Context as _;
 use sluice_elastic::BulkOp;
 use tokio::task::JoinHandle;
 
+use crate::batch::Batch;
+use crate::error::{Context as _, EtlError, Result};
 use crate::metrics::METRICS;
 use crate::write::{Origin, Writer, Written};
-use crate::Batch;
 
 /// A batch whose writes are done, with what it still needs before its commit.
 pub(crate) struct Landed<T> {
@@ -50,8 +50,8 @@ struct Flying<T> {
 
 /// A batch's writes: still going, or what they came to.
 enum Writes {
-    Going(JoinHandle<anyhow::Result<Written>>),
-    Done(anyhow::Result<Written>),
+    Going(JoinHandle<Result<Written>>),
+    Done(Result<Written>),
 }
 
 impl Writes {
@@ -70,11 +70,11 @@ impl Writes {
         }
     }
 
-    fn outcome(self) -> anyhow::Result<Written> {
+    fn outcome(self) -> Result<Written> {
         match self {
             Writes::Done(outcome) => outcome,
-            Writes::Going(_) => Err(anyhow::anyhow!(
-                "a batch landed before its writes were done"
+            Writes::Going(_) => Err(EtlError::definite(
+                "a batch landed before its writes were done",
             )),
         }
     }
@@ -100,7 +100,7 @@ impl<T> Flight<T> {
             limit,
             hasher: RandomState::new(),
         };
-        flight.record();
+        flight.export_gauges();
         flight
     }
 
@@ -155,7 +155,7 @@ impl<T> Flight<T> {
     }
 
     /// The metrics of batches being written and of batches written but waiting to land.
-    fn record(&self) {
+    fn export_gauges(&self) {
         let going = self.going().count();
         METRICS.bulks_in_flight.record(going as u64, &[]);
         METRICS
@@ -180,7 +180,7 @@ impl<T> Flight<T> {
         if !going.is_empty() {
             // Each `finish` keeps its outcome once done; the others are left going.
             futures::future::select_all(going).await;
-            self.record();
+            self.export_gauges();
         }
     }
 
@@ -200,17 +200,17 @@ impl<T> Flight<T> {
             writes: Writes::Going(writer.spawn(ops, origins)),
             rest,
         });
-        self.record();
+        self.export_gauges();
     }
 
     /// Waits for the oldest batch to land. Cancel-safe: a batch leaves the queue only once
     /// its task is done. Call only when not empty.
-    pub async fn land(&mut self) -> anyhow::Result<Landed<T>> {
+    pub async fn land(&mut self) -> Result<Landed<T>> {
         let front = self.queue.front_mut().context("no batch in flight")?;
         front.writes.finish().await;
         let flying = self.queue.pop_front().context("no batch in flight")?;
         let written = flying.writes.outcome()?;
-        self.record();
+        self.export_gauges();
         self.limit.after(written.tally.throttled);
         Ok(Landed {
             batch: flying.batch,
@@ -285,11 +285,8 @@ mod tests {
             serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9"})).unwrap();
         let es = section.client().unwrap();
         let pause = std::time::Duration::from_millis(10);
-        let backoff = crate::write::Backoff {
-            first: pause,
-            max: pause,
-        };
-        Writer::new(&es, backoff, shutdown, Vec::new())
+        let retry = sluice_model::RetryPolicy::new(pause, pause);
+        Writer::new(&es, retry, shutdown, Vec::new())
     }
 
     fn writer() -> Writer {

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use sluice_model::RetryPolicy;
 use sluice_mysql::SourceConfig;
 use sluice_zk::layout::{EtlRecord, Marker, NeedsRebuild, PipelineRecord, SourceRecord};
-use sluice_zk::{Coordinator, SessionState, ZkConfig};
+use sluice_zk::{Coordinator, SessionEnd, SessionState, Sessions, ZkConfig};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +29,7 @@ pub(crate) type NotesTx = mpsc::UnboundedSender<(Note, oneshot::Sender<()>)>;
 
 /// Has the follower record `note` in ZooKeeper and waits until it has; `false` when
 /// shutdown came first (the batch is then left uncommitted: it is read again).
-pub(crate) async fn record(tx: &NotesTx, note: Note, shutdown: &CancellationToken) -> bool {
+pub(crate) async fn send_note(tx: &NotesTx, note: Note, shutdown: &CancellationToken) -> bool {
     let (done, recorded) = oneshot::channel();
     if tx.send((note, done)).is_err() {
         return false;
@@ -42,6 +43,7 @@ pub(crate) async fn record(tx: &NotesTx, note: Note, shutdown: &CancellationToke
 /// What the follower keeps in step with ZooKeeper.
 pub(crate) struct Follow {
     pub zk: ZkConfig,
+    pub retry: RetryPolicy,
     /// This member's id in `etls/` (`etl.instance_id` when set).
     pub member: String,
     /// Its Kafka consumer group: the members of the same group share the partitions.
@@ -69,19 +71,15 @@ pub(crate) struct Follow {
 /// Keeps the pipelines equal to the file's plus the center's (a center pipeline with the
 /// name of a file pipeline is ignored: the file wins), registers this member with what
 /// it applies, and records applied build markers; until `shutdown`.
-pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
+pub(crate) async fn keep_in_step(mut f: Follow, shutdown: CancellationToken) {
     // Notes not recorded yet (ZooKeeper unavailable): tried again until they are.
     let mut pending: Vec<(Note, oneshot::Sender<()>)> = Vec::new();
-    while !shutdown.is_cancelled() {
-        let coord = match Coordinator::connect(&f.zk).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot reach ZooKeeper for the pipelines; retrying");
-                sluice_runtime::shutdown::pause(Duration::from_secs(1), &shutdown).await;
-                continue;
-            }
-        };
+    let mut sessions = Sessions::new(f.zk.clone(), f.retry, "the pipelines", shutdown.clone());
+    while let Some(coord) = sessions.next().await {
         let session = coord.session();
+        let mut backoff = f.retry.backoff();
+        // Notes that could not be recorded are tried again with pauses of their own.
+        let mut recording = f.retry.backoff();
         while !shutdown.is_cancelled() && *session.borrow() != SessionState::Expired {
             let step = async {
                 let (list, mut watches) =
@@ -115,18 +113,28 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                 Ok::<_, sluice_zk::ZkError>(watches)
             };
             let watches = match step.await {
-                Ok(w) => w,
+                Ok(w) => {
+                    backoff.reset();
+                    w
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot follow the pipelines; retrying");
-                    sluice_runtime::shutdown::pause(Duration::from_secs(1), &shutdown).await;
+                    let pause = backoff.next_pause();
+                    tracing::warn!(error = %e, retry_in = ?pause, "cannot follow the pipelines; retrying");
+                    sluice_runtime::shutdown::pause(pause, &shutdown).await;
                     continue;
                 }
             };
             record_pending(&coord, &f.from_file, &mut pending).await;
+            let again = if pending.is_empty() {
+                recording.reset();
+                Duration::ZERO
+            } else {
+                recording.next_pause()
+            };
             tokio::select! {
                 _ = coord.wait_any(watches, &shutdown) => {}
                 Some(n) = f.notes.recv() => pending.push(n),
-                _ = tokio::time::sleep(Duration::from_secs(1)), if !pending.is_empty() => {}
+                _ = tokio::time::sleep(again), if !pending.is_empty() => {}
                 _ = f.applied.changed() => {}
                 Some(v) = f.verdicts.recv() => {
                     if !f.from_file.iter().any(|p| p.spec.name == v.pipeline) {
@@ -137,7 +145,7 @@ pub(crate) async fn follow(mut f: Follow, shutdown: CancellationToken) {
                 }
             }
         }
-        coord.close().await;
+        sessions.ended(coord, SessionEnd::Ended).await;
     }
 }
 

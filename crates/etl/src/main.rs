@@ -5,7 +5,7 @@ async fn main() -> anyhow::Result<()> {
         "Applies Sluice change events from Kafka to Elasticsearch.",
         |path| Ok(sluice_etl::load(path)?),
         |c| c.telemetry.clone(),
-        sluice_etl::run,
+        |cfg, ready, shutdown| async move { Ok(sluice_etl::run(cfg, ready, shutdown).await?) },
     )
     .await
 }

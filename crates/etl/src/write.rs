@@ -6,14 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use opentelemetry::KeyValue;
 use sluice_elastic::{BulkOp, EsClient, ItemOutcome};
+use sluice_model::RetryPolicy;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::DeadLetter;
+use crate::error::{Context as _, Result};
 use crate::metrics::{self, METRICS};
-use crate::DeadLetter;
 
 /// What a writer's items came to.
 #[derive(Default)]
@@ -62,7 +63,7 @@ pub(crate) struct Written {
 /// so that it can write in a task of its own.
 pub(crate) struct Writer {
     es: EsClient,
-    backoff: Backoff,
+    retry: RetryPolicy,
     shutdown: CancellationToken,
     tally: Tally,
     /// Messages to dead-letter once the batch is through, with why.
@@ -73,13 +74,13 @@ impl Writer {
     /// A writer starting with the batch's messages already found unmappable (`dead`).
     pub fn new(
         es: &EsClient,
-        backoff: Backoff,
+        retry: RetryPolicy,
         shutdown: &CancellationToken,
         dead: Vec<DeadLetter>,
     ) -> Self {
         Writer {
             es: es.clone(),
-            backoff,
+            retry,
             shutdown: shutdown.clone(),
             tally: Tally::default(),
             dead,
@@ -89,7 +90,7 @@ impl Writer {
     /// A writer of its own for a task beside this one: what it came to joins this one's
     /// with [`Writer::absorb`].
     pub fn fork(&self) -> Writer {
-        Writer::new(&self.es, self.backoff, &self.shutdown, Vec::new())
+        Writer::new(&self.es, self.retry, &self.shutdown, Vec::new())
     }
 
     /// Counts a forked writer's outcome as this one's.
@@ -108,7 +109,7 @@ impl Writer {
         mut self,
         ops: Vec<BulkOp>,
         origins: Vec<Origin>,
-    ) -> tokio::task::JoinHandle<anyhow::Result<Written>> {
+    ) -> tokio::task::JoinHandle<Result<Written>> {
         tokio::spawn(async move {
             let complete = self.write(ops, origins).await?;
             Ok(self.finish(complete))
@@ -128,12 +129,8 @@ impl Writer {
     /// failed requests with backoff until every item is written, stale or rejected
     /// (rejections join `dead`). `false` when shutdown interrupted the retries.
     #[tracing::instrument(name = "etl.bulk", skip_all, fields(operations = ops.len()))]
-    pub async fn write(
-        &mut self,
-        mut ops: Vec<BulkOp>,
-        mut origins: Vec<Origin>,
-    ) -> anyhow::Result<bool> {
-        let mut backoff = self.backoff.first;
+    pub async fn write(&mut self, mut ops: Vec<BulkOp>, mut origins: Vec<Origin>) -> Result<bool> {
+        let mut backoff = self.retry.backoff();
         while !ops.is_empty() {
             let sent = ops.len();
             let started = Instant::now();
@@ -142,6 +139,7 @@ impl Writer {
                 .bulk_duration
                 .record(started.elapsed().as_secs_f64(), &[]);
             METRICS.bulk_documents.record(ops.len() as u64, &[]);
+            let mut failed = None;
             match answer {
                 Ok(outcomes) => {
                     let (mut retry_ops, mut retry_origins) = (Vec::new(), Vec::new());
@@ -156,7 +154,7 @@ impl Writer {
                 Err(e) if e.is_transient() => {
                     let class = self.retried(e.status(), "request");
                     METRICS.bulk_errors.add(1, &metrics::class(class));
-                    tracing::warn!(error = %e, retry_in = ?backoff, "bulk request failed; retrying");
+                    failed = Some(e);
                 }
                 Err(e) => {
                     METRICS.bulk_errors.add(1, &metrics::class("request"));
@@ -166,10 +164,22 @@ impl Writer {
             }
             if !ops.is_empty() {
                 self.tally.retried += ops.len() as u64;
-                if !sluice_runtime::shutdown::pause(backoff, &self.shutdown).await {
+                // A bulk the server took part of is getting through at the pace the server
+                // sets (the flight's concurrency backs off on 429 apart from this):
+                // doubling on each partial answer would leave the last items of a bulk
+                // nearly through waiting the longest pause, and every batch behind it
+                // uncommitted.
+                let pause = if ops.len() < sent {
+                    backoff.hold()
+                } else {
+                    backoff.next_pause()
+                };
+                if let Some(e) = failed {
+                    tracing::warn!(error = %e, retry_in = ?pause, "bulk request failed; retrying");
+                }
+                if !sluice_runtime::shutdown::pause(pause, &self.shutdown).await {
                     return Ok(false);
                 }
-                backoff = self.backoff.next(backoff, ops.len() < sent);
             }
         }
         Ok(true)
@@ -248,30 +258,6 @@ impl Writer {
     }
 }
 
-/// The pauses between attempts: `etl.retry_backoff` first, `etl.retry_backoff_max` at
-/// most.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Backoff {
-    pub first: Duration,
-    pub max: Duration,
-}
-
-impl Backoff {
-    /// The pause before the next attempt, after one that waited `pause`: it doubles (up to
-    /// `max`) only when the attempt settled nothing. A bulk the server took part of is
-    /// getting through at the pace the server sets (the flight's concurrency backs off on
-    /// 429 apart from this); doubling on each partial answer would leave the last items of
-    /// a bulk nearly through waiting the longest pause, and every batch behind it
-    /// uncommitted.
-    pub fn next(&self, pause: Duration, settled_some: bool) -> Duration {
-        if settled_some {
-            pause
-        } else {
-            (pause * 2).min(self.max)
-        }
-    }
-}
-
 /// Bulks written beside the work that makes them (documents read back from MySQL): up to
 /// `lanes` at once, each of up to `docs` operations and about `bytes` (or one pushed
 /// chunk, when that is more), in tasks of their own. The caller keeps any one document in
@@ -285,7 +271,7 @@ pub(crate) struct Lanes<'w> {
     queued: (Vec<BulkOp>, Vec<Origin>),
     /// About the bytes of `queued`.
     queued_bytes: usize,
-    flying: std::collections::VecDeque<tokio::task::JoinHandle<anyhow::Result<Written>>>,
+    flying: std::collections::VecDeque<tokio::task::JoinHandle<Result<Written>>>,
     /// A bulk was interrupted by shutdown.
     interrupted: bool,
 }
@@ -306,7 +292,7 @@ impl<'w> Lanes<'w> {
 
     /// Queues operations; a full bulk goes out, after the oldest landed if every lane is
     /// busy. `false` once shutdown interrupted a bulk.
-    pub async fn push(&mut self, ops: Vec<BulkOp>, origins: Vec<Origin>) -> anyhow::Result<bool> {
+    pub async fn push(&mut self, ops: Vec<BulkOp>, origins: Vec<Origin>) -> Result<bool> {
         self.queued_bytes += ops.iter().map(BulkOp::approx_len).sum::<usize>();
         self.queued.0.extend(ops);
         self.queued.1.extend(origins);
@@ -336,7 +322,7 @@ impl<'w> Lanes<'w> {
 
     /// Writes what is queued and waits for every bulk: `false` when shutdown
     /// interrupted one. Documents written before may be written again after.
-    pub async fn settle(&mut self) -> anyhow::Result<bool> {
+    pub async fn settle(&mut self) -> Result<bool> {
         let rest = std::mem::take(&mut self.queued);
         self.queued_bytes = 0;
         if !rest.0.is_empty() {
@@ -348,7 +334,7 @@ impl<'w> Lanes<'w> {
         Ok(!self.interrupted)
     }
 
-    async fn launch(&mut self, (ops, origins): (Vec<BulkOp>, Vec<Origin>)) -> anyhow::Result<bool> {
+    async fn launch(&mut self, (ops, origins): (Vec<BulkOp>, Vec<Origin>)) -> Result<bool> {
         while self.flying.len() >= self.lanes {
             let oldest = self.flying.pop_front().expect("lanes are busy");
             self.land(oldest).await?;
@@ -358,10 +344,7 @@ impl<'w> Lanes<'w> {
         Ok(!self.interrupted)
     }
 
-    async fn land(
-        &mut self,
-        task: tokio::task::JoinHandle<anyhow::Result<Written>>,
-    ) -> anyhow::Result<()> {
+    async fn land(&mut self, task: tokio::task::JoinHandle<Result<Written>>) -> Result<()> {
         let written = task.await.context("a bulk task panicked")??;
         self.interrupted |= !written.complete;
         self.writer.absorb(written);
@@ -375,36 +358,5 @@ impl Drop for Lanes<'_> {
         for task in &self.flying {
             task.abort();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_pause_doubles_only_while_nothing_gets_through() {
-        let first = Duration::from_millis(200);
-        let backoff = Backoff {
-            first,
-            max: Duration::from_secs(5),
-        };
-        let mut pause = first;
-        for _ in 0..3 {
-            pause = backoff.next(pause, true);
-        }
-        assert_eq!(pause, first, "partial answers keep the pause");
-        pause = backoff.next(pause, false);
-        assert_eq!(
-            pause,
-            first * 2,
-            "an attempt that settled nothing doubles it"
-        );
-        pause = backoff.next(pause, true);
-        assert_eq!(pause, first * 2, "and progress holds it there");
-        for _ in 0..20 {
-            pause = backoff.next(pause, false);
-        }
-        assert_eq!(pause, backoff.max, "never past the longest pause");
     }
 }

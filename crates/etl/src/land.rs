@@ -1,0 +1,369 @@
+//! A planned batch applied and landed: its writes set going (flat pipelines' in the
+//! flight, beside the batches before it; documents read back from MySQL written at once),
+//! then, oldest first, each batch whose writes are done finished — its dead letters in
+//! Kafka, its changes of delayed relations handed over, what it tells the center
+//! recorded — and only then its offsets committed.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use sluice_elastic::EsClient;
+use sluice_kafka::{CommitMode, Feed, Producer, SharedProducer};
+use sluice_model::dead_letter::{EventLetter, LETTER_VERSION};
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::{Batch, DeadLetter, Msg};
+use crate::config::EtlConfig;
+use crate::error::{Context as _, Result};
+use crate::flight::{Flight, Landed};
+use crate::metrics::{self, METRICS};
+use crate::pipeline::Router;
+use crate::plan::{self, Plan};
+use crate::{ddl, docs, follow, write};
+
+/// What the etl did, for its progress lines.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub events: u64,
+    pub written: u64,
+    pub stale: u64,
+    pub retried: u64,
+    pub dead_lettered: u64,
+}
+
+impl Stats {
+    fn add(&mut self, t: &write::Tally) {
+        self.written += t.written;
+        self.stale += t.stale;
+        self.retried += t.retried;
+    }
+}
+
+/// What applying and landing batches work with.
+pub(crate) struct Ctx<'a> {
+    pub es: &'a EsClient,
+    pub producer: &'a SharedProducer,
+    pub feed: &'a Feed,
+    pub cfg: &'a EtlConfig,
+    pub shutdown: &'a CancellationToken,
+    /// To the follower (cluster mode): what to record before the batch is committed
+    /// (documents DDL changed, build markers applied), answered once recorded.
+    pub notes: Option<&'a follow::NotesTx>,
+}
+
+impl Ctx<'_> {
+    /// A writer for a batch whose unmappable messages are `dead`.
+    fn writer(&self, dead: Vec<DeadLetter>) -> write::Writer {
+        write::Writer::new(self.es, self.cfg.etl.retry(), self.shutdown, dead)
+    }
+}
+
+/// What a batch carries from its planning to its landing: the pipelines whose documents
+/// DDL changed, to record before its commit.
+pub(crate) type InFlight = Flight<Vec<ddl::Rewritten>>;
+
+/// Plans a batch and sets its writes going. Flat pipelines' writes join the flight, once
+/// the limit allows and no batch in flight writes the same documents; documents read back
+/// from MySQL are written here, after every batch before has landed, and the batch lands
+/// at once. `false` when shutdown interrupted it: nothing more may be committed.
+#[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.msgs.len()))]
+pub(crate) async fn apply(
+    ctx: &Ctx<'_>,
+    router: &mut Router,
+    sources: &mut docs::Sources,
+    flight: &mut InFlight,
+    batch: Batch,
+    stats: &mut Stats,
+    mode: CommitMode,
+) -> Result<bool> {
+    stats.events += batch.msgs.len() as u64;
+    METRICS.events.add(batch.msgs.len() as u64, &[]);
+    let mut dead = Vec::new();
+    let routed = plan::route(router, &batch.msgs, &mut dead);
+    let retry = ctx.cfg.etl.retry();
+    let Some(prepared) = plan::prepare(router, ctx.es, retry, &routed, ctx.shutdown).await? else {
+        return Ok(false);
+    };
+    let Plan {
+        ops,
+        origins,
+        mut dirty,
+        dead,
+        rewritten,
+    } = plan::plan(router, routed, &prepared, dead);
+    if dirty.is_empty() {
+        let docs = flight.docs(&ops);
+        while flight.must_wait(&docs) {
+            if !flight.front_done() {
+                flight.some_done().await;
+                continue;
+            }
+            let landed = flight.land().await?;
+            if !land(ctx, router, landed, stats, CommitMode::Async).await? {
+                return Ok(false);
+            }
+        }
+        flight.launch(batch, docs, ctx.writer(dead), (ops, origins), rewritten);
+        return Ok(true);
+    }
+    if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
+        return Ok(false);
+    }
+    let delayed = dirty.take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
+    let mut writer = ctx.writer(dead);
+    let mut complete = writer.write(ops, origins).await?;
+    if complete {
+        // The documents read back: several bulks in flight while the next are read.
+        let etl = &ctx.cfg.etl;
+        let (docs, bytes) = (etl.max_batch_docs, etl.max_batch_bytes);
+        let mut lanes = write::Lanes::new(&mut writer, docs, bytes, flight.lanes());
+        let retry = ctx.cfg.etl.retry();
+        complete = docs::rebuild(router, sources, &mut lanes, dirty, retry, ctx.shutdown).await?
+            && lanes.settle().await?;
+    }
+    let complete = complete && hand_over(ctx, &delayed).await?;
+    let landed = Landed {
+        batch,
+        written: writer.finish(complete),
+        rest: rewritten,
+    };
+    flight.observe(landed.written.tally.throttled);
+    land(ctx, router, landed, stats, mode).await
+}
+
+/// Lands every batch in flight, oldest first. `false` when shutdown interrupted one.
+pub(crate) async fn drain(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    flight: &mut InFlight,
+    stats: &mut Stats,
+    mode: CommitMode,
+) -> Result<bool> {
+    while !flight.is_empty() {
+        let landed = flight.land().await?;
+        if !land(ctx, router, landed, stats, mode).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Finishes a batch whose writes are done, every batch before it having landed: its dead
+/// letters in Kafka, what it tells the center recorded, then its offsets committed.
+/// `false` when shutdown interrupted it: nothing more may be committed.
+pub(crate) async fn land(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    landed: Landed<Vec<ddl::Rewritten>>,
+    stats: &mut Stats,
+    mode: CommitMode,
+) -> Result<bool> {
+    let Landed {
+        batch,
+        written,
+        rest: rewritten,
+    } = landed;
+    stats.add(&written.tally);
+    if !written.complete {
+        return Ok(false);
+    }
+    let mut dead = written.dead;
+    for d in &mut dead {
+        if let (None, Some(index)) = (&d.pipeline, &d.index) {
+            d.pipeline = router.owner_of(index);
+        }
+    }
+    if !dead.is_empty() {
+        stats.dead_lettered += dead.len() as u64;
+        for d in &dead {
+            let pipeline = d.pipeline.clone().unwrap_or_default();
+            METRICS
+                .dead_letters
+                .add(1, &[opentelemetry::KeyValue::new("pipeline", pipeline)]);
+        }
+        if !dead_letter(ctx.producer, ctx.cfg, &batch.msgs, &dead, ctx.shutdown).await? {
+            return Ok(false);
+        }
+    }
+    if let Some(tx) = ctx.notes {
+        // Markers of builds this etl is not making (reset or finished ones, in the
+        // pipeline's build topic) say nothing.
+        let markers = batch.msgs.iter().filter_map(|m| {
+            let marker = m.marker.as_ref()?;
+            router
+                .building(&marker.pipeline, marker.version)
+                .then(|| (marker.clone(), m.partition))
+        });
+        if !tell_center(tx, markers, rewritten, ctx.shutdown).await {
+            return Ok(false);
+        }
+    }
+    if let Some(first) = batch.first {
+        METRICS
+            .index_latency
+            .record(first.elapsed().as_secs_f64(), &[]);
+    }
+    // A crash here: Elasticsearch has the batch, Kafka not its offsets.
+    sluice_model::failpoint("etl.before_commit");
+    commit(ctx.feed, &batch.msgs, mode);
+    Ok(true)
+}
+
+/// Records, for the center, the documents DDL changed and the build markers the batch
+/// holds (every batch before it has landed, so each marker's partition is applied up to
+/// it). `false` when shutdown came first.
+async fn tell_center(
+    tx: &follow::NotesTx,
+    markers: impl Iterator<Item = (sluice_zk::layout::Marker, i32)>,
+    rewritten: Vec<ddl::Rewritten>,
+    shutdown: &CancellationToken,
+) -> bool {
+    if !rewritten.is_empty()
+        && !follow::send_note(tx, follow::Note::Rewrites(rewritten), shutdown).await
+    {
+        return false;
+    }
+    let mut recorded = 0;
+    for (marker, partition) in markers {
+        let note = follow::Note::CaughtUp { marker, partition };
+        if !follow::send_note(tx, note, shutdown).await {
+            return false;
+        }
+        recorded += 1;
+    }
+    if recorded > 0 {
+        // A crash here: the build's marker is recorded, its offset not committed.
+        sluice_model::failpoint("etl.after_build_marker");
+    }
+    true
+}
+
+/// Publishes dead letters and waits until Kafka has them all; only then may the batch's
+/// offsets be committed. `false` when shutdown came first.
+async fn dead_letter(
+    producer: &SharedProducer,
+    cfg: &EtlConfig,
+    batch: &[Msg],
+    dead: &[DeadLetter],
+    shutdown: &CancellationToken,
+) -> Result<bool> {
+    let topic = &cfg.topics.dead_letter;
+    acknowledged(producer, cfg, shutdown, "dead letters", async |p| {
+        send_letters(p, topic, batch, dead).await
+    })
+    .await
+}
+
+/// Hands the changes of `delayed` relations to the center (the delayed topic) and waits
+/// until Kafka has them all: the batch is not committed before. `false` when shutdown
+/// came first.
+async fn hand_over(ctx: &Ctx<'_>, delayed: &[sluice_model::DelayedChange]) -> Result<bool> {
+    if delayed.is_empty() {
+        return Ok(true);
+    }
+    let topic = &ctx.cfg.topics.delayed;
+    let sent = acknowledged(
+        ctx.producer,
+        ctx.cfg,
+        ctx.shutdown,
+        "delayed changes",
+        async |p| {
+            let mut deliveries = Vec::with_capacity(delayed.len());
+            for change in delayed {
+                let payload = serde_json::to_vec(change)?;
+                let key = Some(change.pipeline.as_bytes());
+                deliveries.push(sluice_kafka::queue(p, topic, key, &payload).await?);
+            }
+            for d in deliveries {
+                d.acknowledged()
+                    .await
+                    .context("Kafka did not take a delayed change; the batch is not committed")?;
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    if sent {
+        for change in delayed {
+            METRICS
+                .delayed_changes
+                .add(1, &metrics::pipeline(&change.pipeline));
+        }
+    }
+    Ok(sent)
+}
+
+/// Runs `send` until Kafka acknowledged everything it sent; what was refused is sent
+/// again, by a new producer, with backoff. `false` when shutdown came first.
+async fn acknowledged(
+    producer: &SharedProducer,
+    cfg: &EtlConfig,
+    shutdown: &CancellationToken,
+    what: &str,
+    mut send: impl AsyncFnMut(&Producer) -> Result<()>,
+) -> Result<bool> {
+    let mut backoff = cfg.etl.retry().backoff();
+    loop {
+        let Err(e) = send(&producer.get()).await else {
+            return Ok(true);
+        };
+        let Some(why) = producer.renew_after(&e) else {
+            return Err(e);
+        };
+        let pause = backoff.next_pause();
+        tracing::warn!(%why, retry_in = ?pause, "Kafka refused {what}: sending them again with a new producer");
+        if !sluice_runtime::shutdown::pause(pause, shutdown).await {
+            return Ok(false);
+        }
+    }
+}
+
+async fn send_letters(
+    producer: &Producer,
+    topic: &str,
+    batch: &[Msg],
+    dead: &[DeadLetter],
+) -> Result<()> {
+    let mut deliveries = Vec::with_capacity(dead.len());
+    for d in dead {
+        let msg = &batch[d.msg];
+        let event: Value = serde_json::from_slice(&msg.payload)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&msg.payload).into_owned()));
+        tracing::warn!(topic = %msg.topic, partition = msg.partition, offset = msg.offset, reason = %d.reason, "dead-lettering event");
+        let payload = serde_json::to_vec(&EventLetter {
+            v: LETTER_VERSION,
+            reason: d.reason.clone(),
+            pipeline: d.pipeline.clone(),
+            topic: msg.topic.clone(),
+            partition: msg.partition,
+            offset: msg.offset,
+            event,
+        })?;
+        let delivery = sluice_kafka::queue(producer, topic, msg.key.as_deref(), &payload)
+            .await
+            .context("cannot queue a dead letter")?;
+        deliveries.push(delivery);
+    }
+    for delivery in deliveries {
+        delivery
+            .acknowledged()
+            .await
+            .context("Kafka did not take a dead letter; the batch is not committed")?;
+    }
+    Ok(())
+}
+
+/// Commits, per partition, the offset after the batch's last message.
+fn commit(feed: &Feed, batch: &[Msg], mode: CommitMode) {
+    let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+    for m in batch {
+        let e = next.entry((&m.topic, m.partition)).or_insert(m.offset + 1);
+        *e = (*e).max(m.offset + 1);
+    }
+    // A failed commit (e.g. the group coordinator unreachable) only
+    // means the events are applied again, harmlessly.
+    let next = next.into_iter().map(|((t, p), o)| (t, p, o));
+    if let Err(e) = feed.commit(next, mode) {
+        tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
+    }
+}
