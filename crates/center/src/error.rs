@@ -62,32 +62,7 @@ impl CenterError {
     }
 }
 
-/// `anyhow`-style context for any error the center classes.
-pub trait Context<T> {
-    fn context(self, context: impl Display) -> Result<T>;
-    fn with_context<C: Display>(self, context: impl FnOnce() -> C) -> Result<T>;
-}
-
-impl<T, E: Into<CenterError>> Context<T> for std::result::Result<T, E> {
-    fn context(self, context: impl Display) -> Result<T> {
-        self.map_err(|e| e.into().context(context))
-    }
-
-    fn with_context<C: Display>(self, context: impl FnOnce() -> C) -> Result<T> {
-        self.map_err(|e| e.into().context(context()))
-    }
-}
-
-impl<T> Context<T> for Option<T> {
-    /// A missing value is definite: retrying reads the same absence.
-    fn context(self, context: impl Display) -> Result<T> {
-        self.ok_or_else(|| CenterError::definite(context))
-    }
-
-    fn with_context<C: Display>(self, context: impl FnOnce() -> C) -> Result<T> {
-        self.ok_or_else(|| CenterError::definite(context()))
-    }
-}
+sluice_runtime::error_context!(CenterError);
 
 impl From<ZkError> for CenterError {
     fn from(e: ZkError) -> Self {

@@ -52,23 +52,7 @@ impl EtlError {
     }
 }
 
-/// `anyhow`-style context for any error the etl classes.
-pub trait Context<T> {
-    fn context(self, context: impl Display) -> Result<T>;
-}
-
-impl<T, E: Into<EtlError>> Context<T> for std::result::Result<T, E> {
-    fn context(self, context: impl Display) -> Result<T> {
-        self.map_err(|e| e.into().context(context))
-    }
-}
-
-impl<T> Context<T> for Option<T> {
-    /// A missing value is definite: looking again finds the same absence.
-    fn context(self, context: impl Display) -> Result<T> {
-        self.ok_or_else(|| EtlError::definite(context))
-    }
-}
+sluice_runtime::error_context!(EtlError);
 
 impl From<sluice_elastic::EsError> for EtlError {
     fn from(e: sluice_elastic::EsError) -> Self {

@@ -58,6 +58,50 @@ impl Failure {
     }
 }
 
+/// Defines `Context` for a service's error type `$error`: `anyhow`-style context on any
+/// `Result` whose error converts into `$error`, the class kept (`$error::context` prefixes
+/// the message), and on `Option`, where a missing value is definite (`$error::definite`):
+/// looking again finds the same absence. One definition for the three services.
+#[macro_export]
+macro_rules! error_context {
+    ($error:ident) => {
+        /// `anyhow`-style context for any error this service classes.
+        pub trait Context<T> {
+            fn context(self, context: impl std::fmt::Display) -> Result<T, $error>;
+            fn with_context<C: std::fmt::Display>(
+                self,
+                context: impl FnOnce() -> C,
+            ) -> Result<T, $error>;
+        }
+
+        impl<T, E: Into<$error>> Context<T> for Result<T, E> {
+            fn context(self, context: impl std::fmt::Display) -> Result<T, $error> {
+                self.map_err(|e| e.into().context(context))
+            }
+
+            fn with_context<C: std::fmt::Display>(
+                self,
+                context: impl FnOnce() -> C,
+            ) -> Result<T, $error> {
+                self.map_err(|e| e.into().context(context()))
+            }
+        }
+
+        impl<T> Context<T> for Option<T> {
+            fn context(self, context: impl std::fmt::Display) -> Result<T, $error> {
+                self.ok_or_else(|| $error::definite(context))
+            }
+
+            fn with_context<C: std::fmt::Display>(
+                self,
+                context: impl FnOnce() -> C,
+            ) -> Result<T, $error> {
+                self.ok_or_else(|| $error::definite(context()))
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
