@@ -1,0 +1,285 @@
+//! What every area of the admin API shares: the service and its view of the cluster
+//! (ZooKeeper, the leader, whether this replica may write), and how errors and records
+//! become answers.
+
+use std::sync::Arc;
+
+use sluice_model::{PipelineSpec, SourceSpec};
+use sluice_mysql::SourceConfig;
+use sluice_proto::convert::{self, PipelineState};
+use sluice_proto::v1::*;
+use sluice_zk::layout::{self, CenterRecord};
+use sluice_zk::Coordinator;
+use tonic::metadata::MetadataValue;
+use tonic::Status;
+
+use crate::error::CenterError;
+use crate::meta::{MetaError, StoredPipeline};
+use crate::Shared;
+
+#[derive(Clone)]
+pub(super) struct AdminApi {
+    pub(super) shared: Arc<Shared>,
+}
+
+pub(super) fn internal(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(e.to_string())
+}
+
+/// The center's errors at the API's edge: a refusal or anything retrying cannot mend is
+/// `FAILED_PRECONDITION` with the reason, as is a write this replica may no longer make
+/// (deposed); what may pass is `UNAVAILABLE`.
+pub(super) fn center_err(e: CenterError) -> Status {
+    match e {
+        CenterError::Definite(_) | CenterError::Deposed(_) => {
+            Status::failed_precondition(e.to_string())
+        }
+        CenterError::Transient(_) | CenterError::SessionExpired(_) => {
+            Status::unavailable(e.to_string())
+        }
+    }
+}
+
+pub(super) fn meta_err(e: MetaError) -> Status {
+    match e {
+        MetaError::Deposed { .. } => Status::failed_precondition(e.to_string()),
+        e => Status::unavailable(e.to_string()),
+    }
+}
+
+impl AdminApi {
+    pub(super) fn coord(&self) -> Result<Coordinator, Status> {
+        self.shared
+            .coord()
+            .ok_or_else(|| Status::unavailable("not connected to ZooKeeper yet"))
+    }
+
+    pub(super) async fn leader(&self) -> Result<Option<CenterRecord>, Status> {
+        let coord = self.coord()?;
+        Ok(coord
+            .leader_info()
+            .await
+            .map_err(internal)?
+            .and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    /// The epoch to write at, or the leader's address for the caller to go to.
+    pub(super) async fn writable(&self) -> Result<u64, Status> {
+        if let Some(epoch) = self.shared.leading_epoch() {
+            return Ok(epoch);
+        }
+        let Some(l) = self.leader().await? else {
+            return Err(Status::unavailable(
+                "no center leads right now; retry shortly",
+            ));
+        };
+        if l.id == self.shared.cfg.center.id {
+            return Err(Status::unavailable(
+                "this center leads, but its ZooKeeper session is in doubt right now; retry shortly",
+            ));
+        }
+        let mut status = Status::failed_precondition(format!(
+            "not the leader: {} at {} leads; send writes there",
+            l.id, l.addr
+        ));
+        if let Ok(v) = MetadataValue::try_from(l.addr.as_str()) {
+            status.metadata_mut().insert("sluice-leader", v);
+        }
+        Err(status)
+    }
+
+    /// Delayed changes reach the meta database through the leader's Kafka reader.
+    pub(super) fn records_delayed(&self) -> Result<(), Status> {
+        if self.shared.cfg.kafka.is_none() {
+            return Err(Status::failed_precondition(
+                "delayed changes need the centers' [kafka] section (the leader reads them from topics.delayed)",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn check_message(&self, id: u64) -> Result<Check, Status> {
+        self.shared
+            .meta
+            .check(id)
+            .await
+            .map_err(meta_err)?
+            .map(|c| check_message(&c))
+            .ok_or_else(|| Status::not_found(format!("no check {id}")))
+    }
+
+    pub(super) fn changed(&self) {
+        self.shared.nudge.notify_one();
+    }
+
+    /// Records an operator's change as an event of this center (best effort: the change
+    /// itself is already stored).
+    pub(super) async fn add_event(&self, kind: &str, subject: &str, message: &str) {
+        if let Err(e) = self
+            .shared
+            .meta
+            .add_event(&self.shared.cfg.center.id, kind, subject, message)
+            .await
+        {
+            tracing::warn!(kind, subject, error = %e, "cannot record the event");
+        }
+    }
+
+    /// The pipeline named, or `NOT_FOUND` naming it.
+    pub(super) async fn existing(&self, name: &str) -> Result<StoredPipeline, Status> {
+        self.pipeline(name)
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no pipeline `{name}`")))
+    }
+
+    pub(super) async fn pipeline(&self, name: &str) -> Result<Option<StoredPipeline>, Status> {
+        let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
+        Ok(pipelines.into_iter().find(|p| p.spec.name == name))
+    }
+
+    /// The pipeline as the API shows it: its spec and its versions' state, with what
+    /// the etl found about the live (or building) version needing a rebuild.
+    pub(super) async fn message(&self, p: &StoredPipeline) -> Result<Pipeline, Status> {
+        let state = PipelineState {
+            live_version: p.live_version,
+            building_version: p.building_version,
+            history: p.history.kept.clone(),
+            current_history: p.history.current.clone(),
+            needs_rebuild: self.needs_rebuild(p).await?,
+        };
+        Ok(convert::pipeline(&p.spec, &state))
+    }
+
+    /// Why the pipeline's live (or building) version needs a rebuild, as the etl
+    /// recorded it; empty when it does not.
+    pub(super) async fn needs_rebuild(&self, p: &StoredPipeline) -> Result<String, Status> {
+        let record: Option<layout::NeedsRebuild> = self
+            .coord()?
+            .get_json(&layout::needs_rebuild(&p.spec.name))
+            .await
+            .map_err(internal)?;
+        Ok(record
+            .map(|r| r.reasons(p.live_or_first()))
+            .unwrap_or_default())
+    }
+
+    /// Checks `spec` against its source's tables: they exist and have the columns it
+    /// names. The center reaches the source as the etl does (its password reference
+    /// resolved in this center's environment).
+    pub(super) async fn check_tables(&self, spec: &PipelineSpec) -> Result<(), Status> {
+        let sources = self.shared.meta.sources().await.map_err(meta_err)?;
+        let source = sources
+            .iter()
+            .find(|s| s.name == spec.source)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "source: no source `{}` (add it first: sluicectl sources put)",
+                    spec.source
+                ))
+            })?;
+        let cannot = |why: String| {
+            Status::failed_precondition(format!(
+                "cannot check the pipeline against the tables of source {}: {why}",
+                spec.source
+            ))
+        };
+        let src = SourceConfig::from_spec(source, &self.shared.cfg.source_access())
+            .map_err(|e| cannot(format!("{e} (the centers need the source's password too)")))?;
+        let checked = tokio::time::timeout(
+            std::time::Duration::from_secs(15),
+            sluice_mysql::docs::load(&src, spec),
+        )
+        .await
+        .map_err(|_| {
+            Status::unavailable(format!("source {} did not answer within 15 s", spec.source))
+        })?
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+        match checked {
+            Ok(_) => Ok(()),
+            Err(problems) => invalid(problems),
+        }
+    }
+
+    /// The pipeline named, as the API shows it.
+    pub(super) async fn pipeline_message(&self, name: &str) -> Result<Pipeline, Status> {
+        let p = self.existing(name).await?;
+        self.message(&p).await
+    }
+}
+
+pub(super) fn invalid(problems: Vec<String>) -> Result<(), Status> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(problems.join("; ")))
+    }
+}
+
+pub(super) fn validate_source(s: Source) -> Result<SourceSpec, Status> {
+    let spec = convert::source_spec(s).map_err(Status::invalid_argument)?;
+    invalid(spec.problems())?;
+    Ok(spec)
+}
+
+pub(super) fn validate_pipeline(p: Pipeline) -> Result<PipelineSpec, Status> {
+    let spec = convert::pipeline_spec(p)
+        .map_err(Status::invalid_argument)?
+        .normalized();
+    invalid(spec.problems())?;
+    Ok(spec)
+}
+
+/// A meta-database change that the state can refuse: a refusal (`Ok(Err(why))`) is
+/// `FAILED_PRECONDITION` with the reason.
+pub(super) fn refused<T>(outcome: Result<Result<T, String>, MetaError>) -> Result<T, Status> {
+    outcome
+        .map_err(meta_err)?
+        .map_err(Status::failed_precondition)
+}
+
+/// A check as the API shows it.
+pub(super) fn check_message(c: &crate::meta::CheckRun) -> Check {
+    let t = &c.tally;
+    Check {
+        id: c.id,
+        pipeline: c.pipeline.clone(),
+        version: c.version,
+        since: c.since.clone(),
+        repair: c.repair,
+        state: c.state.clone(),
+        trigger: c.started_by.clone(),
+        started_at_ms: c.started_at_ms,
+        finished_at_ms: c.finished_at_ms,
+        chunks: c.chunks,
+        chunks_done: c.chunks_done,
+        keys: t.keys,
+        missing: t.missing,
+        extra: t.extra,
+        different: t.different,
+        skipped: t.skipped,
+        repaired: t.repaired,
+        examples: examples(&t.examples),
+        error: t.error.clone().unwrap_or_default(),
+        kind: c.kind.as_str().to_owned(),
+        changes: c.changes,
+        live: (!t.live.is_empty()).then(|| LiveComparison {
+            version: t.live.version,
+            same: t.live.same,
+            only_new: t.live.only_new,
+            only_live: t.live.only_live,
+            different: t.live.different,
+            skipped: t.live.skipped,
+            examples: examples(&t.live.examples),
+        }),
+    }
+}
+
+pub(super) fn examples(list: &[sluice_zk::layout::CheckExample]) -> Vec<CheckExample> {
+    list.iter()
+        .map(|e| CheckExample {
+            kind: e.kind.clone(),
+            id: e.id.clone(),
+            detail: e.detail.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,156 @@
+//! Dead letters: list and replay.
+
+use sluice_proto::v1::*;
+use tonic::{Request, Response, Status};
+
+use crate::error::CenterError;
+
+use super::common::*;
+
+pub(super) async fn list_dead_letters(
+    api: &AdminApi,
+    req: Request<ListDeadLettersRequest>,
+) -> Result<Response<ListDeadLettersResponse>, Status> {
+    let req = req.into_inner();
+    let (letters, truncated) = api.dead_letters().await?;
+    let replays = api.shared.meta.replays().await.map_err(meta_err)?;
+    let mut matched: Vec<DeadLetter> = letters
+        .iter()
+        .filter(|l| req.pipeline.is_empty() || l.pipeline() == Some(req.pipeline.as_str()))
+        .map(|l| letter_message(l, replays.get(&l.id.to_string()).copied()))
+        .filter(|m| req.include_replayed || m.replayed_at_ms == 0)
+        .collect();
+    matched.sort_by(|a, b| b.at_ms.cmp(&a.at_ms).then_with(|| b.id.cmp(&a.id)));
+    let total = matched.len() as u64;
+    matched.truncate(if req.limit == 0 {
+        100
+    } else {
+        req.limit as usize
+    });
+    Ok(Response::new(ListDeadLettersResponse {
+        letters: matched,
+        matched: total,
+        truncated,
+    }))
+}
+
+pub(super) async fn replay_dead_letters(
+    api: &AdminApi,
+    req: Request<ReplayDeadLettersRequest>,
+) -> Result<Response<ReplayDeadLettersResponse>, Status> {
+    let req = req.into_inner();
+    if req.pipeline.is_empty() && req.ids.is_empty() && !req.all {
+        return Err(Status::invalid_argument(
+            "say which letters: a pipeline, letter ids, or all",
+        ));
+    }
+    let epoch = api.writable().await?;
+    let kafka = api.kafka()?;
+    let (letters, _) = api.dead_letters().await?;
+    let replays = api.shared.meta.replays().await.map_err(meta_err)?;
+    let (chosen, unknown) =
+        crate::dlq::chosen(&letters, &replays, &req.pipeline, &req.ids, req.all);
+    let mut refused: Vec<String> = unknown
+        .into_iter()
+        .map(|id| format!("{id}: no such dead letter"))
+        .collect();
+    let mut ready = Vec::new();
+    for l in chosen {
+        match l.replayable() {
+            Ok(()) => ready.push(l),
+            Err(why) => refused.push(format!("{}: {why}", l.id)),
+        }
+    }
+    let mut replayed = Vec::new();
+    let meta = &api.shared.meta;
+    let outcome = crate::dlq::replay(kafka, &ready, |l, to| {
+        replayed.push(l.id.to_string());
+        async move {
+            meta.record_replay(epoch, &l.id.to_string(), &to)
+                .await
+                .map_err(CenterError::from)
+        }
+    })
+    .await;
+    if !replayed.is_empty() {
+        api.add_event(
+            "dlq",
+            if req.pipeline.is_empty() {
+                "dead letters"
+            } else {
+                &req.pipeline
+            },
+            &format!("{} dead letters replayed", replayed.len()),
+        )
+        .await;
+    }
+    if let Err(e) = outcome {
+        return Err(Status::unavailable(format!(
+            "{e:#} (replayed before it: {}; run the replay again for the rest)",
+            replayed.len()
+        )));
+    }
+    Ok(Response::new(ReplayDeadLettersResponse {
+        replayed,
+        refused,
+    }))
+}
+
+impl AdminApi {
+    pub(super) fn kafka(&self) -> Result<&sluice_kafka::KafkaConfig, Status> {
+        self.shared.cfg.kafka.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "dead letters live in Kafka, and this center has no [kafka] section: add one",
+            )
+        })
+    }
+
+    pub(super) async fn dead_letters(&self) -> Result<(Vec<crate::dlq::Letter>, bool), Status> {
+        let kafka = self.kafka()?;
+        let sources: Vec<String> = (self.shared.meta.sources().await.map_err(meta_err)?)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        crate::dlq::read(kafka, &self.shared.cfg.topics, &sources)
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot read the dead-letter topics: {e}")))
+    }
+}
+
+/// A dead letter as the API shows it.
+pub(super) fn letter_message(l: &crate::dlq::Letter, replayed_at_ms: Option<i64>) -> DeadLetter {
+    use crate::dlq::Content;
+    let mut m = DeadLetter {
+        id: l.id.to_string(),
+        at_ms: l.at_ms,
+        replayed_at_ms: replayed_at_ms.unwrap_or(0),
+        ..DeadLetter::default()
+    };
+    match &l.content {
+        Content::Event(e, _) => {
+            m.reason = e.reason.clone();
+            m.pipeline = e.pipeline.clone().unwrap_or_default();
+            m.origin = format!("{}:{}:{}", e.topic, e.partition, e.offset);
+            match e.change() {
+                Ok(c) => {
+                    m.table = format!("{}.{}", c.db, c.table);
+                    m.key = serde_json::Value::Object(c.key).to_string();
+                    m.source = c.source.instance;
+                }
+                Err(why) => m.not_replayable = why.to_owned(),
+            }
+        }
+        Content::Rows(r) => {
+            m.reason = r.reason.clone();
+            m.source = r.source.instance.clone();
+            m.table = format!("{}.{}", r.db, r.table);
+            m.origin = format!("{}:{}", r.source.file, r.source.pos);
+            m.not_replayable = l.replayable().err().unwrap_or_default();
+        }
+        Content::Unreadable(why) => {
+            m.reason = why.clone();
+            m.not_replayable = why.clone();
+        }
+    }
+    m
+}

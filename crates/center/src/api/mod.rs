@@ -1,0 +1,369 @@
+//! The gRPC API every replica serves: `sluice.v1.Admin`, `sluice.v1.WorkerReports`, the
+//! standard health service and reflection (so `grpcurl` works). Admin and reports are
+//! authenticated as configured (`api.auth`); health and reflection are open, for probes.
+//!
+//! Reads answer from ZooKeeper and the meta database on any replica. Writes are the
+//! leader's: a follower answers `FAILED_PRECONDITION` naming the leader's address, which
+//! `sluicectl` follows.
+
+use std::sync::Arc;
+
+use sluice_proto::v1::admin_server::{Admin, AdminServer};
+use sluice_proto::v1::worker_reports_server::{WorkerReports, WorkerReportsServer};
+use sluice_proto::v1::*;
+use sluice_zk::layout;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status};
+
+use crate::error::{CenterError, Result as CenterResult};
+use crate::Shared;
+
+mod auth;
+mod cluster;
+mod common;
+mod letters;
+mod pipelines;
+mod runs;
+mod sources;
+mod words;
+
+use auth::Auth;
+use common::*;
+
+/// Serves until `shutdown`.
+pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterResult<()> {
+    let api = &shared.cfg.api;
+    let (admin_auth, reports_auth) = Auth::from_config(&shared.cfg)?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let probes = tokio::spawn(crate::probe::dependencies(
+        shared.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
+    let readiness = tokio::spawn(report_health(health, shared.clone(), shutdown.clone()));
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(CenterError::definite)?;
+    let service = AdminApi {
+        shared: shared.clone(),
+    };
+    let mut server = Server::builder();
+    if let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) {
+        let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+            std::fs::read(cert).map_err(|e| {
+                CenterError::definite(format!("api.tls_cert: {}: {e}", cert.display()))
+            })?,
+            std::fs::read(key).map_err(|e| {
+                CenterError::definite(format!("api.tls_key: {}: {e}", key.display()))
+            })?,
+        ));
+        if let Some(ca) = &api.client_ca {
+            tls = tls.client_ca_root(Certificate::from_pem(std::fs::read(ca).map_err(|e| {
+                CenterError::definite(format!("api.client_ca: {}: {e}", ca.display()))
+            })?));
+        }
+        server = server.tls_config(tls).map_err(CenterError::definite)?;
+    }
+    let listen = shared.cfg.center.listen;
+    tracing::info!(%listen, auth = ?api.auth, "gRPC API listening");
+    let served = server
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(AdminServer::with_interceptor(service.clone(), admin_auth))
+        .add_service(WorkerReportsServer::with_interceptor(service, reports_auth))
+        .serve_with_shutdown(listen, shutdown.clone().cancelled_owned())
+        .await
+        .map_err(|e| CenterError::definite(format!("gRPC API on {listen}: {e}")));
+    shutdown.cancel();
+    let _ = readiness.await;
+    let _ = probes.await;
+    served
+}
+
+/// Health as probes see it: SERVING while this replica's ZooKeeper session is confirmed
+/// alive (it can answer reads and campaign), NOT_SERVING otherwise and once shutting down.
+/// Checked every second.
+async fn report_health(
+    health: tonic_health::server::HealthReporter,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) {
+    use tonic_health::ServingStatus;
+    let mut last = None;
+    loop {
+        let serving = !shutdown.is_cancelled() && shared.coord().is_some_and(|c| c.is_live());
+        shared.ready.set(serving);
+        if last != Some(serving) {
+            let status = if serving {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            health.set_service_status("", status).await;
+            health.set_service_status("sluice.v1.Admin", status).await;
+            health
+                .set_service_status("sluice.v1.WorkerReports", status)
+                .await;
+            tracing::info!(serving, "health");
+            last = Some(serving);
+        }
+        if shutdown.is_cancelled() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+}
+
+#[tonic::async_trait]
+
+impl Admin for AdminApi {
+    async fn get_leader(
+        &self,
+        req: Request<GetLeaderRequest>,
+    ) -> Result<Response<LeaderInfo>, Status> {
+        cluster::get_leader(self, req).await
+    }
+
+    async fn list_sources(
+        &self,
+        req: Request<ListSourcesRequest>,
+    ) -> Result<Response<ListSourcesResponse>, Status> {
+        sources::list_sources(self, req).await
+    }
+
+    async fn put_source(&self, req: Request<Source>) -> Result<Response<Source>, Status> {
+        sources::put_source(self, req).await
+    }
+
+    async fn failover_source(
+        &self,
+        req: Request<FailoverRequest>,
+    ) -> Result<Response<Source>, Status> {
+        sources::failover_source(self, req).await
+    }
+
+    async fn resnapshot_source(
+        &self,
+        req: Request<ResnapshotRequest>,
+    ) -> Result<Response<ResnapshotResponse>, Status> {
+        sources::resnapshot_source(self, req).await
+    }
+
+    async fn delete_source(
+        &self,
+        req: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        sources::delete_source(self, req).await
+    }
+
+    async fn list_pipelines(
+        &self,
+        req: Request<ListPipelinesRequest>,
+    ) -> Result<Response<ListPipelinesResponse>, Status> {
+        pipelines::list_pipelines(self, req).await
+    }
+
+    async fn put_pipeline(&self, req: Request<Pipeline>) -> Result<Response<Pipeline>, Status> {
+        pipelines::put_pipeline(self, req).await
+    }
+
+    async fn delete_pipeline(
+        &self,
+        req: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        pipelines::delete_pipeline(self, req).await
+    }
+
+    async fn build_pipeline(
+        &self,
+        req: Request<BuildRequest>,
+    ) -> Result<Response<BuildStatus>, Status> {
+        pipelines::build_pipeline(self, req).await
+    }
+
+    async fn reset_pipeline(
+        &self,
+        req: Request<ResetRequest>,
+    ) -> Result<Response<Pipeline>, Status> {
+        pipelines::reset_pipeline(self, req).await
+    }
+
+    async fn rollback_pipeline(
+        &self,
+        req: Request<RollbackRequest>,
+    ) -> Result<Response<Pipeline>, Status> {
+        pipelines::rollback_pipeline(self, req).await
+    }
+
+    async fn start_check(&self, req: Request<CheckRequest>) -> Result<Response<Check>, Status> {
+        runs::start_check(self, req).await
+    }
+
+    async fn start_compare(&self, req: Request<CompareRequest>) -> Result<Response<Check>, Status> {
+        runs::start_compare(self, req).await
+    }
+
+    async fn swap_pipeline(
+        &self,
+        req: Request<SwapRequest>,
+    ) -> Result<Response<BuildStatus>, Status> {
+        pipelines::swap_pipeline(self, req).await
+    }
+
+    async fn list_checks(
+        &self,
+        req: Request<ListChecksRequest>,
+    ) -> Result<Response<ListChecksResponse>, Status> {
+        runs::list_checks(self, req).await
+    }
+
+    async fn get_check(&self, req: Request<GetCheckRequest>) -> Result<Response<Check>, Status> {
+        runs::get_check(self, req).await
+    }
+
+    async fn list_delayed(
+        &self,
+        req: Request<ListDelayedRequest>,
+    ) -> Result<Response<ListDelayedResponse>, Status> {
+        runs::list_delayed(self, req).await
+    }
+
+    async fn apply_delayed(
+        &self,
+        req: Request<ApplyDelayedRequest>,
+    ) -> Result<Response<Check>, Status> {
+        runs::apply_delayed(self, req).await
+    }
+
+    async fn drop_version(
+        &self,
+        req: Request<DropVersionRequest>,
+    ) -> Result<Response<Pipeline>, Status> {
+        pipelines::drop_version(self, req).await
+    }
+
+    async fn get_build(
+        &self,
+        req: Request<GetBuildRequest>,
+    ) -> Result<Response<BuildStatus>, Status> {
+        pipelines::get_build(self, req).await
+    }
+
+    async fn list_workers(
+        &self,
+        req: Request<ListWorkersRequest>,
+    ) -> Result<Response<ListWorkersResponse>, Status> {
+        cluster::list_workers(self, req).await
+    }
+
+    async fn list_tasks(
+        &self,
+        req: Request<ListTasksRequest>,
+    ) -> Result<Response<ListTasksResponse>, Status> {
+        cluster::list_tasks(self, req).await
+    }
+
+    async fn rebalance(
+        &self,
+        req: Request<RebalanceRequest>,
+    ) -> Result<Response<RebalanceResponse>, Status> {
+        cluster::rebalance(self, req).await
+    }
+
+    async fn list_events(
+        &self,
+        req: Request<ListEventsRequest>,
+    ) -> Result<Response<ListEventsResponse>, Status> {
+        cluster::list_events(self, req).await
+    }
+
+    async fn list_dead_letters(
+        &self,
+        req: Request<ListDeadLettersRequest>,
+    ) -> Result<Response<ListDeadLettersResponse>, Status> {
+        letters::list_dead_letters(self, req).await
+    }
+
+    async fn replay_dead_letters(
+        &self,
+        req: Request<ReplayDeadLettersRequest>,
+    ) -> Result<Response<ReplayDeadLettersResponse>, Status> {
+        letters::replay_dead_letters(self, req).await
+    }
+
+    async fn list_words(
+        &self,
+        req: Request<ListWordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        words::list_words(self, req).await
+    }
+
+    async fn add_words(
+        &self,
+        req: Request<WordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        words::add_words(self, req).await
+    }
+
+    async fn edit_word(&self, req: Request<EditWordRequest>) -> Result<Response<Word>, Status> {
+        words::edit_word(self, req).await
+    }
+
+    async fn publish_words(
+        &self,
+        req: Request<WordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        words::publish_words(self, req).await
+    }
+
+    async fn delete_words(
+        &self,
+        req: Request<WordsRequest>,
+    ) -> Result<Response<ListWordsResponse>, Status> {
+        words::delete_words(self, req).await
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerReports for AdminApi {
+    async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
+        let report = req.into_inner();
+        if !sluice_model::pipeline::is_name(&report.worker, 255) {
+            return Err(Status::invalid_argument(format!(
+                "worker: `{}` must be 1..=255 characters of [A-Za-z0-9._-]",
+                report.worker
+            )));
+        }
+        let coord = self.coord()?;
+        let assigned = coord
+            .children(&layout::assignments(&report.worker))
+            .await
+            .map_err(internal)?;
+        // Only the worker a task is assigned to speaks for it (a worker that lost its
+        // session may still report the task it dropped).
+        for t in report.tasks.iter().filter(|t| assigned.contains(&t.source)) {
+            self.shared
+                .meta
+                .save_status(&report.worker, t)
+                .await
+                .map_err(meta_err)?;
+            crate::metrics::update(|g| {
+                g.source_lag.insert(t.source.clone(), t.lag_seconds);
+            });
+        }
+        for e in &report.events {
+            self.shared
+                .meta
+                .add_event(&report.worker, &e.kind, &e.subject, &e.message)
+                .await
+                .map_err(meta_err)?;
+        }
+        Ok(Response::new(ReportAck {}))
+    }
+}

@@ -1,0 +1,208 @@
+//! What happened, as the meta database remembers it: assignment decisions, events, the
+//! workers' last reports of their tasks, and dead letters replayed.
+
+use std::collections::HashMap;
+
+use mysql_async::prelude::*;
+use sluice_proto::v1::{Event, TaskProgress};
+
+use super::{Meta, MetaError};
+
+/// A worker's last report of a task.
+#[derive(Debug, Clone)]
+pub struct TaskStatus {
+    pub worker: String,
+    pub state: String,
+    pub events_published: u64,
+    pub lag_seconds: f64,
+    pub reported_at_ms: i64,
+}
+
+impl Meta {
+    /// Records an assignment decision (and the event saying so); its id is the
+    /// assignment's generation.
+    pub async fn record_assignment(
+        &self,
+        epoch: u64,
+        center: &str,
+        task: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+        reason: &str,
+    ) -> Result<u64, MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "INSERT INTO assignments (task, worker, from_worker, epoch, reason) VALUES (?, ?, ?, ?, ?)",
+            (task, to, from, epoch, reason),
+        )
+        .await?;
+        let generation = tx.last_insert_id().unwrap_or(0);
+        let message = match (from, to) {
+            (Some(f), Some(t)) => format!("moved from {f} to {t}: {reason}"),
+            (None, Some(t)) => format!("assigned to {t}: {reason}"),
+            (Some(f), None) => format!("taken from {f}: {reason}"),
+            (None, None) => format!("unassigned: {reason}"),
+        };
+        insert_event(&mut tx, center, "assignment", task, &message).await?;
+        tx.commit().await?;
+        Ok(generation)
+    }
+
+    /// Appends an event (leader changes, worker reports). Not fenced: events are a log,
+    /// and a deposed leader's account of what it saw is still true.
+    pub async fn add_event(
+        &self,
+        origin: &str,
+        kind: &str,
+        subject: &str,
+        message: &str,
+    ) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        insert_event(&mut conn, origin, kind, subject, message).await
+    }
+
+    /// Appends the event unless the same one (kind, subject, message) is already
+    /// recorded: for a state that every pass of the leader sees again.
+    pub async fn add_event_once(
+        &self,
+        origin: &str,
+        kind: &str,
+        subject: &str,
+        message: &str,
+    ) -> Result<bool, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let seen: Option<u64> = conn
+            .exec_first(
+                "SELECT id FROM events WHERE subject = ? AND kind = ? AND message = ? LIMIT 1",
+                (subject, kind, message),
+            )
+            .await?;
+        if seen.is_some() {
+            return Ok(false);
+        }
+        insert_event(&mut conn, origin, kind, subject, message).await?;
+        Ok(true)
+    }
+
+    pub async fn events(&self, limit: u32, subject: &str) -> Result<Vec<Event>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let limit = limit.clamp(1, 10_000);
+        let rows: Vec<(u64, i64, String, String, String, String)> = conn
+            .exec(
+                "SELECT id, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED), origin, kind, subject, message
+                 FROM events WHERE (? = '' OR subject = ?) ORDER BY id DESC LIMIT ?",
+                (subject, subject, limit),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, at_ms, origin, kind, subject, message)| Event {
+                id: id as i64,
+                at_ms,
+                origin,
+                kind,
+                subject,
+                message,
+            })
+            .collect())
+    }
+
+    pub async fn save_status(&self, worker: &str, t: &TaskProgress) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "INSERT INTO task_status (task, worker, state, position, gtid, events_published, lag_seconds)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE worker = VALUES(worker), state = VALUES(state),
+               position = VALUES(position), gtid = VALUES(gtid),
+               events_published = VALUES(events_published), lag_seconds = VALUES(lag_seconds)",
+            (
+                &t.source,
+                worker,
+                &t.state,
+                &t.position,
+                &t.gtid,
+                t.events_published,
+                t.lag_seconds,
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn statuses(&self) -> Result<HashMap<String, TaskStatus>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, String, String, u64, f64, i64)> = conn
+            .query(
+                "SELECT task, worker, state, events_published, lag_seconds,
+                        CAST(UNIX_TIMESTAMP(reported_at) * 1000 AS SIGNED) FROM task_status",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(task, worker, state, events_published, lag_seconds, reported_at_ms)| {
+                    (
+                        task,
+                        TaskStatus {
+                            worker,
+                            state,
+                            events_published,
+                            lag_seconds,
+                            reported_at_ms,
+                        },
+                    )
+                },
+            )
+            .collect())
+    }
+
+    /// The generation of each task's latest assignment.
+    pub async fn generations(&self) -> Result<HashMap<String, u64>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, u64)> = conn
+            .query("SELECT task, MAX(id) FROM assignments GROUP BY task")
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// When each replayed dead letter (by id) was last replayed, ms since the epoch.
+    pub async fn replays(&self) -> Result<HashMap<String, i64>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(String, i64)> = conn
+            .query(
+                "SELECT letter, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED) FROM dead_letter_replays",
+            )
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Records that the leader at `epoch` replayed `letter` to `to`.
+    pub async fn record_replay(&self, epoch: u64, letter: &str, to: &str) -> Result<(), MetaError> {
+        let mut tx = self.fenced(epoch).await?;
+        tx.exec_drop(
+            "INSERT INTO dead_letter_replays (letter, replayed_to, epoch) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE replayed_to = VALUES(replayed_to), epoch = VALUES(epoch),
+               at = CURRENT_TIMESTAMP(3)",
+            (letter, to, epoch),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+pub(super) async fn insert_event(
+    q: &mut impl Queryable,
+    origin: &str,
+    kind: &str,
+    subject: &str,
+    message: &str,
+) -> Result<(), MetaError> {
+    q.exec_drop(
+        "INSERT INTO events (origin, kind, subject, message) VALUES (?, ?, ?, ?)",
+        (origin, kind, subject, message),
+    )
+    .await?;
+    crate::metrics::EVENTS.add(1, &[opentelemetry::KeyValue::new("kind", kind.to_owned())]);
+    Ok(())
+}
