@@ -74,6 +74,69 @@ pub(crate) async fn campaign_forever(
     }
 }
 
+/// Records the leadership at `epoch` (the meta database's fence, an event, the gauges);
+/// the gauges stop saying so when the guard returned is dropped, however leading ends.
+async fn take_leadership(shared: &Shared, epoch: u64) -> Result<NotLeading> {
+    let me = &shared.cfg.center.id;
+    shared
+        .meta
+        .take_leadership(epoch, me)
+        .await
+        .context("cannot record the leadership in the meta database")?;
+    let led = format!("leads at epoch {epoch}");
+    let _ = shared.meta.add_event(me, "leader", me, &led).await;
+    shared.leading.send_replace(Some(epoch));
+    crate::metrics::update(|g| {
+        g.leader = true;
+        g.epoch = epoch;
+    });
+    tracing::info!(epoch, "leading: reconciling");
+    Ok(NotLeading)
+}
+
+/// Dropped when leading ends: the gauges stop saying this replica leads.
+struct NotLeading;
+
+impl Drop for NotLeading {
+    fn drop(&mut self) {
+        crate::metrics::update(|g| {
+            g.leader = false;
+            g.workers_live = None;
+            g.tasks.clear();
+            g.pipelines.clear();
+            g.builds.clear();
+            g.needs_rebuild.clear();
+        });
+    }
+}
+
+/// While the ZooKeeper connection is in doubt: acts on nothing (the API says so) until it
+/// is back, the leadership is lost (`Err`), or shutdown (`false`). The lease can also
+/// come back without a state change (a late heartbeat answer): it looks again shortly.
+async fn in_doubt(
+    shared: &Shared,
+    term: &Term<'_>,
+    leadership: &Leadership,
+    shutdown: &CancellationToken,
+) -> Result<bool> {
+    shared.leading.send_replace(None);
+    let mut session = term.coord.session();
+    tokio::select! {
+        why = leadership.lost() => return Err(lost(why)),
+        _ = session.changed() => {}
+        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        _ = shutdown.cancelled() => return Ok(false),
+    }
+    if leadership.is_acting() {
+        shared.leading.send_replace(Some(term.epoch()));
+    }
+    Ok(true)
+}
+
+fn lost(why: String) -> CenterError {
+    CenterError::Deposed(format!("leadership lost: {why}"))
+}
+
 /// Leads until the leadership is lost, a deposition is detected, or shutdown.
 async fn lead(
     shared: &Shared,
@@ -84,55 +147,14 @@ async fn lead(
 ) -> Result<()> {
     let epoch = term.epoch();
     let me = &shared.cfg.center.id;
-    shared
-        .meta
-        .take_leadership(epoch, me)
-        .await
-        .context("cannot record the leadership in the meta database")?;
-    let _ = shared
-        .meta
-        .add_event(me, "leader", me, &format!("leads at epoch {epoch}"))
-        .await;
-    shared.leading.send_replace(Some(epoch));
-    crate::metrics::update(|g| {
-        g.leader = true;
-        g.epoch = epoch;
-    });
-    // However leading ends, the gauges stop saying so.
-    struct NotLeading;
-    impl Drop for NotLeading {
-        fn drop(&mut self) {
-            crate::metrics::update(|g| {
-                g.leader = false;
-                g.workers_live = None;
-                g.tasks.clear();
-                g.pipelines.clear();
-                g.builds.clear();
-                g.needs_rebuild.clear();
-            });
-        }
-    }
-    let _not_leading = NotLeading;
-    tracing::info!(epoch, "leading: reconciling");
-    let lost = |why| CenterError::Deposed(format!("leadership lost: {why}"));
+    let _not_leading = take_leadership(shared, epoch).await?;
     let main = async {
         let mut pending: Option<oneshot::Sender<Vec<Move>>> = None;
         let mut backoff = shared.cfg.center.retry().backoff();
         loop {
             if !leadership.is_acting() {
-                // Connection in doubt: act on nothing until it is back (or lost for good).
-                shared.leading.send_replace(None);
-                // The lease can also come back without a state change (a late heartbeat
-                // answer): look again shortly as well.
-                let mut session = term.coord.session();
-                tokio::select! {
-                    why = leadership.lost() => return Err(lost(why)),
-                    _ = session.changed() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    _ = shutdown.cancelled() => return Ok(()),
-                }
-                if leadership.is_acting() {
-                    shared.leading.send_replace(Some(epoch));
+                if !in_doubt(shared, term, leadership, shutdown).await? {
+                    return Ok(());
                 }
                 continue;
             }

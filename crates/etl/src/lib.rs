@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use sluice_elastic::EsClient;
 use sluice_kafka::{CommitMode, Feed};
 use sluice_runtime::ConfigError;
 use tokio::sync::watch;
@@ -75,171 +76,82 @@ fn file_pipelines(cfg: &EtlConfig) -> Vec<Active> {
 }
 
 /// Runs until `shutdown` is cancelled, then applies and commits the batch in hand.
+///
+/// The loop is kept whole, past 80 lines, so that a batch's life reads in one
+/// place: re-route, re-share, collect while earlier batches land, apply, drain at the end.
 pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) -> Result<()> {
-    let es = cfg.elasticsearch.client().context("elasticsearch")?;
-    let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
-        .context("cannot create the dead-letter producer")?;
-    let own = [cfg.topics.dead_letter.clone(), cfg.topics.delayed.clone()];
-    sluice_kafka::ensure_topics(&cfg.kafka, &own)
-        .await
-        .context("cannot create the dead-letter and delayed topics")?;
-    // The consumer never joins its group: the members share the partitions among
-    // themselves (`share`), and the group only keeps their committed offsets.
-    let feed =
-        Feed::new(&cfg.kafka, &cfg.etl.group_id).context("cannot create the Kafka consumer")?;
+    let (es, producer, feed) = clients(&cfg).await?;
     let me = cfg
         .etl
         .instance_id
         .clone()
         .unwrap_or_else(|| format!("etl-{}", sluice_model::now_ms()));
-
-    // The pipelines: from the file, and from the center when a [zookeeper] section is set.
-    let (pipelines_tx, mut pipelines) = watch::channel(None);
-    let (applied_tx, applied) = watch::channel(sluice_zk::layout::EtlRecord::default());
-    let (verdict_tx, verdicts) = tokio::sync::mpsc::unbounded_channel();
-    let (notes_tx, notes) = tokio::sync::mpsc::unbounded_channel();
-    // The live members of the group, once the follower has read them; without
-    // ZooKeeper this one alone, consuming every partition.
-    let (members_tx, mut members) = watch::channel(None::<Vec<String>>);
-    let follower = match &cfg.zookeeper {
-        Some(zk) => Some(tokio::spawn(follow::keep_in_step(
-            follow::Follow {
-                zk: zk.clone(),
-                retry: cfg.etl.retry(),
-                member: me.clone(),
-                group: cfg.etl.group_id.clone(),
-                members: members_tx,
-                from_file: file_pipelines(&cfg),
-                file_sources: cfg.sources.clone(),
-                source_access: cfg.source_access(),
-                pipelines: pipelines_tx,
-                applied,
-                verdicts,
-                notes,
-            },
-            shutdown.clone(),
-        ))),
-        None => {
-            pipelines_tx.send_replace(Some(file_pipelines(&cfg)));
-            members_tx.send_replace(Some(Vec::new()));
-            None
-        }
-    };
-    let mut router = Router::new(&[], &cfg.topics);
+    let (follower, mut links) = follow_pipelines(&cfg, &me, &shutdown);
     let mut sources = docs::Sources::default();
     let mut flight = Flight::new(cfg.etl.max_in_flight);
-    let mut bounds = Bounds::new(&cfg);
+    let mut routing = Routing::new(&cfg);
     let ctx = Ctx {
         es: &es,
         producer: &producer,
         feed: &feed,
         cfg: &cfg,
         shutdown: &shutdown,
-        notes: follower.is_some().then_some(&notes_tx),
+        notes: follower.is_some().then_some(&links.notes),
     };
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     let mut reroute = false;
-    let mut retry_reroute: Option<Instant> = None;
-    // The topics of the pipelines in force, the partitions of them this member consumes,
-    // and when to look at the topics' partitions again (a topic may gain some).
-    let mut topics = BTreeSet::new();
-    let mut reshare_at = Instant::now();
-    // Pipelines that cannot be applied yet, and partitions that cannot be taken yet, are
-    // tried again with pauses of their own.
-    let mut reroute_backoff = cfg.etl.retry().backoff();
-    let mut reshare_backoff = cfg.etl.retry().backoff();
-    // A starting etl most often finds a backlog (a restart, partitions taken over): it fills its
-    // first batch, then finds out.
+    // A starting etl most often finds a backlog (a restart, partitions taken over): it
+    // fills its first batch, then finds out.
     let mut loaded = true;
     loop {
-        let retry_due = retry_reroute.is_some_and(|at| Instant::now() >= at);
-        if reroute || retry_due || pipelines.has_changed().unwrap_or(false) {
+        if routing.due(reroute, &links.pipelines) {
             // What is in flight was planned with the pipelines in force: it lands first.
-            if !drain(&ctx, &router, &mut flight, &mut stats, CommitMode::Async).await? {
+            if !drain(
+                &ctx,
+                &routing.router,
+                &mut flight,
+                &mut stats,
+                CommitMode::Async,
+            )
+            .await?
+            {
                 interrupted();
                 break;
             }
-            let list = pipelines.borrow_and_update().clone().unwrap_or_default();
-            match route(&cfg, &list, &topics).await {
-                Ok((mut r, t)) => {
-                    r.check_known(&es, &router.seen_columns()).await;
-                    router = r;
-                    bounds.read_back = t.iter().filter(|t| router.reads_back(t)).cloned().collect();
-                    if t != topics {
-                        topics = t;
-                        reshare_at = Instant::now();
-                    }
-                    retry_reroute = None;
-                    reroute_backoff.reset();
-                    metrics::zero(list.iter().map(|p| p.spec.name.as_str()));
-                    ready.set(true);
-                    // Tell the center which versions this member now writes to.
-                    applied_tx.send_replace(sluice_zk::layout::EtlRecord {
-                        building: list
-                            .iter()
-                            .filter_map(|p| p.building.map(|v| (p.spec.name.clone(), v)))
-                            .collect(),
-                        pipelines: list.iter().map(|p| p.spec.name.clone()).collect(),
-                        history: list
-                            .iter()
-                            .filter(|p| !p.history.is_empty())
-                            .map(|p| (p.spec.name.clone(), p.history.clone()))
-                            .collect(),
-                        group: cfg.etl.group_id.clone(),
-                        partitions: by_topic(&feed.held()),
-                    });
-                }
-                Err(e) => {
-                    // Keep applying the pipelines in force; try the change again shortly.
-                    let pause = reroute_backoff.next_pause();
-                    tracing::warn!(error = %e, retry_in = ?pause, "cannot apply the changed pipelines yet; retrying");
-                    retry_reroute = Some(Instant::now() + pause);
-                }
+            let list = links
+                .pipelines
+                .borrow_and_update()
+                .clone()
+                .unwrap_or_default();
+            if routing.reroute(&cfg, &es, &list).await {
+                metrics::zero(list.iter().map(|p| p.spec.name.as_str()));
+                ready.set(true);
+                // Tell the center which versions this member now writes to.
+                links.applied.send_replace(record_of(&cfg, &list, &feed));
             }
         }
-        let known = members.borrow().is_some();
-        if known && (members.has_changed().unwrap_or(false) || Instant::now() >= reshare_at) {
-            let list = members.borrow_and_update().clone().unwrap_or_default();
-            reshare_at = reshare(&feed, &topics, list, &me, &applied_tx, &mut reshare_backoff);
-        }
+        routing.reshare_if_due(&feed, &mut links.members, &me, &links.applied);
         // For the center: which index versions need a rebuild, as the last re-route or
         // batch found (none without ZooKeeper; the router logged them). Before waiting for
         // the next batch, which may not come soon.
-        for v in router.verdicts.drain(..) {
-            let _ = verdict_tx.send(v);
+        for v in routing.router.verdicts.drain(..) {
+            let _ = links.verdicts.send(v);
         }
         // The next batch is collected while earlier ones are written; those land as
         // their writes finish.
-        let collected = {
-            let collecting = collect(
-                &feed,
-                &bounds,
-                &mut pipelines,
-                &mut members,
-                // Until the members are known, their arrival wakes the collection.
-                retry_reroute
-                    .into_iter()
-                    .chain(known.then_some(reshare_at))
-                    .min()
-                    .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
-                &mut loaded,
-                &shutdown,
-            );
-            tokio::pin!(collecting);
-            loop {
-                tokio::select! {
-                    biased;
-                    landed = flight.land(), if !flight.is_empty() => {
-                        if !land::land(&ctx, &router, landed?, &mut stats, CommitMode::Async).await? {
-                            break None;
-                        }
-                    }
-                    c = &mut collecting => break Some(c),
-                }
-            }
-        };
-        let Some((batch, stop, r)) = collected else {
+        let due = routing.next_look(links.members.borrow().is_some());
+        let collecting = collect(
+            &feed,
+            &routing.bounds,
+            &mut links.pipelines,
+            &mut links.members,
+            due,
+            &mut loaded,
+            &shutdown,
+        );
+        let collected = land_while(&ctx, &routing.router, &mut flight, &mut stats, collecting);
+        let Some((batch, stop, r)) = collected.await? else {
             interrupted();
             break;
         };
@@ -252,34 +164,25 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         } else {
             CommitMode::Async
         };
-        if !batch.msgs.is_empty()
-            && !apply(
+        if !batch.msgs.is_empty() {
+            let router = &mut routing.router;
+            let applied = apply(
                 &ctx,
-                &mut router,
+                router,
                 &mut sources,
                 &mut flight,
                 batch,
                 &mut stats,
                 mode,
-            )
-            .await?
-        {
-            interrupted();
-            break;
-        }
-        if last_report.elapsed() >= Duration::from_secs(10) && stats.events > 0 {
-            tracing::info!(
-                events = stats.events,
-                written = stats.written,
-                stale = stats.stale,
-                retried = stats.retried,
-                dead_lettered = stats.dead_lettered,
-                "progress"
             );
-            last_report = Instant::now();
+            if !applied.await? {
+                interrupted();
+                break;
+            }
         }
+        report_progress(&stats, &mut last_report);
         if stop {
-            if !drain(&ctx, &router, &mut flight, &mut stats, mode).await? {
+            if !drain(&ctx, &routing.router, &mut flight, &mut stats, mode).await? {
                 interrupted();
             }
             break;
@@ -292,6 +195,231 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     sources.close().await;
     tracing::info!("etl stopped");
     Ok(())
+}
+
+/// The clients the etl works with: Elasticsearch, the producer of dead letters and
+/// hand-overs (their topics created), and the consumer of the change topics.
+async fn clients(cfg: &EtlConfig) -> Result<(EsClient, sluice_kafka::SharedProducer, Feed)> {
+    let es = cfg.elasticsearch.client().context("elasticsearch")?;
+    let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
+        .context("cannot create the dead-letter producer")?;
+    let own = [cfg.topics.dead_letter.clone(), cfg.topics.delayed.clone()];
+    sluice_kafka::ensure_topics(&cfg.kafka, &own)
+        .await
+        .context("cannot create the dead-letter and delayed topics")?;
+    // The consumer never joins its group: the members share the partitions among
+    // themselves (`share`), and the group only keeps their committed offsets.
+    let feed =
+        Feed::new(&cfg.kafka, &cfg.etl.group_id).context("cannot create the Kafka consumer")?;
+    Ok((es, producer, feed))
+}
+
+/// Between the batch loop and the follower (or, without ZooKeeper, the file alone).
+struct Links {
+    /// In: the pipelines in force.
+    pipelines: watch::Receiver<Option<Vec<Active>>>,
+    /// In: the live members of the group, once known.
+    members: watch::Receiver<Option<Vec<String>>>,
+    /// Out: what this member applies (its record in `etls/`).
+    applied: watch::Sender<sluice_zk::layout::EtlRecord>,
+    /// Out: whether index versions need a rebuild.
+    verdicts: tokio::sync::mpsc::UnboundedSender<pipeline::Verdict>,
+    /// Out: what to record before a batch's offsets are committed.
+    notes: follow::NotesTx,
+}
+
+/// The pipelines and members this member follows: from the center and the file when a
+/// `[zookeeper]` section is set (the follower's task, returned), from the file alone
+/// otherwise, this member then consuming every partition.
+fn follow_pipelines(
+    cfg: &EtlConfig,
+    me: &str,
+    shutdown: &CancellationToken,
+) -> (Option<tokio::task::JoinHandle<()>>, Links) {
+    let (pipelines_tx, pipelines) = watch::channel(None);
+    let (applied, applied_rx) = watch::channel(sluice_zk::layout::EtlRecord::default());
+    let (verdicts, verdicts_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (notes, notes_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (members_tx, members) = watch::channel(None::<Vec<String>>);
+    let follower = match &cfg.zookeeper {
+        Some(zk) => Some(tokio::spawn(follow::keep_in_step(
+            follow::Follow {
+                zk: zk.clone(),
+                retry: cfg.etl.retry(),
+                member: me.to_owned(),
+                group: cfg.etl.group_id.clone(),
+                members: members_tx,
+                from_file: file_pipelines(cfg),
+                file_sources: cfg.sources.clone(),
+                source_access: cfg.source_access(),
+                pipelines: pipelines_tx,
+                applied: applied_rx,
+                verdicts: verdicts_rx,
+                notes: notes_rx,
+            },
+            shutdown.clone(),
+        ))),
+        None => {
+            pipelines_tx.send_replace(Some(file_pipelines(cfg)));
+            members_tx.send_replace(Some(Vec::new()));
+            None
+        }
+    };
+    let links = Links {
+        pipelines,
+        members,
+        applied,
+        verdicts,
+        notes,
+    };
+    (follower, links)
+}
+
+/// The pipelines in force, the topics they read and the partitions of them this member
+/// consumes, and when to look at each again.
+struct Routing {
+    router: Router,
+    topics: BTreeSet<String>,
+    bounds: Bounds,
+    /// A change of the pipelines that could not be applied yet: when to try again.
+    retry_at: Option<Instant>,
+    backoff: sluice_model::Backoff,
+    /// When to look at the topics' partitions again (a topic may gain some).
+    reshare_at: Instant,
+    reshare_backoff: sluice_model::Backoff,
+}
+
+impl Routing {
+    fn new(cfg: &EtlConfig) -> Self {
+        Routing {
+            router: Router::new(&[], &cfg.topics),
+            topics: BTreeSet::new(),
+            bounds: Bounds::new(cfg),
+            retry_at: None,
+            backoff: cfg.etl.retry().backoff(),
+            reshare_at: Instant::now(),
+            reshare_backoff: cfg.etl.retry().backoff(),
+        }
+    }
+
+    /// Whether to re-route now: asked to, a retry is due, or the pipelines changed.
+    fn due(&self, asked: bool, pipelines: &watch::Receiver<Option<Vec<Active>>>) -> bool {
+        asked
+            || self.retry_at.is_some_and(|at| Instant::now() >= at)
+            || pipelines.has_changed().unwrap_or(false)
+    }
+
+    /// Routes by `list` from now on; `false` when it cannot yet (the pipelines in force
+    /// stay, and it is tried again after a pause).
+    async fn reroute(&mut self, cfg: &EtlConfig, es: &EsClient, list: &[Active]) -> bool {
+        match route(cfg, list, &self.topics).await {
+            Ok((mut r, t)) => {
+                r.check_known(es, &self.router.seen_columns()).await;
+                self.router = r;
+                self.bounds.read_back = t
+                    .iter()
+                    .filter(|t| self.router.reads_back(t))
+                    .cloned()
+                    .collect();
+                if t != self.topics {
+                    self.topics = t;
+                    self.reshare_at = Instant::now();
+                }
+                self.retry_at = None;
+                self.backoff.reset();
+                true
+            }
+            Err(e) => {
+                let pause = self.backoff.next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, "cannot apply the changed pipelines yet; retrying");
+                self.retry_at = Some(Instant::now() + pause);
+                false
+            }
+        }
+    }
+
+    /// Shares the partitions again when the members changed or it is time to look.
+    fn reshare_if_due(
+        &mut self,
+        feed: &Feed,
+        members: &mut watch::Receiver<Option<Vec<String>>>,
+        me: &str,
+        record: &watch::Sender<sluice_zk::layout::EtlRecord>,
+    ) {
+        let known = members.borrow().is_some();
+        if known && (members.has_changed().unwrap_or(false) || Instant::now() >= self.reshare_at) {
+            let list = members.borrow_and_update().clone().unwrap_or_default();
+            let backoff = &mut self.reshare_backoff;
+            self.reshare_at = reshare(feed, &self.topics, list, me, record, backoff);
+        }
+    }
+
+    /// When the collection of a batch must stop waiting to look again (until the members
+    /// are known, their arrival wakes it).
+    fn next_look(&self, members_known: bool) -> Instant {
+        self.retry_at
+            .into_iter()
+            .chain(members_known.then_some(self.reshare_at))
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))
+    }
+}
+
+/// This member's record for the center: the versions it builds and keeps as history,
+/// its pipelines, its group and the partitions it consumes.
+fn record_of(cfg: &EtlConfig, list: &[Active], feed: &Feed) -> sluice_zk::layout::EtlRecord {
+    sluice_zk::layout::EtlRecord {
+        building: list
+            .iter()
+            .filter_map(|p| p.building.map(|v| (p.spec.name.clone(), v)))
+            .collect(),
+        pipelines: list.iter().map(|p| p.spec.name.clone()).collect(),
+        history: list
+            .iter()
+            .filter(|p| !p.history.is_empty())
+            .map(|p| (p.spec.name.clone(), p.history.clone()))
+            .collect(),
+        group: cfg.etl.group_id.clone(),
+        partitions: by_topic(&feed.held()),
+    }
+}
+
+/// Lands the batches in flight whose writes finish while `collecting` runs; its batch,
+/// or `None` when shutdown interrupted a landing.
+async fn land_while(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    flight: &mut land::InFlight,
+    stats: &mut Stats,
+    collecting: impl std::future::Future<Output = (batch::Batch, bool, bool)>,
+) -> Result<Option<(batch::Batch, bool, bool)>> {
+    tokio::pin!(collecting);
+    loop {
+        tokio::select! {
+            biased;
+            landed = flight.land(), if !flight.is_empty() => {
+                if !land::land(ctx, router, landed?, stats, CommitMode::Async).await? {
+                    return Ok(None);
+                }
+            }
+            c = &mut collecting => return Ok(Some(c)),
+        }
+    }
+}
+
+/// A progress line every 10 s while events flow.
+fn report_progress(stats: &Stats, last: &mut Instant) {
+    if last.elapsed() >= Duration::from_secs(10) && stats.events > 0 {
+        tracing::info!(
+            events = stats.events,
+            written = stats.written,
+            stale = stats.stale,
+            retried = stats.retried,
+            dead_lettered = stats.dead_lettered,
+            "progress"
+        );
+        *last = Instant::now();
+    }
 }
 
 fn interrupted() {

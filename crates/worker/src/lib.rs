@@ -25,7 +25,7 @@ use std::time::Duration;
 use sluice_runtime::telemetry::Readiness;
 use sluice_runtime::ConfigError;
 use sluice_zk::layout::{self, WorkerRecord};
-use sluice_zk::{SessionEnd, Sessions};
+use sluice_zk::{Coordinator, SessionEnd, Sessions};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,6 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
     let cfg = Arc::new(cfg);
     let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
         .context("cannot create the Kafka producer")?;
-    let known_topics = Arc::new(Mutex::new(HashSet::new()));
     let es = match &cfg.elasticsearch {
         Some(section) => Some(
             section
@@ -69,7 +68,15 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
         mode = if cluster { "cluster (tasks assigned by the center)" } else { "standalone (sources from the file)" },
         "worker starting"
     );
-    let started_at_ms = sluice_model::now_ms();
+    let worker = Worker {
+        cfg: cfg.clone(),
+        producer: producer.clone(),
+        es,
+        reports: reports.clone(),
+        known_topics: Arc::new(Mutex::new(HashSet::new())),
+        started_at_ms: sluice_model::now_ms(),
+        shutdown: shutdown.clone(),
+    };
     let retry = cfg.worker.retry();
     let mut sessions = Sessions::new(cfg.zookeeper.clone(), retry, "the worker", shutdown.clone());
     while let Some(coord) = sessions.next().await {
@@ -80,80 +87,10 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
             reports.clone(),
             session_done.clone(),
         ));
-        let make_ctx = |task: &str, stop: CancellationToken| task::TaskCtx {
-            cfg: cfg.clone(),
-            producer: producer.clone(),
-            coord: coord.clone(),
-            shutdown: stop,
-            known_topics: known_topics.clone(),
-            progress: reports.task(task),
-            reports: reports.clone(),
-        };
         let end = if cluster {
-            let me = WorkerRecord {
-                id: cfg.worker.id.clone(),
-                addr: cfg.worker.advertise.clone().unwrap_or_default(),
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                started_at_ms,
-                registered_at_ms: sluice_model::now_ms(),
-                capacity: cfg.worker.capacity,
-            };
-            let data = serde_json::to_vec(&me).expect("worker record serializes");
-            match coord
-                .register(&layout::worker(&cfg.worker.id), &data, &shutdown)
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(worker = %cfg.worker.id, "registered; following assignments");
-                    ready.set(true);
-                    let jobs = Arc::new(snapshot::Jobs {
-                        cfg: cfg.clone(),
-                        coord: coord.clone(),
-                        producer: producer.clone(),
-                        reports: reports.clone(),
-                    });
-                    let checks = es.clone().map(|es| {
-                        Arc::new(check::Checks {
-                            cfg: cfg.clone(),
-                            coord: coord.clone(),
-                            producer: producer.clone(),
-                            es,
-                        })
-                    });
-                    let access = cfg.source_access();
-                    tokio::join!(
-                        async {
-                            if let Some(checks) = checks {
-                                check::claim_chunks(checks, &shutdown).await;
-                            }
-                        },
-                        assigned::run_tasks(
-                            &coord,
-                            &cfg.worker.id,
-                            cfg.worker.retry(),
-                            &make_ctx,
-                            &access,
-                            &reports,
-                            &shutdown,
-                        ),
-                        snapshot::run_jobs(jobs, &shutdown),
-                    );
-                    SessionEnd::Ended
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot register the worker");
-                    SessionEnd::Failed
-                }
-            }
+            worker.in_cluster(&coord, &ready).await
         } else {
-            let mut tasks = JoinSet::new();
-            for source in cfg.sources.iter().cloned() {
-                let ctx = make_ctx(&source.name, shutdown.clone());
-                tasks.spawn(async move { task::run_source(ctx, source, Default::default()).await });
-            }
-            ready.set(true);
-            while tasks.join_next().await.is_some() {}
-            SessionEnd::Ended
+            worker.standalone(&coord, &ready).await
         };
         ready.set(false);
         session_done.cancel();
@@ -165,4 +102,99 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
     }
     tracing::info!("worker stopped");
     Ok(())
+}
+
+/// What every session of the worker shares.
+struct Worker {
+    cfg: Arc<WorkerConfig>,
+    producer: sluice_kafka::SharedProducer,
+    es: Option<sluice_elastic::EsClient>,
+    reports: Arc<report::Reports>,
+    known_topics: Arc<Mutex<HashSet<String>>>,
+    started_at_ms: i64,
+    shutdown: CancellationToken,
+}
+
+impl Worker {
+    /// What a binlog task of `task` runs with in the session of `coord`, until `stop`.
+    fn task_ctx(&self, coord: &Coordinator, task: &str, stop: CancellationToken) -> task::TaskCtx {
+        task::TaskCtx {
+            cfg: self.cfg.clone(),
+            producer: self.producer.clone(),
+            coord: coord.clone(),
+            shutdown: stop,
+            known_topics: self.known_topics.clone(),
+            progress: self.reports.task(task),
+            reports: self.reports.clone(),
+        }
+    }
+
+    /// A session in a cluster: registers, then runs the assigned tasks, the build jobs
+    /// and (with `[elasticsearch]`) the check chunks until the session ends.
+    async fn in_cluster(&self, coord: &Coordinator, ready: &Readiness) -> SessionEnd {
+        let cfg = &self.cfg;
+        let me = WorkerRecord {
+            id: cfg.worker.id.clone(),
+            addr: cfg.worker.advertise.clone().unwrap_or_default(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at_ms: self.started_at_ms,
+            registered_at_ms: sluice_model::now_ms(),
+            capacity: cfg.worker.capacity,
+        };
+        let data = serde_json::to_vec(&me).expect("worker record serializes");
+        let at = layout::worker(&cfg.worker.id);
+        if let Err(e) = coord.register(&at, &data, &self.shutdown).await {
+            tracing::warn!(error = %e, "cannot register the worker");
+            return SessionEnd::Failed;
+        }
+        tracing::info!(worker = %cfg.worker.id, "registered; following assignments");
+        ready.set(true);
+        let jobs = Arc::new(snapshot::Jobs {
+            cfg: cfg.clone(),
+            coord: coord.clone(),
+            producer: self.producer.clone(),
+            reports: self.reports.clone(),
+        });
+        let checks = self.es.clone().map(|es| {
+            Arc::new(check::Checks {
+                cfg: cfg.clone(),
+                coord: coord.clone(),
+                producer: self.producer.clone(),
+                es,
+            })
+        });
+        let access = cfg.source_access();
+        let make_ctx = |task: &str, stop| self.task_ctx(coord, task, stop);
+        let shutdown = &self.shutdown;
+        tokio::join!(
+            async {
+                if let Some(checks) = checks {
+                    check::claim_chunks(checks, shutdown).await;
+                }
+            },
+            assigned::run_tasks(
+                coord,
+                &cfg.worker.id,
+                cfg.worker.retry(),
+                &make_ctx,
+                &access,
+                &self.reports,
+                shutdown,
+            ),
+            snapshot::run_jobs(jobs, shutdown),
+        );
+        SessionEnd::Ended
+    }
+
+    /// A session of a standalone worker: the file's sources, until they stop.
+    async fn standalone(&self, coord: &Coordinator, ready: &Readiness) -> SessionEnd {
+        let mut tasks = JoinSet::new();
+        for source in self.cfg.sources.iter().cloned() {
+            let ctx = self.task_ctx(coord, &source.name, self.shutdown.clone());
+            tasks.spawn(async move { task::run_source(ctx, source, Default::default()).await });
+        }
+        ready.set(true);
+        while tasks.join_next().await.is_some() {}
+        SessionEnd::Ended
+    }
 }
