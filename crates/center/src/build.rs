@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use sluice_elastic::{AliasAction, EsClient};
+use sluice_model::BuildPhase;
 use sluice_proto::v1::BuildStatus;
 use sluice_zk::layout::{
     self, BuildRecord, ChunkCursor, EtlRecord, JobFailure, JobRecord, PlanRecord,
@@ -124,9 +125,10 @@ pub(crate) async fn drive(
     crate::metrics::update(|g| {
         g.builds
             .retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
-        for (name, b) in g.builds.iter_mut() {
+        for (name, (phase, b)) in g.builds.iter_mut() {
             if !building.contains_key(name.as_str()) {
-                b.phase = "done".into();
+                *phase = BuildPhase::Done;
+                b.phase = phase.as_str().into();
             }
         }
     });
@@ -249,16 +251,17 @@ async fn drive_one(
             .await?;
         return Ok(());
     }
-    let (status, chunk_done) = progress(coord, p).await?;
+    let (Progress { phase, status }, chunk_done) = progress(coord, p).await?;
     crate::metrics::update(|g| {
-        g.builds.insert(p.spec.name.clone(), status.clone());
+        g.builds
+            .insert(p.spec.name.clone(), (phase, status.clone()));
     });
-    tracing::debug!(pipeline = %p.spec.name, phase = %status.phase, chunks_done = status.chunks_done, "build step");
+    tracing::debug!(pipeline = %p.spec.name, %phase, chunks_done = status.chunks_done, "build step");
     let job = |kind: &str| format!("{}~{kind}", p.spec.name);
     let chunk_job = |n: usize| job(&layout::chunk_name(n as u32));
     // Jobs whose work is done leave room for the next.
     let mut finished: Vec<String> = Vec::new();
-    if status.phase != "planning" && status.phase != "waiting for etl" {
+    if !matches!(phase, BuildPhase::Planning | BuildPhase::WaitingForEtl) {
         finished.push(job("plan"));
     }
     finished.extend(
@@ -266,7 +269,7 @@ async fn drive_one(
             .filter(|&n| chunk_done[n])
             .map(chunk_job),
     );
-    if status.phase == "swap" || status.phase == "held" {
+    if matches!(phase, BuildPhase::Swap | BuildPhase::Held) {
         finished.push(job("mark"));
     }
     for name in finished {
@@ -277,17 +280,16 @@ async fn drive_one(
                 .await?;
         }
     }
-    match status.phase.as_str() {
-        "waiting for etl" => Ok(()),
-        "planning" => ensure_job(term, v, job("plan"), live, all_jobs).await,
-        "snapshotting" => {
+    match phase {
+        BuildPhase::Planning => ensure_job(term, v, job("plan"), live, all_jobs).await,
+        BuildPhase::Snapshotting => {
             for n in (0..chunk_done.len()).filter(|&n| !chunk_done[n]) {
                 ensure_job(term, v, chunk_job(n), live, all_jobs).await?;
             }
             Ok(())
         }
-        "catching up" => ensure_job(term, v, job("mark"), live, all_jobs).await,
-        "held" if !record.searchable => {
+        BuildPhase::CatchingUp => ensure_job(term, v, job("mark"), live, all_jobs).await,
+        BuildPhase::Held if !record.searchable => {
             make_searchable(es(shared)?, p).await?;
             tracing::info!(pipeline = %p.spec.name, version = v, "build caught up: held for verification, searchable");
             let rec = BuildRecord {
@@ -296,8 +298,12 @@ async fn drive_one(
             };
             put_build(term, &rec).await
         }
-        "swap" => swap(shared, term, p).await,
-        _ => Ok(()),
+        BuildPhase::Swap => swap(shared, term, p).await,
+        BuildPhase::WaitingForEtl
+        | BuildPhase::Held
+        | BuildPhase::None
+        | BuildPhase::Done
+        | BuildPhase::Failed => Ok(()),
     }
 }
 
@@ -336,22 +342,33 @@ async fn failed_for_good(coord: &Coordinator, p: &StoredPipeline) -> Result<Opti
     Ok(None)
 }
 
+/// Where a pipeline's build stands, as the API shows it and the leader acts on it.
+pub(crate) struct Progress {
+    pub phase: BuildPhase,
+    pub status: BuildStatus,
+}
+
+impl Progress {
+    fn at(phase: BuildPhase, mut status: BuildStatus) -> Self {
+        status.phase = phase.as_str().into();
+        Progress { phase, status }
+    }
+}
+
 /// Where a pipeline's build stands (any replica can compute it).
-pub(crate) async fn status(coord: &Coordinator, p: &StoredPipeline) -> Result<BuildStatus> {
+pub(crate) async fn status(coord: &Coordinator, p: &StoredPipeline) -> Result<Progress> {
     Ok(progress(coord, p).await?.0)
 }
 
-/// The build's status and, once planned, which chunks are done (read once per pass).
-async fn progress(coord: &Coordinator, p: &StoredPipeline) -> Result<(BuildStatus, Vec<bool>)> {
-    let mut done = Vec::new();
+/// The build's progress and, once planned, which chunks are done (read once per pass).
+async fn progress(coord: &Coordinator, p: &StoredPipeline) -> Result<(Progress, Vec<bool>)> {
     let mut s = BuildStatus {
         pipeline: p.spec.name.clone(),
         version: p.building_version,
-        phase: "none".into(),
         ..Default::default()
     };
     if p.building_version == 0 {
-        return Ok((s, done));
+        return Ok((Progress::at(BuildPhase::None, s), Vec::new()));
     }
     let v = p.building_version;
     let record = coord
@@ -361,25 +378,12 @@ async fn progress(coord: &Coordinator, p: &StoredPipeline) -> Result<(BuildStatu
     if let Some(rec) = &record {
         s.started_at_ms = rec.started_at_ms;
     }
-    let mut etls = 0;
-    let mut unaware = Vec::new();
-    // The version the alias leaves must be written as history before it leaves.
-    let history = p.announced_history();
-    for member in coord.children("etls").await? {
-        etls += 1;
-        let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await.ok().flatten();
-        if rec.is_none_or(|r| {
-            r.building.get(&p.spec.name) != Some(&v) || !r.writes_history(&p.spec.name, &history)
-        }) {
-            unaware.push(member);
-        }
-    }
+    let (etls, unaware) = etls_unaware(coord, p).await?;
     // With no etl running nothing is being applied: an etl that starts later reads the
     // pipeline, building version included, before it applies anything.
     if !unaware.is_empty() {
-        s.phase = "waiting for etl".into();
         s.message = format!("waiting for {} to write to version {v}", unaware.join(", "));
-        return Ok((s, done));
+        return Ok((Progress::at(BuildPhase::WaitingForEtl, s), Vec::new()));
     }
     if etls == 0 {
         s.message =
@@ -389,14 +393,62 @@ async fn progress(coord: &Coordinator, p: &StoredPipeline) -> Result<(BuildStatu
         .get_json::<PlanRecord>(&layout::build_plan(&p.spec.name))
         .await?
     else {
-        s.phase = "planning".into();
-        return Ok((s, done));
+        return Ok((Progress::at(BuildPhase::Planning, s), Vec::new()));
     };
+    let done = chunks_read(coord, p, &plan, &mut s).await?;
+    if s.chunks_done < plan.chunks {
+        return Ok((Progress::at(BuildPhase::Snapshotting, s), done));
+    }
+    let (caught, partitions) = caught_up(coord, p).await?;
+    let phase = match partitions {
+        Some(k) if caught >= k && record.as_ref().is_some_and(|r| r.verify && !r.released) => {
+            s.message = format!(
+                "caught up; held beside the live version: `sluicectl pipelines compare {0}`, then `pipelines swap {0}`",
+                p.spec.name
+            );
+            BuildPhase::Held
+        }
+        Some(k) if caught >= k => BuildPhase::Swap,
+        Some(k) => {
+            s.message = format!("etl applied the marker on {caught} of {k} partitions");
+            BuildPhase::CatchingUp
+        }
+        None => BuildPhase::CatchingUp,
+    };
+    Ok((Progress::at(phase, s), done))
+}
+
+/// How many etl members there are, and those that do not write to `p`'s building version
+/// yet (or, the version the alias leaves, as history: it must be before it leaves).
+async fn etls_unaware(coord: &Coordinator, p: &StoredPipeline) -> Result<(usize, Vec<String>)> {
+    let v = p.building_version;
+    let history = p.announced_history();
+    let members = coord.children("etls").await?;
+    let mut unaware = Vec::new();
+    for member in &members {
+        let rec: Option<EtlRecord> = coord.get_json(&layout::etl(member)).await.ok().flatten();
+        if rec.is_none_or(|r| {
+            r.building.get(&p.spec.name) != Some(&v) || !r.writes_history(&p.spec.name, &history)
+        }) {
+            unaware.push(member.clone());
+        }
+    }
+    Ok((members.len(), unaware))
+}
+
+/// Adds up the chunks' cursors into `s`; which chunks are done.
+async fn chunks_read(
+    coord: &Coordinator,
+    p: &StoredPipeline,
+    plan: &PlanRecord,
+    s: &mut BuildStatus,
+) -> Result<Vec<bool>> {
     s.chunks = plan.chunks;
     s.rows_estimated = plan.estimated_rows;
+    let mut done = Vec::new();
     for n in 0..plan.chunks {
         let cursor = coord
-            .read_checkpoint(&layout::chunk_task(&p.spec.name, v, n))
+            .read_checkpoint(&layout::chunk_task(&p.spec.name, p.building_version, n))
             .await?
             .and_then(|b| serde_json::from_slice::<ChunkCursor>(&b).ok())
             .unwrap_or_default();
@@ -406,47 +458,30 @@ async fn progress(coord: &Coordinator, p: &StoredPipeline) -> Result<(BuildStatu
     }
     let elapsed = (sluice_model::now_ms() - s.started_at_ms).max(1) as f64 / 1000.0;
     s.rows_per_sec = s.rows_done as f64 / elapsed;
-    if s.chunks_done < plan.chunks {
-        s.phase = "snapshotting".into();
-        return Ok((s, done));
-    }
+    Ok(done)
+}
+
+/// On how many partitions the etl applied the build's catch-up marker, and how many it
+/// was written to (`None` before it was).
+async fn caught_up(coord: &Coordinator, p: &StoredPipeline) -> Result<(u32, Option<u32>)> {
+    let name = &p.spec.name;
     let partitions: Option<u32> = coord
-        .get(&layout::build_partitions(&p.spec.name))
+        .get(&layout::build_partitions(name))
         .await?
         .and_then(|n| String::from_utf8(n.data).ok()?.parse().ok());
-    let caught = {
-        let mut n = 0;
-        for part in coord
-            .children(&layout::build_caught_up(&p.spec.name))
+    let version = p.building_version.to_string();
+    let mut caught = 0;
+    for part in coord.children(&layout::build_caught_up(name)).await? {
+        let at = format!("{}/{part}", layout::build_caught_up(name));
+        if coord
+            .get(&at)
             .await?
+            .is_some_and(|n| n.data == version.as_bytes())
         {
-            let at = format!("{}/{part}", layout::build_caught_up(&p.spec.name));
-            if coord
-                .get(&at)
-                .await?
-                .is_some_and(|n| n.data == v.to_string().as_bytes())
-            {
-                n += 1;
-            }
+            caught += 1;
         }
-        n
-    };
-    s.phase = match partitions {
-        Some(k) if caught >= k && record.as_ref().is_some_and(|r| r.verify && !r.released) => {
-            s.message = format!(
-                "caught up; held beside the live version: `sluicectl pipelines compare {0}`, then `pipelines swap {0}`",
-                p.spec.name
-            );
-            "held".into()
-        }
-        Some(k) if caught >= k => "swap".into(),
-        Some(k) => {
-            s.message = format!("etl applied the marker on {caught} of {k} partitions");
-            "catching up".into()
-        }
-        None => "catching up".into(),
-    };
-    Ok((s, done))
+    }
+    Ok((caught, partitions))
 }
 
 fn es(shared: &Shared) -> Result<&EsClient> {

@@ -9,6 +9,7 @@
 //! the live version's copy (`LiveTally`). A clean compare is what lets `pipelines swap`
 //! move the alias.
 
+use sluice_model::{BuildPhase, RunState};
 use sluice_zk::layout::{ChunkRecord, RunKind};
 use sluice_zk::Coordinator;
 
@@ -57,8 +58,8 @@ pub(crate) async fn start(
     shared
         .meta
         .start_check(epoch, &check)
-        .await?
-        .map_err(CenterError::Definite)
+        .await
+        .map_err(CenterError::from)
 }
 
 /// Starts a compare of `p`'s held build; a definite error says why it cannot start.
@@ -69,11 +70,11 @@ pub(crate) async fn start_compare(
     p: &StoredPipeline,
     repair: bool,
 ) -> Result<u64> {
-    let status = crate::build::status(coord, p).await?;
-    if status.phase != "held" {
+    let progress = crate::build::status(coord, p).await?;
+    if progress.phase != BuildPhase::Held {
         return Err(CenterError::definite(format!(
             "pipeline `{}` has no build held for verification (build phase: {}); `sluicectl pipelines build {} --verify` holds one once it caught up",
-            p.spec.name, status.phase, p.spec.name
+            p.spec.name, progress.phase, p.spec.name
         )));
     }
     let compare = NewCheck {
@@ -88,8 +89,8 @@ pub(crate) async fn start_compare(
     shared
         .meta
         .start_check(epoch, &compare)
-        .await?
-        .map_err(CenterError::Definite)
+        .await
+        .map_err(CenterError::from)
 }
 
 /// Whether `compare` (the newest of the held build of `p`) lets the alias move: `Err`
@@ -106,12 +107,12 @@ pub(crate) fn clean(
         ));
     };
     let t = &c.tally;
-    match c.state.as_str() {
-        "running" => Err(format!(
+    match c.state {
+        RunState::Running => Err(format!(
             "compare {} is still running: `sluicectl pipelines checks {name} --kind compare`",
             c.id
         )),
-        "failed" => Err(format!(
+        RunState::Failed => Err(format!(
             "compare {} failed: {}",
             c.id,
             t.error.as_deref().unwrap_or("no reason given")
@@ -202,14 +203,14 @@ mod tests {
             building_version: 3,
             history: Default::default(),
         };
-        let run = |version: u32, state: &str, tally: CheckTally| CheckRun {
+        let run = |version: u32, state: RunState, tally: CheckTally| CheckRun {
             id: 7,
             pipeline: "items".into(),
             version,
             since: String::new(),
             since_ms: None,
             repair: false,
-            state: state.into(),
+            state,
             started_by: "operator".into(),
             chunks: 1,
             chunks_done: 1,
@@ -236,16 +237,16 @@ mod tests {
         };
         refused(None, "not compared yet");
         refused(
-            Some(&run(2, "done", CheckTally::default())),
+            Some(&run(2, RunState::Done, CheckTally::default())),
             "not compared yet",
         );
         refused(
-            Some(&run(3, "running", CheckTally::default())),
+            Some(&run(3, RunState::Running, CheckTally::default())),
             "still running",
         );
-        refused(Some(&run(3, "done", drift)), "differs from MySQL");
+        refused(Some(&run(3, RunState::Done, drift)), "differs from MySQL");
         assert_eq!(
-            clean(&p, Some(&run(3, "done", live_only))),
+            clean(&p, Some(&run(3, RunState::Done, live_only))),
             Ok("compare 7".to_owned()),
             "differences from the live version are no reason to refuse"
         );

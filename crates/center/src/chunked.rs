@@ -7,6 +7,7 @@
 //! run ends once every chunk has one. A run that cannot be planned or worked fails with its
 //! reason; a transient failure is tried again on the next pass.
 
+use sluice_model::RunState;
 use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, RunKind};
 use sluice_zk::{Coordinator, Expect};
 
@@ -27,7 +28,10 @@ pub(crate) async fn drive(
     check::schedule(shared, epoch, pipelines).await?;
     delayed::schedule(shared, epoch, pipelines).await?;
     let latest = shared.meta.latest_checks().await?;
-    let running: Vec<&CheckRun> = latest.iter().filter(|c| c.state == "running").collect();
+    let running: Vec<&CheckRun> = latest
+        .iter()
+        .filter(|c| c.state == RunState::Running)
+        .collect();
     // Leftovers of checks that ended (or were replaced).
     for name in coord.children("checks").await? {
         let rec: Option<CheckRecord> = coord.get_json(&layout::check(&name)).await.ok().flatten();
@@ -38,7 +42,7 @@ pub(crate) async fn drive(
     }
     let mut gauges = Vec::new();
     for run in &latest {
-        if run.state != "running" {
+        if run.state != RunState::Running {
             gauges.push((
                 run.pipeline.clone(),
                 gauge(run, run.chunks_done, &run.tally, false),

@@ -52,8 +52,8 @@ pub(crate) async fn start(
     shared
         .meta
         .start_check(epoch, &job)
-        .await?
-        .map_err(CenterError::Definite)
+        .await
+        .map_err(CenterError::from)
 }
 
 /// Starts the jobs that are due: a pipeline's waiting changes are applied at the first

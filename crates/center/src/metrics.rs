@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
 
 use opentelemetry::KeyValue;
+use sluice_model::BuildPhase;
 use sluice_proto::v1::BuildStatus;
 
 pub(crate) static EVENTS: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyLock::new(|| {
@@ -40,7 +41,7 @@ pub(crate) struct Gauges {
     pub workers_live: Option<u64>,
     pub tasks: BTreeMap<String, u64>,
     pub pipelines: BTreeMap<&'static str, u64>,
-    pub builds: BTreeMap<String, BuildStatus>,
+    pub builds: BTreeMap<String, (BuildPhase, BuildStatus)>,
     pub source_lag: BTreeMap<String, f64>,
     /// Per pipeline, 1 when its live (or building) version needs a rebuild.
     pub needs_rebuild: BTreeMap<String, u64>,
@@ -210,37 +211,37 @@ pub(crate) fn observe() {
             })
             .build();
     }
-    type Field = fn(&BuildStatus) -> u64;
+    type Field = fn(&(BuildPhase, BuildStatus)) -> u64;
     let builds: [(&'static str, &'static str, Field); 6] = [
         (
             "sluice.center.build.rows_done",
             "Rows snapshotted so far by the pipeline's build",
-            |b| b.rows_done,
+            |(_, b)| b.rows_done,
         ),
         (
             "sluice.center.build.rows_estimated",
             "The table's estimated rows at planning",
-            |b| b.rows_estimated,
+            |(_, b)| b.rows_estimated,
         ),
         (
             "sluice.center.build.chunks",
             "Chunks the build's table was cut into",
-            |b| b.chunks.into(),
+            |(_, b)| b.chunks.into(),
         ),
         (
             "sluice.center.build.chunks_done",
             "Chunks read completely",
-            |b| b.chunks_done.into(),
+            |(_, b)| b.chunks_done.into(),
         ),
         (
             "sluice.center.build.running",
             "1 while the pipeline's build runs, 0 once its alias moved or while it is held",
-            |b| u64::from(b.phase != "done" && b.phase != "held"),
+            |(phase, _)| u64::from(*phase != BuildPhase::Done && *phase != BuildPhase::Held),
         ),
         (
             "sluice.center.build.held",
             "1 while the pipeline's build is held for verification (`pipelines swap`)",
-            |b| u64::from(b.phase == "held"),
+            |(phase, _)| u64::from(*phase == BuildPhase::Held),
         ),
     ];
     for (name, description, field) in builds {

@@ -8,7 +8,7 @@
 use sluice_zk::layout::{self, NeedsRebuild};
 
 use crate::error::Result;
-use crate::meta::StoredPipeline;
+use crate::meta::{MetaError, StoredPipeline};
 use crate::term::Term;
 use crate::Shared;
 
@@ -52,7 +52,7 @@ pub(crate) async fn start_needed(
         match shared
             .meta
             .start_build(epoch, name, crate::build::DEFAULT_CHUNK_ROWS, 0, false)
-            .await?
+            .await
         {
             Ok(version) => {
                 tracing::info!(pipeline = %name, version, %reasons, "auto_rebuild: build started");
@@ -68,7 +68,10 @@ pub(crate) async fn start_needed(
                 started.push(name.clone());
             }
             // A build started meanwhile (an operator's): it is the rebuild.
-            Err(why) => tracing::info!(pipeline = %name, %why, "auto_rebuild: no build started"),
+            Err(MetaError::Refused(why)) => {
+                tracing::info!(pipeline = %name, %why, "auto_rebuild: no build started")
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     crate::metrics::update(|g| g.needs_rebuild = flagged);

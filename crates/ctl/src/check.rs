@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use serde_json::{json, Value};
+use sluice_model::RunState;
 use sluice_proto::v1::*;
 
 use crate::progress::{Progress, Step};
@@ -19,7 +20,7 @@ pub async fn started(conn: &mut Conn<'_>, out: Output, c: Check, wait: bool) -> 
     }
     let c = until_done(conn, c.id, out).await?;
     print_checks(out, std::slice::from_ref(&c));
-    if c.state == "failed" {
+    if RunState::parse(&c.state) == Some(RunState::Failed) {
         bail!("check {} failed: {}", c.id, c.error);
     }
     let drift = c.missing + c.extra + c.different;
@@ -70,7 +71,7 @@ pub async fn until_done(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Re
                 .get_or_insert_with(|| Progress::stderr(check_label(&c)))
                 .show(check_step(&c));
         }
-        if c.state != "running" {
+        if RunState::parse(&c.state) != Some(RunState::Running) {
             if let Some(p) = progress {
                 p.finish();
             }

@@ -4,6 +4,7 @@
 use anyhow::bail;
 use clap::Subcommand;
 use serde_json::{json, Value};
+use sluice_model::RunState;
 use sluice_proto::v1::*;
 
 use crate::check::{print_checks, until_done};
@@ -59,7 +60,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DelayedCmd) -> anyhow::
                 c
             };
             print_checks(out, std::slice::from_ref(&c));
-            if c.state == "failed" {
+            if RunState::parse(&c.state) == Some(RunState::Failed) {
                 bail!("delayed job {} failed: {}", c.id, c.error);
             }
         }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use sluice_model::BuildPhase;
 use sluice_model::PipelineSpec;
 use sluice_proto::v1::*;
 
@@ -564,7 +565,8 @@ async fn follow_build(
                 |mut c, req| async move { c.get_build(req).await },
             )
             .await?;
-        if b.phase == "failed" {
+        let phase = BuildPhase::parse(&b.phase);
+        if phase == Some(BuildPhase::Failed) {
             if let Some(p) = progress {
                 p.finish();
             }
@@ -576,7 +578,8 @@ async fn follow_build(
                 .get_or_insert_with(|| Progress::stderr(format!("{} v{}", b.pipeline, b.version)))
                 .show(build_step(&b));
         }
-        if matches!(b.phase.as_str(), "done" | "none") || (b.phase == "held" && !through_held) {
+        let finished = matches!(phase, Some(BuildPhase::Done | BuildPhase::None));
+        if finished || (phase == Some(BuildPhase::Held) && !through_held) {
             if let Some(p) = progress {
                 p.finish();
             }

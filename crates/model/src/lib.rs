@@ -5,6 +5,7 @@
 //! (MySQL, Kafka, Elasticsearch, ZooKeeper) depend on it alone; the services' process
 //! life (configuration loading, signals, telemetry) is `sluice-runtime`'s.
 
+pub mod build;
 pub mod dead_letter;
 pub mod delayed;
 pub mod event;
@@ -13,11 +14,13 @@ pub mod mapping;
 pub mod pipeline;
 pub mod position;
 pub mod retry;
+pub mod run;
 pub mod secret;
 pub mod source;
 pub mod tls;
 pub mod version;
 
+pub use build::BuildPhase;
 pub use delayed::DelayedChange;
 pub use event::{
     BuildDocument, ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION,
@@ -27,6 +30,7 @@ pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
 pub use retry::{Backoff, RetryPolicy};
+pub use run::RunState;
 pub use secret::Secret;
 pub use source::{Coordinates, Restart, SourceSpec};
 pub use tls::{TlsFiles, TlsPem};

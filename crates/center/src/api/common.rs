@@ -40,9 +40,13 @@ pub(super) fn center_err(e: CenterError) -> Status {
     }
 }
 
+/// The meta database's errors at the API's edge: a refusal, with its reason, and a write
+/// this replica may no longer make are `FAILED_PRECONDITION`; the rest may pass.
 pub(super) fn meta_err(e: MetaError) -> Status {
     match e {
-        MetaError::Deposed { .. } => Status::failed_precondition(e.to_string()),
+        MetaError::Deposed { .. } | MetaError::Refused(_) => {
+            Status::failed_precondition(e.to_string())
+        }
         e => Status::unavailable(e.to_string()),
     }
 }
@@ -229,14 +233,6 @@ pub(super) fn validate_pipeline(p: Pipeline) -> Result<PipelineSpec, Status> {
     Ok(spec)
 }
 
-/// A meta-database change that the state can refuse: a refusal (`Ok(Err(why))`) is
-/// `FAILED_PRECONDITION` with the reason.
-pub(super) fn refused<T>(outcome: Result<Result<T, String>, MetaError>) -> Result<T, Status> {
-    outcome
-        .map_err(meta_err)?
-        .map_err(Status::failed_precondition)
-}
-
 /// A check as the API shows it.
 pub(super) fn check_message(c: &crate::meta::CheckRun) -> Check {
     let t = &c.tally;
@@ -246,7 +242,7 @@ pub(super) fn check_message(c: &crate::meta::CheckRun) -> Check {
         version: c.version,
         since: c.since.clone(),
         repair: c.repair,
-        state: c.state.clone(),
+        state: c.state.as_str().into(),
         trigger: c.started_by.clone(),
         started_at_ms: c.started_at_ms,
         finished_at_ms: c.finished_at_ms,

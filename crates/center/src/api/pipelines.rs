@@ -1,5 +1,6 @@
 //! Pipelines and their versions: put, delete, list; builds, resets, verified swaps, rollbacks, dropped versions.
 
+use sluice_model::BuildPhase;
 use sluice_proto::v1::*;
 use sluice_zk::layout::RunKind;
 use tonic::{Request, Response, Status};
@@ -114,14 +115,14 @@ pub(super) async fn build_pipeline(
             req.verify,
         )
         .await
-        .map_err(meta_err)?
-        .map_err(Status::failed_precondition)?;
+        .map_err(meta_err)?;
     tracing::info!(pipeline = %req.name, version, chunk_rows, "build started");
     api.changed();
     let p = api.existing(&req.name).await?;
     let status = crate::build::status(&api.coord()?, &p)
         .await
-        .map_err(internal)?;
+        .map_err(internal)?
+        .status;
     Ok(Response::new(BuildStatus { version, ..status }))
 }
 
@@ -169,11 +170,11 @@ pub(super) async fn swap_pipeline(
     let epoch = api.writable().await?;
     let p = api.existing(&req.name).await?;
     let coord = api.coord()?;
-    let status = crate::build::status(&coord, &p).await.map_err(internal)?;
-    if status.phase != "held" {
+    let progress = crate::build::status(&coord, &p).await.map_err(internal)?;
+    if progress.phase != BuildPhase::Held {
         return Err(Status::failed_precondition(format!(
             "pipeline `{}` has no build held for verification (build phase: {})",
-            req.name, status.phase
+            req.name, progress.phase
         )));
     }
     let by = if req.force {
@@ -203,7 +204,7 @@ pub(super) async fn swap_pipeline(
     api.changed();
     Ok(Response::new(BuildStatus {
         message: format!("swap released ({by}): the alias moves at the leader's next pass"),
-        ..status
+        ..progress.status
     }))
 }
 
@@ -214,7 +215,11 @@ pub(super) async fn drop_version(
     let req = req.into_inner();
     let epoch = api.writable().await?;
     let p = api.existing(&req.name).await?;
-    refused(api.shared.meta.drop_version(epoch, &p, req.version).await)?;
+    api.shared
+        .meta
+        .drop_version(epoch, &p, req.version)
+        .await
+        .map_err(meta_err)?;
     api.changed();
     Ok(Response::new(api.pipeline_message(&req.name).await?))
 }
@@ -227,15 +232,16 @@ pub(super) async fn get_build(
     let p = api.existing(&name).await?;
     let mut status = crate::build::status(&api.coord()?, &p)
         .await
-        .map_err(internal)?;
+        .map_err(internal)?
+        .status;
     if p.building_version == 0 {
         let last = api.shared.meta.last_build(&name).await.map_err(meta_err)?;
         if let Some((version, _, reason)) = last.filter(|(_, s, _)| s == "failed") {
-            status.phase = "failed".into();
+            status.phase = BuildPhase::Failed.as_str().into();
             status.version = version;
             status.message = reason.unwrap_or_default();
         } else if p.live_version > 0 {
-            status.phase = "done".into();
+            status.phase = BuildPhase::Done.as_str().into();
             status.version = p.live_version;
         }
     }

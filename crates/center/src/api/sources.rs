@@ -144,8 +144,7 @@ pub(super) async fn resnapshot_source(
                 false,
             )
             .await
-            .map_err(meta_err)?
-            .map_err(Status::failed_precondition)?;
+            .map_err(meta_err)?;
         builds_started.push(p.spec.name.clone());
     }
     api.add_event(

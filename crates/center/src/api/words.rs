@@ -25,7 +25,7 @@ pub(super) async fn add_words(
     let epoch = api.writable().await?;
     let meta = &api.shared.meta;
     let added = meta.add_words(epoch, dictionary, &words).await;
-    Ok(Response::new(words_message(&refused(added)?)))
+    Ok(Response::new(words_message(&added.map_err(meta_err)?)))
 }
 
 pub(super) async fn edit_word(
@@ -40,7 +40,7 @@ pub(super) async fn edit_word(
     let epoch = api.writable().await?;
     let meta = &api.shared.meta;
     let edited = meta.edit_word(epoch, dictionary, &word, &replacement).await;
-    Ok(Response::new(word_message(&refused(edited)?)))
+    Ok(Response::new(word_message(&edited.map_err(meta_err)?)))
 }
 
 pub(super) async fn publish_words(
@@ -51,7 +51,7 @@ pub(super) async fn publish_words(
     let epoch = api.writable().await?;
     let meta = &api.shared.meta;
     let published = meta.publish_words(epoch, dictionary, &words).await;
-    Ok(Response::new(words_message(&refused(published)?)))
+    Ok(Response::new(words_message(&published.map_err(meta_err)?)))
 }
 
 pub(super) async fn delete_words(
@@ -62,7 +62,7 @@ pub(super) async fn delete_words(
     let epoch = api.writable().await?;
     let meta = &api.shared.meta;
     let deleted = meta.delete_words(epoch, dictionary, &words).await;
-    Ok(Response::new(words_message(&refused(deleted)?)))
+    Ok(Response::new(words_message(&deleted.map_err(meta_err)?)))
 }
 
 pub(super) fn words_request(req: WordsRequest) -> Result<(Dictionary, Vec<String>), Status> {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::*;
 use mysql_async::Row;
+use sluice_model::RunState;
 use sluice_zk::layout::{CheckTally, RunKind};
 
 use super::{insert_event, Meta, MetaError};
@@ -26,8 +27,7 @@ pub struct CheckRun {
     pub since: String,
     pub since_ms: Option<i64>,
     pub repair: bool,
-    /// `running`, `done` or `failed`.
-    pub state: String,
+    pub state: RunState,
     /// `operator` or `schedule`.
     pub started_by: String,
     pub chunks: u32,
@@ -71,7 +71,11 @@ fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
         since: take(&mut row, 3)?,
         since_ms: take(&mut row, 4)?,
         repair: take(&mut row, 5)?,
-        state: take(&mut row, 6)?,
+        state: {
+            let state: String = take(&mut row, 6)?;
+            RunState::parse(&state)
+                .ok_or_else(|| MetaError::Corrupt(format!("check {id}'s state: `{state}`")))?
+        },
         started_by: take(&mut row, 7)?,
         chunks: take(&mut row, 8)?,
         chunks_done: take(&mut row, 9)?,
@@ -100,11 +104,7 @@ impl Meta {
     /// Records a new running check, compare or delayed job (which claims every waiting
     /// change); refused while the pipeline has any of them running, or for a job when
     /// nothing waits.
-    pub async fn start_check(
-        &self,
-        epoch: u64,
-        c: &NewCheck<'_>,
-    ) -> Result<Result<u64, String>, MetaError> {
+    pub async fn start_check(&self, epoch: u64, c: &NewCheck<'_>) -> Result<u64, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let running: Option<(u64, String)> = tx
             .exec_first(
@@ -115,7 +115,7 @@ impl Meta {
         if let Some((id, kind)) = running {
             tx.rollback().await?;
             let what = RunKind::parse(&kind).map_or("check", noun);
-            return Ok(Err(format!(
+            return Err(MetaError::Refused(format!(
                 "{what} {id} of pipeline `{}` is still running (`sluicectl pipelines checks {}`)",
                 c.pipeline, c.pipeline
             )));
@@ -130,7 +130,7 @@ impl Meta {
             let claimed = super::delayed::claim(&mut tx, c.pipeline, id).await?;
             if claimed == 0 {
                 tx.rollback().await?;
-                return Ok(Err(format!(
+                return Err(MetaError::Refused(format!(
                     "no delayed change of pipeline `{}` waits (`sluicectl delayed list {}`)",
                     c.pipeline, c.pipeline
                 )));
@@ -141,7 +141,7 @@ impl Meta {
             );
             insert_event(&mut tx, &self.origin, "delayed", c.pipeline, &message).await?;
             tx.commit().await?;
-            return Ok(Ok(id));
+            return Ok(id);
         }
         let what = if c.since.is_empty() {
             "every row".to_owned()
@@ -157,7 +157,7 @@ impl Meta {
         );
         insert_event(&mut tx, &self.origin, c.kind.as_str(), c.pipeline, &message).await?;
         tx.commit().await?;
-        Ok(Ok(id))
+        Ok(id)
     }
 
     /// The newest run of each kind of each pipeline (a running one is always the newest
@@ -237,10 +237,11 @@ impl Meta {
         tally: &CheckTally,
     ) -> Result<(), MetaError> {
         let state = if tally.error.is_some() {
-            "failed"
+            RunState::Failed
         } else {
-            "done"
-        };
+            RunState::Done
+        }
+        .as_str();
         let mut tx = self.fenced(epoch).await?;
         tx.exec_drop(
             "UPDATE checks SET state = ?, chunks_done = ?, tally_json = ?, finished_at = CURRENT_TIMESTAMP(3) WHERE id = ? AND state = 'running'",

@@ -67,13 +67,13 @@ impl Meta {
         epoch: u64,
         dictionary: Dictionary,
         words: &[String],
-    ) -> Result<Result<Vec<Word>, String>, MetaError> {
+    ) -> Result<Vec<Word>, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let present = locked(&mut tx, dictionary, words).await?;
         if !present.is_empty() {
             tx.rollback().await?;
             let named: Vec<String> = present.iter().map(Word::described).collect();
-            return Ok(Err(format!(
+            return Err(MetaError::Refused(format!(
                 "already in the {} dictionary: {}",
                 dictionary.name(),
                 named.join(", ")
@@ -95,7 +95,7 @@ impl Meta {
         dictionary: Dictionary,
         word: &str,
         replacement: &str,
-    ) -> Result<Result<Word, String>, MetaError> {
+    ) -> Result<Word, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let both = [word.to_owned(), replacement.to_owned()];
         let present = locked(&mut tx, dictionary, &both).await?;
@@ -111,7 +111,7 @@ impl Meta {
         };
         if let Some(refusal) = refusal {
             tx.rollback().await?;
-            return Ok(Err(refusal));
+            return Err(MetaError::Refused(refusal));
         }
         tx.exec_drop(
             "UPDATE dict_words SET word = ? WHERE dictionary = ? AND word = ?",
@@ -120,7 +120,7 @@ impl Meta {
         .await?;
         let message = format!("draft `{word}` edited to `{replacement}`");
         let edited = finish(tx, &self.origin, dictionary, &message, &both[1..]).await?;
-        Ok(edited.map(|mut w| w.remove(0)))
+        Ok(edited.into_iter().next().expect("the edited word, locked"))
     }
 
     /// Publishes draft `words`; published ones stay as they are. Refuses unknown words.
@@ -129,11 +129,8 @@ impl Meta {
         epoch: u64,
         dictionary: Dictionary,
         words: &[String],
-    ) -> Result<Result<Vec<Word>, String>, MetaError> {
-        let (mut tx, present) = match self.known(epoch, dictionary, words).await? {
-            Ok(known) => known,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
+    ) -> Result<Vec<Word>, MetaError> {
+        let (mut tx, present) = self.known(epoch, dictionary, words).await?;
         let drafts: Vec<&Word> = present.iter().filter(|w| !w.published).collect();
         tx.exec_batch(
             "UPDATE dict_words SET published = 1, published_at = CURRENT_TIMESTAMP(3)
@@ -155,11 +152,8 @@ impl Meta {
         epoch: u64,
         dictionary: Dictionary,
         words: &[String],
-    ) -> Result<Result<Vec<Word>, String>, MetaError> {
-        let (mut tx, present) = match self.known(epoch, dictionary, words).await? {
-            Ok(known) => known,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
+    ) -> Result<Vec<Word>, MetaError> {
+        let (mut tx, present) = self.known(epoch, dictionary, words).await?;
         tx.exec_batch(
             "DELETE FROM dict_words WHERE dictionary = ? AND word = ?",
             words.iter().map(|w| (dictionary.name(), w)),
@@ -178,7 +172,7 @@ impl Meta {
         )
         .await?;
         tx.commit().await?;
-        Ok(Ok(present))
+        Ok(present)
     }
 
     /// A fenced transaction holding every one of `words` locked, with their rows; a
@@ -188,14 +182,14 @@ impl Meta {
         epoch: u64,
         dictionary: Dictionary,
         words: &[String],
-    ) -> Result<Result<(Transaction<'static>, Vec<Word>), String>, MetaError> {
+    ) -> Result<(Transaction<'static>, Vec<Word>), MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let present = locked(&mut tx, dictionary, words).await?;
         if let Some(refusal) = unknown(dictionary, words, &present) {
             tx.rollback().await?;
-            return Ok(Err(refusal));
+            return Err(MetaError::Refused(refusal));
         }
-        Ok(Ok((tx, present)))
+        Ok((tx, present))
     }
 }
 
@@ -258,11 +252,11 @@ async fn finish(
     dictionary: Dictionary,
     message: &str,
     words: &[String],
-) -> Result<Result<Vec<Word>, String>, MetaError> {
+) -> Result<Vec<Word>, MetaError> {
     insert_event(&mut tx, origin, "dictionary", &subject(dictionary), message).await?;
     let now = locked(&mut tx, dictionary, words).await?;
     tx.commit().await?;
-    Ok(Ok(now))
+    Ok(now)
 }
 
 fn word_from_row(row: Row) -> Result<Word, MetaError> {

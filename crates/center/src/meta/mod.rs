@@ -35,7 +35,9 @@ pub enum MetaError {
     Deposed { ours: u64, current: u64 },
     #[error("meta database: {0}")]
     Corrupt(String),
-    /// The settings do not allow connecting as configured (the reason names the fix).
+    /// Refused, with the reason, which names the fix: the state does not allow the change
+    /// (a build under way, a word already there, no such pipeline), or the settings do
+    /// not allow connecting as configured.
     #[error("{0}")]
     Refused(String),
 }

@@ -124,7 +124,7 @@ impl Meta {
         chunk_rows: u64,
         throttle: u64,
         verify: bool,
-    ) -> Result<Result<u32, String>, MetaError> {
+    ) -> Result<u32, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let row: Option<(u32, u32, u32)> = tx
             .exec_first(
@@ -134,11 +134,11 @@ impl Meta {
             .await?;
         let Some((building, live, next)) = row else {
             tx.rollback().await?;
-            return Ok(Err(format!("no pipeline `{name}`")));
+            return Err(MetaError::Refused(format!("no pipeline `{name}`")));
         };
         if building > 0 {
             tx.rollback().await?;
-            return Ok(Err(format!(
+            return Err(MetaError::Refused(format!(
                 "pipeline `{name}` is already building version {building}; reset it first to start over"
             )));
         }
@@ -169,7 +169,7 @@ impl Meta {
         )
         .await?;
         tx.commit().await?;
-        Ok(Ok(version))
+        Ok(version)
     }
 
     /// The settings of the pipeline's build of `version`.
@@ -306,16 +306,16 @@ impl Meta {
         epoch: u64,
         p: &StoredPipeline,
         version: u32,
-    ) -> Result<Result<(), String>, MetaError> {
+    ) -> Result<(), MetaError> {
         let name = &p.spec.name;
         let mut tx = self.fenced(epoch).await?;
         let Some(mut history) = locked_history(&mut tx, name).await? else {
             tx.rollback().await?;
-            return Ok(Err(format!("no pipeline `{name}`")));
+            return Err(MetaError::Refused(format!("no pipeline `{name}`")));
         };
         if !history.kept.contains(&version) {
             tx.rollback().await?;
-            return Ok(Err(format!(
+            return Err(MetaError::Refused(format!(
                 "version {version} is not a kept version of `{name}` (kept: {:?}; the live and the building one cannot be dropped)",
                 history.kept
             )));
@@ -333,7 +333,7 @@ impl Meta {
         )
         .await?;
         tx.commit().await?;
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// Abandons the pipeline's build; its index is doomed. Returns the abandoned version.

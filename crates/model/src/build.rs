@@ -1,0 +1,90 @@
+//! Where a pipeline's build stands, as the leader drives it one step per pass and as
+//! the API and `sluicectl` name it.
+
+use std::fmt;
+
+/// A build's phase. The names (`as_str`) are what the API's `BuildStatus.phase` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildPhase {
+    /// No build of the pipeline has run.
+    None,
+    /// Every live etl member must say it writes to the new version before anything is
+    /// read.
+    WaitingForEtl,
+    /// A worker cuts the table into primary-key chunks.
+    Planning,
+    /// Workers read the chunks.
+    Snapshotting,
+    /// The etl applies the catch-up markers written after the last chunk.
+    CatchingUp,
+    /// A verified build that caught up, beside the live version until its swap is
+    /// released.
+    Held,
+    /// The alias moves to the new version.
+    Swap,
+    /// The last build's alias moved.
+    Done,
+    /// The last build failed (the status's message says why).
+    Failed,
+}
+
+impl BuildPhase {
+    pub const ALL: [BuildPhase; 9] = [
+        BuildPhase::None,
+        BuildPhase::WaitingForEtl,
+        BuildPhase::Planning,
+        BuildPhase::Snapshotting,
+        BuildPhase::CatchingUp,
+        BuildPhase::Held,
+        BuildPhase::Swap,
+        BuildPhase::Done,
+        BuildPhase::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildPhase::None => "none",
+            BuildPhase::WaitingForEtl => "waiting for etl",
+            BuildPhase::Planning => "planning",
+            BuildPhase::Snapshotting => "snapshotting",
+            BuildPhase::CatchingUp => "catching up",
+            BuildPhase::Held => "held",
+            BuildPhase::Swap => "swap",
+            BuildPhase::Done => "done",
+            BuildPhase::Failed => "failed",
+        }
+    }
+
+    /// The phase `name` names (as [`BuildPhase::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<BuildPhase> {
+        BuildPhase::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// Whether the build is still doing something (neither none, held, done nor failed).
+    pub fn running(self) -> bool {
+        !matches!(
+            self,
+            BuildPhase::None | BuildPhase::Held | BuildPhase::Done | BuildPhase::Failed
+        )
+    }
+}
+
+impl fmt::Display for BuildPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_reads_back_from_its_name() {
+        for p in BuildPhase::ALL {
+            assert_eq!(BuildPhase::parse(p.as_str()), Some(p));
+        }
+        assert_eq!(BuildPhase::parse("swapping"), None);
+        assert!(BuildPhase::Snapshotting.running() && !BuildPhase::Held.running());
+    }
+}

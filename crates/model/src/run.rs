@@ -1,0 +1,51 @@
+//! Where a chunked run (a check, a compare, a delayed job) stands.
+
+use std::fmt;
+
+/// A run's state. The names (`as_str`) are what the meta database stores and the API's
+/// `Check.state` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Planned or being worked by the workers.
+    Running,
+    /// Every chunk has its result.
+    Done,
+    /// It could not be planned or worked (the tally's error says why).
+    Failed,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 3] = [RunState::Running, RunState::Done, RunState::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Done => "done",
+            RunState::Failed => "failed",
+        }
+    }
+
+    /// The state `name` names (as [`RunState::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<RunState> {
+        RunState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_reads_back_from_its_name() {
+        for s in RunState::ALL {
+            assert_eq!(RunState::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(RunState::parse("finished"), None);
+    }
+}
