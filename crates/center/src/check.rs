@@ -14,7 +14,7 @@ use sluice_zk::layout::{ChunkRecord, RunKind};
 use sluice_zk::Coordinator;
 
 use crate::error::{CenterError, Result};
-use crate::meta::{CheckRun, NewCheck, StoredPipeline};
+use crate::meta::{ChunkedRun, NewRun, StoredPipeline};
 use crate::run;
 use crate::Shared;
 
@@ -46,7 +46,7 @@ pub(crate) async fn start(
         }
         Some(sluice_model::now_ms() - window.as_millis() as i64)
     };
-    let check = NewCheck {
+    let check = NewRun {
         pipeline: &p.spec.name,
         version: p.live_or_first(),
         since,
@@ -57,7 +57,7 @@ pub(crate) async fn start(
     };
     shared
         .meta
-        .start_check(epoch, &check)
+        .start_run(epoch, &check)
         .await
         .map_err(CenterError::from)
 }
@@ -77,7 +77,7 @@ pub(crate) async fn start_compare(
             p.spec.name, progress.phase, p.spec.name
         )));
     }
-    let compare = NewCheck {
+    let compare = NewRun {
         pipeline: &p.spec.name,
         version: p.building_version,
         since: "",
@@ -88,7 +88,7 @@ pub(crate) async fn start_compare(
     };
     shared
         .meta
-        .start_check(epoch, &compare)
+        .start_run(epoch, &compare)
         .await
         .map_err(CenterError::from)
 }
@@ -97,7 +97,7 @@ pub(crate) async fn start_compare(
 /// says why not.
 pub(crate) fn clean(
     p: &StoredPipeline,
-    compare: Option<&CheckRun>,
+    compare: Option<&ChunkedRun>,
 ) -> std::result::Result<String, String> {
     let name = &p.spec.name;
     let Some(c) = compare.filter(|c| c.version == p.building_version) else {
@@ -203,7 +203,7 @@ mod tests {
             building_version: 3,
             history: Default::default(),
         };
-        let run = |version: u32, state: RunState, tally: CheckTally| CheckRun {
+        let run = |version: u32, state: RunState, tally: CheckTally| ChunkedRun {
             id: 7,
             pipeline: "items".into(),
             version,
@@ -231,7 +231,7 @@ mod tests {
             },
             ..CheckTally::default()
         };
-        let refused = |c: Option<&CheckRun>, why: &str| {
+        let refused = |c: Option<&ChunkedRun>, why: &str| {
             let e = clean(&p, c).unwrap_err();
             assert!(e.contains(why), "{e}");
         };

@@ -12,7 +12,7 @@ use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, RunKind};
 use sluice_zk::{Coordinator, Expect};
 
 use crate::error::{CenterError, Result};
-use crate::meta::{CheckRun, StoredPipeline};
+use crate::meta::{ChunkedRun, StoredPipeline};
 use crate::term::Term;
 use crate::{check, delayed, Shared};
 
@@ -27,8 +27,8 @@ pub(crate) async fn drive(
     let (coord, epoch) = (term.coord, term.epoch());
     check::schedule(shared, epoch, pipelines).await?;
     delayed::schedule(shared, epoch, pipelines).await?;
-    let latest = shared.meta.latest_checks().await?;
-    let running: Vec<&CheckRun> = latest
+    let latest = shared.meta.latest_runs().await?;
+    let running: Vec<&ChunkedRun> = latest
         .iter()
         .filter(|c| c.state == RunState::Running)
         .collect();
@@ -67,7 +67,7 @@ pub(crate) async fn drive(
                 let done = run.chunks_done;
                 shared
                     .meta
-                    .finish_check(term.epoch(), run, done, &tally)
+                    .finish_run(term.epoch(), run, done, &tally)
                     .await?;
             }
         }
@@ -89,7 +89,7 @@ pub(crate) async fn drive(
 async fn drive_one(
     shared: &Shared,
     term: &Term<'_>,
-    run: &CheckRun,
+    run: &ChunkedRun,
     pipelines: &[StoredPipeline],
 ) -> Result<(String, crate::metrics::CheckGauge)> {
     let (coord, epoch) = (term.coord, term.epoch());
@@ -99,7 +99,7 @@ async fn drive_one(
         tally.error = Some("the pipeline was deleted".into());
         shared
             .meta
-            .finish_check(epoch, run, run.chunks_done, &tally)
+            .finish_run(epoch, run, run.chunks_done, &tally)
             .await?;
         return Ok((name.clone(), gauge(run, run.chunks_done, &tally, false)));
     };
@@ -118,19 +118,19 @@ async fn drive_one(
             }
             Err(why) => {
                 tally.error = Some(why.to_string());
-                shared.meta.finish_check(epoch, run, 0, &tally).await?;
+                shared.meta.finish_run(epoch, run, 0, &tally).await?;
                 return Ok((name.clone(), gauge(run, 0, &tally, false)));
             }
         };
         if chunks.is_empty() {
             // A delayed job whose changes reach no document.
-            shared.meta.finish_check(epoch, run, 0, &tally).await?;
+            shared.meta.finish_run(epoch, run, 0, &tally).await?;
             return Ok((name.clone(), gauge(run, 0, &tally, false)));
         }
         publish(term, run, p, &chunks).await?;
         shared
             .meta
-            .check_progress(epoch, run.id, chunks.len() as u32, 0, &tally)
+            .run_progress(epoch, run.id, chunks.len() as u32, 0, &tally)
             .await?;
         tracing::info!(pipeline = %name, check = run.id, chunks = chunks.len(), "check planned");
         return Ok((name.clone(), gauge(run, 0, &tally, true)));
@@ -148,7 +148,7 @@ async fn drive_one(
     let done = done.len() as u32;
     if done >= rec.chunks || tally.error.is_some() {
         term.acting()?;
-        shared.meta.finish_check(epoch, run, done, &tally).await?;
+        shared.meta.finish_run(epoch, run, done, &tally).await?;
         coord.delete(&layout::check(name), None, true).await?;
         tracing::info!(pipeline = %name, check = run.id, keys = tally.keys, drift = tally.drift(), "check ended");
         return Ok((name.clone(), gauge(run, done, &tally, false)));
@@ -156,14 +156,14 @@ async fn drive_one(
     if done != run.chunks_done || tally != run.tally {
         shared
             .meta
-            .check_progress(epoch, run.id, rec.chunks, done, &tally)
+            .run_progress(epoch, run.id, rec.chunks, done, &tally)
             .await?;
     }
     Ok((name.clone(), gauge(run, done, &tally, true)))
 }
 
 fn gauge(
-    run: &CheckRun,
+    run: &ChunkedRun,
     done: u32,
     tally: &CheckTally,
     running: bool,
@@ -180,7 +180,7 @@ fn gauge(
 /// sees it early claims nothing), the chunks, then the record with their number.
 async fn publish(
     term: &Term<'_>,
-    run: &CheckRun,
+    run: &ChunkedRun,
     p: &StoredPipeline,
     chunks: &[ChunkRecord],
 ) -> Result<()> {

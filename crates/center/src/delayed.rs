@@ -23,7 +23,7 @@ use sluice_zk::layout::{ChunkRecord, RunKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CenterError, Context as _, Result};
-use crate::meta::{CheckRun, NewCheck, StoredPipeline};
+use crate::meta::{ChunkedRun, NewRun, StoredPipeline};
 use crate::run;
 use crate::Shared;
 
@@ -40,7 +40,7 @@ pub(crate) async fn start(
     p: &StoredPipeline,
     started_by: &str,
 ) -> Result<u64> {
-    let job = NewCheck {
+    let job = NewRun {
         pipeline: &p.spec.name,
         version: p.live_or_first(),
         since: "",
@@ -51,7 +51,7 @@ pub(crate) async fn start(
     };
     shared
         .meta
-        .start_check(epoch, &job)
+        .start_run(epoch, &job)
         .await
         .map_err(CenterError::from)
 }
@@ -91,7 +91,7 @@ pub(crate) async fn schedule(
 pub(crate) async fn chunks(
     shared: &Shared,
     p: &StoredPipeline,
-    run: &CheckRun,
+    run: &ChunkedRun,
 ) -> Result<Vec<ChunkRecord>> {
     let src = run::source_of(shared, p).await?;
     let plans = sluice_mysql::docs::load(&src, &p.spec)

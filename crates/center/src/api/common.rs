@@ -105,7 +105,7 @@ impl AdminApi {
     pub(super) async fn check_message(&self, id: u64) -> Result<Check, Status> {
         self.shared
             .meta
-            .check(id)
+            .run(id)
             .await
             .map_err(meta_err)?
             .map(|c| check_message(&c))
@@ -234,7 +234,7 @@ pub(super) fn validate_pipeline(p: Pipeline) -> Result<PipelineSpec, Status> {
 }
 
 /// A check as the API shows it.
-pub(super) fn check_message(c: &crate::meta::CheckRun) -> Check {
+pub(super) fn check_message(c: &crate::meta::ChunkedRun) -> Check {
     let t = &c.tally;
     Check {
         id: c.id,

@@ -183,7 +183,7 @@ pub(super) async fn swap_pipeline(
         let compares = api
             .shared
             .meta
-            .checks(&req.name, RunKind::Compare.as_str(), 1)
+            .runs(&req.name, RunKind::Compare.as_str(), 1)
             .await
             .map_err(meta_err)?;
         crate::check::clean(&p, compares.first()).map_err(Status::failed_precondition)?

@@ -53,7 +53,7 @@ pub(super) async fn list_checks(
     let checks = api
         .shared
         .meta
-        .checks(&req.pipeline, req.kind.trim(), limit)
+        .runs(&req.pipeline, req.kind.trim(), limit)
         .await
         .map_err(meta_err)?;
     Ok(Response::new(ListChecksResponse {

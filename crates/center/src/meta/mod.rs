@@ -13,19 +13,19 @@ use mysql_async::{Conn, Pool, Transaction, TxOpts};
 
 use crate::config::MetaSection;
 
-mod checks;
 mod delayed;
 mod dict;
 mod events;
 mod migrations;
 mod pipelines;
+mod runs;
 mod sources;
 
-pub use checks::{CheckRun, NewCheck};
 pub use delayed::Pending;
 use events::insert_event;
 pub use events::TaskStatus;
 pub use pipelines::{BuildSettings, StoredPipeline};
+pub use runs::{ChunkedRun, NewRun};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {

@@ -1,6 +1,7 @@
-//! Consistency checks (`crate::check`), compares of held builds (kind `compare`) and
-//! delayed jobs (`crate::delayed`, kind `delayed`): one row per run, its progress and
-//! what it found kept up to date by the leader as the workers' chunk results come in.
+//! Chunked runs — consistency checks (`crate::check`), compares of held builds (kind
+//! `compare`) and delayed jobs (`crate::delayed`, kind `delayed`): one row per run (the
+//! `checks` table, by its first kind's name), its progress and what it found kept up to
+//! date by the leader as the workers' chunk results come in.
 
 use std::collections::HashMap;
 
@@ -18,7 +19,7 @@ const COLUMNS: &str = "id, pipeline, version, since, since_ms, repair, state, st
 
 /// A check as the meta database keeps it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckRun {
+pub struct ChunkedRun {
     pub id: u64,
     pub pipeline: String,
     /// The index version compared.
@@ -41,7 +42,7 @@ pub struct CheckRun {
 }
 
 /// What a new check is to do.
-pub struct NewCheck<'a> {
+pub struct NewRun<'a> {
     pub pipeline: &'a str,
     pub version: u32,
     pub since: &'a str,
@@ -52,7 +53,7 @@ pub struct NewCheck<'a> {
     pub kind: RunKind,
 }
 
-fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
+fn run_of(mut row: Row) -> Result<ChunkedRun, MetaError> {
     fn take<T: FromValue>(row: &mut Row, i: usize) -> Result<T, MetaError> {
         row.take_opt(i)
             .ok_or_else(|| MetaError::Corrupt(format!("checks row: no column {i}")))?
@@ -64,7 +65,7 @@ fn run_of(mut row: Row) -> Result<CheckRun, MetaError> {
             .map_err(|e| MetaError::Corrupt(format!("check {id}'s tally: {e}")))?,
         None => CheckTally::default(),
     };
-    Ok(CheckRun {
+    Ok(ChunkedRun {
         id,
         pipeline: take(&mut row, 1)?,
         version: take(&mut row, 2)?,
@@ -104,7 +105,7 @@ impl Meta {
     /// Records a new running check, compare or delayed job (which claims every waiting
     /// change); refused while the pipeline has any of them running, or for a job when
     /// nothing waits.
-    pub async fn start_check(&self, epoch: u64, c: &NewCheck<'_>) -> Result<u64, MetaError> {
+    pub async fn start_run(&self, epoch: u64, c: &NewRun<'_>) -> Result<u64, MetaError> {
         let mut tx = self.fenced(epoch).await?;
         let running: Option<(u64, String)> = tx
             .exec_first(
@@ -162,7 +163,7 @@ impl Meta {
 
     /// The newest run of each kind of each pipeline (a running one is always the newest
     /// of its kind: no other can start while it runs).
-    pub async fn latest_checks(&self) -> Result<Vec<CheckRun>, MetaError> {
+    pub async fn latest_runs(&self) -> Result<Vec<ChunkedRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
             .query(format!(
@@ -173,12 +174,12 @@ impl Meta {
     }
 
     /// A pipeline's checks (of `kind` only, unless empty), newest first.
-    pub async fn checks(
+    pub async fn runs(
         &self,
         pipeline: &str,
         kind: &str,
         limit: u32,
-    ) -> Result<Vec<CheckRun>, MetaError> {
+    ) -> Result<Vec<ChunkedRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
             .exec(
@@ -189,7 +190,7 @@ impl Meta {
         rows.into_iter().map(run_of).collect()
     }
 
-    pub async fn check(&self, id: u64) -> Result<Option<CheckRun>, MetaError> {
+    pub async fn run(&self, id: u64) -> Result<Option<ChunkedRun>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let row: Option<Row> = conn
             .exec_first(format!("SELECT {COLUMNS} FROM checks WHERE id = ?"), (id,))
@@ -210,7 +211,7 @@ impl Meta {
     }
 
     /// A running check's progress so far.
-    pub async fn check_progress(
+    pub async fn run_progress(
         &self,
         epoch: u64,
         id: u64,
@@ -229,10 +230,10 @@ impl Meta {
     }
 
     /// Ends a check: `done`, or `failed` when the tally carries an error.
-    pub async fn finish_check(
+    pub async fn finish_run(
         &self,
         epoch: u64,
-        run: &CheckRun,
+        run: &ChunkedRun,
         chunks_done: u32,
         tally: &CheckTally,
     ) -> Result<(), MetaError> {
