@@ -125,10 +125,9 @@ pub(crate) async fn drive(
     crate::metrics::update(|g| {
         g.builds
             .retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
-        for (name, (phase, b)) in g.builds.iter_mut() {
+        for (name, (phase, _)) in g.builds.iter_mut() {
             if !building.contains_key(name.as_str()) {
                 *phase = BuildPhase::Done;
-                b.phase = phase.as_str().into();
             }
         }
     });

@@ -138,12 +138,7 @@ pub(crate) async fn chunks(shared: &Shared, p: &StoredPipeline) -> Result<Vec<Ch
     let plans = sluice_mysql::docs::load(&src, &p.spec)
         .await?
         .map_err(|problems| run::unfit(&problems))?;
-    let mut conn = mysql_async::Conn::new(src.reader_opts())
-        .await
-        .map_err(|error| sluice_mysql::MysqlError::Connect {
-            source_name: src.name.clone(),
-            error,
-        })?;
+    let mut conn = src.reader_conn().await?;
     let mut chunks = Vec::new();
     for (kind, doc) in plans.iter().enumerate() {
         let bounds = doc

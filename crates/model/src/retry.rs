@@ -76,8 +76,9 @@ impl Backoff {
         self.pause = self.policy.first;
     }
 
-    /// The nominal length of the next pause (before jitter).
-    pub fn nominal(&self) -> Duration {
+    /// The nominal length of the next pause (before jitter), for the tests.
+    #[cfg(test)]
+    fn nominal(&self) -> Duration {
         self.pause
     }
 }

@@ -83,6 +83,18 @@ impl SourceConfig {
         }
     }
 
+    /// A connection set up as the document readers' are ([`SourceConfig::reader_opts`]),
+    /// once the server may be sent the password ([`SourceConfig::may_send_password`]).
+    pub async fn reader_conn(&self) -> Result<mysql_async::Conn, MysqlError> {
+        self.may_send_password().await?;
+        mysql_async::Conn::new(self.reader_opts())
+            .await
+            .map_err(|error| MysqlError::Connect {
+                source_name: self.name.clone(),
+                error,
+            })
+    }
+
     pub fn opts(&self) -> mysql_async::Opts {
         mysql_async::OptsBuilder::default()
             .ip_or_hostname(self.host.clone())

@@ -278,7 +278,9 @@ async fn plan_chunks(jobs: &Jobs, b: &BuildRecord, src: &sluice_mysql::SourceCon
         return Ok(());
     }
     let plans = compile(b, src).await?;
-    let mut conn = connect(src).await?;
+    // Set up as the document reader's are (in UTC), so the chunk bounds of a TIMESTAMP
+    // key are the values the chunk reads compare against.
+    let mut conn = src.reader_conn().await?;
     let mut chunks = 0u32;
     let mut estimated_rows = 0;
     for (kind, doc) in plans.iter().enumerate() {
@@ -501,17 +503,4 @@ async fn acknowledged(deliveries: Vec<sluice_kafka::Delivery>, what: &str) -> Re
             .with_context(|| format!("Kafka refused {what}"))?;
     }
     Ok(())
-}
-
-/// A connection set up as the document reader's are (in UTC), so the chunk bounds of a
-/// TIMESTAMP key are the values the chunk reads compare against.
-async fn connect(src: &sluice_mysql::SourceConfig) -> Result<mysql_async::Conn> {
-    let conn = mysql_async::Conn::new(src.reader_opts()).await;
-    conn.map_err(|error| {
-        sluice_mysql::MysqlError::Connect {
-            source_name: src.name.clone(),
-            error,
-        }
-        .into()
-    })
 }

@@ -106,14 +106,7 @@ impl<'a> Reader<'a> {
 
     /// A reader on a connection of its own.
     pub async fn connect(src: &'a SourceConfig) -> Result<Reader<'a>, MysqlError> {
-        src.may_send_password().await?;
-        let conn = Conn::new(src.reader_opts())
-            .await
-            .map_err(|error| MysqlError::Connect {
-                source_name: src.name.clone(),
-                error,
-            })?;
-        Ok(Self::new(src, conn, None))
+        Ok(Self::new(src, src.reader_conn().await?, None))
     }
 
     /// The server this reader reads.
