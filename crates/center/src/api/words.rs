@@ -4,6 +4,7 @@ use sluice_proto::v1::*;
 use tonic::{Request, Response, Status};
 
 use crate::dict::{self, Dictionary};
+use crate::meta::{Meta, MetaError};
 
 use super::common::*;
 
@@ -21,11 +22,23 @@ pub(super) async fn add_words(
     api: &AdminApi,
     req: Request<WordsRequest>,
 ) -> Result<Response<ListWordsResponse>, Status> {
+    change_words(api, req, async |meta, epoch, dictionary, words| {
+        meta.add_words(epoch, dictionary, &words).await
+    })
+    .await
+}
+
+/// A change of the words `req` names, checked, made by the leader with `change`; the
+/// answer is the words it returns.
+async fn change_words(
+    api: &AdminApi,
+    req: Request<WordsRequest>,
+    change: impl AsyncFnOnce(Meta, u64, Dictionary, Vec<String>) -> Result<Vec<dict::Word>, MetaError>,
+) -> Result<Response<ListWordsResponse>, Status> {
     let (dictionary, words) = words_request(req.into_inner())?;
     let epoch = api.writable().await?;
-    let meta = &api.shared.meta;
-    let added = meta.add_words(epoch, dictionary, &words).await;
-    Ok(Response::new(words_message(&added.map_err(meta_err)?)))
+    let changed = change(api.shared.meta.clone(), epoch, dictionary, words).await;
+    Ok(Response::new(words_message(&changed.map_err(meta_err)?)))
 }
 
 pub(super) async fn edit_word(
@@ -47,22 +60,20 @@ pub(super) async fn publish_words(
     api: &AdminApi,
     req: Request<WordsRequest>,
 ) -> Result<Response<ListWordsResponse>, Status> {
-    let (dictionary, words) = words_request(req.into_inner())?;
-    let epoch = api.writable().await?;
-    let meta = &api.shared.meta;
-    let published = meta.publish_words(epoch, dictionary, &words).await;
-    Ok(Response::new(words_message(&published.map_err(meta_err)?)))
+    change_words(api, req, async |meta, epoch, dictionary, words| {
+        meta.publish_words(epoch, dictionary, &words).await
+    })
+    .await
 }
 
 pub(super) async fn delete_words(
     api: &AdminApi,
     req: Request<WordsRequest>,
 ) -> Result<Response<ListWordsResponse>, Status> {
-    let (dictionary, words) = words_request(req.into_inner())?;
-    let epoch = api.writable().await?;
-    let meta = &api.shared.meta;
-    let deleted = meta.delete_words(epoch, dictionary, &words).await;
-    Ok(Response::new(words_message(&deleted.map_err(meta_err)?)))
+    change_words(api, req, async |meta, epoch, dictionary, words| {
+        meta.delete_words(epoch, dictionary, &words).await
+    })
+    .await
 }
 
 pub(super) fn words_request(req: WordsRequest) -> Result<(Dictionary, Vec<String>), Status> {
