@@ -13,8 +13,9 @@ use tokio::task::JoinHandle;
 
 use serde_json::Value;
 
+use crate::context::TestCtx;
 use crate::ports::{dictionary_port, free_center_port};
-use crate::services::{Service, TestCtx};
+use crate::process::Service;
 use crate::{check_table, eventually, CheckOptions, Pipeline};
 
 /// The environment variable the services read the source password from (a source's

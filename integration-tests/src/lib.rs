@@ -12,16 +12,19 @@ pub mod broker;
 pub mod ceiling;
 pub mod checker;
 pub mod cluster;
+pub mod context;
 pub mod documents;
 pub mod figures;
 pub mod kafka;
 pub mod lane;
+pub mod load;
 pub mod paths;
 pub mod ports;
 pub mod private_source;
-pub mod services;
+pub mod process;
 pub mod shop;
 pub mod soak;
+pub mod stack;
 pub mod tamper;
 pub mod zookeeper;
 
@@ -31,10 +34,13 @@ use std::time::{Duration, Instant};
 
 pub use checker::{check_table, CheckOptions};
 pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
+pub use context::{Pipeline, TestCtx};
 pub use documents::check_documents;
-pub use services::{sample, Load, Pipeline, Running, Service, Stack, TestCtx};
+pub use load::Load;
+pub use process::{sample, Running, Service};
 /// The fault proxy (a crate of its own: the ZooKeeper crate's tests use it too).
 pub use sluice_faultproxy as proxy;
+pub use stack::Stack;
 pub use tamper::Tamper;
 
 /// Polls `probe` until it returns `Ok`, or panics at the deadline with the last error.

@@ -142,8 +142,8 @@ impl PrivateSource {
     }
 
     /// The stack with this server as the test's MySQL (for [`crate::TestCtx::on`]).
-    pub async fn stack(&self) -> crate::services::Stack {
-        crate::services::Stack::connect_with_mysql(&self.url()).await
+    pub async fn stack(&self) -> crate::stack::Stack {
+        crate::stack::Stack::connect_with_mysql(&self.url()).await
     }
 
     pub fn addr(&self) -> String {

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 
 use crate::broker::PrivateKafka;
+use crate::context::SESSION_TIMEOUT as SESSION;
 use crate::proxy::{HttpFault, HttpProxy, Mode, Proxy};
-use crate::services::SESSION_TIMEOUT as SESSION;
 use crate::zookeeper::PrivateZookeeper;
 use crate::{
     check_table, env_num, CheckOptions, Cluster, ClusterSource, Service, Stack, TestCtx, Xorshift,

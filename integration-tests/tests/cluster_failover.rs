@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
 use sluice_integration_tests::cluster::{write_load, write_load_counted};
-use sluice_integration_tests::services::SESSION_TIMEOUT as SESSION;
+use sluice_integration_tests::context::SESSION_TIMEOUT as SESSION;
 use sluice_integration_tests::{eventually, time_until, Cluster, ClusterSource, TestCtx};
 
 async fn setup(name: &str, tables: &[&str]) -> (TestCtx, Cluster, Vec<ClusterSource>) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice_integration_tests::on_sources;
-use sluice_integration_tests::services::Service;
+use sluice_integration_tests::process::Service;
 use sluice_integration_tests::{check_table, eventually, kafka, CheckOptions, TestCtx};
 
 /// Every document of `alias` with its `_version`.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::services::{random_hex, OwnAccounts};
+use sluice_integration_tests::stack::{random_hex, OwnAccounts};
 use sluice_integration_tests::{Stack, TestCtx};
 
 /// Sluice's own crates at debug, the rest at the shipped default.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sluice_integration_tests::on_sources;
 use sluice_integration_tests::private_source::PrivateSource;
 use sluice_integration_tests::proxy::Proxy;
-use sluice_integration_tests::services::Stack;
+use sluice_integration_tests::stack::Stack;
 use sluice_integration_tests::{eventually, TestCtx};
 
 const WITHIN: Duration = Duration::from_secs(120);

@@ -15,7 +15,7 @@ use sluice_elastic::EsSection;
 use sluice_faultproxy::TlsFront;
 use sluice_integration_tests::cluster::{Cluster, ClusterSource};
 use sluice_integration_tests::on_sources;
-use sluice_integration_tests::services::OwnAccounts;
+use sluice_integration_tests::stack::OwnAccounts;
 use sluice_integration_tests::{eventually, Stack, TestCtx};
 use sluice_model::TlsFiles;
 

@@ -39,7 +39,7 @@ use futures::FutureExt as _;
 use mysql_async::prelude::*;
 use serde_json::{Map, Value};
 use sluice_elastic::BulkOp;
-use sluice_integration_tests::services::Pipeline;
+use sluice_integration_tests::context::Pipeline;
 use sluice_integration_tests::{env_num, kafka, Service, TestCtx, Xorshift};
 use sluice_model::{BinlogPosition, Checkpoint};
 use tokio::sync::mpsc;
@@ -505,7 +505,7 @@ impl Bench {
 
     async fn binlog_end(&self) -> anyhow::Result<BinlogPosition> {
         let mut conn = self.ctx.stack.conn().await;
-        sluice_integration_tests::services::binlog_end(&mut conn)
+        sluice_integration_tests::stack::binlog_end(&mut conn)
             .await
             .map_err(|e| anyhow::anyhow!(e))
     }
