@@ -12,6 +12,9 @@ use mysql_async::prelude::*;
 use tokio::task::JoinHandle;
 
 use serde_json::Value;
+use sluice_proto::v1::admin_client::AdminClient;
+use tonic::service::interceptor::{InterceptedService, Interceptor};
+use tonic::transport::Channel;
 
 use crate::context::TestCtx;
 use crate::ports::{dictionary_port, free_center_port};
@@ -21,6 +24,20 @@ use crate::{check_table, eventually, CheckOptions, Pipeline};
 /// The environment variable the services read the source password from (a source's
 /// `password_ref` is `env:` this).
 const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
+
+/// The admin API's gRPC client, with the token in every call.
+pub type Admin = AdminClient<InterceptedService<Channel, Bearer>>;
+
+/// Adds `authorization: Bearer <token>` to each call.
+#[derive(Clone)]
+pub struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
 
 pub struct Cluster {
     /// The admin token `ctl` calls with.
@@ -296,6 +313,27 @@ impl Cluster {
             ));
         }
         serde_json::from_slice(&out.stdout).map_err(|e| format!("sluicectl output: {e}"))
+    }
+
+    /// A gRPC client of the first live center's admin API, calling with the admin token
+    /// (what an application other than sluicectl sees).
+    pub async fn admin(&self) -> Admin {
+        let addr = self
+            .addrs
+            .iter()
+            .zip(&self.centers)
+            .find(|(_, c)| c.pid().is_some() && !c.paused)
+            .map(|(a, _)| format!("http://{a}"))
+            .expect("a live center");
+        let channel = tonic::transport::Endpoint::from_shared(addr)
+            .expect("a center's address")
+            .connect()
+            .await
+            .expect("connect to a center's API");
+        let token: tonic::metadata::MetadataValue<_> = format!("Bearer {}", self.token)
+            .parse()
+            .expect("a token fit for a header");
+        AdminClient::with_interceptor(channel, Bearer(token))
     }
 
     /// Runs `sluicectl ARGS` against the first center as a caller holding `token` (none:

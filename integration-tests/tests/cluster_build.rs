@@ -13,8 +13,58 @@ use sluice_integration_tests::on_sources;
 use sluice_integration_tests::{
     check_table, eventually, CheckOptions, Cluster, ClusterSource, TestCtx,
 };
+use sluice_proto::v1;
 
 const ROWS: u64 = 3000;
+
+/// A gRPC client reads each state as an enum beside its name: the build done, the
+/// pipeline available, every task streaming (as its worker last reported).
+async fn states_as_enums(cluster: &Cluster, alias: &str) {
+    let mut admin = cluster.admin().await;
+    let build = admin
+        .get_build(v1::GetBuildRequest { name: alias.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (build.build_phase(), build.phase.as_str()),
+        (v1::BuildPhase::Done, "done")
+    );
+    let listed = admin
+        .list_pipelines(v1::ListPipelinesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pipelines;
+    assert_eq!(
+        (listed[0].availability(), listed[0].state.as_str()),
+        (v1::PipelineAvailability::Available, "available")
+    );
+    eventually(
+        "every task reported streaming",
+        Duration::from_secs(30),
+        || {
+            let mut admin = admin.clone();
+            async move {
+                let tasks = admin
+                    .list_tasks(v1::ListTasksRequest {})
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_inner()
+                    .tasks;
+                let streaming = |t: &v1::Task| {
+                    t.task_state() == v1::TaskState::Streaming && t.state == "streaming"
+                };
+                if !tasks.is_empty() && tasks.iter().all(streaming) {
+                    Ok(())
+                } else {
+                    Err(format!("{tasks:?}"))
+                }
+            }
+        },
+    )
+    .await;
+}
 
 /// A table of `ROWS` rows written before its source existed (only a build can bring
 /// them), a cluster of 3 centers and `workers` workers streaming it, and version 1 behind
@@ -169,6 +219,7 @@ async fn a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index() {
     assert_eq!(pipelines[0]["state"], "available", "{pipelines}");
     assert_eq!(pipelines[0]["live_version"], 2);
     assert_eq!(pipelines[0]["history"], serde_json::json!([1]));
+    states_as_enums(&cluster, &alias).await;
 
     drop(cluster);
     ctx.cleanup().await;

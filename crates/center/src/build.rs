@@ -349,7 +349,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     fn at(phase: BuildPhase, mut status: BuildStatus) -> Self {
-        status.phase = phase.as_str().into();
+        status.put_phase(phase);
         Progress { phase, status }
     }
 }

@@ -9,8 +9,9 @@
 //! the live version's copy (`LiveTally`). A clean compare is what lets `pipelines swap`
 //! move the alias.
 
+use sluice_model::RunKind;
 use sluice_model::{BuildPhase, RunState};
-use sluice_zk::layout::{ChunkRecord, RunKind};
+use sluice_zk::layout::ChunkRecord;
 use sluice_zk::Coordinator;
 
 use crate::error::{CenterError, Result};
@@ -188,6 +189,7 @@ pub(crate) async fn schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_model::RunKind;
     use sluice_zk::layout::{self, CheckTally};
 
     #[test]

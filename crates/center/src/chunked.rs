@@ -7,8 +7,9 @@
 //! run ends once every chunk has one. A run that cannot be planned or worked fails with its
 //! reason; a transient failure is tried again on the next pass.
 
+use sluice_model::RunKind;
 use sluice_model::RunState;
-use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, RunKind};
+use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord};
 use sluice_zk::{Coordinator, Expect};
 
 use crate::error::{CenterError, Result};

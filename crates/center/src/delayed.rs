@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 use sluice_model::DelayedChange;
+use sluice_model::RunKind;
 use sluice_mysql::docs::{DocPlan, Reader};
-use sluice_zk::layout::{ChunkRecord, RunKind};
+use sluice_zk::layout::ChunkRecord;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CenterError, Context as _, Result};

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use sluice_model::SourceSpec;
+use sluice_model::{Availability, SourceSpec};
 use sluice_zk::layout::{self, AssignmentRecord, PipelineRecord, SourceRecord, WorkerRecord};
 use sluice_zk::Expect;
 
@@ -319,11 +319,11 @@ fn export_gauges(
         for worker in assigned.values() {
             *g.tasks.entry(worker.clone()).or_default() += 1;
         }
-        g.pipelines = ["unavailable", "building", "available"]
+        g.pipelines = Availability::ALL
             .into_iter()
-            .map(|state| {
-                let count = pipelines.iter().filter(|p| p.state() == state).count();
-                (state, count as u64)
+            .map(|a| {
+                let count = pipelines.iter().filter(|p| p.availability() == a).count();
+                (a.as_str(), count as u64)
             })
             .collect();
         g.source_lag

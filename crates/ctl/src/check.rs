@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use serde_json::{json, Value};
-use sluice_model::RunState;
+use sluice_model::{RunKind, RunState};
 use sluice_proto::v1::*;
 
 use crate::progress::{Progress, Step};
@@ -20,12 +20,12 @@ pub async fn started(conn: &mut Conn<'_>, out: Output, c: Check, wait: bool) -> 
     }
     let c = until_done(conn, c.id, out).await?;
     print_checks(out, std::slice::from_ref(&c));
-    if RunState::parse(&c.state) == Some(RunState::Failed) {
+    if c.state_of() == Some(RunState::Failed) {
         bail!("check {} failed: {}", c.id, c.error);
     }
     let drift = c.missing + c.extra + c.different;
     if drift > 0 && !c.repair {
-        let command = if c.kind == "compare" {
+        let command = if c.kind_of() == Some(RunKind::Compare) {
             "compare"
         } else {
             "check"
@@ -71,7 +71,7 @@ pub async fn until_done(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Re
                 .get_or_insert_with(|| Progress::stderr(check_label(&c)))
                 .show(check_step(&c));
         }
-        if RunState::parse(&c.state) != Some(RunState::Running) {
+        if c.state_of() != Some(RunState::Running) {
             if let Some(p) = progress {
                 p.finish();
             }
@@ -82,7 +82,7 @@ pub async fn until_done(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Re
 }
 
 fn check_label(c: &Check) -> String {
-    if c.kind == "delayed" {
+    if c.kind_of() == Some(RunKind::Delayed) {
         format!("delayed job {} of {}", c.id, c.pipeline)
     } else {
         format!("{} {} of {} v{}", c.kind, c.id, c.pipeline, c.version)
@@ -98,7 +98,7 @@ fn check_step(c: &Check) -> Step {
         c.keys,
         c.keys as f64 / took
     );
-    let detail = if c.kind == "delayed" {
+    let detail = if c.kind_of() == Some(RunKind::Delayed) {
         format!("{} changes, {documents}, {} rebuilt", c.changes, c.repaired)
     } else {
         format!(
@@ -140,7 +140,7 @@ pub fn print_checks(out: Output, checks: &[Check]) {
                     c.id.to_string(),
                     c.kind.clone(),
                     format!("v{}", c.version),
-                    if c.kind == "delayed" {
+                    if c.kind_of() == Some(RunKind::Delayed) {
                         format!("{} changes", c.changes)
                     } else if c.since.is_empty() {
                         "full".into()

@@ -60,7 +60,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DelayedCmd) -> anyhow::
                 c
             };
             print_checks(out, std::slice::from_ref(&c));
-            if RunState::parse(&c.state) == Some(RunState::Failed) {
+            if c.state_of() == Some(RunState::Failed) {
                 bail!("delayed job {} failed: {}", c.id, c.error);
             }
         }

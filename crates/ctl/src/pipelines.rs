@@ -565,7 +565,7 @@ async fn follow_build(
                 |mut c, req| async move { c.get_build(req).await },
             )
             .await?;
-        let phase = BuildPhase::parse(&b.phase);
+        let phase = b.phase_of();
         if phase == Some(BuildPhase::Failed) {
             if let Some(p) = progress {
                 p.finish();

@@ -75,6 +75,57 @@ impl fmt::Display for BuildPhase {
     }
 }
 
+/// Whether a pipeline's alias answers, which follows from its versions. The names
+/// (`as_str`) are what the API's `Pipeline.state` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Never built: no version is live.
+    Unavailable,
+    /// A version is being built.
+    Building,
+    /// A built version is live.
+    Available,
+}
+
+impl Availability {
+    pub const ALL: [Availability; 3] = [
+        Availability::Unavailable,
+        Availability::Building,
+        Availability::Available,
+    ];
+
+    /// `Building` while a version is being built, `Available` once one was, else
+    /// `Unavailable` (a version number 0 is none).
+    pub fn of(live_version: u32, building_version: u32) -> Availability {
+        if building_version > 0 {
+            Availability::Building
+        } else if live_version > 0 {
+            Availability::Available
+        } else {
+            Availability::Unavailable
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Availability::Unavailable => "unavailable",
+            Availability::Building => "building",
+            Availability::Available => "available",
+        }
+    }
+
+    /// The availability `name` names (as [`Availability::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Availability> {
+        Availability::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+impl fmt::Display for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +137,16 @@ mod tests {
         }
         assert_eq!(BuildPhase::parse("swapping"), None);
         assert!(BuildPhase::Snapshotting.running() && !BuildPhase::Held.running());
+    }
+
+    #[test]
+    fn availability_follows_from_the_versions() {
+        assert_eq!(Availability::of(0, 0), Availability::Unavailable);
+        assert_eq!(Availability::of(0, 1), Availability::Building);
+        assert_eq!(Availability::of(3, 4), Availability::Building);
+        assert_eq!(Availability::of(3, 0), Availability::Available);
+        for a in Availability::ALL {
+            assert_eq!(Availability::parse(a.as_str()), Some(a));
+        }
     }
 }

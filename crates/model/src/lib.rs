@@ -17,10 +17,11 @@ pub mod retry;
 pub mod run;
 pub mod secret;
 pub mod source;
+pub mod task;
 pub mod tls;
 pub mod version;
 
-pub use build::BuildPhase;
+pub use build::{Availability, BuildPhase};
 pub use delayed::DelayedChange;
 pub use event::{
     BuildDocument, ChangeEvent, ColumnInfo, DdlEvent, Op, SourceInfo, ENVELOPE_VERSION,
@@ -30,9 +31,10 @@ pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
 pub use retry::{Backoff, RetryPolicy};
-pub use run::RunState;
+pub use run::{RunKind, RunState};
 pub use secret::Secret;
 pub use source::{Coordinates, Restart, SourceSpec};
+pub use task::TaskState;
 pub use tls::{TlsFiles, TlsPem};
 pub use version::{ExternalVersion, VersionError};
 

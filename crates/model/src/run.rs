@@ -37,6 +37,43 @@ impl fmt::Display for RunState {
     }
 }
 
+/// What a run does with its chunks. The names (`as_str`) are what the coordination
+/// records, the meta database and the API's `Check.kind` carry.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    /// A consistency check of the live version against MySQL.
+    #[default]
+    Check,
+    /// A check of a build held for verification, which also compares its documents with
+    /// the live version's.
+    Compare,
+    /// A delayed job: its chunks list the root keys its changes reach, and a worker
+    /// rebuilds those documents instead of comparing them.
+    Delayed,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Check => "check",
+            RunKind::Compare => "compare",
+            RunKind::Delayed => "delayed",
+        }
+    }
+
+    /// The kind named `s` (as [`RunKind::as_str`] writes it).
+    pub fn parse(s: &str) -> Option<RunKind> {
+        [RunKind::Check, RunKind::Compare, RunKind::Delayed]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+
+    pub fn is_check(&self) -> bool {
+        *self == RunKind::Check
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use sluice_model::pipeline::{CheckSpec, DelayedSpec, JoinField, DEFAULT_JOIN_FIELD};
-use sluice_model::{FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
+use sluice_model::{Availability, FieldOverride, PipelineSpec, Relation, RelationKind, SourceSpec};
 
 use crate::v1;
 
@@ -21,20 +21,8 @@ pub struct PipelineState {
 }
 
 impl PipelineState {
-    pub fn state(&self) -> &'static str {
-        state_of(self.live_version, self.building_version)
-    }
-}
-
-/// A pipeline's state follows from its versions: `building` while a version is being
-/// built, `available` once one was, else `unavailable`.
-pub fn state_of(live_version: u32, building_version: u32) -> &'static str {
-    if building_version > 0 {
-        "building"
-    } else if live_version > 0 {
-        "available"
-    } else {
-        "unavailable"
+    pub fn availability(&self) -> Availability {
+        Availability::of(self.live_version, self.building_version)
     }
 }
 
@@ -49,7 +37,8 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
         shards: spec.shards,
         replicas: spec.replicas,
         tombstone_retention: spec.tombstone_retention.clone(),
-        state: state.state().into(),
+        state: state.availability().as_str().into(),
+        availability: v1::PipelineAvailability::from(state.availability()).into(),
         live_version: state.live_version,
         building_version: state.building_version,
         history: state.history.clone(),

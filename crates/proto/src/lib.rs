@@ -3,6 +3,7 @@
 //! conversions between its messages and the shared definitions ([`convert`]).
 
 pub mod convert;
+pub mod states;
 
 #[allow(clippy::all, rust_2018_idioms)]
 pub mod v1 {

@@ -5,11 +5,12 @@
 //! each scrape: `sluice_worker_binlog_lag_seconds{source}`,
 //! `sluice_worker_binlog_lag_bytes{source}`, `sluice_worker_tasks{state}`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use opentelemetry::metrics::{Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
+use sluice_model::TaskState;
 
 use crate::report::Reports;
 
@@ -137,21 +138,10 @@ pub(crate) fn observe(reports: Arc<Reports>) {
     m.u64_observable_gauge("sluice.worker.tasks")
         .with_description("Binlog tasks on this worker, by state")
         .with_callback(move |o| {
-            let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
-            for (_, p) in reports.all() {
-                *by_state.entry(p.state_name()).or_default() += 1;
-            }
-            for state in [
-                "streaming",
-                "waiting for the task lock",
-                "retrying",
-                "failed",
-                "stopped",
-            ] {
-                by_state.entry(state.to_owned()).or_default();
-            }
-            for (state, n) in by_state {
-                o.observe(n, &[KeyValue::new("state", state)]);
+            let all = reports.all();
+            for state in TaskState::ALL {
+                let n = all.iter().filter(|(_, p)| p.task_state() == state).count();
+                o.observe(n as u64, &[KeyValue::new("state", state.as_str())]);
             }
         })
         .build();

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sluice_model::TaskState;
 use sluice_proto::v1::worker_reports_client::WorkerReportsClient;
 use sluice_proto::v1::{TaskProgress, WorkerEvent, WorkerReport};
 use sluice_zk::layout::CenterRecord;
@@ -24,7 +25,7 @@ const MAX_QUEUED_EVENTS: usize = 1000;
 /// One task's progress, updated by the data path without waiting.
 #[derive(Default)]
 pub(crate) struct Progress {
-    state: Mutex<(String, String, String)>,
+    state: Mutex<(TaskState, String, String)>,
     lag_ms: AtomicU64,
     /// Binlog bytes behind the server's end, plus one (0: not known).
     lag_bytes: AtomicU64,
@@ -32,8 +33,8 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    pub fn state(&self, state: &str) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = state.to_owned();
+    pub fn state(&self, state: TaskState) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = state;
     }
 
     pub fn confirmed(&self, position: String, gtid: String) {
@@ -65,12 +66,8 @@ impl Progress {
         self.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
-    pub fn state_name(&self) -> String {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+    pub fn task_state(&self) -> TaskState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
     /// The confirmed position, as `file:offset` (empty before the first).
@@ -90,7 +87,8 @@ impl Progress {
         let (state, position, gtid) = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
         TaskProgress {
             source: source.to_owned(),
-            state,
+            state: state.as_str().into(),
+            task_state: sluice_proto::v1::TaskState::from(state).into(),
             position,
             gtid,
             events_published: self.events.load(Ordering::Relaxed),

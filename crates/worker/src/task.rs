@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_kafka::{Delivery, SharedProducer};
-use sluice_model::{Checkpoint, Coordinates, GtidSet, Restart};
+use sluice_model::{Checkpoint, Coordinates, GtidSet, Restart, TaskState};
 use sluice_mysql::{
     BinlogReader, Flavor, RowChange, ServerInfo, SourceConfig, SourceEvent, StartAt, Unreadable,
 };
@@ -48,10 +48,10 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
     let mut backoff = ctx.cfg.worker.retry().backoff();
     loop {
         if ctx.shutdown.is_cancelled() {
-            ctx.progress.state("stopped");
+            ctx.progress.state(TaskState::Stopped);
             return;
         }
-        ctx.progress.state("waiting for the task lock");
+        ctx.progress.state(TaskState::WaitingForLock);
         let lock = match ctx
             .coord
             .acquire_task_lock(&src.name, owner.as_bytes(), &ctx.shutdown)
@@ -71,7 +71,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
             }
         };
         tracing::info!(task = %src.name, "task lock acquired");
-        ctx.progress.state("streaming");
+        ctx.progress.state(TaskState::Streaming);
         ctx.reports.event(
             "task_started",
             &src.name,
@@ -80,14 +80,14 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
         let started = Instant::now();
         match stream(&ctx, &src, coords, lock).await {
             Ok(()) => {
-                ctx.progress.state("stopped");
+                ctx.progress.state(TaskState::Stopped);
                 ctx.reports
                     .event("task_stopped", &src.name, "stopped and released");
                 return;
             }
             Err(e @ WorkerError::SessionExpired(_)) => {
                 tracing::warn!(task = %src.name, "{e}");
-                ctx.progress.state("stopped");
+                ctx.progress.state(TaskState::Stopped);
                 ctx.reports.event("task_stopped", &src.name, e.to_string());
                 return;
             }
@@ -96,11 +96,11 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
                 // only rarely (or at once when the source's record changes: the task is
                 // restarted then).
                 let recheck = ctx.cfg.worker.recheck_failed;
-                ctx.progress.state("failed");
+                ctx.progress.state(TaskState::Failed);
                 ctx.reports.event("task_failed", &src.name, e.to_string());
                 tracing::error!(task = %src.name, error = %e, recheck_in = ?recheck, "task stopped: this needs an operator (see the error); nothing past the last confirmed position was skipped");
                 if !sluice_runtime::shutdown::pause(recheck, &ctx.shutdown).await {
-                    ctx.progress.state("stopped");
+                    ctx.progress.state(TaskState::Stopped);
                     return;
                 }
                 backoff.reset();
@@ -112,7 +112,7 @@ pub(crate) async fn run_source(ctx: TaskCtx, src: SourceConfig, coords: Coordina
                 if let Some(why) = ctx.producer.renew_after(&e) {
                     tracing::warn!(task = %src.name, %why, "Kafka refused events: the producer is replaced with a new one");
                 }
-                ctx.progress.state("retrying");
+                ctx.progress.state(TaskState::Retrying);
                 ctx.reports.event("task_error", &src.name, e.to_string());
                 let pause = backoff.next_pause();
                 tracing::error!(task = %src.name, error = %e, retry_in = ?pause, "task failed; it resumes from the last confirmed position");

@@ -4,6 +4,7 @@
 //! ignore a record older than the current epoch in `leader` (a deposed leader's late write).
 
 use serde::{Deserialize, Serialize};
+use sluice_model::RunKind;
 
 /// `election/c-<seq>`: a center candidate.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -319,42 +320,6 @@ pub struct CheckRecord {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
-}
-
-/// What a run published under `checks/<pipeline>` does with its chunks.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum RunKind {
-    /// A consistency check of the live version against MySQL.
-    #[default]
-    Check,
-    /// A check of a build held for verification, which also compares its documents with
-    /// the live version's ([`LiveTally`]).
-    Compare,
-    /// A delayed job: its chunks list the root keys its changes reach, and a worker
-    /// rebuilds those documents instead of comparing them.
-    Delayed,
-}
-
-impl RunKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Check => "check",
-            RunKind::Compare => "compare",
-            RunKind::Delayed => "delayed",
-        }
-    }
-
-    /// The kind named `s` (as [`RunKind::as_str`] writes it).
-    pub fn parse(s: &str) -> Option<RunKind> {
-        [RunKind::Check, RunKind::Compare, RunKind::Delayed]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-    }
-
-    pub fn is_check(&self) -> bool {
-        *self == RunKind::Check
-    }
 }
 
 /// What a check found in one chunk (or, added up, in the whole check).

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use sluice_proto::v1::*;
+use sluice_model::TaskState;
+use sluice_proto::v1::{self, *};
 use sluice_zk::layout::{self, AssignmentRecord, WorkerRecord};
 use tonic::{Request, Response, Status};
 
@@ -90,6 +91,7 @@ pub(super) async fn list_tasks(
             .map_err(internal)?
             .and_then(|b| sluice_model::Checkpoint::from_json(&b).ok());
         let status = statuses.get(&s.name);
+        let state = status.and_then(|s| s.state);
         let (assigned_to, generation) = assigned.remove(&s.name).unwrap_or_default();
         tasks.push(Task {
             source: s.name,
@@ -103,7 +105,8 @@ pub(super) async fn list_tasks(
                 .and_then(|c| c.gtid)
                 .map(|g| g.to_string())
                 .unwrap_or_default(),
-            state: status.map(|s| s.state.clone()).unwrap_or_default(),
+            state: state.map(TaskState::as_str).unwrap_or_default().into(),
+            task_state: state.map_or(v1::TaskState::Unspecified, Into::into).into(),
             events_published: status.map_or(0, |s| s.events_published),
             lag_seconds: status.map_or(0.0, |s| s.lag_seconds),
             reported_at_ms: status.map_or(0, |s| s.reported_at_ms),

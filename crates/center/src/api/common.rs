@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sluice_model::{PipelineSpec, SourceSpec};
 use sluice_mysql::SourceConfig;
 use sluice_proto::convert::{self, PipelineState};
-use sluice_proto::v1::*;
+use sluice_proto::v1::{self, *};
 use sluice_zk::layout::{self, CenterRecord};
 use sluice_zk::Coordinator;
 use tonic::metadata::MetadataValue;
@@ -243,6 +243,7 @@ pub(super) fn check_message(c: &crate::meta::ChunkedRun) -> Check {
         since: c.since.clone(),
         repair: c.repair,
         state: c.state.as_str().into(),
+        run_state: v1::RunState::from(c.state).into(),
         trigger: c.started_by.clone(),
         started_at_ms: c.started_at_ms,
         finished_at_ms: c.finished_at_ms,
@@ -257,6 +258,7 @@ pub(super) fn check_message(c: &crate::meta::ChunkedRun) -> Check {
         examples: examples(&t.examples),
         error: t.error.clone().unwrap_or_default(),
         kind: c.kind.as_str().to_owned(),
+        run_kind: v1::RunKind::from(c.kind).into(),
         changes: c.changes,
         live: (!t.live.is_empty()).then(|| LiveComparison {
             version: t.live.version,

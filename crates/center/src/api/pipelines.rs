@@ -1,8 +1,8 @@
 //! Pipelines and their versions: put, delete, list; builds, resets, verified swaps, rollbacks, dropped versions.
 
 use sluice_model::BuildPhase;
+use sluice_model::RunKind;
 use sluice_proto::v1::*;
-use sluice_zk::layout::RunKind;
 use tonic::{Request, Response, Status};
 
 use super::common::*;

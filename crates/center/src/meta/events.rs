@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use mysql_async::prelude::*;
+use sluice_model::TaskState;
 use sluice_proto::v1::{Event, TaskProgress};
 
 use super::{Meta, MetaError};
@@ -12,7 +13,8 @@ use super::{Meta, MetaError};
 #[derive(Debug, Clone)]
 pub struct TaskStatus {
     pub worker: String,
-    pub state: String,
+    /// `None`: a state this center does not know (a newer worker's).
+    pub state: Option<TaskState>,
     pub events_published: u64,
     pub lag_seconds: f64,
     pub reported_at_ms: i64,
@@ -108,6 +110,9 @@ impl Meta {
     }
 
     pub async fn save_status(&self, worker: &str, t: &TaskProgress) -> Result<(), MetaError> {
+        let state = t
+            .state_of()
+            .map_or(t.state.clone(), |s| s.as_str().to_owned());
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             "INSERT INTO task_status (task, worker, state, position, gtid, events_published, lag_seconds)
@@ -118,7 +123,7 @@ impl Meta {
             (
                 &t.source,
                 worker,
-                &t.state,
+                state,
                 &t.position,
                 &t.gtid,
                 t.events_published,
@@ -145,7 +150,7 @@ impl Meta {
                         task,
                         TaskStatus {
                             worker,
-                            state,
+                            state: TaskState::parse(&state),
                             events_published,
                             lag_seconds,
                             reported_at_ms,

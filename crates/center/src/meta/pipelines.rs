@@ -3,7 +3,7 @@
 
 use mysql_async::prelude::*;
 use mysql_async::{Row, Transaction};
-use sluice_model::PipelineSpec;
+use sluice_model::{Availability, PipelineSpec};
 
 use super::{insert_event, Meta, MetaError};
 use crate::history::History;
@@ -36,8 +36,8 @@ impl StoredPipeline {
         self.live_version.max(1)
     }
 
-    pub fn state(&self) -> &'static str {
-        sluice_proto::convert::state_of(self.live_version, self.building_version)
+    pub fn availability(&self) -> Availability {
+        Availability::of(self.live_version, self.building_version)
     }
 
     /// The versions the etl writes as history (see [`History::announced`]). Before any

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::*;
 use mysql_async::Row;
+use sluice_model::RunKind;
 use sluice_model::RunState;
-use sluice_zk::layout::{CheckTally, RunKind};
+use sluice_zk::layout::CheckTally;
 
 use super::{insert_event, Meta, MetaError};
 

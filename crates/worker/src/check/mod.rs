@@ -38,12 +38,10 @@ use std::time::Duration;
 use serde_json::{json, Map, Value as Json};
 use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
-use sluice_model::{BuildDocument, ENVELOPE_VERSION};
+use sluice_model::{BuildDocument, RunKind, ENVELOPE_VERSION};
 use sluice_mysql::docs::{Built, DocPlan, Reader};
 use sluice_mysql::{Key, Watermarks};
-use sluice_zk::layout::{
-    self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, RunKind, SourceRecord,
-};
+use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, SourceRecord};
 use sluice_zk::{Coordinator, Expect, SessionState, ZkError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
