@@ -298,111 +298,11 @@ impl Parser<'_> {
     /// (none: every row) and how; `None` when it leaves them as they were.
     fn alter_clause(&mut self) -> Option<(Vec<String>, String)> {
         match self.word()?.as_str() {
-            "ADD" => {
-                let column = self.eat("COLUMN");
-                self.if_exists();
-                if !column && NOT_COLUMNS.iter().any(|k| self.is(k))
-                    || self.is("PRIMARY")
-                    || self.is("PARTITION")
-                {
-                    return None;
-                }
-                let mut added = Vec::new();
-                if self.punct('(') {
-                    // `ADD (a …, b …)`: each definition is a clause of its own.
-                    while self.peek().is_some() && !self.punct(')') {
-                        let def = self.clause(true);
-                        if let Some(a) = added_with_value(def) {
-                            added.push(a);
-                        }
-                    }
-                } else if let Some(a) = added_with_value(self.toks[self.at..].to_vec()) {
-                    added.push(a);
-                }
-                if added.is_empty() {
-                    return None;
-                }
-                let names: Vec<String> = added.iter().map(|(n, _)| n.clone()).collect();
-                let how: Vec<String> = added
-                    .iter()
-                    .map(|(n, how)| format!("column `{n}` added {how}"))
-                    .collect();
-                Some((
-                    names,
-                    format!("{}; documents made before lack it", how.join(", ")),
-                ))
-            }
-            "DROP" => {
-                let column = self.eat("COLUMN");
-                self.if_exists();
-                if !column && NOT_COLUMNS.iter().any(|k| self.is(k)) {
-                    return None;
-                }
-                if self.eat("PRIMARY") {
-                    return Some((
-                        Vec::new(),
-                        "primary key dropped: document ids made from it may change".into(),
-                    ));
-                }
-                if self.eat("PARTITION") {
-                    return Some((
-                        Vec::new(),
-                        "partitions dropped: their rows deleted without row events".into(),
-                    ));
-                }
-                let name = self.name()?;
-                Some((
-                    vec![name.clone()],
-                    format!("column `{name}` dropped; documents made before keep its values"),
-                ))
-            }
-            "MODIFY" => {
-                self.eat("COLUMN");
-                self.if_exists();
-                let name = self.name()?;
-                Some((
-                    vec![name.clone()],
-                    format!("column `{name}` modified; existing values may have been converted"),
-                ))
-            }
-            "CHANGE" => {
-                self.eat("COLUMN");
-                self.if_exists();
-                let old = self.name()?;
-                let new = self.name()?;
-                if old.eq_ignore_ascii_case(&new) {
-                    Some((
-                        vec![old.clone()],
-                        format!("column `{old}` changed; existing values may have been converted"),
-                    ))
-                } else {
-                    Some((
-                        vec![old.clone(), new.clone()],
-                        format!("column `{old}` renamed to `{new}`; documents made before still have `{old}`"),
-                    ))
-                }
-            }
-            "RENAME" => {
-                if self.eat("COLUMN") {
-                    self.if_exists();
-                    let old = self.name()?;
-                    self.eat("TO");
-                    let new = self.name()?;
-                    return Some((
-                        vec![old.clone(), new.clone()],
-                        format!("column `{old}` renamed to `{new}`; documents made before still have `{old}`"),
-                    ));
-                }
-                if self.is("INDEX") || self.is("KEY") {
-                    return None;
-                }
-                let _ = self.eat("TO") || self.eat("AS");
-                let (db, table) = self.table()?;
-                Some((
-                    Vec::new(),
-                    format!("renamed to {db}.{table}; the pipeline's table is gone, its documents remain"),
-                ))
-            }
+            "ADD" => self.alter_add(),
+            "DROP" => self.alter_drop(),
+            "MODIFY" => self.alter_modify(),
+            "CHANGE" => self.alter_change(),
+            "RENAME" => self.alter_rename(),
             "CONVERT" => Some((
                 Vec::new(),
                 "text columns converted to another character set; existing values changed".into(),
@@ -418,6 +318,125 @@ impl Parser<'_> {
             )),
             _ => None,
         }
+    }
+
+    /// `ADD …` (after the word): the columns added with a value for every existing row.
+    fn alter_add(&mut self) -> Option<(Vec<String>, String)> {
+        let column = self.eat("COLUMN");
+        self.if_exists();
+        if !column && NOT_COLUMNS.iter().any(|k| self.is(k))
+            || self.is("PRIMARY")
+            || self.is("PARTITION")
+        {
+            return None;
+        }
+        let mut added = Vec::new();
+        if self.punct('(') {
+            // `ADD (a …, b …)`: each definition is a clause of its own.
+            while self.peek().is_some() && !self.punct(')') {
+                let def = self.clause(true);
+                if let Some(a) = added_with_value(def) {
+                    added.push(a);
+                }
+            }
+        } else if let Some(a) = added_with_value(self.toks[self.at..].to_vec()) {
+            added.push(a);
+        }
+        if added.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = added.iter().map(|(n, _)| n.clone()).collect();
+        let how: Vec<String> = added
+            .iter()
+            .map(|(n, how)| format!("column `{n}` added {how}"))
+            .collect();
+        Some((
+            names,
+            format!("{}; documents made before lack it", how.join(", ")),
+        ))
+    }
+
+    /// `DROP …` (after the word): a column, the primary key or partitions dropped.
+    fn alter_drop(&mut self) -> Option<(Vec<String>, String)> {
+        let column = self.eat("COLUMN");
+        self.if_exists();
+        if !column && NOT_COLUMNS.iter().any(|k| self.is(k)) {
+            return None;
+        }
+        if self.eat("PRIMARY") {
+            return Some((
+                Vec::new(),
+                "primary key dropped: document ids made from it may change".into(),
+            ));
+        }
+        if self.eat("PARTITION") {
+            return Some((
+                Vec::new(),
+                "partitions dropped: their rows deleted without row events".into(),
+            ));
+        }
+        let name = self.name()?;
+        Some((
+            vec![name.clone()],
+            format!("column `{name}` dropped; documents made before keep its values"),
+        ))
+    }
+
+    /// `MODIFY …` (after the word): a column whose values may have been converted.
+    fn alter_modify(&mut self) -> Option<(Vec<String>, String)> {
+        self.eat("COLUMN");
+        self.if_exists();
+        let name = self.name()?;
+        Some((
+            vec![name.clone()],
+            format!("column `{name}` modified; existing values may have been converted"),
+        ))
+    }
+
+    /// `CHANGE …` (after the word): a column converted, or renamed.
+    fn alter_change(&mut self) -> Option<(Vec<String>, String)> {
+        self.eat("COLUMN");
+        self.if_exists();
+        let old = self.name()?;
+        let new = self.name()?;
+        if old.eq_ignore_ascii_case(&new) {
+            Some((
+                vec![old.clone()],
+                format!("column `{old}` changed; existing values may have been converted"),
+            ))
+        } else {
+            Some((
+                vec![old.clone(), new.clone()],
+                format!(
+                    "column `{old}` renamed to `{new}`; documents made before still have `{old}`"
+                ),
+            ))
+        }
+    }
+
+    /// `RENAME …` (after the word): a column renamed, or the table itself.
+    fn alter_rename(&mut self) -> Option<(Vec<String>, String)> {
+        if self.eat("COLUMN") {
+            self.if_exists();
+            let old = self.name()?;
+            self.eat("TO");
+            let new = self.name()?;
+            return Some((
+                vec![old.clone(), new.clone()],
+                format!(
+                    "column `{old}` renamed to `{new}`; documents made before still have `{old}`"
+                ),
+            ));
+        }
+        if self.is("INDEX") || self.is("KEY") {
+            return None;
+        }
+        let _ = self.eat("TO") || self.eat("AS");
+        let (db, table) = self.table()?;
+        Some((
+            Vec::new(),
+            format!("renamed to {db}.{table}; the pipeline's table is gone, its documents remain"),
+        ))
     }
 
     fn drop_tables(&mut self) -> Vec<Rewrite> {

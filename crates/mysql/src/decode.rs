@@ -95,153 +95,25 @@ impl TableSchema {
     /// (`binlog_row_metadata` is not FULL), because then rows could not be named.
     pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<Self, String> {
         let n = tme.columns_count() as usize;
-        let mut names = Vec::new();
-        let mut signedness: Vec<bool> = Vec::new();
-        let mut enum_labels: Vec<Vec<String>> = Vec::new();
-        let mut set_labels: Vec<Vec<String>> = Vec::new();
-        let mut key_columns: Vec<usize> = Vec::new();
-        let mut default_charset: Option<u16> = None;
-        let mut non_default_charsets: Vec<(usize, u16)> = Vec::new();
-        let mut column_charsets: Option<Vec<u16>> = None;
-
-        for field in tme.iter_optional_meta() {
-            let field = field.map_err(|e| format!("bad optional metadata: {e}"))?;
-            match field {
-                OptionalMetadataField::Signedness(bits) => {
-                    signedness = bits.iter().by_vals().collect()
-                }
-                OptionalMetadataField::ColumnName(cn) => {
-                    for name in cn.iter_names() {
-                        names.push(name.map_err(|e| e.to_string())?.name().into_owned());
-                    }
-                }
-                OptionalMetadataField::DefaultCharset(dc) => {
-                    default_charset = Some(dc.default_charset());
-                    for nd in dc.iter_non_default() {
-                        let nd = nd.map_err(|e| e.to_string())?;
-                        non_default_charsets.push((nd.column_index() as usize, nd.charset()));
-                    }
-                }
-                OptionalMetadataField::ColumnCharset(cc) => {
-                    let mut v = Vec::new();
-                    for c in cc.iter_charsets() {
-                        v.push(c.map_err(|e| e.to_string())?);
-                    }
-                    column_charsets = Some(v);
-                }
-                OptionalMetadataField::EnumStrValue(ev) => {
-                    for values in ev.iter_values() {
-                        let values = values.map_err(|e| e.to_string())?;
-                        enum_labels.push(
-                            values
-                                .values()
-                                .iter()
-                                .map(|v| v.value().into_owned())
-                                .collect(),
-                        );
-                    }
-                }
-                OptionalMetadataField::SetStrValue(sv) => {
-                    for values in sv.iter_values() {
-                        let values = values.map_err(|e| e.to_string())?;
-                        set_labels.push(
-                            values
-                                .values()
-                                .iter()
-                                .map(|v| v.value().into_owned())
-                                .collect(),
-                        );
-                    }
-                }
-                OptionalMetadataField::SimplePrimaryKey(pk) => {
-                    for i in pk.iter_indexes() {
-                        key_columns.push(i.map_err(|e| e.to_string())? as usize);
-                    }
-                }
-                OptionalMetadataField::PrimaryKeyWithPrefix(pk) => {
-                    for k in pk.iter_keys() {
-                        key_columns.push(k.map_err(|e| e.to_string())?.column_index() as usize);
-                    }
-                }
-                _ => {}
-            }
-        }
-        if names.len() != n {
+        let meta = OptionalMeta::read(tme)?;
+        if meta.names.len() != n {
             return Err(format!(
                 "TABLE_MAP of {}.{} carries {} column names for {n} columns: set binlog_row_metadata=FULL",
                 tme.database_name(),
                 tme.table_name(),
-                names.len()
+                meta.names.len()
             ));
         }
-
-        let mut signed_iter = signedness.into_iter();
-        let mut enum_iter = enum_labels.into_iter();
-        let mut set_iter = set_labels.into_iter();
-        let mut char_idx = 0usize;
-        let mut nd_iter = non_default_charsets.into_iter().peekable();
+        let (names, key_columns, mut per_column) = meta.per_column();
         let mut columns = Vec::with_capacity(n);
         let mut infos = Vec::with_capacity(n);
         let mut wire = Vec::with_capacity(n);
         for (i, name) in names.into_iter().enumerate() {
-            let ty = tme
-                .get_column_type(i)
-                .map_err(|e| format!("column {name}: {e}"))?
-                .ok_or_else(|| format!("column {name}: no type"))?;
-            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
-            let unsigned = if ty.is_numeric_type() {
-                signed_iter.next().unwrap_or(false)
-            } else {
-                false
-            };
-            let charset = if ty.is_character_type() {
-                let c = match &column_charsets {
-                    Some(v) => v.get(char_idx).copied().unwrap_or(0),
-                    None => match nd_iter.peek() {
-                        Some(&(idx, cs)) if idx == char_idx => {
-                            nd_iter.next();
-                            cs
-                        }
-                        _ => default_charset.unwrap_or(0),
-                    },
-                };
-                char_idx += 1;
-                c
-            } else {
-                0
-            };
-            let mut labels = Vec::new();
-            let (kind, fsp, sql_type) = classify(ty, meta, unsigned, charset);
-            match kind {
-                Kind::Enum => labels = enum_iter.next().unwrap_or_default(),
-                Kind::Set => labels = set_iter.next().unwrap_or_default(),
-                _ => {}
-            }
             let key = key_columns.contains(&i);
-            let fixup = match (ty, kind) {
-                (ColumnType::MYSQL_TYPE_INT24, _) if !unsigned => Fixup::SignExtend24,
-                (ColumnType::MYSQL_TYPE_STRING, Kind::Bytes) => Fixup::PadTo(string_length(meta)),
-                _ => Fixup::None,
-            };
-            wire.push(Wire {
-                ty,
-                meta: meta.into(),
-                unsigned,
-            });
-            infos.push(ColumnInfo {
-                name: name.clone(),
-                sql_type,
-                key,
-            });
-            columns.push(ColumnSchema {
-                name,
-                kind,
-                charset,
-                fsp,
-                labels,
-                key,
-                fixup,
-            });
+            let (column, info, w) = per_column.column(tme, i, name, key)?;
+            wire.push(w);
+            infos.push(info);
+            columns.push(column);
         }
         Ok(Self {
             db: tme.database_name().into_owned(),
@@ -315,6 +187,188 @@ impl TableSchema {
             .filter_map(|&i| Some((self.columns.get(i)?, row.get(i)?)))
             .map(|(c, v)| (c.name.clone(), v.clone()))
             .collect()
+    }
+}
+
+/// A TABLE_MAP event's optional metadata, each field as a list in column order (over the
+/// columns it concerns: signedness over numeric columns, labels over ENUM or SET ones…).
+#[derive(Default)]
+struct OptionalMeta {
+    names: Vec<String>,
+    signedness: Vec<bool>,
+    enum_labels: Vec<Vec<String>>,
+    set_labels: Vec<Vec<String>>,
+    key_columns: Vec<usize>,
+    default_charset: Option<u16>,
+    non_default_charsets: Vec<(usize, u16)>,
+    column_charsets: Option<Vec<u16>>,
+}
+
+impl OptionalMeta {
+    /// Reads every optional metadata field of `tme`.
+    fn read(tme: &TableMapEvent<'_>) -> Result<Self, String> {
+        let mut meta = Self::default();
+        for field in tme.iter_optional_meta() {
+            let field = field.map_err(|e| format!("bad optional metadata: {e}"))?;
+            meta.add(field)?;
+        }
+        Ok(meta)
+    }
+
+    /// Records one optional metadata field; fields Sluice does not use are ignored.
+    fn add(&mut self, field: OptionalMetadataField<'_>) -> Result<(), String> {
+        match field {
+            OptionalMetadataField::Signedness(bits) => {
+                self.signedness = bits.iter().by_vals().collect()
+            }
+            OptionalMetadataField::ColumnName(cn) => {
+                for name in cn.iter_names() {
+                    self.names
+                        .push(name.map_err(|e| e.to_string())?.name().into_owned());
+                }
+            }
+            OptionalMetadataField::DefaultCharset(dc) => {
+                self.default_charset = Some(dc.default_charset());
+                for nd in dc.iter_non_default() {
+                    let nd = nd.map_err(|e| e.to_string())?;
+                    self.non_default_charsets
+                        .push((nd.column_index() as usize, nd.charset()));
+                }
+            }
+            OptionalMetadataField::ColumnCharset(cc) => {
+                let mut v = Vec::new();
+                for c in cc.iter_charsets() {
+                    v.push(c.map_err(|e| e.to_string())?);
+                }
+                self.column_charsets = Some(v);
+            }
+            OptionalMetadataField::EnumStrValue(ev) => {
+                for values in ev.iter_values() {
+                    let values = values.map_err(|e| e.to_string())?;
+                    let labels = values.values().iter().map(|v| v.value().into_owned());
+                    self.enum_labels.push(labels.collect());
+                }
+            }
+            OptionalMetadataField::SetStrValue(sv) => {
+                for values in sv.iter_values() {
+                    let values = values.map_err(|e| e.to_string())?;
+                    let labels = values.values().iter().map(|v| v.value().into_owned());
+                    self.set_labels.push(labels.collect());
+                }
+            }
+            OptionalMetadataField::SimplePrimaryKey(pk) => {
+                for i in pk.iter_indexes() {
+                    self.key_columns
+                        .push(i.map_err(|e| e.to_string())? as usize);
+                }
+            }
+            OptionalMetadataField::PrimaryKeyWithPrefix(pk) => {
+                for k in pk.iter_keys() {
+                    let k = k.map_err(|e| e.to_string())?;
+                    self.key_columns.push(k.column_index() as usize);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The column names, the primary-key columns, and the rest to hand out column by column.
+    fn per_column(self) -> (Vec<String>, Vec<usize>, PerColumn) {
+        let rest = PerColumn {
+            signed: self.signedness.into_iter(),
+            enums: self.enum_labels.into_iter(),
+            sets: self.set_labels.into_iter(),
+            char_idx: 0,
+            non_default: self.non_default_charsets.into_iter().peekable(),
+            default_charset: self.default_charset,
+            column_charsets: self.column_charsets,
+        };
+        (self.names, self.key_columns, rest)
+    }
+}
+
+/// The optional metadata that is listed only for some columns, handed out in column
+/// order: each numeric column takes the next signedness, each character column the next
+/// charset, each ENUM or SET column the next labels.
+struct PerColumn {
+    signed: std::vec::IntoIter<bool>,
+    enums: std::vec::IntoIter<Vec<String>>,
+    sets: std::vec::IntoIter<Vec<String>>,
+    /// How many character columns came before.
+    char_idx: usize,
+    non_default: std::iter::Peekable<std::vec::IntoIter<(usize, u16)>>,
+    default_charset: Option<u16>,
+    column_charsets: Option<Vec<u16>>,
+}
+
+impl PerColumn {
+    /// Builds column `i` of `tme` for decoding, for the envelope and as its binlog encoding.
+    fn column(
+        &mut self,
+        tme: &TableMapEvent<'_>,
+        i: usize,
+        name: String,
+        key: bool,
+    ) -> Result<(ColumnSchema, ColumnInfo, Wire), String> {
+        let ty = tme
+            .get_column_type(i)
+            .map_err(|e| format!("column {name}: {e}"))?
+            .ok_or_else(|| format!("column {name}: no type"))?;
+        let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+        let unsigned = ty.is_numeric_type() && self.signed.next().unwrap_or(false);
+        let charset = if ty.is_character_type() {
+            self.next_charset()
+        } else {
+            0
+        };
+        let (kind, fsp, sql_type) = classify(ty, meta, unsigned, charset);
+        let labels = match kind {
+            Kind::Enum => self.enums.next().unwrap_or_default(),
+            Kind::Set => self.sets.next().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let fixup = match (ty, kind) {
+            (ColumnType::MYSQL_TYPE_INT24, _) if !unsigned => Fixup::SignExtend24,
+            (ColumnType::MYSQL_TYPE_STRING, Kind::Bytes) => Fixup::PadTo(string_length(meta)),
+            _ => Fixup::None,
+        };
+        let wire = Wire {
+            ty,
+            meta: meta.into(),
+            unsigned,
+        };
+        let info = ColumnInfo {
+            name: name.clone(),
+            sql_type,
+            key,
+        };
+        let column = ColumnSchema {
+            name,
+            kind,
+            charset,
+            fsp,
+            labels,
+            key,
+            fixup,
+        };
+        Ok((column, info, wire))
+    }
+
+    /// The next character column's charset: its own if listed, else the default.
+    fn next_charset(&mut self) -> u16 {
+        let c = match &self.column_charsets {
+            Some(v) => v.get(self.char_idx).copied().unwrap_or(0),
+            None => match self.non_default.peek() {
+                Some(&(idx, cs)) if idx == self.char_idx => {
+                    self.non_default.next();
+                    cs
+                }
+                _ => self.default_charset.unwrap_or(0),
+            },
+        };
+        self.char_idx += 1;
+        c
     }
 }
 
@@ -404,6 +458,7 @@ fn with_fsp(name: &str, fsp: u8) -> String {
     }
 }
 
+/// The JSON of one binlog value of column `col`.
 fn value_to_json(col: &ColumnSchema, value: BinlogValue<'_>) -> Result<Json, String> {
     let value = match value {
         BinlogValue::Value(v) => v,
@@ -438,58 +493,67 @@ fn value_to_json(col: &ColumnSchema, value: BinlogValue<'_>) -> Result<Json, Str
             }
             shared_value(Kind::Bytes, col.fsp, Value::Bytes(b))
         }
-        (Kind::Timestamp, Value::Bytes(b)) => {
-            let text = String::from_utf8(b).map_err(|e| e.to_string())?;
-            let (secs, micros) = match text.split_once('.') {
-                Some((s, f)) => (
-                    s.parse::<i64>().map_err(|e| e.to_string())?,
-                    f.parse::<u32>().map_err(|e| e.to_string())?,
-                ),
-                None => (text.parse::<i64>().map_err(|e| e.to_string())?, 0),
-            };
-            if secs == 0 && micros == 0 {
-                return Ok(Json::Null);
-            }
-            Ok(Json::String(format!(
-                "{}{}Z",
-                utc_datetime(secs),
-                fraction(micros, col.fsp)
-            )))
-        }
+        (Kind::Timestamp, Value::Bytes(b)) => timestamp_from_text(b, col.fsp),
         (Kind::Timestamp, Value::Int(secs)) => {
             if secs == 0 {
                 return Ok(Json::Null);
             }
             Ok(Json::String(format!("{}Z", utc_datetime(secs))))
         }
-        (Kind::Enum, Value::Int(i)) => {
-            if i == 0 {
-                // MySQL's "invalid value" index stores the empty string.
-                return Ok(Json::String(String::new()));
-            }
-            col.labels
-                .get(i as usize - 1)
-                .map(|l| Json::String(l.clone()))
-                .ok_or_else(|| format!("ENUM index {i} out of {} labels", col.labels.len()))
-        }
-        (Kind::Set, Value::Bytes(b)) => {
-            let mut bits: u64 = 0;
-            for (i, byte) in b.iter().enumerate().take(8) {
-                bits |= (*byte as u64) << (8 * i);
-            }
-            let labels = col
-                .labels
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| bits & (1u64 << i) != 0)
-                .map(|(_, l)| Json::String(l.clone()))
-                .collect();
-            Ok(Json::Array(labels))
-        }
+        (Kind::Enum, Value::Int(i)) => enum_label(col, i),
+        (Kind::Set, Value::Bytes(b)) => Ok(set_labels(col, &b)),
         // MariaDB stores JSON as LONGTEXT; a JSON column arriving as text stays text.
         (Kind::Json, Value::Bytes(b)) => decode_text(b, col.charset).map(Json::String),
         (kind, v) => shared_value(kind, col.fsp, v),
     }
+}
+
+/// A TIMESTAMP logged as `secs[.micros]` since the epoch, in UTC (NULL for the zero one).
+fn timestamp_from_text(b: Vec<u8>, fsp: u8) -> Result<Json, String> {
+    let text = String::from_utf8(b).map_err(|e| e.to_string())?;
+    let (secs, micros) = match text.split_once('.') {
+        Some((s, f)) => (
+            s.parse::<i64>().map_err(|e| e.to_string())?,
+            f.parse::<u32>().map_err(|e| e.to_string())?,
+        ),
+        None => (text.parse::<i64>().map_err(|e| e.to_string())?, 0),
+    };
+    if secs == 0 && micros == 0 {
+        return Ok(Json::Null);
+    }
+    Ok(Json::String(format!(
+        "{}{}Z",
+        utc_datetime(secs),
+        fraction(micros, fsp)
+    )))
+}
+
+/// The label of an ENUM value by its 1-based index (0: the empty string).
+fn enum_label(col: &ColumnSchema, i: i64) -> Result<Json, String> {
+    if i == 0 {
+        // MySQL's "invalid value" index stores the empty string.
+        return Ok(Json::String(String::new()));
+    }
+    col.labels
+        .get(i as usize - 1)
+        .map(|l| Json::String(l.clone()))
+        .ok_or_else(|| format!("ENUM index {i} out of {} labels", col.labels.len()))
+}
+
+/// The labels of a SET value's bits (little-endian, at most 64), as an array.
+fn set_labels(col: &ColumnSchema, b: &[u8]) -> Json {
+    let mut bits: u64 = 0;
+    for (i, byte) in b.iter().enumerate().take(8) {
+        bits |= (*byte as u64) << (8 * i);
+    }
+    let labels = col
+        .labels
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1u64 << i) != 0)
+        .map(|(_, l)| Json::String(l.clone()))
+        .collect();
+    Json::Array(labels)
 }
 
 /// The JSON of the value shapes a binlog row and a binary-protocol result share

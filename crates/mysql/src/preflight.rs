@@ -3,8 +3,11 @@
 //! metadata, GTIDs on MySQL, the privileges a replica needs, and — when resuming — that
 //! the position is still on the server.
 
+use std::collections::BTreeMap;
+
 use mysql_async::prelude::*;
 use mysql_async::Conn;
+use sluice_model::position::MariaDbGtid;
 use sluice_model::{BinlogPosition, Checkpoint, GtidSet};
 
 use crate::error::MysqlError;
@@ -56,81 +59,173 @@ pub async fn preflight(
             problems: vec![why],
         });
     }
-    let version = &server.text;
     let mut problems = Vec::new();
 
-    let vars: Vec<(String, String)> = conn
-        .query(
-            "SHOW GLOBAL VARIABLES WHERE Variable_name IN \
-             ('log_bin','binlog_format','binlog_row_image','binlog_row_metadata','server_id','gtid_mode',\
-              'enforce_gtid_consistency','binlog_row_value_options','binlog_transaction_compression')",
-        )
-        .await
-        .map_err(query_err(cfg, "read server variables"))?;
-    let var = |name: &str| {
-        vars.iter()
+    let vars = Variables::read(&mut conn, cfg).await?;
+    check_binlog_settings(&vars, &server, &mut problems);
+    check_gtid_settings(&vars, &server, &mut problems);
+    check_json_logging(&vars, &mut problems);
+    let server_id = check_server_id(&vars, cfg, &mut problems);
+
+    let monitors = check_privileges(&mut conn, cfg, &server, &mut problems).await?;
+    if !monitors {
+        // The binlog's positions are not readable without it: say what is known.
+        let _ = conn.disconnect().await;
+        return Err(MysqlError::Preflight {
+            source_name: cfg.name.clone(),
+            problems,
+        });
+    }
+    let (end, gtid) = current_end(&mut conn, cfg, &server).await?;
+
+    if let Some(cp) = resume {
+        check_resume(&mut conn, cfg, &server, cp, &mut problems).await?;
+    }
+    let _ = conn.disconnect().await;
+    if !problems.is_empty() {
+        return Err(MysqlError::Preflight {
+            source_name: cfg.name.clone(),
+            problems,
+        });
+    }
+    Ok(ServerInfo {
+        server,
+        server_id,
+        end,
+        gtid,
+    })
+}
+
+/// The server's global variables the checks read, as `(name, value)` pairs.
+struct Variables(Vec<(String, String)>);
+
+impl Variables {
+    /// Reads the variables the checks need from the server.
+    async fn read(conn: &mut Conn, cfg: &SourceConfig) -> Result<Self, MysqlError> {
+        let vars: Vec<(String, String)> = conn
+            .query(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN \
+                 ('log_bin','binlog_format','binlog_row_image','binlog_row_metadata','server_id','gtid_mode',\
+                  'enforce_gtid_consistency','binlog_row_value_options','binlog_transaction_compression')",
+            )
+            .await
+            .map_err(query_err(cfg, "read server variables"))?;
+        Ok(Self(vars))
+    }
+
+    /// The value of variable `name` (case-insensitive), if the server has it.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
-    };
-    let expect = |problems: &mut Vec<String>, name: &str, want: &str, fix: &str| match var(name) {
-        Some(v) if v.eq_ignore_ascii_case(want) => {}
-        Some(v) => problems.push(format!("{name} is {v}, must be {want}: {fix}")),
-        None => problems.push(format!("{name} is not available on {version}: {fix}")),
-    };
-    expect(
-        &mut problems,
+    }
+
+    /// Adds a problem with `fix` unless variable `name` is `want` on `server`.
+    fn expect(
+        &self,
+        problems: &mut Vec<String>,
+        server: &Server,
+        name: &str,
+        want: &str,
+        fix: &str,
+    ) {
+        let version = &server.text;
+        match self.get(name) {
+            Some(v) if v.eq_ignore_ascii_case(want) => {}
+            Some(v) => problems.push(format!("{name} is {v}, must be {want}: {fix}")),
+            None => problems.push(format!("{name} is not available on {version}: {fix}")),
+        }
+    }
+}
+
+/// Binlog on, ROW format, FULL row image and FULL row metadata.
+fn check_binlog_settings(vars: &Variables, server: &Server, problems: &mut Vec<String>) {
+    vars.expect(
+        problems,
+        server,
         "log_bin",
         "ON",
         "start the server with --log-bin",
     );
-    expect(
-        &mut problems,
+    vars.expect(
+        problems,
+        server,
         "binlog_format",
         "ROW",
         "SET GLOBAL binlog_format=ROW (and in the server config)",
     );
-    expect(
-        &mut problems,
+    vars.expect(
+        problems,
+        server,
         "binlog_row_image",
         "FULL",
         "SET GLOBAL binlog_row_image=FULL (and in the server config)",
     );
-    expect(
-        &mut problems,
+    vars.expect(
+        problems,
+        server,
         "binlog_row_metadata",
         "FULL",
         "SET GLOBAL binlog_row_metadata=FULL (MySQL 8.0.1+ / MariaDB 10.5+; older servers are not supported)",
     );
-    if server.needs_gtids() {
-        expect(
-            &mut problems,
-            "enforce_gtid_consistency",
-            "ON",
-            "SET PERSIST enforce_gtid_consistency = ON (before gtid_mode)",
-        );
-        expect(
-            &mut problems,
-            "gtid_mode",
-            "ON",
-            "Sluice reads MySQL snapshots and documents by GTID and resumes by them: \
-             SET PERSIST gtid_mode = OFF_PERMISSIVE; SET PERSIST gtid_mode = ON_PERMISSIVE; \
-             then, once SHOW STATUS LIKE 'Ongoing_anonymous_transaction_count' is 0, \
-             SET PERSIST gtid_mode = ON",
-        );
+}
+
+/// GTIDs on (and enforced) where the server's flavor needs them.
+fn check_gtid_settings(vars: &Variables, server: &Server, problems: &mut Vec<String>) {
+    if !server.needs_gtids() {
+        return;
     }
-    if let Some(v) = var("binlog_row_value_options") {
+    vars.expect(
+        problems,
+        server,
+        "enforce_gtid_consistency",
+        "ON",
+        "SET PERSIST enforce_gtid_consistency = ON (before gtid_mode)",
+    );
+    vars.expect(
+        problems,
+        server,
+        "gtid_mode",
+        "ON",
+        "Sluice reads MySQL snapshots and documents by GTID and resumes by them: \
+         SET PERSIST gtid_mode = OFF_PERMISSIVE; SET PERSIST gtid_mode = ON_PERMISSIVE; \
+         then, once SHOW STATUS LIKE 'Ongoing_anonymous_transaction_count' is 0, \
+         SET PERSIST gtid_mode = ON",
+    );
+}
+
+/// JSON columns logged whole, not as partial updates.
+fn check_json_logging(vars: &Variables, problems: &mut Vec<String>) {
+    if let Some(v) = vars.get("binlog_row_value_options") {
         if v.to_ascii_uppercase().contains("PARTIAL_JSON") {
             problems.push("binlog_row_value_options has PARTIAL_JSON: set it to '' so JSON columns are logged whole".into());
         }
     }
-    let server_id: u32 = var("server_id").and_then(|v| v.parse().ok()).unwrap_or(0);
+}
+
+/// The server's own server_id (0 if unknown); a problem if the source announces the same.
+fn check_server_id(vars: &Variables, cfg: &SourceConfig, problems: &mut Vec<String>) -> u32 {
+    let server_id: u32 = vars
+        .get("server_id")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     if server_id == cfg.server_id {
         problems.push(format!(
             "source `{}` announces replication server_id {} which is the server's own server_id: choose another",
             cfg.name, cfg.server_id
         ));
     }
+    server_id
+}
 
+/// The privileges a replica needs; returns whether the user may read binlog positions.
+async fn check_privileges(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    server: &Server,
+    problems: &mut Vec<String>,
+) -> Result<bool, MysqlError> {
     let grants: Vec<String> = conn
         .query("SHOW GRANTS")
         .await
@@ -162,91 +257,102 @@ pub async fn preflight(
             ));
         }
     }
+    Ok(monitors)
+}
 
-    if !monitors {
-        // The binlog's positions are not readable without it: say what is known.
-        let _ = conn.disconnect().await;
-        return Err(MysqlError::Preflight {
-            source_name: cfg.name.clone(),
-            problems,
-        });
+/// That the resume checkpoint `cp` is still on the server: its file, or its GTIDs.
+async fn check_resume(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    server: &Server,
+    cp: &Checkpoint,
+    problems: &mut Vec<String>,
+) -> Result<(), MysqlError> {
+    let logs: Vec<mysql_async::Row> = conn
+        .query("SHOW BINARY LOGS")
+        .await
+        .map_err(query_err(cfg, "list binary logs"))?;
+    let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
+    let gtid_resume = cp.gtid.as_ref().is_some_and(|g| !g.is_empty());
+    if !files.contains(&cp.position.file) && !gtid_resume {
+        problems.push(format!(
+            "resume position {} is gone: binlog file {} was purged (oldest is {}). \
+             Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the current end \
+             and build the source's pipelines anew",
+            cp.position,
+            cp.position.file,
+            files.first().map(String::as_str).unwrap_or("none"),
+            cfg.name
+        ));
     }
-    let (end, gtid) = current_end(&mut conn, cfg, &server).await?;
-
-    if let Some(cp) = resume {
-        let logs: Vec<mysql_async::Row> = conn
-            .query("SHOW BINARY LOGS")
-            .await
-            .map_err(query_err(cfg, "list binary logs"))?;
-        let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
-        let gtid_resume = cp.gtid.as_ref().is_some_and(|g| !g.is_empty());
-        if !files.contains(&cp.position.file) && !gtid_resume {
-            problems.push(format!(
-                "resume position {} is gone: binlog file {} was purged (oldest is {}). \
-                 Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the current end \
-                 and build the source's pipelines anew",
-                cp.position,
-                cp.position.file,
-                files.first().map(String::as_str).unwrap_or("none"),
-                cfg.name
-            ));
+    if let (Flavor::MySql, Some(want)) = (server.flavor, cp.gtid.as_ref()) {
+        check_mysql_gtids_kept(conn, cfg, want, problems).await?;
+    }
+    if gtid_resume {
+        if let Some(GtidSet::MariaDb(want)) = &cp.gtid {
+            check_mariadb_gtids_kept(conn, cfg, &files, want, problems).await?;
         }
-        if let (Flavor::MySql, Some(want)) = (server.flavor, cp.gtid.as_ref()) {
-            let purged: String = conn
-                .query_first("SELECT @@GLOBAL.gtid_purged")
-                .await
-                .map_err(query_err(cfg, "read gtid_purged"))?
-                .unwrap_or_default();
-            let purged: GtidSet = purged.parse().unwrap_or_else(|_| GtidSet::empty_mysql());
-            let lost = purged.missing_from(want);
-            if !lost.is_empty() {
+    }
+    Ok(())
+}
+
+/// MySQL: that the server purged no transaction of the GTID set `want` lacks.
+async fn check_mysql_gtids_kept(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    want: &GtidSet,
+    problems: &mut Vec<String>,
+) -> Result<(), MysqlError> {
+    let purged: String = conn
+        .query_first("SELECT @@GLOBAL.gtid_purged")
+        .await
+        .map_err(query_err(cfg, "read gtid_purged"))?
+        .unwrap_or_default();
+    let purged: GtidSet = purged.parse().unwrap_or_else(|_| GtidSet::empty_mysql());
+    let lost = purged.missing_from(want);
+    if !lost.is_empty() {
+        problems.push(format!(
+            "resume GTID set {want} is gone: the server purged transactions it lacks ({lost}). \
+             Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the \
+             current end and build the source's pipelines anew",
+            cfg.name
+        ));
+    }
+    Ok(())
+}
+
+/// MariaDB: that the oldest binlog starts at or before each domain's GTID in `want`.
+async fn check_mariadb_gtids_kept(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    files: &[String],
+    want: &BTreeMap<u32, MariaDbGtid>,
+    problems: &mut Vec<String>,
+) -> Result<(), MysqlError> {
+    let first_file = files.first().cloned().unwrap_or_default();
+    let oldest: Option<Option<String>> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, 4)", (first_file,))
+        .await
+        .map_err(query_err(cfg, "read oldest GTID position"))?;
+    let Some(Some(oldest)) = oldest else {
+        return Ok(());
+    };
+    let Ok(GtidSet::MariaDb(oldest)) = oldest.parse::<GtidSet>() else {
+        return Ok(());
+    };
+    for (domain, g) in want {
+        if let Some(o) = oldest.get(domain) {
+            if o.seq > g.seq {
                 problems.push(format!(
-                    "resume GTID set {want} is gone: the server purged transactions it lacks ({lost}). \
+                    "resume GTID {}-{}-{} is gone: the oldest binlog starts after {}-{}-{}. \
                      Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the \
                      current end and build the source's pipelines anew",
-                    cfg.name
+                    g.domain, g.server, g.seq, o.domain, o.server, o.seq, cfg.name
                 ));
             }
         }
-        if gtid_resume {
-            if let Some(GtidSet::MariaDb(want)) = &cp.gtid {
-                let first_file = files.first().cloned().unwrap_or_default();
-                let oldest: Option<Option<String>> = conn
-                    .exec_first("SELECT BINLOG_GTID_POS(?, 4)", (first_file,))
-                    .await
-                    .map_err(query_err(cfg, "read oldest GTID position"))?;
-                if let Some(Some(oldest)) = oldest {
-                    if let Ok(GtidSet::MariaDb(oldest)) = oldest.parse::<GtidSet>() {
-                        for (domain, g) in want {
-                            if let Some(o) = oldest.get(domain) {
-                                if o.seq > g.seq {
-                                    problems.push(format!(
-                                        "resume GTID {}-{}-{} is gone: the oldest binlog starts after {}-{}-{}. \
-                                         Nothing was skipped: run `sluicectl sources resnapshot {}` to stream again from the \
-                                         current end and build the source's pipelines anew",
-                                        g.domain, g.server, g.seq, o.domain, o.server, o.seq, cfg.name
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
-    let _ = conn.disconnect().await;
-    if !problems.is_empty() {
-        return Err(MysqlError::Preflight {
-            source_name: cfg.name.clone(),
-            problems,
-        });
-    }
-    Ok(ServerInfo {
-        server,
-        server_id,
-        end,
-        gtid,
-    })
+    Ok(())
 }
 
 /// The server `conn` is connected to.

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mysql_async::binlog::events::{EventData, RowsEventData, TableMapEvent};
+use mysql_async::binlog::events::{
+    BinlogEventHeader, Event, EventData, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+};
 use mysql_async::prelude::*;
-use mysql_async::{BinlogStream, BinlogStreamRequest};
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 use serde_json::{Map, Value};
 use sluice_model::position::MariaDbGtid;
 use sluice_model::{BinlogPosition, GtidSet, Op};
@@ -163,6 +165,14 @@ struct Payload {
     rows: u32,
 }
 
+/// Where an event sits: its start offset and end position (for an event inside a
+/// compressed transaction: the payload event's), and whether it is inside one.
+struct Span {
+    start: u64,
+    end: u64,
+    inside_payload: bool,
+}
+
 pub struct BinlogReader {
     name: String,
     stream: BinlogStream,
@@ -189,78 +199,15 @@ impl BinlogReader {
         server: &Server,
         at: StartAt,
     ) -> Result<Self, MysqlError> {
-        let flavor = server.flavor;
         let mut conn = connect(cfg).await?;
-        conn.query_drop(server.heartbeat(HEARTBEAT))
-            .await
-            .map_err(query_err(cfg, "set heartbeat period"))?;
-        if let Some(announce) = server.replica_announcement() {
-            conn.query_drop(announce)
-                .await
-                .map_err(query_err(cfg, "announce the replica's capability"))?;
-        }
+        prepare_replica(&mut conn, cfg, server).await?;
         let (file, pos, gtid_set) = match &at {
             StartAt::Position(p) => (p.file.clone(), p.pos, None),
             StartAt::Gtid { gtid, position } => {
                 (position.file.clone(), position.pos, Some(gtid.clone()))
             }
         };
-        let stream = match (&at, flavor) {
-            (
-                StartAt::Gtid {
-                    gtid: gtid @ GtidSet::MariaDb(_),
-                    ..
-                },
-                Flavor::MariaDb,
-            ) => {
-                conn.query_drop(format!("SET @slave_connect_state = '{gtid}'"))
-                    .await
-                    .map_err(query_err(cfg, "set slave_connect_state"))?;
-                conn.query_drop("SET @slave_gtid_strict_mode = 1")
-                    .await
-                    .map_err(query_err(cfg, "set slave_gtid_strict_mode"))?;
-                conn.query_drop("SET @slave_gtid_ignore_duplicates = 0")
-                    .await
-                    .map_err(query_err(cfg, "set slave_gtid_ignore_duplicates"))?;
-                conn.get_binlog_stream(BinlogStreamRequest::new(cfg.server_id))
-                    .await
-            }
-            (
-                StartAt::Gtid {
-                    gtid: GtidSet::MySql(m),
-                    ..
-                },
-                Flavor::MySql,
-            ) => {
-                let sids = mysql_sids(m).map_err(|detail| MysqlError::Decode {
-                    source_name: cfg.name.clone(),
-                    at: Box::default(),
-                    detail,
-                })?;
-                conn.get_binlog_stream(
-                    BinlogStreamRequest::new(cfg.server_id)
-                        .with_gtid()
-                        .with_gtid_set(sids),
-                )
-                .await
-            }
-            _ => {
-                conn.get_binlog_stream(
-                    BinlogStreamRequest::new(cfg.server_id)
-                        .with_filename(file.as_bytes())
-                        .with_pos(pos),
-                )
-                .await
-            }
-        }
-        .map_err(|error| MysqlError::Stream {
-            source_name: cfg.name.clone(),
-            at: Box::new(At {
-                position: Some(BinlogPosition::new(file.clone(), pos)),
-                table: None,
-            }),
-            error,
-        })?;
+        let stream = request_stream(conn, cfg, server.flavor, &at, &file, pos).await?;
         Ok(Self {
             name: cfg.name.clone(),
             stream,
@@ -331,13 +278,29 @@ impl BinlogReader {
         }
     }
 
-    fn handle(&mut self, event: mysql_async::binlog::events::Event) -> Result<(), MysqlError> {
+    /// Handles one event from the stream: updates the state and queues what it yields.
+    fn handle(&mut self, event: Event) -> Result<(), MysqlError> {
         let header = event.header();
-        let ty = header.event_type_raw();
+        let log_pos = header.log_pos() as u64;
+        let span = self.span(&header);
+        let advance = match header.event_type_raw() {
+            MARIADB_GTID => {
+                self.mariadb_gtid(event.data(), header.server_id())?;
+                true
+            }
+            MARIADB_ANNOTATE_ROWS | MARIADB_BINLOG_CHECKPOINT | MARIADB_GTID_LIST => true,
+            ty => self.handle_decoded(&event, ty, &span)?,
+        };
+        if advance && log_pos != 0 && !span.inside_payload {
+            self.next_pos = log_pos;
+        }
+        Ok(())
+    }
+
+    /// Where the event of `header` sits in the binlog.
+    fn span(&self, header: &BinlogEventHeader) -> Span {
         let log_pos = header.log_pos() as u64;
         let size = header.event_size() as u64;
-        let server_id = header.server_id();
-        let ts_ms = header.timestamp() as u64 * 1000;
         let inside_payload = self.payload.is_some() && log_pos == 0;
         let start = if inside_payload {
             self.payload
@@ -357,103 +320,115 @@ impl BinlogReader {
         } else {
             log_pos
         };
+        Span {
+            start,
+            end,
+            inside_payload,
+        }
+    }
 
-        match ty {
-            MARIADB_GTID => {
-                let body = event.data();
-                if body.len() < 13 {
-                    return Err(self.decode_err(None, "short MariaDB GTID event"));
-                }
-                let seq = u64::from_le_bytes(body[0..8].try_into().expect("8 bytes"));
-                let domain = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
-                let flags = body[12];
-                self.pending_gtid = Some(PendingGtid::MariaDb(MariaDbGtid {
-                    domain,
-                    server: server_id,
-                    seq,
-                }));
-                self.in_trx = flags & MARIADB_GTID_FLAG_STANDALONE == 0;
-            }
-            MARIADB_ANNOTATE_ROWS | MARIADB_BINLOG_CHECKPOINT | MARIADB_GTID_LIST => {}
-            _ => {
-                let data = event
-                    .read_data()
-                    .map_err(|e| self.decode_err(None, format!("event type {ty}: {e}")))?;
-                match data {
-                    Some(EventData::RotateEvent(r)) => {
-                        let mut name = r.name_raw();
-                        if !self.seen_format_description && checksummed(&header, event.data()) {
-                            name = &name[..name.len().saturating_sub(CHECKSUM_LEN)];
-                        }
-                        self.file = String::from_utf8_lossy(name).as_ref().into();
-                        self.next_pos = r.position();
-                        return Ok(());
-                    }
-                    Some(EventData::HeartbeatEvent) => return Ok(()),
-                    Some(EventData::FormatDescriptionEvent(_)) => {
-                        self.seen_format_description = true
-                    }
-                    Some(EventData::GtidEvent(g)) => {
-                        self.pending_gtid = Some(PendingGtid::MySql(uuid_text(&g.sid()), g.gno()));
-                    }
-                    Some(EventData::TransactionPayloadEvent(_)) => {
-                        self.payload = Some(Payload {
-                            start,
-                            end: log_pos,
-                            rows: 0,
-                        });
-                    }
-                    Some(EventData::QueryEvent(q)) => {
-                        let sql = q.query();
-                        let word = sql
-                            .split_whitespace()
-                            .next()
-                            .unwrap_or("")
-                            .to_ascii_uppercase();
-                        match word.as_str() {
-                            "BEGIN" => self.in_trx = true,
-                            "COMMIT" | "ROLLBACK" => self.commit(end, ts_ms),
-                            "XA" | "SAVEPOINT" => {}
-                            _ => {
-                                let db = q.schema();
-                                if self.filter.may_concern(&db, &sql) {
-                                    self.queue.push_back(SourceEvent::Ddl(Ddl {
-                                        db: db.into_owned(),
-                                        query: sql.into_owned(),
-                                        file: self.file.clone(),
-                                        pos: start,
-                                        server_id,
-                                        ts_ms,
-                                        gtid: self.pending_gtid.as_ref().map(PendingGtid::text),
-                                    }));
-                                }
-                                if !self.in_trx {
-                                    self.commit(end, ts_ms);
-                                }
-                            }
-                        }
-                    }
-                    Some(EventData::TableMapEvent(tme)) => {
-                        let id = tme.table_id();
-                        if self.tables.get(&id).is_none_or(|(seen, _)| *seen != tme) {
-                            let state = self.table_state(&tme);
-                            self.tables.insert(id, (tme.into_owned(), state));
-                        }
-                        // A crash here: the rows event of this table map is not read yet.
-                        sluice_model::failpoint("reader.after_table_map");
-                    }
-                    Some(EventData::RowsEvent(rows)) => {
-                        self.rows(&rows, start, server_id, ts_ms)?
-                    }
-                    Some(EventData::XidEvent(_)) => self.commit(end, ts_ms),
-                    _ => {}
-                }
-            }
+    /// A MariaDB GTID event: the GTID of the transaction (or statement) that follows.
+    fn mariadb_gtid(&mut self, body: &[u8], server_id: u32) -> Result<(), MysqlError> {
+        if body.len() < 13 {
+            return Err(self.decode_err(None, "short MariaDB GTID event"));
         }
-        if log_pos != 0 && !inside_payload {
-            self.next_pos = log_pos;
-        }
+        let seq = u64::from_le_bytes(body[0..8].try_into().expect("8 bytes"));
+        let domain = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+        let flags = body[12];
+        self.pending_gtid = Some(PendingGtid::MariaDb(MariaDbGtid {
+            domain,
+            server: server_id,
+            seq,
+        }));
+        self.in_trx = flags & MARIADB_GTID_FLAG_STANDALONE == 0;
         Ok(())
+    }
+
+    /// An event mysql_common decodes, by kind; returns whether the position moves past it.
+    fn handle_decoded(&mut self, event: &Event, ty: u8, span: &Span) -> Result<bool, MysqlError> {
+        let header = event.header();
+        let server_id = header.server_id();
+        let ts_ms = header.timestamp() as u64 * 1000;
+        let data = event
+            .read_data()
+            .map_err(|e| self.decode_err(None, format!("event type {ty}: {e}")))?;
+        match data {
+            Some(EventData::RotateEvent(r)) => {
+                self.rotate(event, &r);
+                return Ok(false);
+            }
+            Some(EventData::HeartbeatEvent) => return Ok(false),
+            Some(EventData::FormatDescriptionEvent(_)) => self.seen_format_description = true,
+            Some(EventData::GtidEvent(g)) => {
+                self.pending_gtid = Some(PendingGtid::MySql(uuid_text(&g.sid()), g.gno()));
+            }
+            Some(EventData::TransactionPayloadEvent(_)) => {
+                self.payload = Some(Payload {
+                    start: span.start,
+                    end: header.log_pos() as u64,
+                    rows: 0,
+                });
+            }
+            Some(EventData::QueryEvent(q)) => self.query(&q, span, server_id, ts_ms),
+            Some(EventData::TableMapEvent(tme)) => self.table_map(tme),
+            Some(EventData::RowsEvent(rows)) => self.rows(&rows, span.start, server_id, ts_ms)?,
+            Some(EventData::XidEvent(_)) => self.commit(span.end, ts_ms),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    /// A ROTATE event: the stream goes on in the file it names, at its position.
+    fn rotate(&mut self, event: &Event, r: &RotateEvent<'_>) {
+        let mut name = r.name_raw();
+        if !self.seen_format_description && checksummed(&event.header(), event.data()) {
+            name = &name[..name.len().saturating_sub(CHECKSUM_LEN)];
+        }
+        self.file = String::from_utf8_lossy(name).as_ref().into();
+        self.next_pos = r.position();
+    }
+
+    /// A QUERY event: BEGIN, COMMIT/ROLLBACK, or DDL (queued when it may concern a table).
+    fn query(&mut self, q: &QueryEvent<'_>, span: &Span, server_id: u32, ts_ms: u64) {
+        let sql = q.query();
+        let word = sql
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        match word.as_str() {
+            "BEGIN" => self.in_trx = true,
+            "COMMIT" | "ROLLBACK" => self.commit(span.end, ts_ms),
+            "XA" | "SAVEPOINT" => {}
+            _ => {
+                let db = q.schema();
+                if self.filter.may_concern(&db, &sql) {
+                    self.queue.push_back(SourceEvent::Ddl(Ddl {
+                        db: db.into_owned(),
+                        query: sql.into_owned(),
+                        file: self.file.clone(),
+                        pos: span.start,
+                        server_id,
+                        ts_ms,
+                        gtid: self.pending_gtid.as_ref().map(PendingGtid::text),
+                    }));
+                }
+                if !self.in_trx {
+                    self.commit(span.end, ts_ms);
+                }
+            }
+        }
+    }
+
+    /// A TABLE_MAP event: the table id's schema, rebuilt only when the map changed.
+    fn table_map(&mut self, tme: TableMapEvent<'_>) {
+        let id = tme.table_id();
+        if self.tables.get(&id).is_none_or(|(seen, _)| *seen != tme) {
+            let state = self.table_state(&tme);
+            self.tables.insert(id, (tme.into_owned(), state));
+        }
+        // A crash here: the rows event of this table map is not read yet.
+        sluice_model::failpoint("reader.after_table_map");
     }
 
     fn rows(
@@ -587,6 +562,100 @@ impl BinlogReader {
     pub async fn close(self) {
         let _ = self.stream.close().await;
     }
+}
+
+/// Sets the heartbeat period on `conn` and announces the replica's capabilities.
+async fn prepare_replica(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    server: &Server,
+) -> Result<(), MysqlError> {
+    conn.query_drop(server.heartbeat(HEARTBEAT))
+        .await
+        .map_err(query_err(cfg, "set heartbeat period"))?;
+    if let Some(announce) = server.replica_announcement() {
+        conn.query_drop(announce)
+            .await
+            .map_err(query_err(cfg, "announce the replica's capability"))?;
+    }
+    Ok(())
+}
+
+/// Requests the binlog by `at`'s GTID set when of the server's flavor, else at `file`/`pos`.
+async fn request_stream(
+    mut conn: Conn,
+    cfg: &SourceConfig,
+    flavor: Flavor,
+    at: &StartAt,
+    file: &str,
+    pos: u64,
+) -> Result<BinlogStream, MysqlError> {
+    let stream = match (at, flavor) {
+        (
+            StartAt::Gtid {
+                gtid: gtid @ GtidSet::MariaDb(_),
+                ..
+            },
+            Flavor::MariaDb,
+        ) => {
+            set_mariadb_connect_state(&mut conn, cfg, gtid).await?;
+            conn.get_binlog_stream(BinlogStreamRequest::new(cfg.server_id))
+                .await
+        }
+        (
+            StartAt::Gtid {
+                gtid: GtidSet::MySql(m),
+                ..
+            },
+            Flavor::MySql,
+        ) => {
+            let sids = mysql_sids(m).map_err(|detail| MysqlError::Decode {
+                source_name: cfg.name.clone(),
+                at: Box::default(),
+                detail,
+            })?;
+            conn.get_binlog_stream(
+                BinlogStreamRequest::new(cfg.server_id)
+                    .with_gtid()
+                    .with_gtid_set(sids),
+            )
+            .await
+        }
+        _ => {
+            conn.get_binlog_stream(
+                BinlogStreamRequest::new(cfg.server_id)
+                    .with_filename(file.as_bytes())
+                    .with_pos(pos),
+            )
+            .await
+        }
+    };
+    stream.map_err(|error| MysqlError::Stream {
+        source_name: cfg.name.clone(),
+        at: Box::new(At {
+            position: Some(BinlogPosition::new(file, pos)),
+            table: None,
+        }),
+        error,
+    })
+}
+
+/// Tells a MariaDB server to stream from the GTID state `gtid`, strictly.
+async fn set_mariadb_connect_state(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+    gtid: &GtidSet,
+) -> Result<(), MysqlError> {
+    conn.query_drop(format!("SET @slave_connect_state = '{gtid}'"))
+        .await
+        .map_err(query_err(cfg, "set slave_connect_state"))?;
+    conn.query_drop("SET @slave_gtid_strict_mode = 1")
+        .await
+        .map_err(query_err(cfg, "set slave_gtid_strict_mode"))?;
+    conn.query_drop("SET @slave_gtid_ignore_duplicates = 0")
+        .await
+        .map_err(query_err(cfg, "set slave_gtid_ignore_duplicates"))?;
+    Ok(())
 }
 
 fn uuid_text(sid: &[u8; 16]) -> String {

@@ -312,55 +312,10 @@ pub fn compile(spec: &PipelineSpec, tables: &Tables) -> Result<Vec<DocPlan>, Vec
         return Err(problems);
     };
     let join_field = spec.join.as_ref().map(|j| j.field.clone());
-    let root_relations: Vec<&Relation> = spec
-        .relations
-        .iter()
-        .filter(|r| r.kind != RelationKind::Child)
-        .collect();
-    let root = node(
-        spec,
-        NodeSpec {
-            key: "",
-            name: &spec.table,
-            table: root_table,
-            filter: &spec.filter,
-            columns: &spec.columns,
-            fields: &spec.fields,
-            order_by: &[],
-            relations: &root_relations,
-        },
-        None,
-        tables,
-        &mut problems,
-    );
-    let id_names = if spec.id.is_empty() {
-        root_table.key_names()
-    } else {
-        spec.id.clone()
-    };
-    let id = columns_of(root_table, &id_names, "id", &mut problems);
-    if id_names.is_empty() {
-        problems.push(format!(
-            "id: `{}.{}` has no primary key: name the columns that identify a document",
-            spec.database, spec.table
-        ));
-    }
+    let (root_plan, id_names) =
+        root_plan(spec, root_table, join_field.clone(), tables, &mut problems);
     let mut plans = Vec::new();
-    if let Some(root) = root {
-        let mut wanted = id.clone();
-        wanted.extend(&root_table.key);
-        plans.push(DocPlan::new(
-            spec.join
-                .as_ref()
-                .map_or_else(|| spec.table.clone(), |j| j.parent.clone()),
-            with_selected(root, &wanted),
-            id.clone(),
-            join_field.clone().map(|field| JoinTag {
-                field,
-                parent: None,
-            }),
-        ));
-    }
+    plans.extend(root_plan);
     for r in spec
         .relations
         .iter()
@@ -384,6 +339,65 @@ pub fn compile(spec: &PipelineSpec, tables: &Tables) -> Result<Vec<DocPlan>, Vec
     } else {
         Err(problems)
     }
+}
+
+/// The root documents' plan (without `child` relations) and the root's id column names.
+fn root_plan(
+    spec: &PipelineSpec,
+    root_table: &SnapshotTable,
+    join_field: Option<String>,
+    tables: &Tables,
+    problems: &mut Vec<String>,
+) -> (Option<DocPlan>, Vec<String>) {
+    let root_relations: Vec<&Relation> = spec
+        .relations
+        .iter()
+        .filter(|r| r.kind != RelationKind::Child)
+        .collect();
+    let root = node(
+        spec,
+        NodeSpec {
+            key: "",
+            name: &spec.table,
+            table: root_table,
+            filter: &spec.filter,
+            columns: &spec.columns,
+            fields: &spec.fields,
+            order_by: &[],
+            relations: &root_relations,
+        },
+        None,
+        tables,
+        problems,
+    );
+    let id_names = if spec.id.is_empty() {
+        root_table.key_names()
+    } else {
+        spec.id.clone()
+    };
+    let id = columns_of(root_table, &id_names, "id", problems);
+    if id_names.is_empty() {
+        problems.push(format!(
+            "id: `{}.{}` has no primary key: name the columns that identify a document",
+            spec.database, spec.table
+        ));
+    }
+    let plan = root.map(|root| {
+        let mut wanted = id.clone();
+        wanted.extend(&root_table.key);
+        DocPlan::new(
+            spec.join
+                .as_ref()
+                .map_or_else(|| spec.table.clone(), |j| j.parent.clone()),
+            with_selected(root, &wanted),
+            id,
+            join_field.map(|field| JoinTag {
+                field,
+                parent: None,
+            }),
+        )
+    });
+    (plan, id_names)
 }
 
 fn child_plan(
@@ -465,6 +479,7 @@ struct NodeSpec<'a> {
     relations: &'a [&'a Relation],
 }
 
+/// Compiles one node of the tree and the nodes below it (`link`: `None` for a root).
 fn node(
     spec: &PipelineSpec,
     n: NodeSpec<'_>,
@@ -472,110 +487,16 @@ fn node(
     tables: &Tables,
     problems: &mut Vec<String>,
 ) -> Option<Node> {
-    let key = |k: &str| {
-        if n.key.is_empty() {
-            k.to_owned()
-        } else {
-            format!("{}.{k}", n.key)
-        }
-    };
     let t = n.table;
-    let output = if n.columns.is_empty() {
-        (0..t.columns.len()).collect()
-    } else {
-        let mut cols = columns_of(t, n.columns, &key("columns"), problems);
-        cols.sort_unstable();
-        cols
-    };
-    for column in n.fields.keys() {
-        if t.column(column).is_none() {
-            problems.push(format!(
-                "{}: `{column}` is not a column of `{}.{}`",
-                key(&format!("fields.{column}")),
-                t.db,
-                t.table
-            ));
-        }
-    }
+    let output = output_of(&n, problems);
+    check_fields(&n, problems);
     // The filter's own problems are the spec's; here, only whether its columns exist.
     if let Ok(names) = filter::check(n.filter) {
-        columns_of(t, &names, &key("filter"), problems);
+        columns_of(t, &names, &sub_key(n.key, "filter"), problems);
     }
-    let link = link.map(|(r, parent)| {
-        let (parents, children): (Vec<String>, Vec<String>) =
-            r.on.iter().map(|(p, c)| (p.clone(), c.clone())).unzip();
-        Link {
-            kind: r.kind,
-            parent: columns_of(parent, &parents, &key("on"), problems),
-            child: columns_of(t, &children, &key("on"), problems),
-        }
-    });
-    let mut order = Vec::new();
-    for o in n
-        .order_by
-        .iter()
-        .filter_map(|o| sluice_model::pipeline::OrderKey::parse(o).ok())
-    {
-        match t.column(&o.column) {
-            Some(c) => order.push((c, o.descending)),
-            None => problems.push(format!(
-                "{}: `{}` is not a column of `{}.{}`",
-                key("order_by"),
-                o.column,
-                t.db,
-                t.table
-            )),
-        }
-    }
-    let mut children = Vec::new();
-    for r in n.relations {
-        let rkey = key(&format!("relations.{}", r.name));
-        if output.iter().any(|&c| t.columns[c].name == r.name) {
-            problems.push(format!(
-                "{rkey}: the parent's column `{}` has this name; rename the relation",
-                r.name
-            ));
-        }
-        let db = spec.database_of(r);
-        let Some(child_table) = tables.get(&(db.to_owned(), r.table.clone())) else {
-            problems.push(format!("{rkey}.table: `{db}.{}` does not exist", r.table));
-            continue;
-        };
-        let below: Vec<&Relation> = r.relations.iter().collect();
-        let child = node(
-            spec,
-            NodeSpec {
-                key: &rkey,
-                name: &r.name,
-                table: child_table,
-                filter: &r.filter,
-                columns: &r.columns,
-                fields: &r.fields,
-                order_by: &r.order_by,
-                relations: &below,
-            },
-            Some((r, t)),
-            tables,
-            problems,
-        );
-        if let Some(mut child) = child {
-            child.limit = r.limit;
-            child.distinct = r.distinct;
-            child.nested = r.is_nested();
-            child.delayed = r.delayed;
-            if r.distinct {
-                for &(c, _) in &child.order {
-                    if !child.output.contains(&c) {
-                        problems.push(format!(
-                            "{rkey}.order_by: `{}` must be among the columns of a distinct relation",
-                            t_name(child_table, c)
-                        ));
-                    }
-                }
-            }
-            children.push(child);
-        }
-    }
+    let link = link.map(|(r, parent)| link_of(r, parent, &n, problems));
+    let order = order_of(&n, problems);
+    let children = children_of(spec, &n, &output, tables, problems);
     let mut select = output.clone();
     if let Some(l) = &link {
         select.extend(&l.child);
@@ -602,6 +523,155 @@ fn node(
         fields: n.fields.clone(),
         children,
     })
+}
+
+/// The spec key `k` under a node's key prefix `prefix` (`""` for the root).
+fn sub_key(prefix: &str, k: &str) -> String {
+    if prefix.is_empty() {
+        k.to_owned()
+    } else {
+        format!("{prefix}.{k}")
+    }
+}
+
+/// The columns a node puts into the document (all when it names none), in table order.
+fn output_of(n: &NodeSpec<'_>, problems: &mut Vec<String>) -> Vec<usize> {
+    let t = n.table;
+    if n.columns.is_empty() {
+        (0..t.columns.len()).collect()
+    } else {
+        let mut cols = columns_of(t, n.columns, &sub_key(n.key, "columns"), problems);
+        cols.sort_unstable();
+        cols
+    }
+}
+
+/// That every field override of a node names a column of its table.
+fn check_fields(n: &NodeSpec<'_>, problems: &mut Vec<String>) {
+    let t = n.table;
+    for column in n.fields.keys() {
+        if t.column(column).is_none() {
+            problems.push(format!(
+                "{}: `{column}` is not a column of `{}.{}`",
+                sub_key(n.key, &format!("fields.{column}")),
+                t.db,
+                t.table
+            ));
+        }
+    }
+}
+
+/// How relation `r`'s node joins its parent's table `parent`.
+fn link_of(
+    r: &Relation,
+    parent: &SnapshotTable,
+    n: &NodeSpec<'_>,
+    problems: &mut Vec<String>,
+) -> Link {
+    let (parents, children): (Vec<String>, Vec<String>) =
+        r.on.iter().map(|(p, c)| (p.clone(), c.clone())).unzip();
+    Link {
+        kind: r.kind,
+        parent: columns_of(parent, &parents, &sub_key(n.key, "on"), problems),
+        child: columns_of(n.table, &children, &sub_key(n.key, "on"), problems),
+    }
+}
+
+/// A node's `order_by` as `(column, descending)`, skipping keys that do not parse.
+fn order_of(n: &NodeSpec<'_>, problems: &mut Vec<String>) -> Vec<(usize, bool)> {
+    let t = n.table;
+    let mut order = Vec::new();
+    for o in n
+        .order_by
+        .iter()
+        .filter_map(|o| sluice_model::pipeline::OrderKey::parse(o).ok())
+    {
+        match t.column(&o.column) {
+            Some(c) => order.push((c, o.descending)),
+            None => problems.push(format!(
+                "{}: `{}` is not a column of `{}.{}`",
+                sub_key(n.key, "order_by"),
+                o.column,
+                t.db,
+                t.table
+            )),
+        }
+    }
+    order
+}
+
+/// The nodes of a node's relations, none named like one of its `output` columns.
+fn children_of(
+    spec: &PipelineSpec,
+    n: &NodeSpec<'_>,
+    output: &[usize],
+    tables: &Tables,
+    problems: &mut Vec<String>,
+) -> Vec<Node> {
+    let t = n.table;
+    let mut children = Vec::new();
+    for r in n.relations {
+        let rkey = sub_key(n.key, &format!("relations.{}", r.name));
+        if output.iter().any(|&c| t.columns[c].name == r.name) {
+            problems.push(format!(
+                "{rkey}: the parent's column `{}` has this name; rename the relation",
+                r.name
+            ));
+        }
+        if let Some(child) = child_node(spec, r, &rkey, t, tables, problems) {
+            children.push(child);
+        }
+    }
+    children
+}
+
+/// The node of relation `r` below a node of table `parent`, with the relation's settings.
+fn child_node(
+    spec: &PipelineSpec,
+    r: &Relation,
+    rkey: &str,
+    parent: &SnapshotTable,
+    tables: &Tables,
+    problems: &mut Vec<String>,
+) -> Option<Node> {
+    let db = spec.database_of(r);
+    let Some(child_table) = tables.get(&(db.to_owned(), r.table.clone())) else {
+        problems.push(format!("{rkey}.table: `{db}.{}` does not exist", r.table));
+        return None;
+    };
+    let below: Vec<&Relation> = r.relations.iter().collect();
+    let child = node(
+        spec,
+        NodeSpec {
+            key: rkey,
+            name: &r.name,
+            table: child_table,
+            filter: &r.filter,
+            columns: &r.columns,
+            fields: &r.fields,
+            order_by: &r.order_by,
+            relations: &below,
+        },
+        Some((r, parent)),
+        tables,
+        problems,
+    );
+    let mut child = child?;
+    child.limit = r.limit;
+    child.distinct = r.distinct;
+    child.nested = r.is_nested();
+    child.delayed = r.delayed;
+    if r.distinct {
+        for &(c, _) in &child.order {
+            if !child.output.contains(&c) {
+                problems.push(format!(
+                    "{rkey}.order_by: `{}` must be among the columns of a distinct relation",
+                    t_name(child_table, c)
+                ));
+            }
+        }
+    }
+    Some(child)
 }
 
 fn t_name(t: &SnapshotTable, c: usize) -> &str {
