@@ -46,7 +46,6 @@ pub fn moves_for(
         .iter()
         .map(|w| (w.id.as_str(), w.capacity))
         .collect();
-    let mut moves = Vec::new();
     let mut orphans = Vec::new();
     let mut tasks: Vec<&String> = tasks.iter().collect();
     tasks.sort();
@@ -60,6 +59,23 @@ pub fn moves_for(
             None => orphans.push(task),
         }
     }
+    let mut moves = place_orphans(&mut load, &capacity, orphans, current);
+    let settled: BTreeMap<&str, bool> =
+        workers.iter().map(|w| (w.id.as_str(), w.settled)).collect();
+    even_out(&mut load, &capacity, &settled, threshold, &mut moves);
+    moves.retain(|m| m.from.as_deref() != Some(m.to.as_str()));
+    moves.sort();
+    moves
+}
+
+/// Places each task without a live worker on the least loaded one with room.
+fn place_orphans<'a>(
+    load: &mut BTreeMap<&'a str, Vec<&'a str>>,
+    capacity: &BTreeMap<&str, usize>,
+    orphans: Vec<&'a String>,
+    current: &BTreeMap<String, String>,
+) -> Vec<Move> {
+    let mut moves = Vec::new();
     for task in orphans {
         let to = load
             .iter()
@@ -75,8 +91,18 @@ pub fn moves_for(
             });
         }
     }
-    let settled: BTreeMap<&str, bool> =
-        workers.iter().map(|w| (w.id.as_str(), w.settled)).collect();
+    moves
+}
+
+/// Moves tasks from the busiest worker to the idlest settled one with room until they
+/// differ by at most `threshold`; a task moved twice in one plan is one move.
+fn even_out(
+    load: &mut BTreeMap<&str, Vec<&str>>,
+    capacity: &BTreeMap<&str, usize>,
+    settled: &BTreeMap<&str, bool>,
+    threshold: usize,
+    moves: &mut Vec<Move>,
+) {
     while let Some((busiest, most)) = load
         .iter()
         .max_by_key(|(w, ts)| (ts.len(), std::cmp::Reverse(**w)))
@@ -109,9 +135,6 @@ pub fn moves_for(
             }),
         }
     }
-    moves.retain(|m| m.from.as_deref() != Some(m.to.as_str()));
-    moves.sort();
-    moves
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
 
+use opentelemetry::metrics::Meter;
 use opentelemetry::KeyValue;
 use sluice_model::BuildPhase;
 use sluice_proto::v1::BuildStatus;
@@ -87,6 +88,16 @@ fn read_checks() -> BTreeMap<String, CheckGauge> {
 
 /// Registers the gauges; call once, after telemetry is installed.
 pub(crate) fn observe() {
+    let m = opentelemetry::global::meter("sluice");
+    observe_cluster(&m);
+    observe_pipelines(&m);
+    observe_checks(&m);
+    observe_builds(&m);
+}
+
+/// The leadership, the dependencies' health, the workers, their tasks and lag; and the
+/// event counter from zero for each kind (so a rate is defined before the first event).
+fn observe_cluster(m: &Meter) {
     for kind in [
         "leader",
         "assignment",
@@ -98,7 +109,6 @@ pub(crate) fn observe() {
     ] {
         EVENTS.add(0, &[KeyValue::new("kind", kind)]);
     }
-    let m = opentelemetry::global::meter("sluice");
     m.u64_observable_gauge("sluice.center.leader")
         .with_description("1 on the center replica that leads, 0 on the others")
         .with_callback(|o| o.observe(read(|g| u64::from(g.leader)), &[]))
@@ -142,6 +152,10 @@ pub(crate) fn observe() {
             }
         })
         .build();
+}
+
+/// Pipelines by availability, and which need a rebuild.
+fn observe_pipelines(m: &Meter) {
     m.u64_observable_gauge("sluice.center.pipelines")
         .with_description("Pipelines by state: unavailable, building, available")
         .with_callback(|o| {
@@ -158,6 +172,10 @@ pub(crate) fn observe() {
             }
         })
         .build();
+}
+
+/// Each pipeline's running or last consistency check.
+fn observe_checks(m: &Meter) {
     m.u64_observable_gauge("sluice.center.check.drift")
         .with_description("Documents the pipeline's running or last consistency check found wrong, by kind: missing, extra, different")
         .with_callback(|o| {
@@ -211,6 +229,10 @@ pub(crate) fn observe() {
             })
             .build();
     }
+}
+
+/// Each pipeline's running or last build.
+fn observe_builds(m: &Meter) {
     type Field = fn(&(BuildPhase, BuildStatus)) -> u64;
     let builds: [(&'static str, &'static str, Field); 6] = [
         (

@@ -52,48 +52,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
                     |mut c, req| async move { c.list_dead_letters(req).await },
                 )
                 .await?;
-            let letter_json = |l: &DeadLetter| {
-                json!({"id": l.id, "at_ms": l.at_ms, "reason": l.reason, "pipeline": l.pipeline,
-                       "source": l.source, "table": l.table, "key": l.key, "origin": l.origin,
-                       "not_replayable": l.not_replayable, "replayed_at_ms": l.replayed_at_ms})
-            };
-            print(
-                out,
-                &["id", "when", "pipeline", "table", "key", "reason", "replay"],
-                r.letters
-                    .iter()
-                    .map(|l| {
-                        let replay = match (l.replayed_at_ms, l.not_replayable.is_empty()) {
-                            (0, true) => "yes".to_owned(),
-                            (0, false) => format!("no: {}", l.not_replayable),
-                            (at, _) => format!("replayed {}", ago(at)),
-                        };
-                        vec![
-                            l.id.clone(),
-                            ago(l.at_ms),
-                            or_dash(&l.pipeline),
-                            or_dash(&l.table),
-                            or_dash(&l.key),
-                            l.reason.clone(),
-                            replay,
-                        ]
-                    })
-                    .collect(),
-                json!({"letters": r.letters.iter().map(letter_json).collect::<Vec<_>>(),
-                       "matched": r.matched, "truncated": r.truncated}),
-            );
-            if out == Output::Table && (r.truncated || r.matched > r.letters.len() as u64) {
-                eprintln!(
-                    "{} of {} matching letters shown{}",
-                    r.letters.len(),
-                    r.matched,
-                    if r.truncated {
-                        "; the topics were not read to their end"
-                    } else {
-                        ""
-                    }
-                );
-            }
+            print_letters(out, &r);
         }
         DlqCmd::Replay { pipeline, ids, all } => {
             let req = ReplayDeadLettersRequest {
@@ -123,4 +82,50 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
         }
     }
     Ok(())
+}
+
+/// The letters listed, and on a terminal how many more matched than were shown.
+fn print_letters(out: Output, r: &ListDeadLettersResponse) {
+    let letter_json = |l: &DeadLetter| {
+        json!({"id": l.id, "at_ms": l.at_ms, "reason": l.reason, "pipeline": l.pipeline,
+               "source": l.source, "table": l.table, "key": l.key, "origin": l.origin,
+               "not_replayable": l.not_replayable, "replayed_at_ms": l.replayed_at_ms})
+    };
+    print(
+        out,
+        &["id", "when", "pipeline", "table", "key", "reason", "replay"],
+        r.letters
+            .iter()
+            .map(|l| {
+                let replay = match (l.replayed_at_ms, l.not_replayable.is_empty()) {
+                    (0, true) => "yes".to_owned(),
+                    (0, false) => format!("no: {}", l.not_replayable),
+                    (at, _) => format!("replayed {}", ago(at)),
+                };
+                vec![
+                    l.id.clone(),
+                    ago(l.at_ms),
+                    or_dash(&l.pipeline),
+                    or_dash(&l.table),
+                    or_dash(&l.key),
+                    l.reason.clone(),
+                    replay,
+                ]
+            })
+            .collect(),
+        json!({"letters": r.letters.iter().map(letter_json).collect::<Vec<_>>(),
+               "matched": r.matched, "truncated": r.truncated}),
+    );
+    if out == Output::Table && (r.truncated || r.matched > r.letters.len() as u64) {
+        eprintln!(
+            "{} of {} matching letters shown{}",
+            r.letters.len(),
+            r.matched,
+            if r.truncated {
+                "; the topics were not read to their end"
+            } else {
+                ""
+            }
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! names it, and sluicectl follows.
 
 mod check;
+mod cluster;
 mod delayed;
 mod dict;
 mod dlq;
@@ -278,84 +279,12 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
     let mut conn = Conn::open(cli).await?;
     let out = cli.output;
     match &cli.command {
-        Command::Leader => {
-            let l = conn
-                .call(|mut c| async move { c.get_leader(GetLeaderRequest {}).await })
-                .await?;
-            print(
-                out,
-                &["leader", "address", "epoch", "answered by"],
-                vec![vec![
-                    or_dash(&l.leader_id),
-                    or_dash(&l.leader_addr),
-                    l.epoch.to_string(),
-                    l.answered_by.clone(),
-                ]],
-                json!({"leader_id": l.leader_id, "leader_addr": l.leader_addr, "epoch": l.epoch,
-                       "answered_by": l.answered_by, "answered_by_leader": l.answered_by_leader}),
-            );
-        }
-        Command::Workers => {
-            let r = conn
-                .call(|mut c| async move { c.list_workers(ListWorkersRequest {}).await })
-                .await?;
-            print(
-                out,
-                &["worker", "address", "version", "started", "capacity", "tasks"],
-                r.workers
-                    .iter()
-                    .map(|w| vec![w.id.clone(), or_dash(&w.addr), w.version.clone(), ago(w.started_at_ms), w.capacity.to_string(), if w.tasks.is_empty() { "-".into() } else { w.tasks.join(",") }])
-                    .collect(),
-                Value::Array(r.workers.iter().map(|w| json!({"id": w.id, "addr": w.addr, "version": w.version, "started_at_ms": w.started_at_ms, "capacity": w.capacity, "tasks": w.tasks})).collect()),
-            );
-        }
-        Command::Tasks => {
-            let r = conn
-                .call(|mut c| async move { c.list_tasks(ListTasksRequest {}).await })
-                .await?;
-            print(
-                out,
-                &["task", "assigned to", "running on", "position", "gtid", "state", "events", "lag", "reported"],
-                r.tasks
-                    .iter()
-                    .map(|t| vec![t.source.clone(), or_dash(&t.assigned_to), or_dash(&t.running_on), or_dash(&t.position), or_dash(&t.gtid), or_dash(&t.state), t.events_published.to_string(), format!("{:.1}s", t.lag_seconds), ago(t.reported_at_ms)])
-                    .collect(),
-                Value::Array(r.tasks.iter().map(|t| json!({"source": t.source, "assigned_to": t.assigned_to, "running_on": t.running_on, "position": t.position, "gtid": t.gtid, "state": t.state, "events_published": t.events_published, "lag_seconds": t.lag_seconds, "reported_at_ms": t.reported_at_ms, "generation": t.generation})).collect()),
-            );
-        }
-        Command::Rebalance => {
-            let r = conn
-                .call(|mut c| async move { c.rebalance(RebalanceRequest {}).await })
-                .await?;
-            print(
-                out,
-                &["task", "from", "to"],
-                r.moves
-                    .iter()
-                    .map(|m| vec![m.task.clone(), or_dash(&m.from), m.to.clone()])
-                    .collect(),
-                Value::Array(
-                    r.moves
-                        .iter()
-                        .map(|m| json!({"task": m.task, "from": m.from, "to": m.to}))
-                        .collect(),
-                ),
-            );
-        }
+        Command::Leader => cluster::leader(&mut conn, out).await?,
+        Command::Workers => cluster::workers(&mut conn, out).await?,
+        Command::Tasks => cluster::tasks(&mut conn, out).await?,
+        Command::Rebalance => cluster::rebalance(&mut conn, out).await?,
         Command::Events { limit, subject } => {
-            let req = ListEventsRequest {
-                limit: *limit,
-                subject: subject.clone(),
-            };
-            let r = conn
-                .call_with(req, |mut c, req| async move { c.list_events(req).await })
-                .await?;
-            print(
-                out,
-                &["id", "when", "origin", "kind", "subject", "message"],
-                r.events.iter().map(|e| vec![e.id.to_string(), ago(e.at_ms), e.origin.clone(), e.kind.clone(), e.subject.clone(), e.message.clone()]).collect(),
-                Value::Array(r.events.iter().map(|e| json!({"id": e.id, "at_ms": e.at_ms, "origin": e.origin, "kind": e.kind, "subject": e.subject, "message": e.message})).collect()),
-            );
+            cluster::events(&mut conn, out, *limit, subject).await?
         }
         Command::Sources(cmd) => sources::run(&mut conn, out, cmd).await?,
         Command::Pipelines(cmd) => pipelines::run(&mut conn, out, cmd).await?,

@@ -53,126 +53,152 @@ pub struct SourceArgs {
 
 pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::Result<()> {
     match cmd {
-        SourceCmd::List => {
-            let r = conn
-                .call(|mut c| async move { c.list_sources(ListSourcesRequest {}).await })
-                .await?;
-            print(
-                out,
-                &[
-                    "name",
-                    "host",
-                    "port",
-                    "user",
-                    "password",
-                    "server id",
-                    "tables",
-                    "epoch",
-                ],
-                r.sources
-                    .iter()
-                    .map(|s| {
-                        vec![
-                            s.name.clone(),
-                            s.host.clone(),
-                            s.port.to_string(),
-                            s.user.clone(),
-                            s.password_ref.clone(),
-                            s.server_id.to_string(),
-                            if s.tables.is_empty() {
-                                "*".into()
-                            } else {
-                                s.tables.join(",")
-                            },
-                            s.epoch.to_string(),
-                        ]
-                    })
-                    .collect(),
-                Value::Array(r.sources.iter().map(source_json).collect()),
-            );
-        }
-        SourceCmd::Put(a) => {
-            let s = Source {
-                name: a.name.clone(),
-                host: a.host.clone(),
-                port: a.port,
-                user: a.user.clone(),
-                password_ref: a.password_ref.clone(),
-                server_id: a.server_id,
-                tables: a.tables.clone(),
-                epoch: 0,
-            };
-            let s = conn
-                .call_with(s, |mut c, s| async move { c.put_source(s).await })
-                .await?;
-            print(
-                out,
-                &["source", "stored"],
-                vec![vec![s.name.clone(), "yes".into()]],
-                source_json(&s),
-            );
-        }
-        SourceCmd::Failover { name, host, port } => {
-            let req = FailoverRequest {
-                name: name.clone(),
-                host: host.clone(),
-                port: *port,
-            };
-            let s = conn
-                .call_with(
-                    req,
-                    |mut c, req| async move { c.failover_source(req).await },
-                )
-                .await?;
-            print(
-                out,
-                &["source", "now at", "version epoch"],
-                vec![vec![
-                    s.name.clone(),
-                    format!("{}:{}", s.host, s.port),
-                    s.epoch.to_string(),
-                ]],
-                source_json(&s),
-            );
-        }
-        SourceCmd::Resnapshot { name } => {
-            let req = ResnapshotRequest { name: name.clone() };
-            let r = conn
-                .call_with(
-                    req,
-                    |mut c, req| async move { c.resnapshot_source(req).await },
-                )
-                .await?;
-            let epoch = r.source.as_ref().map_or(0, |s| s.epoch);
-            let list = |v: &[String]| {
-                if v.is_empty() {
-                    "-".to_owned()
-                } else {
-                    v.join(",")
-                }
-            };
-            print(
-                out,
-                &[
-                    "source",
-                    "version epoch",
-                    "builds started",
-                    "already building",
-                ],
-                vec![vec![
-                    name.clone(),
-                    epoch.to_string(),
-                    list(&r.builds_started),
-                    list(&r.already_building),
-                ]],
-                json!({"source": r.source.as_ref().map(source_json), "builds_started": r.builds_started,
-                       "already_building": r.already_building}),
-            );
-        }
+        SourceCmd::List => list(conn, out).await?,
+        SourceCmd::Put(a) => put(conn, out, a).await?,
+        SourceCmd::Failover { name, host, port } => failover(conn, out, name, host, *port).await?,
+        SourceCmd::Resnapshot { name } => resnapshot(conn, out, name).await?,
         SourceCmd::Delete { name } => {
             crate::delete(conn, out, name, crate::Deleting::Source).await?;
         }
     }
+    Ok(())
+}
+
+/// `sources list`: every source with its password reference, never a password.
+async fn list(conn: &mut Conn<'_>, out: Output) -> anyhow::Result<()> {
+    let r = conn
+        .call(|mut c| async move { c.list_sources(ListSourcesRequest {}).await })
+        .await?;
+    print(
+        out,
+        &[
+            "name",
+            "host",
+            "port",
+            "user",
+            "password",
+            "server id",
+            "tables",
+            "epoch",
+        ],
+        r.sources
+            .iter()
+            .map(|s| {
+                vec![
+                    s.name.clone(),
+                    s.host.clone(),
+                    s.port.to_string(),
+                    s.user.clone(),
+                    s.password_ref.clone(),
+                    s.server_id.to_string(),
+                    if s.tables.is_empty() {
+                        "*".into()
+                    } else {
+                        s.tables.join(",")
+                    },
+                    s.epoch.to_string(),
+                ]
+            })
+            .collect(),
+        Value::Array(r.sources.iter().map(source_json).collect()),
+    );
+    Ok(())
+}
+
+/// `sources put`: creates or replaces a source.
+async fn put(conn: &mut Conn<'_>, out: Output, a: &SourceArgs) -> anyhow::Result<()> {
+    let s = Source {
+        name: a.name.clone(),
+        host: a.host.clone(),
+        port: a.port,
+        user: a.user.clone(),
+        password_ref: a.password_ref.clone(),
+        server_id: a.server_id,
+        tables: a.tables.clone(),
+        epoch: 0,
+    };
+    let s = conn
+        .call_with(s, |mut c, s| async move { c.put_source(s).await })
+        .await?;
+    print(
+        out,
+        &["source", "stored"],
+        vec![vec![s.name.clone(), "yes".into()]],
+        source_json(&s),
+    );
+    Ok(())
+}
+
+/// `sources failover`: the source's task resumes at a new primary from its confirmed GTID
+/// state.
+async fn failover(
+    conn: &mut Conn<'_>,
+    out: Output,
+    name: &str,
+    host: &str,
+    port: u32,
+) -> anyhow::Result<()> {
+    let req = FailoverRequest {
+        name: name.to_owned(),
+        host: host.to_owned(),
+        port,
+    };
+    let s = conn
+        .call_with(
+            req,
+            |mut c, req| async move { c.failover_source(req).await },
+        )
+        .await?;
+    print(
+        out,
+        &["source", "now at", "version epoch"],
+        vec![vec![
+            s.name.clone(),
+            format!("{}:{}", s.host, s.port),
+            s.epoch.to_string(),
+        ]],
+        source_json(&s),
+    );
+    Ok(())
+}
+
+/// `sources resnapshot`: the task starts again at the server's end and each pipeline of
+/// the source is built anew.
+async fn resnapshot(conn: &mut Conn<'_>, out: Output, name: &str) -> anyhow::Result<()> {
+    let req = ResnapshotRequest {
+        name: name.to_owned(),
+    };
+    let r = conn
+        .call_with(
+            req,
+            |mut c, req| async move { c.resnapshot_source(req).await },
+        )
+        .await?;
+    let epoch = r.source.as_ref().map_or(0, |s| s.epoch);
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            v.join(",")
+        }
+    };
+    print(
+        out,
+        &[
+            "source",
+            "version epoch",
+            "builds started",
+            "already building",
+        ],
+        vec![vec![
+            name.to_owned(),
+            epoch.to_string(),
+            list(&r.builds_started),
+            list(&r.already_building),
+        ]],
+        json!({"source": r.source.as_ref().map(source_json), "builds_started": r.builds_started,
+               "already_building": r.already_building}),
+    );
     Ok(())
 }
 

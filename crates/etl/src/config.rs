@@ -195,6 +195,24 @@ impl EtlConfig {
                 );
             }
         }
+        self.pipeline_problems(&mut p);
+        for (i, s) in self.sources.iter().enumerate() {
+            if self.sources[..i].iter().any(|o| o.name == s.name) {
+                p.push(format!(
+                    "sources[{i}].name: `{}` is used by another source",
+                    s.name
+                ));
+            }
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Each pipeline's problems, and the names and aliases pipelines share.
+    fn pipeline_problems(&self, p: &mut Vec<String>) {
         for (i, pl) in self.pipelines.iter().enumerate() {
             let key = format!("pipelines[{i}]");
             p.extend(pl.problems().into_iter().map(|why| format!("{key}.{why}")));
@@ -212,28 +230,15 @@ impl EtlConfig {
             }
             if pl.has_delayed() && self.zookeeper.is_none() {
                 p.push(format!(
-                    "{key}.relations: a delayed relation's changes are recorded and applied by the centers: it needs a cluster ([zookeeper])"
-                ));
+                "{key}.relations: a delayed relation's changes are recorded and applied by the centers: it needs a cluster ([zookeeper])"
+            ));
             }
             if !pl.is_flat() && self.zookeeper.is_none() && self.source(&pl.source).is_err() {
                 p.push(format!(
-                    "{key}.source: `{}` is not under [[sources]]: a pipeline with relations or a filter reads its documents back from MySQL, so the etl needs the source's connection",
-                    pl.source
-                ));
+                "{key}.source: `{}` is not under [[sources]]: a pipeline with relations or a filter reads its documents back from MySQL, so the etl needs the source's connection",
+                pl.source
+            ));
             }
-        }
-        for (i, s) in self.sources.iter().enumerate() {
-            if self.sources[..i].iter().any(|o| o.name == s.name) {
-                p.push(format!(
-                    "sources[{i}].name: `{}` is used by another source",
-                    s.name
-                ));
-            }
-        }
-        if p.is_empty() {
-            Ok(())
-        } else {
-            Err(p)
         }
     }
 }

@@ -10,7 +10,7 @@ use sluice_elastic::{index_version, versioned_index, AliasAction, EsClient, EsEr
 use sluice_model::ColumnInfo;
 
 use crate::mapping;
-use crate::pipeline::{Router, Verdict};
+use crate::pipeline::{Pipeline, Router, Verdict};
 
 impl Router {
     /// A pipeline whose documents are change events' rows: its mapping comes from the
@@ -156,33 +156,7 @@ impl Router {
                 targets.push(index);
             }
         }
-        p.live.clear();
-        p.unfit_settings.clear();
-        for index in &targets {
-            let live = es.get_mapping(index).await?;
-            let props = live
-                .get(index)
-                .and_then(|m| m["mappings"]["properties"].as_object())
-                .cloned()
-                .unwrap_or_default();
-            p.live.insert(index.clone(), props);
-            if created.contains(index) || p.building_index.as_ref() == Some(index) {
-                continue;
-            }
-            // Settings the pipeline changed since the index was made.
-            let live = es.get_settings(index).await?;
-            match settings.diff(&live[index.as_str()]["settings"]["index"]) {
-                Ok(change) if change.is_empty() => {}
-                Ok(change) => {
-                    let change = Value::Object(change);
-                    es.update_settings(index, &change).await?;
-                    tracing::info!(pipeline = %p.cfg.spec.name, %index, settings = %change, "index settings changed in place");
-                }
-                Err(why) => {
-                    p.unfit_settings.insert(index.clone(), why);
-                }
-            }
-        }
+        read_live(es, p, &targets, &created, &settings).await?;
         p.targets = Some(targets);
         p.wanted = None;
         Ok(())
@@ -223,4 +197,43 @@ impl Router {
             }
         }
     }
+}
+
+/// What each of a pipeline's indexes maps now; the settings the pipeline changed since an
+/// index was made are changed in place, or noted as unfit when they cannot be.
+async fn read_live(
+    es: &EsClient,
+    p: &mut Pipeline,
+    targets: &[String],
+    created: &[String],
+    settings: &mapping::IndexSettings,
+) -> Result<(), EsError> {
+    p.live.clear();
+    p.unfit_settings.clear();
+    for index in targets {
+        let live = es.get_mapping(index).await?;
+        let props = live
+            .get(index)
+            .and_then(|m| m["mappings"]["properties"].as_object())
+            .cloned()
+            .unwrap_or_default();
+        p.live.insert(index.clone(), props);
+        if created.contains(index) || p.building_index.as_ref() == Some(index) {
+            continue;
+        }
+        // Settings the pipeline changed since the index was made.
+        let live = es.get_settings(index).await?;
+        match settings.diff(&live[index.as_str()]["settings"]["index"]) {
+            Ok(change) if change.is_empty() => {}
+            Ok(change) => {
+                let change = Value::Object(change);
+                es.update_settings(index, &change).await?;
+                tracing::info!(pipeline = %p.cfg.spec.name, %index, settings = %change, "index settings changed in place");
+            }
+            Err(why) => {
+                p.unfit_settings.insert(index.clone(), why);
+            }
+        }
+    }
+    Ok(())
 }

@@ -79,6 +79,51 @@ impl fmt::Debug for Coordinator {
     }
 }
 
+/// The session timeout the server grants, refused when it is too short to supervise a
+/// session by (the server's minSessionTimeout/maxSessionTimeout decide it).
+async fn granted_timeout(cfg: &ZkConfig, deadline: Instant) -> Result<Duration, ZkError> {
+    let granted = negotiate_session_timeout(&cfg.connect, cfg.session_timeout, deadline).await?;
+    if granted < MIN_GRANTED_TIMEOUT {
+        return Err(ZkError::InvalidConfig(vec![ConfigIssue {
+            key: "session_timeout",
+            reason: format!(
+                "the server grants only {granted:?} (its minSessionTimeout/maxSessionTimeout); \
+                 at least {MIN_GRANTED_TIMEOUT:?} is needed"
+            ),
+        }]));
+    }
+    if granted != cfg.session_timeout {
+        warn!(
+            requested = ?cfg.session_timeout,
+            ?granted,
+            "ZooKeeper granted a different session timeout; supervising with the granted one"
+        );
+    }
+    Ok(granted)
+}
+
+/// The library's client, connected before `deadline`.
+async fn open_client(cfg: &ZkConfig, deadline: Instant) -> Result<ZooKeeper, ZkError> {
+    timeout_at(
+        deadline,
+        ZooKeeper::connect_with_retry_time(
+            &cfg.connect,
+            cfg.session_timeout,
+            |event: WatchedEvent| debug!(?event, "unclaimed ZooKeeper event"),
+            RECONNECT_BACKOFF,
+        ),
+    )
+    .await
+    .map_err(|_| ZkError::Unreachable {
+        connect: cfg.connect.clone(),
+        detail: "no connection before the connect deadline".to_owned(),
+    })?
+    .map_err(|e| ZkError::Unreachable {
+        connect: cfg.connect.clone(),
+        detail: e.to_string(),
+    })
+}
+
 impl Coordinator {
     /// Opens a session, makes sure the root and the layout's persistent parents exist and
     /// starts supervising the session. Gives up after one `session_timeout`.
@@ -86,45 +131,10 @@ impl Coordinator {
         cfg.validate().map_err(ZkError::InvalidConfig)?;
         let deadline = Instant::now() + cfg.session_timeout;
 
-        let granted =
-            negotiate_session_timeout(&cfg.connect, cfg.session_timeout, deadline).await?;
-        if granted < MIN_GRANTED_TIMEOUT {
-            return Err(ZkError::InvalidConfig(vec![ConfigIssue {
-                key: "session_timeout",
-                reason: format!(
-                    "the server grants only {granted:?} (its minSessionTimeout/maxSessionTimeout); \
-                     at least {MIN_GRANTED_TIMEOUT:?} is needed"
-                ),
-            }]));
-        }
-        if granted != cfg.session_timeout {
-            warn!(
-                requested = ?cfg.session_timeout,
-                ?granted,
-                "ZooKeeper granted a different session timeout; supervising with the granted one"
-            );
-        }
+        let granted = granted_timeout(cfg, deadline).await?;
         let timings = Timings::for_session_timeout(granted);
 
-        let zk = timeout_at(
-            deadline,
-            ZooKeeper::connect_with_retry_time(
-                &cfg.connect,
-                cfg.session_timeout,
-                |event: WatchedEvent| debug!(?event, "unclaimed ZooKeeper event"),
-                RECONNECT_BACKOFF,
-            ),
-        )
-        .await
-        .map_err(|_| ZkError::Unreachable {
-            connect: cfg.connect.clone(),
-            detail: "no connection before the connect deadline".to_owned(),
-        })?
-        .map_err(|e| ZkError::Unreachable {
-            connect: cfg.connect.clone(),
-            detail: e.to_string(),
-        })?;
-        let zk = Arc::new(zk);
+        let zk = Arc::new(open_client(cfg, deadline).await?);
 
         let shared = Arc::new(Liveness::new());
         let (events_tx, events) = mpsc::unbounded_channel();

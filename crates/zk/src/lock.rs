@@ -353,76 +353,8 @@ impl Coordinator {
     ) -> Result<TaskLock, ZkError> {
         check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
         let lock_path = self.lock_path(task);
-        loop {
-            if cancel.is_cancelled() {
-                return Err(ZkError::Cancelled);
-            }
-            self.wait_connected(cancel).await?;
-            let created = self
-                .call(
-                    "create",
-                    &lock_path,
-                    self.zk().create2(
-                        &lock_path,
-                        owner_info.to_vec(),
-                        self.acl(),
-                        CreateMode::Ephemeral,
-                    ),
-                )
-                .await;
-            match created {
-                Ok((_, stat)) if stat.ephemeral_owner == self.session_id() => break,
-                Ok((_, stat)) => {
-                    // The library reconnected with a new session under us.
-                    self.expire(&format!(
-                        "lock node created by session {:#x}, not ours",
-                        stat.ephemeral_owner
-                    ));
-                    return Err(ZkError::SessionExpired);
-                }
-                Err(ZkError::Zk {
-                    source: ZkCode::NodeExists,
-                    ..
-                }) => {
-                    let mut session = self.session();
-                    let (tx, fired) = oneshot::channel();
-                    let holder = self
-                        .call(
-                            "exists",
-                            &lock_path,
-                            self.zk().exists_w(&lock_path, move |event| {
-                                let _ = tx.send(event);
-                            }),
-                        )
-                        .await;
-                    match holder {
-                        Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => {
-                            info!(task, "adopting the lock node this session already owns");
-                            break;
-                        }
-                        Ok(Some(stat)) => {
-                            info!(
-                                task,
-                                holder = %format_args!("{:#x}", stat.ephemeral_owner),
-                                "task is locked by another session; waiting for it to go"
-                            );
-                            self.wait_for_change(&mut session, fired, cancel).await?;
-                        }
-                        Ok(None) => {}
-                        Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(ZkError::Zk {
-                    source: ZkCode::NoNode,
-                    ..
-                }) => self.ensure_persistent(&self.path("locks")).await?,
-                Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {
-                    debug!(task, error = %e, "creating the lock node; trying again");
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.create_lock_node(task, &lock_path, owner_info, cancel)
+            .await?;
 
         let taken = async {
             let watched = watch_lock(self, &lock_path).await.map_err(|e| match e {
@@ -454,6 +386,101 @@ impl Coordinator {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Creates the task's ephemeral lock node, waiting while another session holds it;
+    /// returns once this session owns it.
+    async fn create_lock_node(
+        &self,
+        task: &str,
+        lock_path: &str,
+        owner_info: &[u8],
+        cancel: &CancellationToken,
+    ) -> Result<(), ZkError> {
+        loop {
+            if cancel.is_cancelled() {
+                return Err(ZkError::Cancelled);
+            }
+            self.wait_connected(cancel).await?;
+            let created = self
+                .call(
+                    "create",
+                    lock_path,
+                    self.zk().create2(
+                        lock_path,
+                        owner_info.to_vec(),
+                        self.acl(),
+                        CreateMode::Ephemeral,
+                    ),
+                )
+                .await;
+            match created {
+                Ok((_, stat)) if stat.ephemeral_owner == self.session_id() => return Ok(()),
+                Ok((_, stat)) => {
+                    // The library reconnected with a new session under us.
+                    self.expire(&format!(
+                        "lock node created by session {:#x}, not ours",
+                        stat.ephemeral_owner
+                    ));
+                    return Err(ZkError::SessionExpired);
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NodeExists,
+                    ..
+                }) => {
+                    if self.await_holder(task, lock_path, cancel).await? {
+                        return Ok(());
+                    }
+                }
+                Err(ZkError::Zk {
+                    source: ZkCode::NoNode,
+                    ..
+                }) => self.ensure_persistent(&self.path("locks")).await?,
+                Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => {
+                    debug!(task, error = %e, "creating the lock node; trying again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The lock node exists: whether this session owns it (adopted). Otherwise waits
+    /// until the holder's node changes or goes, and says to try creating it again.
+    async fn await_holder(
+        &self,
+        task: &str,
+        lock_path: &str,
+        cancel: &CancellationToken,
+    ) -> Result<bool, ZkError> {
+        let mut session = self.session();
+        let (tx, fired) = oneshot::channel();
+        let holder = self
+            .call(
+                "exists",
+                lock_path,
+                self.zk().exists_w(lock_path, move |event| {
+                    let _ = tx.send(event);
+                }),
+            )
+            .await;
+        match holder {
+            Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => {
+                info!(task, "adopting the lock node this session already owns");
+                Ok(true)
+            }
+            Ok(Some(stat)) => {
+                info!(
+                    task,
+                    holder = %format_args!("{:#x}", stat.ephemeral_owner),
+                    "task is locked by another session; waiting for it to go"
+                );
+                self.wait_for_change(&mut session, fired, cancel).await?;
+                Ok(false)
+            }
+            Ok(None) => Ok(false),
+            Err(e) if e.is_transient() && !matches!(e, ZkError::SessionExpired) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 

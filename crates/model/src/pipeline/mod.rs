@@ -593,86 +593,8 @@ impl PipelineSpec {
                     "{key}: another relation of the same parent has this name"
                 ));
             }
-            if r.table.is_empty() {
-                p.push(format!("{key}.table: required"));
-            }
-            if !r.source.is_empty() && r.source != self.source {
-                p.push(format!(
-                    "{key}.source: `{}` is not the pipeline's source `{}`: every table of a pipeline comes from one source (versions compare only within one binlog)",
-                    r.source, self.source
-                ));
-            }
-            if r.on.is_empty() {
-                p.push(format!(
-                    "{key}.on: required (the parent's column = this table's column)"
-                ));
-            }
-            for (parent, child) in &r.on {
-                for c in [parent, child] {
-                    if !is_column_name(c) {
-                        p.push(format!("{key}.on: `{c}` is not a column name"));
-                    }
-                }
-            }
-            if !r.filter.is_empty() {
-                if let Err(why) = filter::check(&r.filter) {
-                    p.push(format!("{key}.filter: {why}"));
-                }
-            }
-            for (i, o) in r.order_by.iter().enumerate() {
-                if let Err(why) = OrderKey::parse(o) {
-                    p.push(format!("{key}.order_by[{i}]: {why}"));
-                }
-            }
-            p.extend(
-                pipeline_problems(&r.columns, &r.fields, "")
-                    .into_iter()
-                    .map(|why| format!("{key}.{why}")),
-            );
-            match r.kind {
-                RelationKind::OneToOne => {
-                    if r.limit.is_some() {
-                        p.push(format!(
-                            "{key}.limit: only a one_to_many relation has a limit"
-                        ));
-                    }
-                }
-                RelationKind::OneToMany => {
-                    if r.limit == Some(0) {
-                        p.push(format!("{key}.limit: must be at least 1"));
-                    }
-                }
-                RelationKind::Child => {
-                    if depth > 1 {
-                        p.push(format!(
-                            "{key}.kind: a child relation must be directly under the root (its documents are routed to the root's)"
-                        ));
-                    }
-                    for (set, what) in [
-                        (r.delayed, "delayed"),
-                        (r.nested.is_some(), "nested"),
-                        (r.distinct, "distinct"),
-                        (!r.order_by.is_empty(), "order_by"),
-                        (r.limit.is_some(), "limit"),
-                    ] {
-                        if set {
-                            p.push(format!(
-                                "{key}.{what}: a child relation's rows are documents of their own; {what} does not apply"
-                            ));
-                        }
-                    }
-                    if !self.id.is_empty() {
-                        let keys: BTreeSet<&String> = r.on.keys().collect();
-                        let id: BTreeSet<&String> = self.id.iter().collect();
-                        if keys != id {
-                            p.push(format!(
-                                "{key}.on: a child joins the root's id columns ({}), so each child knows its parent's _id",
-                                self.id.join(", ")
-                            ));
-                        }
-                    }
-                }
-            }
+            self.own_problems(&key, r, p);
+            self.kind_problems(&key, r, depth, p);
             if r.distinct && !r.relations.is_empty() {
                 p.push(format!(
                     "{key}.distinct: a distinct relation cannot have relations of its own (its rows are merged, so theirs would be ambiguous)"
@@ -707,6 +629,96 @@ impl PipelineSpec {
                 .cloned()
                 .collect();
             self.relation_problems(&format!("{key}."), &nested, depth + 1, &below, p);
+        }
+    }
+
+    /// A relation's own fields: its table, source, join columns, filter, order and
+    /// column settings.
+    fn own_problems(&self, key: &str, r: &Relation, p: &mut Vec<String>) {
+        if r.table.is_empty() {
+            p.push(format!("{key}.table: required"));
+        }
+        if !r.source.is_empty() && r.source != self.source {
+            p.push(format!(
+                "{key}.source: `{}` is not the pipeline's source `{}`: every table of a pipeline comes from one source (versions compare only within one binlog)",
+                r.source, self.source
+            ));
+        }
+        if r.on.is_empty() {
+            p.push(format!(
+                "{key}.on: required (the parent's column = this table's column)"
+            ));
+        }
+        for (parent, child) in &r.on {
+            for c in [parent, child] {
+                if !is_column_name(c) {
+                    p.push(format!("{key}.on: `{c}` is not a column name"));
+                }
+            }
+        }
+        if !r.filter.is_empty() {
+            if let Err(why) = filter::check(&r.filter) {
+                p.push(format!("{key}.filter: {why}"));
+            }
+        }
+        for (i, o) in r.order_by.iter().enumerate() {
+            if let Err(why) = OrderKey::parse(o) {
+                p.push(format!("{key}.order_by[{i}]: {why}"));
+            }
+        }
+        p.extend(
+            pipeline_problems(&r.columns, &r.fields, "")
+                .into_iter()
+                .map(|why| format!("{key}.{why}")),
+        );
+    }
+
+    /// What a relation's kind allows: a limit, and where a child may stand and what it
+    /// cannot have.
+    fn kind_problems(&self, key: &str, r: &Relation, depth: usize, p: &mut Vec<String>) {
+        match r.kind {
+            RelationKind::OneToOne => {
+                if r.limit.is_some() {
+                    p.push(format!(
+                        "{key}.limit: only a one_to_many relation has a limit"
+                    ));
+                }
+            }
+            RelationKind::OneToMany => {
+                if r.limit == Some(0) {
+                    p.push(format!("{key}.limit: must be at least 1"));
+                }
+            }
+            RelationKind::Child => {
+                if depth > 1 {
+                    p.push(format!(
+                        "{key}.kind: a child relation must be directly under the root (its documents are routed to the root's)"
+                    ));
+                }
+                for (set, what) in [
+                    (r.delayed, "delayed"),
+                    (r.nested.is_some(), "nested"),
+                    (r.distinct, "distinct"),
+                    (!r.order_by.is_empty(), "order_by"),
+                    (r.limit.is_some(), "limit"),
+                ] {
+                    if set {
+                        p.push(format!(
+                            "{key}.{what}: a child relation's rows are documents of their own; {what} does not apply"
+                        ));
+                    }
+                }
+                if !self.id.is_empty() {
+                    let keys: BTreeSet<&String> = r.on.keys().collect();
+                    let id: BTreeSet<&String> = self.id.iter().collect();
+                    if keys != id {
+                        p.push(format!(
+                            "{key}.on: a child joins the root's id columns ({}), so each child knows its parent's _id",
+                            self.id.join(", ")
+                        ));
+                    }
+                }
+            }
         }
     }
 
