@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -93,11 +92,28 @@ pub struct Telemetry {
     pub readiness: Readiness,
 }
 
+/// Why telemetry could not start; each names the key to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot set up the Prometheus exporter: {0}")]
+    Prometheus(String),
+    #[error("telemetry.otlp_endpoint: `{endpoint}`: {why}")]
+    Otlp { endpoint: String, why: String },
+    #[error("telemetry.listen: cannot listen on {listen}: {source}")]
+    Listen {
+        listen: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
 impl Telemetry {
     /// Installs logging (with an OTLP span layer when configured) and the global meter
     /// provider. Call once, in the runtime, before any metric is touched: instruments
     /// made before it record nothing.
-    pub fn init(service: &'static str, cfg: &TelemetrySection) -> anyhow::Result<Telemetry> {
+    pub fn init(
+        service: &'static str,
+        cfg: &TelemetrySection,
+    ) -> Result<Telemetry, TelemetryError> {
         let resource = Resource::builder()
             .with_service_name(service)
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
@@ -107,7 +123,7 @@ impl Telemetry {
             .with_registry(registry.clone())
             .scope_info_enabled(false)
             .build()
-            .context("cannot set up the Prometheus exporter")?;
+            .map_err(|e| TelemetryError::Prometheus(e.to_string()))?;
         let meters = SdkMeterProvider::builder()
             .with_reader(exporter)
             .with_resource(resource.clone())
@@ -119,7 +135,10 @@ impl Telemetry {
                     .with_tonic()
                     .with_endpoint(endpoint)
                     .build()
-                    .with_context(|| format!("telemetry.otlp_endpoint: `{endpoint}`"))?;
+                    .map_err(|e| TelemetryError::Otlp {
+                        endpoint: endpoint.clone(),
+                        why: e.to_string(),
+                    })?;
                 Some(
                     SdkTracerProvider::builder()
                         .with_batch_exporter(exporter)
@@ -140,11 +159,15 @@ impl Telemetry {
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `listen` for the life of the
     /// process. Returns the address bound (a `:0` port is chosen by the system).
-    pub async fn serve(&self, listen: SocketAddr) -> anyhow::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind(listen)
+    pub async fn serve(&self, listen: SocketAddr) -> Result<SocketAddr, TelemetryError> {
+        let bound = async {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let addr = listener.local_addr()?;
+            Ok::<_, std::io::Error>((listener, addr))
+        };
+        let (listener, addr) = bound
             .await
-            .with_context(|| format!("telemetry.listen: cannot listen on {listen}"))?;
-        let addr = listener.local_addr()?;
+            .map_err(|source| TelemetryError::Listen { listen, source })?;
         let (registry, live, ready) = (
             self.registry.clone(),
             self.readiness.clone(),
