@@ -184,6 +184,15 @@ impl TestCtx {
     /// Adds table `table` of the test database as a source of its own (a binlog task)
     /// with a pipeline to an index, through `sluicectl`.
     pub async fn add_source(&self, cluster: &Cluster, table: &str, n: u32) -> ClusterSource {
+        let source = self.put_source(cluster, table, n);
+        self.put_pipeline(cluster, &source, &[] as &[&str])
+            .unwrap_or_else(|e| panic!("{e}"));
+        source
+    }
+
+    /// Adds table `table` of the test database as a source of its own, without its
+    /// pipeline (see [`TestCtx::put_pipeline`]).
+    pub fn put_source(&self, cluster: &Cluster, table: &str, n: u32) -> ClusterSource {
         let name = format!("{}-{table}", self.instance);
         let pipeline = self.pipeline(table);
         let topic = sluice_kafka::TopicConfig::default().rows_topic(&name, &self.db, table);
@@ -212,10 +221,7 @@ impl TestCtx {
                 &tables,
             ])
             .unwrap_or_else(|e| panic!("sluicectl sources put: {e}"));
-        let source = ClusterSource { name, pipeline };
-        self.put_pipeline(cluster, &source, &[] as &[&str])
-            .unwrap_or_else(|e| panic!("{e}"));
-        source
+        ClusterSource { name, pipeline }
     }
 
     /// (Re)puts `source`'s pipeline (named like its alias), with `extra` sluicectl

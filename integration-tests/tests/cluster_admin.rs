@@ -1,8 +1,10 @@
 //! Operating a running cluster through sluicectl: sources and pipelines added at runtime
-//! stream with no restart; a joining worker receives tasks; the API demands its token.
+//! stream with no restart; a joining worker receives tasks; the API demands its token; a
+//! definite error stops the leader's pass with an event until it is fixed.
 
 use std::time::Duration;
 
+use mysql_async::prelude::*;
 use sluice_integration_tests::{Cluster, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,6 +184,84 @@ async fn a_joining_worker_receives_tasks_by_rebalancing() {
     // An operator's rebalance with nothing to fix moves nothing.
     let moves = cluster.ctl(&["rebalance"]).unwrap();
     assert_eq!(moves.as_array().map(Vec::len), Some(0), "{moves}");
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+/// A metadata row the leader cannot read (a pipeline's spec broken by hand in the meta
+/// database) is an error retrying cannot mend: the leader says so as an event naming the
+/// row and waits for a change instead of retrying; what was asked meanwhile (a source
+/// added) waits too, and is done without a restart once the row is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definite_error_is_said_as_an_event_and_the_leader_goes_on_once_fixed() {
+    let ctx = TestCtx::new("definite").await;
+    ctx.items_table(0).await;
+    ctx.exec("CREATE TABLE others (id INT PRIMARY KEY, v INT)")
+        .await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    cluster
+        .wait_running(&[&items], Duration::from_secs(30))
+        .await;
+    let (leader, _) = cluster.wait_leader(Duration::from_secs(30), None).await;
+    let leader = format!("c{leader}");
+
+    let (meta, name) = (ctx.meta_db(), items.pipeline.alias.clone());
+    let spec: String = ctx
+        .stack
+        .conn()
+        .await
+        .exec_first(
+            format!("SELECT spec_json FROM `{meta}`.pipelines WHERE name = ?"),
+            (&name,),
+        )
+        .await
+        .unwrap()
+        .expect("the pipeline's row");
+    ctx.exec_in(
+        &meta,
+        &format!("UPDATE pipelines SET spec_json = '{{broken' WHERE name = '{name}'"),
+    )
+    .await;
+    // A change the leader must act on: a new source, whose task needs a worker.
+    let others = ctx.put_source(&cluster, "others", 2);
+    let said = cluster
+        .wait_event(
+            &leader,
+            "leader",
+            &[
+                "reconcile failed",
+                &format!("pipelines.spec_json of {name}"),
+            ],
+        )
+        .await;
+    assert!(said.starts_with("reconcile failed: "), "{said}");
+    let waiting = cluster.tasks().unwrap();
+    let new_task = waiting.iter().find(|t| t.source == others.name);
+    assert!(
+        new_task.is_some_and(|t| t.assigned_to.is_empty()),
+        "no pass went through while the row was broken: {waiting:?}"
+    );
+    assert!(
+        cluster.centers[0]
+            .log_since(0)
+            .contains("reconcile failed, and will until the cause is fixed"),
+        "said as definite, not retried as transient:\n{}",
+        cluster.logs()
+    );
+
+    // Fixed: the next pass (a change, or the resync) assigns the new task.
+    let mut conn = ctx.stack.conn().await;
+    conn.exec_drop(
+        format!("UPDATE `{meta}`.pipelines SET spec_json = ? WHERE name = ?"),
+        (&spec, &name),
+    )
+    .await
+    .unwrap();
+    cluster
+        .wait_running(&[&items, &others], Duration::from_secs(30))
+        .await;
 
     drop(cluster);
     ctx.cleanup().await;

@@ -237,11 +237,11 @@ pub(super) async fn get_build(
     if p.building_version == 0 {
         let last = api.shared.meta.last_build(&name).await.map_err(meta_err)?;
         if let Some((version, _, reason)) = last.filter(|(_, s, _)| s == "failed") {
-            status.phase = BuildPhase::Failed.as_str().into();
+            status.put_phase(BuildPhase::Failed);
             status.version = version;
             status.message = reason.unwrap_or_default();
         } else if p.live_version > 0 {
-            status.phase = BuildPhase::Done.as_str().into();
+            status.put_phase(BuildPhase::Done);
             status.version = p.live_version;
         }
     }
