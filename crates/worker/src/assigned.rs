@@ -14,6 +14,7 @@ use std::time::Duration;
 use sluice_mysql::SourceConfig;
 use sluice_zk::layout::{self, AssignmentRecord, SourceRecord};
 use sluice_zk::{Coordinator, SessionState, Watch, ZkError, LEADER_NODE};
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -51,12 +52,17 @@ pub(crate) async fn run_tasks(
     // with pauses of their own.
     let mut reading = retry.backoff();
     let mut starting = retry.backoff();
-    let mut running: BTreeMap<String, Running> = BTreeMap::new();
-    // Tasks that cannot start here (e.g. the password reference does not resolve), with
-    // the error already reported: reported again only when it changes.
-    let mut failing: BTreeMap<String, String> = BTreeMap::new();
     // Tasks say here that they ended (their handles are awaited only once finished).
     let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut tasks = Tasks {
+        make_ctx,
+        access,
+        reports,
+        shutdown,
+        ended_tx,
+        running: BTreeMap::new(),
+        failing: BTreeMap::new(),
+    };
     let session = coord.session();
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
@@ -73,84 +79,10 @@ pub(crate) async fn run_tasks(
             }
         };
         reading.reset();
-        let mut retry = false;
-        // Stop what is no longer ours, or whose source changed.
-        let names: Vec<String> = running.keys().cloned().collect();
-        for name in names {
-            let stop_why = match assigned.get(&name) {
-                None => Some("its assignment was removed"),
-                Some(Assigned { source: None, .. }) => Some("its source was removed"),
-                Some(Assigned {
-                    source: Some(s), ..
-                }) if !same_source(s, &running[&name].record) => Some("its source changed"),
-                Some(_) => None,
-            };
-            if let Some(why) = stop_why {
-                tracing::info!(task = %name, why, "stopping the task");
-                let r = running.remove(&name).expect("running");
-                r.stop.cancel();
-                if let Err(e) = r.handle.await {
-                    tracing::error!(task = %name, error = %e, "task ended abnormally");
-                }
-            }
-        }
-        // Reap tasks that ended by themselves (the session expired under them, or a bug):
-        // they are started again below while still assigned.
-        running.retain(|name, r| {
-            if r.handle.is_finished() {
-                tracing::warn!(task = %name, "task ended on its own");
-            }
-            !r.handle.is_finished()
-        });
-        // Progress of tasks no longer ours is not ours to report.
-        reports.retain(|name| assigned.contains_key(name));
-        failing.retain(|name, _| assigned.contains_key(name));
-        // Start what is ours and not running.
-        for (name, a) in &assigned {
-            if running.contains_key(name) {
-                continue;
-            }
-            let Some(record) = &a.source else {
-                continue;
-            };
-            if !a.trusted {
-                tracing::warn!(task = %name, "assignment carries an old leader epoch; waiting for the current leader to confirm it");
-                continue;
-            }
-            let src = match SourceConfig::from_spec(&record.spec, access) {
-                Ok(s) => {
-                    failing.remove(name);
-                    s
-                }
-                Err(e) => {
-                    if failing.get(name) != Some(&e) {
-                        tracing::error!(task = %name, error = %e, "cannot start the task; retrying every 5 s");
-                        reports.event("task_error", name, e.clone());
-                        failing.insert(name.clone(), e);
-                    }
-                    retry = true;
-                    continue;
-                }
-            };
-            let stop = shutdown.child_token();
-            let ctx = make_ctx(name, stop.clone());
-            tracing::info!(task = %name, host = %record.spec.host, port = record.spec.port, "starting the assigned task");
-            let ended_tx = ended_tx.clone();
-            let coords = record.spec.coordinates;
-            let handle = tokio::spawn(async move {
-                task::run_source(ctx, src, coords).await;
-                let _ = ended_tx.send(());
-            });
-            running.insert(
-                name.clone(),
-                Running {
-                    record: record.clone(),
-                    stop,
-                    handle,
-                },
-            );
-        }
-
+        tasks.stop_unwanted(&assigned).await;
+        tasks.reap_ended();
+        tasks.forget_unassigned(&assigned);
+        let retry = !tasks.start_wanted(&assigned);
         let again = if retry {
             starting.next_pause()
         } else {
@@ -163,11 +95,133 @@ pub(crate) async fn run_tasks(
             _ = tokio::time::sleep(again), if retry => {}
         }
     }
-    for (name, r) in running {
-        r.stop.cancel();
-        if let Err(e) = r.handle.await {
-            tracing::error!(task = %name, error = %e, "task ended abnormally");
+    tasks.stop_all().await;
+}
+
+/// The tasks this worker runs, and those it could not start.
+struct Tasks<'a> {
+    make_ctx: &'a MakeCtx<'a>,
+    access: &'a sluice_mysql::Access,
+    reports: &'a Reports,
+    shutdown: &'a CancellationToken,
+    /// Given to each task, to say when it ended.
+    ended_tx: UnboundedSender<()>,
+    running: BTreeMap<String, Running>,
+    /// Tasks that cannot start here (e.g. the password reference does not resolve), with
+    /// the error already reported: reported again only when it changes.
+    failing: BTreeMap<String, String>,
+}
+
+impl Tasks<'_> {
+    /// Stops what is no longer ours, or whose source went or changed.
+    async fn stop_unwanted(&mut self, assigned: &BTreeMap<String, Assigned>) {
+        let names: Vec<String> = self.running.keys().cloned().collect();
+        for name in names {
+            if let Some(why) = why_stop(assigned.get(&name), &self.running[&name].record) {
+                tracing::info!(task = %name, why, "stopping the task");
+                let r = self.running.remove(&name).expect("running");
+                stop(&name, r).await;
+            }
         }
+    }
+
+    /// Drops the tasks that ended by themselves; they start again while still assigned.
+    fn reap_ended(&mut self) {
+        // They end so when the session expired under them, or on a bug.
+        self.running.retain(|name, r| {
+            if r.handle.is_finished() {
+                tracing::warn!(task = %name, "task ended on its own");
+            }
+            !r.handle.is_finished()
+        });
+    }
+
+    /// Forgets the progress and failures of tasks no longer ours (not ours to report).
+    fn forget_unassigned(&mut self, assigned: &BTreeMap<String, Assigned>) {
+        self.reports.retain(|name| assigned.contains_key(name));
+        self.failing.retain(|name, _| assigned.contains_key(name));
+    }
+
+    /// Starts what is ours, trusted and not running; `false` when a task could not start.
+    fn start_wanted(&mut self, assigned: &BTreeMap<String, Assigned>) -> bool {
+        let mut all_started = true;
+        for (name, a) in assigned {
+            if self.running.contains_key(name) {
+                continue;
+            }
+            let Some(record) = &a.source else {
+                continue;
+            };
+            if !a.trusted {
+                tracing::warn!(task = %name, "assignment carries an old leader epoch; waiting for the current leader to confirm it");
+                continue;
+            }
+            all_started &= self.start(name, record);
+        }
+        all_started
+    }
+
+    /// Starts task `name` on its source's `record`; `false` when it cannot start.
+    fn start(&mut self, name: &str, record: &SourceRecord) -> bool {
+        let src = match SourceConfig::from_spec(&record.spec, self.access) {
+            Ok(s) => {
+                self.failing.remove(name);
+                s
+            }
+            Err(e) => {
+                if self.failing.get(name) != Some(&e) {
+                    tracing::error!(task = %name, error = %e, "cannot start the task; retrying every 5 s");
+                    self.reports.event("task_error", name, e.clone());
+                    self.failing.insert(name.to_owned(), e);
+                }
+                return false;
+            }
+        };
+        let stop = self.shutdown.child_token();
+        let ctx = (self.make_ctx)(name, stop.clone());
+        tracing::info!(task = %name, host = %record.spec.host, port = record.spec.port, "starting the assigned task");
+        let ended_tx = self.ended_tx.clone();
+        let coords = record.spec.coordinates;
+        let handle = tokio::spawn(async move {
+            task::run_source(ctx, src, coords).await;
+            let _ = ended_tx.send(());
+        });
+        self.running.insert(
+            name.to_owned(),
+            Running {
+                record: record.clone(),
+                stop,
+                handle,
+            },
+        );
+        true
+    }
+
+    /// Stops every running task and waits for each to end.
+    async fn stop_all(self) {
+        for (name, r) in self.running {
+            stop(&name, r).await;
+        }
+    }
+}
+
+/// Why a task running on source record `running` must stop, given its assignment now.
+fn why_stop(assigned: Option<&Assigned>, running: &SourceRecord) -> Option<&'static str> {
+    match assigned {
+        None => Some("its assignment was removed"),
+        Some(Assigned { source: None, .. }) => Some("its source was removed"),
+        Some(Assigned {
+            source: Some(s), ..
+        }) if !same_source(s, running) => Some("its source changed"),
+        Some(_) => None,
+    }
+}
+
+/// Stops a task and waits for it to end.
+async fn stop(name: &str, r: Running) {
+    r.stop.cancel();
+    if let Err(e) = r.handle.await {
+        tracing::error!(task = %name, error = %e, "task ended abnormally");
     }
 }
 

@@ -181,6 +181,19 @@ impl WorkerConfig {
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
         problems.extend(self.telemetry.problems("telemetry"));
+        self.streaming_problems(&mut problems);
+        self.connection_problems(&mut problems);
+        self.center_problems(&mut problems);
+        self.source_problems(&mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Problems of how the worker names itself, retries, and publishes and confirms.
+    fn streaming_problems(&self, problems: &mut Vec<String>) {
         if self.worker.id.trim().is_empty() || self.worker.id.contains('/') {
             problems.push(format!(
                 "worker.id: `{}` must be non-empty and contain no `/`",
@@ -198,6 +211,10 @@ impl WorkerConfig {
         if self.worker.confirm_interval.is_zero() {
             problems.push("worker.confirm_interval: must be positive".into());
         }
+    }
+
+    /// Problems of how the worker reaches ZooKeeper, Kafka, Elasticsearch and MySQL (TLS).
+    fn connection_problems(&self, problems: &mut Vec<String>) {
         if let Err(issues) = self.zookeeper.validate() {
             problems.extend(
                 issues
@@ -211,6 +228,10 @@ impl WorkerConfig {
             problems.extend(es.problems("elasticsearch"));
         }
         problems.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
+    }
+
+    /// Problems of what concerns the center: capacity, progress reports, and its API.
+    fn center_problems(&self, problems: &mut Vec<String>) {
         if self.worker.capacity == 0 {
             problems.push("worker.capacity: must be at least 1".into());
         }
@@ -223,6 +244,10 @@ impl WorkerConfig {
         if self.center.tls_cert.is_some() != self.center.tls_key.is_some() {
             problems.push("center.tls_key: set center.tls_cert and center.tls_key together".into());
         }
+    }
+
+    /// Problems of the standalone sources: names, server ids, and clashes between them.
+    fn source_problems(&self, problems: &mut Vec<String>) {
         for (i, s) in self.sources.iter().enumerate() {
             let key = format!("sources[{i}]");
             if s.name.is_empty()
@@ -256,11 +281,6 @@ impl WorkerConfig {
                     s.server_id
                 ));
             }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
         }
     }
 }

@@ -22,13 +22,14 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use sluice_kafka::SharedProducer;
-use sluice_model::{BuildDocument, Checkpoint, ExternalVersion, ENVELOPE_VERSION};
-use sluice_mysql::docs::{DocPlan, Reader};
+use sluice_model::{BuildDocument, Checkpoint, ColumnInfo, ExternalVersion, ENVELOPE_VERSION};
+use sluice_mysql::docs::{Built, DocPlan, RangeRead, Reader};
 use sluice_mysql::Key;
 use sluice_zk::layout::{
     self, BuildRecord, ChunkCursor, ChunkRecord, JobRecord, Marker, PlanRecord, SourceRecord,
 };
-use sluice_zk::{Coordinator, Expect, SessionState, ZkError};
+use sluice_zk::{Coordinator, Expect, SessionState, TaskLock, ZkError};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -59,15 +60,8 @@ pub(crate) async fn run_jobs(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
     let me = jobs.cfg.worker.id.clone();
     let coord = jobs.coord.clone();
     let session = coord.session();
-    let mut running: BTreeMap<String, Running> = BTreeMap::new();
-    let mut finished: BTreeMap<String, ()> = BTreeMap::new();
-    // Runs say here that they ended, just before their tasks return: a run said ended is
-    // awaited even while its task is not seen finished yet, else that wakeup is lost and
-    // the job never looked at again.
-    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<u64>();
-    let mut ended_runs: BTreeSet<u64> = BTreeSet::new();
-    let mut runs = 0u64;
     let mut backoff = jobs.cfg.worker.retry().backoff();
+    let mut runs = JobRuns::new(jobs);
     loop {
         if shutdown.is_cancelled() || *session.borrow() == SessionState::Expired {
             break;
@@ -82,35 +76,81 @@ pub(crate) async fn run_jobs(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
                 continue;
             }
         };
-        for name in running.keys().cloned().collect::<Vec<_>>() {
+        runs.withdraw(&names).await;
+        if runs.reap().await {
+            // A job that keeps failing (source unreachable, say) is retried ever less often.
+            sluice_runtime::shutdown::pause(backoff.next_pause(), shutdown).await;
+        } else {
+            backoff.reset();
+        }
+        runs.start_new(&names, shutdown);
+        tokio::select! {
+            _ = coord.wait_any(vec![watch], shutdown) => {}
+            Some(run) = runs.ended.recv() => {
+                runs.ended_runs.insert(run);
+            }
+        }
+        runs.note_ended();
+    }
+    runs.stop_all().await;
+}
+
+/// The build jobs this worker runs, and those it finished.
+struct JobRuns {
+    jobs: Arc<Jobs>,
+    running: BTreeMap<String, Running>,
+    finished: BTreeSet<String>,
+    /// Runs say here that they ended, just before their tasks return: a run said ended is
+    /// awaited even while its task is not seen finished yet, else that wakeup is lost and
+    /// the job never looked at again.
+    ended_tx: UnboundedSender<u64>,
+    ended: UnboundedReceiver<u64>,
+    ended_runs: BTreeSet<u64>,
+    /// Runs started so far (the last one's number).
+    runs: u64,
+}
+
+impl JobRuns {
+    /// No job running or finished yet.
+    fn new(jobs: Arc<Jobs>) -> JobRuns {
+        let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel::<u64>();
+        JobRuns {
+            jobs,
+            running: BTreeMap::new(),
+            finished: BTreeSet::new(),
+            ended_tx,
+            ended,
+            ended_runs: BTreeSet::new(),
+            runs: 0,
+        }
+    }
+
+    /// Stops the jobs no longer in `names`, and forgets those finished.
+    async fn withdraw(&mut self, names: &[String]) {
+        for name in self.running.keys().cloned().collect::<Vec<_>>() {
             if !names.contains(&name) {
-                let r = running.remove(&name).expect("running");
+                let r = self.running.remove(&name).expect("running");
                 r.stop.cancel();
                 let _ = r.handle.await;
                 tracing::info!(job = %name, "build job withdrawn");
             }
         }
-        finished.retain(|name, _| names.contains(name));
+        self.finished.retain(|name| names.contains(name));
+    }
+
+    /// Awaits the runs that ended; `true` when one of them failed.
+    async fn reap(&mut self) -> bool {
         let mut failed = false;
-        for name in running.keys().cloned().collect::<Vec<_>>() {
-            let r = &running[&name];
-            if ended_runs.remove(&r.run) || r.handle.is_finished() {
-                let r = running.remove(&name).expect("running");
+        for name in self.running.keys().cloned().collect::<Vec<_>>() {
+            let r = &self.running[&name];
+            if self.ended_runs.remove(&r.run) || r.handle.is_finished() {
+                let r = self.running.remove(&name).expect("running");
                 match r.handle.await {
                     Ok(Ok(())) => {
-                        finished.insert(name, ());
+                        self.finished.insert(name);
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(job = %name, error = %e, "build job failed; retrying");
-                        if e.is_definite() {
-                            if let Err(z) = count_failure(&coord, &me, &name, &e).await {
-                                tracing::warn!(job = %name, error = %z, "cannot record the job's failure");
-                            }
-                        }
-                        if let Some(why) = jobs.producer.renew_after(&e) {
-                            tracing::warn!(job = %name, %why, "Kafka refused documents: the producer is replaced with a new one");
-                        }
-                        jobs.reports.event("build_job_error", &name, e.to_string());
+                        job_failed(&self.jobs, &name, &e).await;
                         failed = true;
                     }
                     Err(e) => {
@@ -120,43 +160,62 @@ pub(crate) async fn run_jobs(jobs: Arc<Jobs>, shutdown: &CancellationToken) {
                 }
             }
         }
-        if failed {
-            // A job that keeps failing (source unreachable, say) is retried ever less often.
-            sluice_runtime::shutdown::pause(backoff.next_pause(), shutdown).await;
-        } else {
-            backoff.reset();
-        }
-        for name in &names {
-            if running.contains_key(name) || finished.contains_key(name) {
+        failed
+    }
+
+    /// Starts a run of each job in `names` neither running nor finished.
+    fn start_new(&mut self, names: &[String], shutdown: &CancellationToken) {
+        for name in names {
+            if self.running.contains_key(name) || self.finished.contains(name) {
                 continue;
             }
             let stop = shutdown.child_token();
-            let (jobs2, name2, stop2) = (jobs.clone(), name.clone(), stop.clone());
-            let ended_tx = ended_tx.clone();
-            runs += 1;
-            let run = runs;
+            let (jobs2, name2, stop2) = (self.jobs.clone(), name.clone(), stop.clone());
+            let ended_tx = self.ended_tx.clone();
+            self.runs += 1;
+            let run = self.runs;
             let handle = tokio::spawn(async move {
                 let result = run_job(&jobs2, &name2, &stop2).await;
                 let _ = ended_tx.send(run);
                 result
             });
-            running.insert(name.clone(), Running { stop, handle, run });
+            self.running
+                .insert(name.clone(), Running { stop, handle, run });
         }
-        tokio::select! {
-            _ = coord.wait_any(vec![watch], shutdown) => {}
-            Some(run) = ended.recv() => {
-                ended_runs.insert(run);
-            }
-        }
-        while let Ok(run) = ended.try_recv() {
-            ended_runs.insert(run);
-        }
-        ended_runs.retain(|run| running.values().any(|r| r.run == *run));
     }
-    for (_, r) in running {
-        r.stop.cancel();
-        let _ = r.handle.await;
+
+    /// Takes in every run said ended, keeping only those of running jobs.
+    fn note_ended(&mut self) {
+        while let Ok(run) = self.ended.try_recv() {
+            self.ended_runs.insert(run);
+        }
+        let running = &self.running;
+        self.ended_runs
+            .retain(|run| running.values().any(|r| r.run == *run));
     }
+
+    /// Stops every running job and waits for each to end.
+    async fn stop_all(self) {
+        for (_, r) in self.running {
+            r.stop.cancel();
+            let _ = r.handle.await;
+        }
+    }
+}
+
+/// Reports a failed run of job `name`: counts a definite failure against its build, and
+/// replaces the producer when Kafka refused documents; the job is retried.
+async fn job_failed(jobs: &Jobs, name: &str, e: &WorkerError) {
+    tracing::warn!(job = %name, error = %e, "build job failed; retrying");
+    if e.is_definite() {
+        if let Err(z) = count_failure(&jobs.coord, &jobs.cfg.worker.id, name, e).await {
+            tracing::warn!(job = %name, error = %z, "cannot record the job's failure");
+        }
+    }
+    if let Some(why) = jobs.producer.renew_after(e) {
+        tracing::warn!(job = %name, %why, "Kafka refused documents: the producer is replaced with a new one");
+    }
+    jobs.reports.event("build_job_error", name, e.to_string());
 }
 
 /// The source task's confirmed checkpoint (its position and version epoch), if any.
@@ -352,24 +411,75 @@ async fn chunk(
             return Ok(());
         }
         let plans = compile(b, src).await?;
-        let plan = plans
-            .get(range.kind)
-            .ok_or_else(|| WorkerError::transient(format!("chunk {n} is of document kind {}, which the pipeline no longer has", range.kind)))?;
-        // The source's version epoch, so snapshot versions compare with the stream's. When
-        // the center bumped it (a re-snapshot starts builds at once), read only once the
-        // task streams under it: a change the task still published under the old epoch
-        // after this read would be refused as older than the snapshot.
-        let epoch = confirmed(&jobs.coord, &b.spec.source)
-            .await?
-            .map_or(0, |c| c.epoch);
-        if epoch < source_epoch {
-            return Err(WorkerError::transient(format!("the task of source {} does not stream under version epoch {source_epoch} yet (its checkpoint is of {epoch}); the chunk is read once it does",
-                b.spec.source)));
-        }
+        let plan = plans.get(range.kind).ok_or_else(|| {
+            WorkerError::transient(format!(
+                "chunk {n} is of document kind {}, which the pipeline no longer has",
+                range.kind
+            ))
+        })?;
+        let epoch = streaming_epoch(jobs, b, source_epoch).await?;
         let topic = jobs.cfg.topics.build_topic(&b.spec.name);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
-        // A pipeline whose documents are its rows: the etl maps the index from them.
-        let columns = b.spec.is_flat().then(|| plan.root.table.infos.clone());
+        let read = ChunkRead {
+            jobs,
+            b,
+            n,
+            plan,
+            epoch,
+            topic,
+            // A pipeline whose documents are its rows: the etl maps the index from them.
+            columns: b.spec.is_flat().then(|| plan.root.table.infos.clone()),
+            lower,
+            upper,
+        };
+        read.run(src, &mut lock, &mut cursor, stop).await
+    }
+    .await;
+    let _ = lock.release().await;
+    result
+}
+
+/// The source's version epoch, once its task streams under `source_epoch` (or a newer one).
+async fn streaming_epoch(jobs: &Jobs, b: &BuildRecord, source_epoch: u16) -> Result<u16> {
+    // The source's version epoch, so snapshot versions compare with the stream's. When
+    // the center bumped it (a re-snapshot starts builds at once), read only once the
+    // task streams under it: a change the task still published under the old epoch
+    // after this read would be refused as older than the snapshot.
+    let epoch = confirmed(&jobs.coord, &b.spec.source)
+        .await?
+        .map_or(0, |c| c.epoch);
+    if epoch < source_epoch {
+        return Err(WorkerError::transient(format!("the task of source {} does not stream under version epoch {source_epoch} yet (its checkpoint is of {epoch}); the chunk is read once it does",
+            b.spec.source)));
+    }
+    Ok(epoch)
+}
+
+/// One chunk's read: what stays the same from one batch to the next.
+struct ChunkRead<'a> {
+    jobs: &'a Jobs,
+    b: &'a BuildRecord,
+    n: u32,
+    plan: &'a DocPlan,
+    /// The source's version epoch, which the documents' versions are under.
+    epoch: u16,
+    /// The build's topic.
+    topic: String,
+    /// The root's columns, for a pipeline whose documents are its rows.
+    columns: Option<Arc<[ColumnInfo]>>,
+    lower: Option<Key>,
+    upper: Option<Key>,
+}
+
+impl ChunkRead<'_> {
+    /// Reads, publishes and confirms batch after batch from `cursor` until done or `stop`.
+    async fn run(
+        &self,
+        src: &sluice_mysql::SourceConfig,
+        lock: &mut TaskLock,
+        cursor: &mut ChunkCursor,
+        stop: &CancellationToken,
+    ) -> Result<()> {
         let mut reader = Reader::connect(src).await?;
         let started = Instant::now();
         let rows_at_start = cursor.rows;
@@ -378,52 +488,19 @@ async fn chunk(
                 return Ok(());
             }
             let after: Option<Key> = match &cursor.after {
-                serde_json::Value::Null => lower.clone(),
+                serde_json::Value::Null => self.lower.clone(),
                 v => Some(serde_json::from_value(v.clone())?),
             };
-            let (read, position) = async {
-                // The documents hold every change logged before the snapshot's low
-                // watermark: they are versioned with it.
-                let position = reader.begin_snapshot().await?.low;
-                let read = plan
-                    .read_range(&mut reader, after.as_ref(), upper.as_ref(), BATCH_ROWS)
-                    .await;
-                reader.end().await?;
-                Ok::<_, sluice_mysql::MysqlError>((read?, position))
-            }
-            .instrument(tracing::info_span!("worker.snapshot_batch", pipeline = %b.spec.name, chunk = n))
-            .await?;
-            let version = version_at(epoch, &position)?;
-            let producer = jobs.producer.get();
-            let mut deliveries = Vec::with_capacity(read.docs.len());
-            for built in read.docs {
-                if !lock.may_publish() {
-                    return Err(WorkerError::transient("the chunk's lock is in doubt: stopping before publishing more"));
-                }
-                let doc = BuildDocument {
-                    v: ENVELOPE_VERSION,
-                    pipeline: b.spec.name.clone(),
-                    build: b.version,
-                    version,
-                    routing: built.routing,
-                    doc: built.doc.unwrap_or_default(),
-                    columns: columns.clone(),
-                    id: built.id,
-                    repair: false,
-                    deleted: false,
-                };
-                let payload = serde_json::to_vec(&doc)?;
-                let delivery =
-                    sluice_kafka::queue(&producer, &topic, Some(doc.id.as_bytes()), &payload)
-                        .await
-                        .with_context(|| format!("cannot publish to {topic}"))?;
-                deliveries.push(delivery);
-            }
-            acknowledged(deliveries, &format!("a document for {topic}")).await?;
+            let (read, position) = self.read_batch(&mut reader, after.as_ref()).await?;
+            let version = version_at(self.epoch, &position)?;
+            self.publish(lock, version, read.docs).await?;
             cursor.rows += read.rows as u64;
             crate::metrics::METRICS.snapshot_rows.add(
                 read.rows as u64,
-                &[opentelemetry::KeyValue::new("pipeline", b.spec.name.clone())],
+                &[opentelemetry::KeyValue::new(
+                    "pipeline",
+                    self.b.spec.name.clone(),
+                )],
             );
             cursor.done = read.rows < BATCH_ROWS;
             if let Some(k) = read.last {
@@ -431,23 +508,77 @@ async fn chunk(
             }
             lock.confirm(&serde_json::to_vec(&cursor)?).await?;
             if cursor.done {
-                tracing::info!(pipeline = %b.spec.name, chunk = n, rows = cursor.rows, "chunk done");
+                tracing::info!(pipeline = %self.b.spec.name, chunk = self.n, rows = cursor.rows, "chunk done");
                 reader.close().await;
                 return Ok(());
             }
-            if b.throttle_rows_per_sec > 0 {
-                let due = Duration::from_secs_f64(
-                    (cursor.rows - rows_at_start) as f64 / b.throttle_rows_per_sec as f64,
-                );
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    sluice_runtime::shutdown::pause(wait, stop).await;
-                }
+            self.throttle(cursor.rows - rows_at_start, started, stop)
+                .await;
+        }
+    }
+
+    /// Reads the next batch after `after` in one consistent snapshot, with its position.
+    async fn read_batch(
+        &self,
+        reader: &mut Reader<'_>,
+        after: Option<&Key>,
+    ) -> Result<(RangeRead, sluice_model::BinlogPosition), sluice_mysql::MysqlError> {
+        async {
+            // The documents hold every change logged before the snapshot's low
+            // watermark: they are versioned with it.
+            let position = reader.begin_snapshot().await?.low;
+            let read = self
+                .plan
+                .read_range(reader, after, self.upper.as_ref(), BATCH_ROWS)
+                .await;
+            reader.end().await?;
+            Ok((read?, position))
+        }
+        .instrument(tracing::info_span!("worker.snapshot_batch", pipeline = %self.b.spec.name, chunk = self.n))
+        .await
+    }
+
+    /// Publishes a batch's documents at `version`, while the lock allows, until acknowledged.
+    async fn publish(&self, lock: &TaskLock, version: u64, docs: Vec<Built>) -> Result<()> {
+        let producer = self.jobs.producer.get();
+        let topic = &self.topic;
+        let mut deliveries = Vec::with_capacity(docs.len());
+        for built in docs {
+            if !lock.may_publish() {
+                return Err(WorkerError::transient(
+                    "the chunk's lock is in doubt: stopping before publishing more",
+                ));
+            }
+            let doc = BuildDocument {
+                v: ENVELOPE_VERSION,
+                pipeline: self.b.spec.name.clone(),
+                build: self.b.version,
+                version,
+                routing: built.routing,
+                doc: built.doc.unwrap_or_default(),
+                columns: self.columns.clone(),
+                id: built.id,
+                repair: false,
+                deleted: false,
+            };
+            let payload = serde_json::to_vec(&doc)?;
+            let delivery = sluice_kafka::queue(&producer, topic, Some(doc.id.as_bytes()), &payload)
+                .await
+                .with_context(|| format!("cannot publish to {topic}"))?;
+            deliveries.push(delivery);
+        }
+        acknowledged(deliveries, &format!("a document for {topic}")).await
+    }
+
+    /// Waits as the build's throttle asks, `rows` having been read since `started`.
+    async fn throttle(&self, rows: u64, started: Instant, stop: &CancellationToken) {
+        if self.b.throttle_rows_per_sec > 0 {
+            let due = Duration::from_secs_f64(rows as f64 / self.b.throttle_rows_per_sec as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                sluice_runtime::shutdown::pause(wait, stop).await;
             }
         }
     }
-    .await;
-    let _ = lock.release().await;
-    result
 }
 
 async fn mark(jobs: &Jobs, b: &BuildRecord) -> Result<()> {

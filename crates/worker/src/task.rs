@@ -365,81 +365,38 @@ async fn publish_loop(
     stamp: Stamp,
 ) -> Result<()> {
     let mut session = ctx.coord.session();
-    let topics = &ctx.cfg.topics;
     let producer = ctx.producer.get();
-    // Events of a transaction whose commit is not read yet have been published: stopping
-    // now would publish them again after a restart (the confirmed position is the last
-    // commit). So a shutdown lets the open transaction finish first, within half the
-    // drain bound.
-    let mut events = crate::metrics::EventLabels::default();
-    let mut told = DeadLetterNotices::default();
-    let mut seen_tables = envelope::SeenTables::default();
-    let mut open = false;
-    let mut finish_by: Option<Instant> = None;
+    let mut publisher = Publisher {
+        ctx,
+        src,
+        tx,
+        stamp,
+        events: crate::metrics::EventLabels::default(),
+        told: DeadLetterNotices::default(),
+        seen_tables: envelope::SeenTables::default(),
+        open: false,
+        finish_by: None,
+    };
     loop {
-        let next = match finish_by {
-            Some(deadline) => match tokio::time::timeout_at(deadline, reader.next()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    tracing::warn!(task = %src.name, "the open transaction did not end within the drain bound: its published events will be read again after a restart");
-                    reader.close().await;
-                    return Ok(());
-                }
-            },
-            None => tokio::select! {
-                biased;
-                _ = ctx.shutdown.cancelled() => {
-                    if !open {
-                        reader.close().await;
-                        return Ok(());
-                    }
-                    tracing::info!(task = %src.name, "shutdown: finishing the open transaction first");
-                    finish_by = Some(Instant::now() + ctx.cfg.worker.drain_timeout / 2);
-                    continue;
-                }
-                next = reader.next() => next,
-            },
+        let Some(next) = publisher.next(&mut reader).await else {
+            reader.close().await;
+            return Ok(());
         };
-        let (record, new_topic) = match next? {
-            None => {
-                return Err(WorkerError::transient(format!(
-                    "the server ended the binlog stream at {}",
-                    reader.position()
-                )))
-            }
-            Some(SourceEvent::Row(rc)) => {
-                events.count(&src.name, &rc);
-                told.keyless(ctx, &src.name, &rc);
-                envelope::row(topics, &mut seen_tables, &src.name, stamp.epoch, rc)?
-            }
-            Some(SourceEvent::Ddl(d)) => (envelope::ddl(topics, &src.name, d)?, true),
-            Some(SourceEvent::Unreadable(u)) => {
-                let record = envelope::unreadable(topics, &src.name, &u)?;
-                told.unreadable(ctx, &src.name, &u, &record.topic);
-                (record, true)
-            }
-            Some(SourceEvent::Commit(cp)) => {
-                events.flush();
-                ctx.progress.read_commit(cp.ts_ms);
-                let cp = Checkpoint {
-                    position: cp.position,
-                    gtid: cp.gtid,
-                    epoch: stamp.epoch,
-                    ts_ms: cp.ts_ms,
-                    server_id: Some(stamp.server_id),
-                };
-                tx.send(Entry::Commit(cp))
-                    .await
-                    .map_err(|_| WorkerError::transient("acknowledger stopped"))?;
-                open = false;
-                if finish_by.is_some() {
-                    reader.close().await;
-                    return Ok(());
-                }
-                continue;
-            }
+        let Some(event) = next? else {
+            return Err(WorkerError::transient(format!(
+                "the server ended the binlog stream at {}",
+                reader.position()
+            )));
         };
-        open = true;
+        let Some((record, new_topic)) = publisher.record(event).await? else {
+            // A commit: once the open transaction is over, a shutdown stops here.
+            if publisher.finish_by.is_some() {
+                reader.close().await;
+                return Ok(());
+            }
+            continue;
+        };
+        publisher.open = true;
         let read_at = Instant::now();
         wait_publishable(&ctx.coord, &mut session, &ctx.shutdown).await?;
         if new_topic {
@@ -450,9 +407,101 @@ async fn publish_loop(
                 .await
                 .with_context(|| format!("cannot publish to {}", record.topic))?;
         ctx.progress.published();
-        tx.send(Entry::Delivery(delivery, read_at))
+        publisher.send(Entry::Delivery(delivery, read_at)).await?;
+    }
+}
+
+/// What the publisher of one run of a task keeps from one event to the next.
+struct Publisher<'a> {
+    ctx: &'a TaskCtx,
+    src: &'a SourceConfig,
+    tx: mpsc::Sender<Entry>,
+    stamp: Stamp,
+    events: crate::metrics::EventLabels,
+    told: DeadLetterNotices,
+    seen_tables: envelope::SeenTables,
+    /// Events of a transaction whose commit is not read yet have been published:
+    /// stopping now would publish them again after a restart (the confirmed position is
+    /// the last commit). So a shutdown lets the open transaction finish first.
+    open: bool,
+    /// When a shutdown came during a transaction: how long it may take to finish (half
+    /// the drain bound).
+    finish_by: Option<Instant>,
+}
+
+impl Publisher<'_> {
+    /// The next binlog event; `None` when the task is to stop (and close the reader).
+    async fn next(
+        &mut self,
+        reader: &mut BinlogReader,
+    ) -> Option<Result<Option<SourceEvent>, sluice_mysql::MysqlError>> {
+        let ctx = self.ctx;
+        loop {
+            match self.finish_by {
+                Some(deadline) => {
+                    return match tokio::time::timeout_at(deadline, reader.next()).await {
+                        Ok(next) => Some(next),
+                        Err(_) => {
+                            tracing::warn!(task = %self.src.name, "the open transaction did not end within the drain bound: its published events will be read again after a restart");
+                            None
+                        }
+                    }
+                }
+                None => tokio::select! {
+                    biased;
+                    _ = ctx.shutdown.cancelled() => {
+                        if !self.open {
+                            return None;
+                        }
+                        tracing::info!(task = %self.src.name, "shutdown: finishing the open transaction first");
+                        self.finish_by = Some(Instant::now() + ctx.cfg.worker.drain_timeout / 2);
+                    }
+                    next = reader.next() => return Some(next),
+                },
+            }
+        }
+    }
+
+    /// The record to publish for `event`, and whether its topic is new; `None` for a commit (queued).
+    async fn record(&mut self, event: SourceEvent) -> Result<Option<(envelope::Record, bool)>> {
+        let (ctx, src) = (self.ctx, self.src);
+        let task = &src.name;
+        let topics = &ctx.cfg.topics;
+        Ok(Some(match event {
+            SourceEvent::Row(rc) => {
+                self.events.count(task, &rc);
+                self.told.keyless(ctx, task, &rc);
+                envelope::row(topics, &mut self.seen_tables, task, self.stamp.epoch, rc)?
+            }
+            SourceEvent::Ddl(d) => (envelope::ddl(topics, task, d)?, true),
+            SourceEvent::Unreadable(u) => {
+                let record = envelope::unreadable(topics, task, &u)?;
+                self.told.unreadable(ctx, task, &u, &record.topic);
+                (record, true)
+            }
+            SourceEvent::Commit(cp) => {
+                self.events.flush();
+                ctx.progress.read_commit(cp.ts_ms);
+                let cp = Checkpoint {
+                    position: cp.position,
+                    gtid: cp.gtid,
+                    epoch: self.stamp.epoch,
+                    ts_ms: cp.ts_ms,
+                    server_id: Some(self.stamp.server_id),
+                };
+                self.send(Entry::Commit(cp)).await?;
+                self.open = false;
+                return Ok(None);
+            }
+        }))
+    }
+
+    /// Hands `entry` to the acknowledger, waiting while its queue is full.
+    async fn send(&self, entry: Entry) -> Result<()> {
+        self.tx
+            .send(entry)
             .await
-            .map_err(|_| WorkerError::transient("acknowledger stopped"))?;
+            .map_err(|_| WorkerError::transient("acknowledger stopped"))
     }
 }
 

@@ -247,6 +247,56 @@ async fn check_chunk(
     stop: &CancellationToken,
 ) -> Result<CheckTally> {
     let p = &rec.spec.name;
+    let (chunk, src, plan) = chunk_plan(c, rec, n).await?;
+    let epoch = confirmed(&c.coord, &rec.spec.source)
+        .await?
+        .map_or(0, |cp| cp.epoch);
+    if rec.kind == RunKind::Delayed {
+        return rebuild(c, rec, &plan, &src, epoch, &chunk.keys).await;
+    }
+    let ctx = Ctx {
+        rec,
+        plan: &plan,
+        src: &src,
+        epoch,
+        index: versioned_index(&rec.spec.alias(), rec.version),
+    };
+    if !c.es.index_exists(&ctx.index).await? {
+        return Err(WorkerError::definite(format!(
+            "index {} does not exist (nothing was written to the pipeline yet, or the version was deleted)",
+            ctx.index
+        )));
+    }
+    let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
+    let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
+    let started = Instant::now();
+    let pairs = survey(c, &ctx, lower.as_ref(), upper.as_ref(), stop).await?;
+    let mut tally = CheckTally {
+        keys: pairs.len() as u64,
+        ..CheckTally::default()
+    };
+    let suspects = suspects(&pairs, &mut tally);
+    if !suspects.is_empty() {
+        confirm(c, &ctx, &pairs, &suspects, &mut tally).await?;
+    }
+    if rec.against > 0 {
+        tally.live =
+            live::compare(c, &ctx, rec.against, &pairs, lower.as_ref(), upper.as_ref()).await?;
+    }
+    tracing::info!(
+        pipeline = %p, check = rec.id, chunk = n, keys = tally.keys, suspects = suspects.len(),
+        drift = tally.drift(), took_ms = started.elapsed().as_millis() as u64, "check chunk done"
+    );
+    Ok(tally)
+}
+
+/// Chunk `n` of the check, its source, and the plan of the chunk's kind of document.
+async fn chunk_plan(
+    c: &Checks,
+    rec: &CheckRecord,
+    n: u32,
+) -> Result<(ChunkRecord, sluice_mysql::SourceConfig, DocPlan)> {
+    let p = &rec.spec.name;
     let chunk: ChunkRecord = c
         .coord
         .get_json(&layout::check_chunk(p, n))
@@ -276,35 +326,13 @@ async fn check_chunk(
     if let Some(since) = rec.since_ms {
         restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
     }
-    let epoch = confirmed(&c.coord, &rec.spec.source)
-        .await?
-        .map_or(0, |cp| cp.epoch);
-    if rec.kind == RunKind::Delayed {
-        return rebuild(c, rec, &plan, &src, epoch, &chunk.keys).await;
-    }
-    let ctx = Ctx {
-        rec,
-        plan: &plan,
-        src: &src,
-        epoch,
-        index: versioned_index(&rec.spec.alias(), rec.version),
-    };
-    if !c.es.index_exists(&ctx.index).await? {
-        return Err(WorkerError::definite(format!(
-            "index {} does not exist (nothing was written to the pipeline yet, or the version was deleted)",
-            ctx.index
-        )));
-    }
-    let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
-    let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
-    let started = Instant::now();
-    let pairs = survey(c, &ctx, lower.as_ref(), upper.as_ref(), stop).await?;
-    let mut tally = CheckTally {
-        keys: pairs.len() as u64,
-        ..CheckTally::default()
-    };
+    Ok((chunk, src, plan))
+}
+
+/// The surveyed keys whose copies differ; those the stream touched count as skipped.
+fn suspects(pairs: &BTreeMap<String, Pair>, tally: &mut CheckTally) -> Vec<String> {
     let mut suspects: Vec<String> = Vec::new();
-    for (id, pair) in &pairs {
+    for (id, pair) in pairs {
         let (doc, at) = match &pair.mysql {
             Some((b, at)) => (b.doc.as_ref(), *at),
             None => (None, u64::MAX),
@@ -315,18 +343,7 @@ async fn check_chunk(
             _ => suspects.push(id.clone()),
         }
     }
-    if !suspects.is_empty() {
-        confirm(c, &ctx, &pairs, &suspects, &mut tally).await?;
-    }
-    if rec.against > 0 {
-        tally.live =
-            live::compare(c, &ctx, rec.against, &pairs, lower.as_ref(), upper.as_ref()).await?;
-    }
-    tracing::info!(
-        pipeline = %p, check = rec.id, chunk = n, keys = tally.keys, suspects = suspects.len(),
-        drift = tally.drift(), took_ms = started.elapsed().as_millis() as u64, "check chunk done"
-    );
-    Ok(tally)
+    suspects
 }
 
 /// A delayed job's chunk: its documents read again, batch by batch, each batch in a
@@ -602,9 +619,33 @@ async fn confirm(
     suspects: &[String],
     tally: &mut CheckTally,
 ) -> Result<()> {
+    let keys = suspect_keys(ctx, pairs, suspects, tally);
+    let key_values: Vec<Vec<Json>> = keys.iter().map(|(_, k, _)| k.clone()).collect();
+    let mut reader = Reader::connect(ctx.src).await?;
+    let low = read_keys(&mut reader, ctx, &key_values).await?;
+    settle(c, ctx, &low.marks.high).await?;
+    let index = index_copies(c, ctx, &keys).await?;
+    let high = read_keys(&mut reader, ctx, &key_values).await?;
+    reader.close().await;
+    let repairs = judge_again(ctx, &keys, &low, &high, &index, tally);
+    if ctx.rec.repair && !repairs.is_empty() {
+        tally.repaired = repair(c, &ctx.rec.spec.name, repairs).await?;
+    }
+    Ok(())
+}
+
+/// A suspect: its `_id`, its id values and its routing.
+type SuspectKey = (String, Vec<Json>, Option<String>);
+
+/// The id values of each suspect, from MySQL's side, else from the index's copy.
+fn suspect_keys(
+    ctx: &Ctx<'_>,
+    pairs: &BTreeMap<String, Pair>,
+    suspects: &[String],
+    tally: &mut CheckTally,
+) -> Vec<SuspectKey> {
     let id_cols = ctx.plan.root.names(&ctx.plan.id);
-    // The id values of each suspect: from MySQL's side, else from the index's copy.
-    let mut keys: Vec<(String, Vec<Json>, Option<String>)> = Vec::new();
+    let mut keys: Vec<SuspectKey> = Vec::new();
     for id in suspects {
         let pair = &pairs[id];
         let routing = pair
@@ -628,10 +669,15 @@ async fn confirm(
             }
         }
     }
-    let key_values: Vec<Vec<Json>> = keys.iter().map(|(_, k, _)| k.clone()).collect();
-    let mut reader = Reader::connect(ctx.src).await?;
-    let low = read_keys(&mut reader, ctx, &key_values).await?;
-    settle(c, ctx, &low.marks.high).await?;
+    keys
+}
+
+/// The index's copies of the suspects now (real time), by `_id`.
+async fn index_copies(
+    c: &Checks,
+    ctx: &Ctx<'_>,
+    keys: &[SuspectKey],
+) -> Result<BTreeMap<String, Hit>> {
     let refs: Vec<(String, Option<String>)> = keys
         .iter()
         .map(|(id, _, r)| (id.clone(), r.clone()))
@@ -644,10 +690,20 @@ async fn confirm(
             }
         }
     }
-    let high = read_keys(&mut reader, ctx, &key_values).await?;
-    reader.close().await;
+    Ok(index)
+}
+
+/// Judges each suspect, read in `low` and `high`, against its index copy; returns the repairs.
+fn judge_again(
+    ctx: &Ctx<'_>,
+    keys: &[SuspectKey],
+    low: &Snapshot,
+    high: &Snapshot,
+    index: &BTreeMap<String, Hit>,
+    tally: &mut CheckTally,
+) -> Vec<BuildDocument> {
     let mut repairs = Vec::new();
-    for (id, _, routing) in &keys {
+    for (id, _, routing) in keys {
         let before = low.doc(id);
         let after = high.doc(id);
         if before != after {
@@ -679,10 +735,7 @@ async fn confirm(
             deleted: after.is_none(),
         });
     }
-    if ctx.rec.repair && !repairs.is_empty() {
-        tally.repaired = repair(c, &ctx.rec.spec.name, repairs).await?;
-    }
-    Ok(())
+    repairs
 }
 
 /// Documents read in one consistent snapshot, by `_id`.
