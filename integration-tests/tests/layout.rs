@@ -3,7 +3,7 @@
 //! two reasons to change tangled together; the fix is to move what both need below
 //! them. The check reads the `crate::` and `super::` paths of every non-test line.
 //! And the crates keep their layers: the model runs nothing, the adapters know the model
-//! alone.
+//! alone. And no function of the crates runs past 80 lines without a comment saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -351,4 +351,135 @@ fn relative(root: &Path, file: &Path) -> String {
     canonical(file)
         .strip_prefix(canonical(root))
         .map_or_else(|_| file.display().to_string(), |p| p.display().to_string())
+}
+
+/// A function longer than this says why in a comment above it, or is split.
+const LONG: usize = 80;
+
+#[test]
+fn no_function_runs_past_80_lines_without_saying_why() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut long = Vec::new();
+    let mut files = 0;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .map(|e| e.expect("an entry").path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}")) {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files += 1;
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                for (name, line, n) in long_functions(without_tests(&text)) {
+                    long.push(format!(
+                        "{}:{line} {name}: {n} lines",
+                        relative(&root, &path)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        files > 100,
+        "read only {files} files: is the tree where it was?"
+    );
+    assert!(
+        long.is_empty(),
+        "functions over {LONG} lines with no comment above saying why: split them by what \
+         their parts do, or say why they stay whole (a comment naming `{LONG} lines`):\n{long:#?}"
+    );
+}
+
+#[test]
+fn the_length_check_sees_long_functions_and_their_reasons() {
+    let body = "    x += 1;\n".repeat(LONG);
+    let text = format!(
+        "/// Short.\nfn short() {{\n}}\n\n/// Long.\npub(crate) async fn long(x: u8) {{\n{body}}}\n\n\
+         impl A {{\n    // Longer than {LONG} lines because it is a table.\n    pub fn table(&self) {{\n{body}    }}\n\n    fn nested(&self) {{\n{body}    }}\n}}\n"
+    );
+    let found: Vec<(String, usize)> = long_functions(&text)
+        .into_iter()
+        .map(|(name, line, _)| (name, line))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("long".to_owned(), 6),
+            ("nested".to_owned(), 6 + 2 * LONG + 8)
+        ]
+    );
+}
+
+/// `(name, line, length)` of each function of `text` longer than [`LONG`] lines (from its
+/// `fn` line to its closing brace) whose comments above do not say why.
+fn long_functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some((indent, name)) = fn_start(lines[i]) else {
+            i += 1;
+            continue;
+        };
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let l = lines[j].trim_end();
+            l.ends_with('{') || l.ends_with(';')
+        }) else {
+            break;
+        };
+        if lines[open].trim_end().ends_with('{') {
+            let closing = format!("{}}}", " ".repeat(indent));
+            if let Some(close) = (open + 1..lines.len()).find(|&k| lines[k].trim_end() == closing) {
+                let n = close - i + 1;
+                if n > LONG && !says_why(&lines[..i]) {
+                    out.push((name, i + 1, n));
+                }
+            }
+        }
+        // Functions inside this one are looked at too.
+        i = open + 1;
+    }
+    out
+}
+
+/// The indentation and name of the function `line` starts, if it starts one.
+fn fn_start(line: &str) -> Option<(usize, String)> {
+    let trimmed = line.trim_start();
+    let mut rest = trimmed;
+    loop {
+        let before = rest;
+        for qualifier in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let name: String = rest
+        .strip_prefix("fn ")?
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then(|| (line.len() - trimmed.len(), name))
+}
+
+/// Whether the comments and attributes right above a function say why it is long.
+fn says_why(above: &[&str]) -> bool {
+    above
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+        .any(|l| l.contains(&format!("{LONG} lines")))
 }
