@@ -1,7 +1,7 @@
 //! Where a pipeline's build stands, as the leader drives it one step per pass and as
 //! the API and `sluicectl` name it.
 
-use std::fmt;
+use crate::names::named;
 
 /// A build's phase. The names (`as_str`) are what the API's `BuildStatus.phase` carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,50 +28,25 @@ pub enum BuildPhase {
     Failed,
 }
 
+named!(BuildPhase {
+    None => "none",
+    WaitingForEtl => "waiting for etl",
+    Planning => "planning",
+    Snapshotting => "snapshotting",
+    CatchingUp => "catching up",
+    Held => "held",
+    Swap => "swap",
+    Done => "done",
+    Failed => "failed",
+});
+
 impl BuildPhase {
-    pub const ALL: [BuildPhase; 9] = [
-        BuildPhase::None,
-        BuildPhase::WaitingForEtl,
-        BuildPhase::Planning,
-        BuildPhase::Snapshotting,
-        BuildPhase::CatchingUp,
-        BuildPhase::Held,
-        BuildPhase::Swap,
-        BuildPhase::Done,
-        BuildPhase::Failed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BuildPhase::None => "none",
-            BuildPhase::WaitingForEtl => "waiting for etl",
-            BuildPhase::Planning => "planning",
-            BuildPhase::Snapshotting => "snapshotting",
-            BuildPhase::CatchingUp => "catching up",
-            BuildPhase::Held => "held",
-            BuildPhase::Swap => "swap",
-            BuildPhase::Done => "done",
-            BuildPhase::Failed => "failed",
-        }
-    }
-
-    /// The phase `name` names (as [`BuildPhase::as_str`] writes it).
-    pub fn parse(name: &str) -> Option<BuildPhase> {
-        BuildPhase::ALL.into_iter().find(|p| p.as_str() == name)
-    }
-
     /// Whether the build is still doing something (neither none, held, done nor failed).
     pub fn running(self) -> bool {
         !matches!(
             self,
             BuildPhase::None | BuildPhase::Held | BuildPhase::Done | BuildPhase::Failed
         )
-    }
-}
-
-impl fmt::Display for BuildPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -87,13 +62,13 @@ pub enum Availability {
     Available,
 }
 
-impl Availability {
-    pub const ALL: [Availability; 3] = [
-        Availability::Unavailable,
-        Availability::Building,
-        Availability::Available,
-    ];
+named!(Availability {
+    Unavailable => "unavailable",
+    Building => "building",
+    Available => "available",
+});
 
+impl Availability {
     /// `Building` while a version is being built, `Available` once one was, else
     /// `Unavailable` (a version number 0 is none).
     pub fn of(live_version: u32, building_version: u32) -> Availability {
@@ -104,25 +79,6 @@ impl Availability {
         } else {
             Availability::Unavailable
         }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Availability::Unavailable => "unavailable",
-            Availability::Building => "building",
-            Availability::Available => "available",
-        }
-    }
-
-    /// The availability `name` names (as [`Availability::as_str`] writes it).
-    pub fn parse(name: &str) -> Option<Availability> {
-        Availability::ALL.into_iter().find(|a| a.as_str() == name)
-    }
-}
-
-impl fmt::Display for Availability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

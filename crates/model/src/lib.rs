@@ -11,6 +11,7 @@ pub mod delayed;
 pub mod event;
 pub mod failpoint;
 pub mod mapping;
+mod names;
 pub mod pipeline;
 pub mod position;
 pub mod retry;

@@ -1,6 +1,6 @@
 //! Where a chunked run (a check, a compare, a delayed job) stands.
 
-use std::fmt;
+use crate::names::named;
 
 /// A run's state. The names (`as_str`) are what the meta database stores and the API's
 /// `Check.state` carries.
@@ -14,28 +14,11 @@ pub enum RunState {
     Failed,
 }
 
-impl RunState {
-    pub const ALL: [RunState; 3] = [RunState::Running, RunState::Done, RunState::Failed];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunState::Running => "running",
-            RunState::Done => "done",
-            RunState::Failed => "failed",
-        }
-    }
-
-    /// The state `name` names (as [`RunState::as_str`] writes it).
-    pub fn parse(name: &str) -> Option<RunState> {
-        RunState::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-}
-
-impl fmt::Display for RunState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+named!(RunState {
+    Running => "running",
+    Done => "done",
+    Failed => "failed",
+});
 
 /// What a run does with its chunks. The names (`as_str`) are what the coordination
 /// records, the meta database and the API's `Check.kind` carry.
@@ -53,22 +36,13 @@ pub enum RunKind {
     Delayed,
 }
 
+named!(RunKind {
+    Check => "check",
+    Compare => "compare",
+    Delayed => "delayed",
+});
+
 impl RunKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Check => "check",
-            RunKind::Compare => "compare",
-            RunKind::Delayed => "delayed",
-        }
-    }
-
-    /// The kind named `s` (as [`RunKind::as_str`] writes it).
-    pub fn parse(s: &str) -> Option<RunKind> {
-        [RunKind::Check, RunKind::Compare, RunKind::Delayed]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-    }
-
     pub fn is_check(&self) -> bool {
         *self == RunKind::Check
     }

@@ -1,7 +1,7 @@
 //! Where a worker's binlog task stands, as the worker reports it and the API and
 //! `sluicectl` name it.
 
-use std::fmt;
+use crate::names::named;
 
 /// A binlog task's state on the worker running it. The names (`as_str`) are what the
 /// API's `Task.state` carries and the `sluice.worker.tasks` gauge's `state` label says.
@@ -20,36 +20,13 @@ pub enum TaskState {
     Stopped,
 }
 
-impl TaskState {
-    pub const ALL: [TaskState; 5] = [
-        TaskState::WaitingForLock,
-        TaskState::Streaming,
-        TaskState::Retrying,
-        TaskState::Failed,
-        TaskState::Stopped,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::WaitingForLock => "waiting for the task lock",
-            TaskState::Streaming => "streaming",
-            TaskState::Retrying => "retrying",
-            TaskState::Failed => "failed",
-            TaskState::Stopped => "stopped",
-        }
-    }
-
-    /// The state `name` names (as [`TaskState::as_str`] writes it).
-    pub fn parse(name: &str) -> Option<TaskState> {
-        TaskState::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-}
-
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+named!(TaskState {
+    WaitingForLock => "waiting for the task lock",
+    Streaming => "streaming",
+    Retrying => "retrying",
+    Failed => "failed",
+    Stopped => "stopped",
+});
 
 #[cfg(test)]
 mod tests {

@@ -126,7 +126,7 @@ mod tests {
         for a in Availability::ALL {
             assert_eq!(v1::PipelineAvailability::from(a).model(), Some(a));
         }
-        for k in [RunKind::Check, RunKind::Compare, RunKind::Delayed] {
+        for k in RunKind::ALL {
             assert_eq!(v1::RunKind::from(k).model(), Some(k));
         }
     }
