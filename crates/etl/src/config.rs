@@ -78,6 +78,10 @@ pub struct EtlSection {
     /// answers 429, raised back as it stops). 1 writes one batch at a time.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Documents read back from MySQL are read in chunks of 256 keys on up to this many
+    /// connections of the source at once, each chunk in a snapshot of its own.
+    #[serde(default = "default_read_concurrency")]
+    pub read_concurrency: usize,
 }
 
 impl EtlSection {
@@ -99,6 +103,7 @@ impl Default for EtlSection {
             retry_backoff: default_retry_backoff(),
             retry_backoff_max: default_retry_backoff_max(),
             max_in_flight: default_max_in_flight(),
+            read_concurrency: default_read_concurrency(),
         }
     }
 }
@@ -116,6 +121,9 @@ fn default_linger() -> Duration {
     Duration::from_millis(100)
 }
 fn default_max_in_flight() -> usize {
+    4
+}
+fn default_read_concurrency() -> usize {
     4
 }
 fn default_retry_backoff() -> Duration {
@@ -171,6 +179,9 @@ impl EtlConfig {
         }
         if self.etl.max_in_flight == 0 {
             p.push("etl.max_in_flight: must be at least 1".into());
+        }
+        if self.etl.read_concurrency == 0 {
+            p.push("etl.read_concurrency: must be at least 1".into());
         }
         p.extend(
             self.etl

@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use futures::StreamExt as _;
 use serde_json::Value as Json;
 use sluice_elastic::BulkOp;
 use sluice_model::delayed::{DelayedChange, DELAYED_VERSION};
@@ -253,6 +254,14 @@ impl Sources {
     }
 }
 
+/// How documents are read back: the retries, how many chunks at once, until when.
+pub(crate) struct Reading<'a> {
+    pub retry: RetryPolicy,
+    /// Chunks read at once, each on a connection of its own.
+    pub concurrency: usize,
+    pub shutdown: &'a CancellationToken,
+}
+
 /// Reads back and writes every document `dirty` holds. `false` when shutdown came
 /// while the source or Elasticsearch was unavailable (nothing may be committed).
 pub(crate) async fn rebuild(
@@ -260,8 +269,7 @@ pub(crate) async fn rebuild(
     sources: &mut Sources,
     lanes: &mut Lanes<'_>,
     dirty: Dirty,
-    retry: RetryPolicy,
-    shutdown: &CancellationToken,
+    reading: &Reading<'_>,
 ) -> Result<bool> {
     for (p, works) in dirty.pipelines {
         let pipeline = &router.pipelines[p];
@@ -284,17 +292,28 @@ pub(crate) async fn rebuild(
             let ctx = Rebuild {
                 pool,
                 name: &name,
-                retry,
-                shutdown,
+                retry: reading.retry,
+                shutdown: reading.shutdown,
             };
             let Some(docs) = ctx.walk_up(work, &mut dead).await else {
                 return Ok(false);
             };
             for (plan, k, entries) in docs {
                 let entries: Vec<Entry> = entries.into_values().collect();
-                // One plan's documents are each read once: their bulks may fly together.
-                for chunk in entries.chunks(CHUNK) {
-                    let Some(built) = ctx.read(&plan[k], chunk, &mut dead).await else {
+                // One plan's documents are each read once: their bulks may fly together,
+                // and its chunks are read several at once (each in its own snapshot, as
+                // one chunk always was), written in their order.
+                let (ctx, plan) = (&ctx, &plan[k]);
+                let mut reads = futures::stream::iter(entries.chunks(CHUNK))
+                    .map(|chunk| async move {
+                        let mut dead = Vec::new();
+                        let built = ctx.read(plan, chunk, &mut dead).await;
+                        (chunk, built, dead)
+                    })
+                    .buffered(reading.concurrency.max(1));
+                while let Some((chunk, built, unread)) = reads.next().await {
+                    dead.extend(unread);
+                    let Some(built) = built else {
                         return Ok(false);
                     };
                     METRICS

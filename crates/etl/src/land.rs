@@ -117,8 +117,12 @@ pub(crate) async fn apply(
         let etl = &ctx.cfg.etl;
         let (docs, bytes) = (etl.max_batch_docs, etl.max_batch_bytes);
         let mut lanes = write::Lanes::new(&mut writer, docs, bytes, flight.lanes());
-        let retry = ctx.cfg.etl.retry();
-        complete = docs::rebuild(router, sources, &mut lanes, dirty, retry, ctx.shutdown).await?
+        let reading = docs::Reading {
+            retry: ctx.cfg.etl.retry(),
+            concurrency: ctx.cfg.etl.read_concurrency,
+            shutdown: ctx.shutdown,
+        };
+        complete = docs::rebuild(router, sources, &mut lanes, dirty, &reading).await?
             && lanes.settle().await?;
     }
     let complete = complete && hand_over(ctx, &delayed).await?;

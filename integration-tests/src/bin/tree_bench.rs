@@ -13,7 +13,8 @@
 //!    COMMIT until every one of them shows the new name.
 //!
 //! The figures go to `target/bench/tree-<source>.json` (`BENCH_SOURCE`), judged against
-//! the committed baseline.
+//! the committed baseline. `BENCH_TREE_READ_CONCURRENCY` sets the etl's
+//! `read_concurrency` (default: the etl's own).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -69,6 +70,15 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         ends.push((topic, kafka::ends(&records)));
     }
 
+    // The etl's default unless the run says otherwise (to compare settings).
+    let reads = env_num::<u64>("BENCH_TREE_READ_CONCURRENCY", 0)?;
+    if reads > 0 {
+        ctx.env_for(
+            "sluice-etl",
+            "SLUICE_ETL__READ_CONCURRENCY",
+            &reads.to_string(),
+        );
+    }
     let mut etl = ctx.etl_with(std::slice::from_ref(&spec));
     let started = Instant::now();
     etl.start();
