@@ -24,6 +24,7 @@ mod failpoints;
 mod helm_chart;
 mod history;
 mod kafka_faults;
+mod latency;
 mod layout;
 mod lifecycle;
 mod mysql_faults;

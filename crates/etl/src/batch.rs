@@ -43,7 +43,8 @@ const LOADED_BATCH: usize = 10;
 /// change waits for nothing. Under a load (messages were waiting, or the last lingered
 /// batch gathered [`LOADED_BATCH`] or more), it waits up to `linger` after its first
 /// message to fill: fewer, larger bulks, which a sink with a cost per request needs to
-/// keep up. Returns the batch, `stop` (shutdown came; the batch holds what was
+/// keep up. A load is over once the consumer waited a whole `linger` with nothing to
+/// read: the change that ends such a pause waits for nothing either. Returns the batch, `stop` (shutdown came; the batch holds what was
 /// collected) and `reroute` (the pipelines changed: re-route after this batch).
 pub(crate) async fn collect(
     feed: &Feed,
@@ -62,7 +63,8 @@ pub(crate) async fn collect(
         }
         _ => false,
     };
-    let behind = waiting || *loaded;
+    let idle_since = Instant::now();
+    let mut behind = waiting || *loaded;
     let mut deadline = waiting.then(|| Instant::now() + bounds.linger);
     let mut following = true;
     let mut members_following = true;
@@ -98,6 +100,14 @@ pub(crate) async fn collect(
         };
         match received {
             Ok(m) => {
+                if behind
+                    && !waiting
+                    && batch.msgs.is_empty()
+                    && idle_since.elapsed() >= bounds.linger
+                {
+                    behind = false;
+                    *loaded = false;
+                }
                 batch.push(m, bounds);
                 if behind {
                     deadline.get_or_insert_with(|| Instant::now() + bounds.linger);
