@@ -9,8 +9,9 @@
 //!    index of the same server (the etl's batch size and requests in flight), then again
 //!    with newer versions (a rebuild replaces a document that exists); the rebuild rate as
 //!    a share of the second.
-//! 3. A brand renamed under `BENCH_TREE_BRAND` documents (default 2000): seconds from
-//!    COMMIT until every one of them shows the new name.
+//! 3. A brand renamed under `BENCH_TREE_BRAND` documents (default 2000), five times: the
+//!    median seconds from COMMIT until every one of them shows the new name, against the
+//!    target of one second.
 //!
 //! The figures go to `target/bench/tree-<source>.json` (`BENCH_SOURCE`), judged against
 //! the committed baseline. `BENCH_TREE_READ_CONCURRENCY` sets the etl's
@@ -43,6 +44,11 @@ async fn main() -> ExitCode {
         }
     }
 }
+
+/// Renames timed; the figure is their median.
+const RENAMES: u32 = 5;
+/// The rename's target: every document shows it within a second (p50).
+const RENAME_TARGET_S: f64 = 1.0;
 
 async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     let products = env_num::<u64>("BENCH_TREE_PRODUCTS", 5000)?;
@@ -163,62 +169,18 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         100.0 * rate / raw_rate
     );
 
-    // A brand renamed under `brand` documents.
-    let bulk = async |etl: &sluice_integration_tests::Service| {
-        etl.metric_sum("sluice_etl_bulk_duration_seconds_sum", &[])
-            .await
-            .unwrap_or(0.0)
-    };
-    let settled = async |etl: &sluice_integration_tests::Service| {
-        etl.metric_sum("sluice_etl_documents_total", &[])
-            .await
-            .unwrap_or(0.0)
-    };
-    let bulk_before = bulk(&etl).await;
-    let settled_before = settled(&etl).await;
-    let queries_before = etl
-        .metric_sum("sluice_etl_source_queries_total", &pipeline)
-        .await
-        .unwrap_or(0.0);
-    let committed = Instant::now();
-    ctx.exec("UPDATE brands SET name = 'renamed brand' WHERE id = 1")
-        .await;
-    let seen = loop {
-        es.refresh(&alias).await?;
-        let n = es
-            .search(
-                &alias,
-                &json!({"query": {"match_phrase": {"brand.name": "renamed brand"}}, "size": 0, "track_total_hits": true}),
-            )
-            .await?["hits"]["total"]["value"]
-            .as_u64()
-            .unwrap_or(0);
-        if n >= brand {
-            break committed.elapsed();
-        }
-        if committed.elapsed() > Duration::from_secs(600) {
-            bail!("the rename reached {n} of {brand} documents in 10 min");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
-    };
-    // The etl counts each written (or stale) document once its _bulk returned, right
-    // after timing the request: wait until it counted them all.
-    while settled(&etl).await - settled_before < brand as f64 {
-        if committed.elapsed() > Duration::from_secs(600) {
-            bail!("the etl did not count the rename's writes");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    // A brand renamed under `brand` documents, RENAMES times.
+    let mut renames = Vec::new();
+    for r in 1..=RENAMES {
+        let (seen, in_bulk, queries) = rename(ctx, &etl, &alias, brand, r).await?;
+        println!(
+            "[tree 3/3] a brand renamed under {brand} documents ({r} of {RENAMES}): all of them show it {:.2} s after COMMIT ({in_bulk:.2} s of it in Elasticsearch _bulk requests; {queries:.0} MySQL queries)",
+            seen.as_secs_f64()
+        );
+        renames.push(seen.as_secs_f64());
     }
-    let in_bulk = bulk(&etl).await - bulk_before;
-    let queries = etl
-        .metric_sum("sluice_etl_source_queries_total", &pipeline)
-        .await
-        .unwrap_or(0.0)
-        - queries_before;
-    println!(
-        "[tree 3/3] a brand renamed under {brand} documents: all of them show it {:.2} s after COMMIT ({in_bulk:.2} s of it in Elasticsearch _bulk requests; {queries:.0} MySQL queries)",
-        seen.as_secs_f64()
-    );
+    renames.sort_by(f64::total_cmp);
+    let rename_p50 = renames[renames.len() / 2];
     let mut f = Figures::new();
     f.insert(
         "rebuild_docs_per_s".into(),
@@ -234,10 +196,76 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     );
     f.insert(
         "brand_rename_s".into(),
-        Figure::lower(seen.as_secs_f64(), "s", None),
+        Figure::lower(rename_p50, "s", Some(RENAME_TARGET_S)),
     );
     figures::report("tree", &f);
     drop(etl);
     drop(worker);
     Ok(())
+}
+
+/// Renames brand 1 (under `brand` documents) to `renamed brand <round>`: how long from
+/// COMMIT until every document shows it, the seconds the etl spent in `_bulk` requests
+/// meanwhile, and the MySQL queries it made.
+async fn rename(
+    ctx: &TestCtx,
+    etl: &sluice_integration_tests::Service,
+    alias: &str,
+    brand: u64,
+    round: u32,
+) -> anyhow::Result<(Duration, f64, f64)> {
+    let es = &ctx.stack.es;
+    let bulk = async |etl: &sluice_integration_tests::Service| {
+        etl.metric_sum("sluice_etl_bulk_duration_seconds_sum", &[])
+            .await
+            .unwrap_or(0.0)
+    };
+    let settled = async |etl: &sluice_integration_tests::Service| {
+        etl.metric_sum("sluice_etl_documents_total", &[])
+            .await
+            .unwrap_or(0.0)
+    };
+    let bulk_before = bulk(etl).await;
+    let settled_before = settled(etl).await;
+    let queries_before = etl
+        .metric_sum("sluice_etl_source_queries_total", &[("pipeline", alias)])
+        .await
+        .unwrap_or(0.0);
+    let name = format!("renamed brand {round}");
+    let committed = Instant::now();
+    ctx.exec(&format!("UPDATE brands SET name = '{name}' WHERE id = 1"))
+        .await;
+    let seen = loop {
+        es.refresh(alias).await?;
+        let n = es
+            .search(
+                alias,
+                &json!({"query": {"match_phrase": {"brand.name": name}}, "size": 0, "track_total_hits": true}),
+            )
+            .await?["hits"]["total"]["value"]
+            .as_u64()
+            .unwrap_or(0);
+        if n >= brand {
+            break committed.elapsed();
+        }
+        if committed.elapsed() > Duration::from_secs(600) {
+            bail!("the rename reached {n} of {brand} documents in 10 min");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    };
+    // The etl counts each written (or stale) document once its _bulk returned, right
+    // after timing the request: wait until it counted them all.
+    while settled(etl).await - settled_before < brand as f64 {
+        if committed.elapsed() > Duration::from_secs(600) {
+            bail!("the etl did not count the rename's writes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    }
+    let in_bulk = bulk(etl).await - bulk_before;
+    let queries = etl
+        .metric_sum("sluice_etl_source_queries_total", &[("pipeline", alias)])
+        .await
+        .unwrap_or(0.0)
+        - queries_before;
+    Ok((seen, in_bulk, queries))
 }
