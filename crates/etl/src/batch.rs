@@ -100,26 +100,20 @@ pub(crate) async fn collect(
         };
         match received {
             Ok(m) => {
+                // The first message after a whole linger with nothing: the load is over.
                 if behind
-                    && !waiting
                     && batch.msgs.is_empty()
+                    && !waiting
                     && idle_since.elapsed() >= bounds.linger
                 {
-                    behind = false;
-                    *loaded = false;
+                    (behind, *loaded) = (false, false);
                 }
                 batch.push(m, bounds);
                 if behind {
                     deadline.get_or_insert_with(|| Instant::now() + bounds.linger);
                     continue;
                 }
-                // Keeping up: what is already buffered joins, and the batch goes.
-                while !batch.full(bounds) {
-                    match feed.buffered() {
-                        Some(Ok(m)) => batch.push(m, bounds),
-                        Some(Err(_)) | None => break,
-                    }
-                }
+                take_buffered(feed, &mut batch, bounds);
                 return (batch, false, false);
             }
             Err(e) => {
@@ -128,6 +122,16 @@ pub(crate) async fn collect(
                 tracing::warn!(error = %e, "Kafka consumer error");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+        }
+    }
+}
+
+/// Keeping up: what the consumer already buffered joins the batch, up to its bounds.
+fn take_buffered(feed: &Feed, batch: &mut Batch, bounds: &Bounds) {
+    while !batch.full(bounds) {
+        match feed.buffered() {
+            Some(Ok(m)) => batch.push(m, bounds),
+            Some(Err(_)) | None => break,
         }
     }
 }
