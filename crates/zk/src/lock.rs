@@ -7,7 +7,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
-use zookeeper_async::{CreateMode, WatchedEvent};
+use zookeeper_async::{CreateMode, Stat, WatchedEvent};
 
 use crate::config::check_name;
 use crate::coordinator::{non_empty, Coordinator};
@@ -454,16 +454,7 @@ impl Coordinator {
         cancel: &CancellationToken,
     ) -> Result<bool, ZkError> {
         let mut session = self.session();
-        let (tx, fired) = oneshot::channel();
-        let holder = self
-            .call(
-                "exists",
-                lock_path,
-                self.zk().exists_w(lock_path, move |event| {
-                    let _ = tx.send(event);
-                }),
-            )
-            .await;
+        let (holder, fired) = exists_watched(self, lock_path).await;
         match holder {
             Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => {
                 info!(task, "adopting the lock node this session already owns");
@@ -546,22 +537,34 @@ pub(crate) enum LockCheck {
     Failed(ZkError),
 }
 
+/// Whether `path` exists (its stat), with a watch whose event `fired` receives.
+async fn exists_watched(
+    coord: &Coordinator,
+    path: &str,
+) -> (
+    Result<Option<Stat>, ZkError>,
+    oneshot::Receiver<WatchedEvent>,
+) {
+    let (tx, fired) = oneshot::channel();
+    let looked = coord
+        .call(
+            "exists",
+            path,
+            coord.zk().exists_w(path, move |event| {
+                let _ = tx.send(event);
+            }),
+        )
+        .await;
+    (looked, fired)
+}
+
 /// Checks that the lock node is ours and sets a watch on it. Repeats when the connection
 /// changed while the request was under way (the watch may be on the old one).
 pub(crate) async fn watch_lock(coord: &Coordinator, path: &str) -> Result<Watched, LockCheck> {
     loop {
         let session = coord.session();
         let connection = coord.connection();
-        let (tx, fired) = oneshot::channel();
-        let looked = coord
-            .call(
-                "exists",
-                path,
-                coord.zk().exists_w(path, move |event| {
-                    let _ = tx.send(event);
-                }),
-            )
-            .await;
+        let (looked, fired) = exists_watched(coord, path).await;
         match looked {
             Ok(Some(stat)) if stat.ephemeral_owner == coord.session_id() => {
                 if coord.connection() == connection {
