@@ -32,6 +32,17 @@ pub type Admin = AdminClient<InterceptedService<Channel, Bearer>>;
 #[derive(Clone)]
 pub struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
 
+impl Bearer {
+    /// The header for `token` (an admin or a worker token).
+    pub fn new(token: &str) -> Bearer {
+        Bearer(
+            format!("Bearer {token}")
+                .parse()
+                .expect("a token fit for a header"),
+        )
+    }
+}
+
 impl Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         req.metadata_mut().insert("authorization", self.0.clone());
@@ -336,10 +347,7 @@ impl Cluster {
             .connect()
             .await
             .expect("connect to a center's API");
-        let token: tonic::metadata::MetadataValue<_> = format!("Bearer {}", self.token)
-            .parse()
-            .expect("a token fit for a header");
-        AdminClient::with_interceptor(channel, Bearer(token))
+        AdminClient::with_interceptor(channel, Bearer::new(&self.token))
     }
 
     /// Runs `sluicectl ARGS` against the first center as a caller holding `token` (none:

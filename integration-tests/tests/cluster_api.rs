@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use sluice_integration_tests::cluster::Bearer;
 use sluice_integration_tests::ports::free_center_port;
 use sluice_integration_tests::{eventually, Service, TestCtx};
 use sluice_proto::v1::admin_client::AdminClient;
@@ -94,12 +95,7 @@ async fn health_and_reflection_are_open_and_followers_name_the_leader() {
             .connect()
             .await
             .unwrap();
-    let token: tonic::metadata::MetadataValue<_> =
-        format!("Bearer {}", ctx.secrets.api_token).parse().unwrap();
-    let mut admin = AdminClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
-        req.metadata_mut().insert("authorization", token.clone());
-        Ok(req)
-    });
+    let mut admin = AdminClient::with_interceptor(channel, Bearer::new(&ctx.secrets.api_token));
     let source = Source {
         name: "s1".into(),
         host: "db.example".into(),
