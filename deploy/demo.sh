@@ -124,7 +124,7 @@ price="$((start % 9000 + 1000)).42"
 # before the change so that only the pipeline is timed (not a poller's start, nor a
 # coarse poll); it writes when it first saw the new price.
 seen="$work/seen-at"
-rm -f "$seen"
+rm -f "$seen" "$seen.polling"
 python3 - "$ES_URL" "$price" "$seen" <<'PY' &
 import http.client, sys, time, urllib.parse
 url, price, out = urllib.parse.urlsplit(sys.argv[1]), '"' + sys.argv[2] + '"', sys.argv[3]
@@ -132,14 +132,16 @@ conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=5)
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline:
     conn.request("GET", "/products/_doc/42")
-    if price in conn.getresponse().read().decode():
+    body = conn.getresponse().read().decode()
+    open(out + ".polling", "w").close()
+    if price in body:
         open(out, "w").write(str(time.time_ns()))
         sys.exit(0)
     time.sleep(0.005)
 sys.exit("the live change was not visible within 30 s")
 PY
 watcher=$!
-sleep 0.5 # the watcher's start, before the change (not a synchronisation: it polls)
+wait_for "the watcher to poll" 10 test -e "$seen.polling"
 sql -e "UPDATE shop.skus SET price = $price WHERE id = 421"
 committed=$(date +%s%N)
 wait "$watcher" || { echo "the live change was not visible within 30 s; logs:"; tail -n 20 "$work"/*.log; exit 1; }
