@@ -429,6 +429,73 @@ async fn ten_thousand_children_in_one_transaction_rebuild_their_root_once_per_ba
     ctx.cleanup().await;
 }
 
+/// A backlog of the shop's rows, table by table: each product's rows reach the etl in
+/// several batches (batches of 1,000 changes here), yet its document is read back about
+/// once, the batches being held and planned into one while the backlog lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_reads_each_document_about_once_across_batches() {
+    const BACKLOG_PRODUCTS: u64 = 200;
+    let ctx = TestCtx::new("relbacklog").await;
+    shop::schema(&ctx).await;
+    let spec = shop::spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let mut worker = ctx.worker();
+    worker.start();
+    ctx.wait_worker_ready(&worker).await;
+    shop::data(&ctx, BACKLOG_PRODUCTS, BACKLOG_PRODUCTS / 2).await;
+    ctx.wait_streamed(&worker).await;
+    let mut ends = Vec::new();
+    let mut changes = 0;
+    for (table, rows) in shop::rows(BACKLOG_PRODUCTS) {
+        let topic = ctx.topic(table);
+        let records = ctx
+            .read_topic(&topic, rows as usize, Duration::from_secs(60))
+            .await;
+        changes += records.len();
+        ends.push((topic, sluice_integration_tests::kafka::ends(&records)));
+    }
+
+    // 100 documents a batch: a batch of changes read back is full at 1,000.
+    let mut etl = ctx
+        .etl_with(std::slice::from_ref(&spec))
+        .with_env("SLUICE_ETL__MAX_BATCH_DOCS", "100");
+    etl.start();
+    eventually(
+        "the etl committed the backlog",
+        Duration::from_secs(120),
+        || async {
+            for (topic, end) in &ends {
+                ctx.etl_committed_up_to(topic, end)
+                    .await
+                    .map_err(|e| format!("{e}\n{}", etl.log_tail()))?;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let pipeline = [("pipeline", alias.as_str())];
+    let reads = etl
+        .metric_sum("sluice_etl_documents_read_total", &pipeline)
+        .await
+        .unwrap();
+    let per_product = reads / BACKLOG_PRODUCTS as f64;
+    println!("a backlog of {changes} changes: each product read back {per_product:.2} times");
+    assert!(
+        changes > 2000,
+        "{changes} changes: the backlog spans several batches"
+    );
+    assert!(
+        per_product <= 1.5,
+        "each product read back {per_product:.2} times from {changes} changes in batches of 1,000"
+    );
+    assert_eq!(
+        check_documents(&ctx, &spec).await,
+        Ok(BACKLOG_PRODUCTS as usize)
+    );
+    drop((etl, worker));
+    ctx.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_that_stops_fitting_its_tables_dead_letters_with_the_key_named_and_recovers() {
     let ctx = TestCtx::new("relunfit").await;

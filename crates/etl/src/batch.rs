@@ -142,7 +142,7 @@ fn take_buffered(feed: &Feed, batch: &mut Batch, bounds: &Bounds) {
 /// Measured with the tree bench (5,000 products of a shop loaded table by table, 14 rows
 /// a product, 71,003 changes): each product was read back 8.8 times at 2,000 messages a
 /// batch, 4.6 times at 20,000.
-const READ_BACK_SPAN: usize = 10;
+pub(crate) const READ_BACK_SPAN: usize = 10;
 
 /// How much a batch may take: `etl.max_batch_docs` documents (a message of a pipeline
 /// that is read back counts for [`READ_BACK_SPAN`]th of one), `etl.max_batch_bytes`.
@@ -177,7 +177,8 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    fn full(&self, bounds: &Bounds) -> bool {
+    /// Whether the batch reached a bound (collected full, more were likely waiting).
+    pub fn full(&self, bounds: &Bounds) -> bool {
         self.docs >= bounds.docs
             || self.msgs.len() >= bounds.docs.saturating_mul(READ_BACK_SPAN)
             || self.bytes >= bounds.bytes
@@ -202,6 +203,19 @@ impl Batch {
             marker,
         };
         self.add(msg, bounds);
+    }
+
+    /// Its messages' payloads, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// `later`'s messages after this batch's (one batch from several held ones).
+    pub fn append(&mut self, later: Batch) {
+        self.first = self.first.or(later.first);
+        self.docs += later.docs;
+        self.bytes += later.bytes;
+        self.msgs.extend(later.msgs);
     }
 
     fn add(&mut self, msg: Msg, bounds: &Bounds) {

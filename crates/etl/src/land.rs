@@ -1,18 +1,21 @@
 //! A planned batch applied and landed: its writes set going (flat pipelines' in the
-//! flight, beside the batches before it; documents read back from MySQL written at once),
+//! flight, beside the batches before it; documents read back from MySQL once no backlog
+//! holds them, see [`Held`]),
 //! then, oldest first, each batch whose writes are done finished — its dead letters in
 //! Kafka, its changes of delayed relations handed over, what it tells the center
 //! recorded — and only then its offsets committed.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::Value;
 use sluice_elastic::EsClient;
 use sluice_kafka::{CommitMode, Feed, Producer, SharedProducer};
 use sluice_model::dead_letter::{EventLetter, LETTER_VERSION};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{Batch, DeadLetter, Msg};
+use crate::batch::{self, Batch, DeadLetter, Msg};
 use crate::config::EtlConfig;
 use crate::error::{Context as _, Result};
 use crate::flight::{Flight, Landed};
@@ -62,36 +65,76 @@ impl Ctx<'_> {
 /// DDL changed, to record before its commit.
 pub(crate) type InFlight = Flight<Vec<ddl::Rewritten>>;
 
+/// Batches held while a backlog of changes read back from MySQL lasts, planned into one:
+/// a document their changes dirty is read once for all of them (a product's SKUs, prices
+/// and tags arrive table by table, in different batches), then written, and the held
+/// batches land as one. Flat changes that come meanwhile are held too: nothing newer may
+/// be committed before what is held.
+#[derive(Default)]
+pub(crate) struct Held {
+    batch: Batch,
+    plan: Plan,
+    since: Option<Instant>,
+}
+
+/// Held batches are written after at most this long (during a backlog, whose documents
+/// are late already),
+const MAX_HOLD: Duration = Duration::from_secs(2);
+/// … or once they are this many full batches (by messages or bytes).
+const HOLD_BATCHES: usize = 4;
+
+impl Held {
+    pub fn is_empty(&self) -> bool {
+        self.batch.msgs.is_empty()
+    }
+
+    /// When what is held must be written at the latest.
+    pub fn due(&self) -> Option<Instant> {
+        self.since.map(|since| since + MAX_HOLD)
+    }
+
+    /// Whether what is held must be written now, whatever comes next.
+    fn full(&self, cfg: &EtlConfig) -> bool {
+        let etl = &cfg.etl;
+        let msgs = etl.max_batch_docs.saturating_mul(batch::READ_BACK_SPAN);
+        self.since.is_some_and(|s| s.elapsed() >= MAX_HOLD)
+            || self.batch.msgs.len() >= msgs.saturating_mul(HOLD_BATCHES)
+            || self.batch.bytes() >= etl.max_batch_bytes.saturating_mul(HOLD_BATCHES)
+            // The center waits for these.
+            || !self.plan.rewritten.is_empty()
+    }
+}
+
 /// Plans a batch and sets its writes going. Flat pipelines' writes join the flight, once
-/// the limit allows and no batch in flight writes the same documents; documents read back
-/// from MySQL are written here, after every batch before has landed, and the batch lands
-/// at once. `false` when shutdown interrupted it: nothing more may be committed.
+/// the limit allows and no batch in flight writes the same documents. A batch that
+/// dirtied documents read back from MySQL is held when `backlog` says more are waiting
+/// (see [`Held`]); otherwise what is held is written — after every batch before it
+/// has landed — and lands at once. `false` when shutdown interrupted it: nothing more may
+/// be committed.
 #[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.msgs.len()))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn apply(
     ctx: &Ctx<'_>,
     router: &mut Router,
     sources: &mut docs::Sources,
     flight: &mut InFlight,
+    held: &mut Held,
     batch: Batch,
     stats: &mut Stats,
     mode: CommitMode,
+    backlog: bool,
 ) -> Result<bool> {
     stats.events += batch.msgs.len() as u64;
     METRICS.events.add(batch.msgs.len() as u64, &[]);
-    let mut dead = Vec::new();
-    let routed = plan::route(router, &batch.msgs, &mut dead);
+    let mut plan = std::mem::take(&mut held.plan);
+    let routed = plan::route(router, &batch.msgs, held.batch.msgs.len(), &mut plan.dead);
     let retry = ctx.cfg.etl.retry();
     let Some(prepared) = plan::prepare(router, ctx.es, retry, &routed, ctx.shutdown).await? else {
         return Ok(false);
     };
-    let Plan {
-        ops,
-        origins,
-        mut dirty,
-        dead,
-        rewritten,
-    } = plan::plan(router, routed, &prepared, dead);
-    if dirty.is_empty() {
+    plan::plan(router, routed, &prepared, &mut plan);
+    if held.is_empty() && plan.dirty.is_empty() {
+        let (ops, origins) = plan.take_writes();
         let docs = flight.docs(&ops);
         while flight.must_wait(&docs) {
             if !flight.front_done() {
@@ -103,14 +146,46 @@ pub(crate) async fn apply(
                 return Ok(false);
             }
         }
-        flight.launch(batch, docs, ctx.writer(dead), (ops, origins), rewritten);
+        let writer = ctx.writer(plan.dead);
+        flight.launch(batch, docs, writer, (ops, origins), plan.rewritten);
         return Ok(true);
     }
+    // A build's marker is waited for by the center: it goes at once.
+    let marked = batch.msgs.iter().any(|m| m.marker.is_some());
+    held.batch.append(batch);
+    held.plan = plan;
+    held.since.get_or_insert_with(Instant::now);
+    if backlog && !marked && !held.full(ctx.cfg) {
+        return Ok(true);
+    }
+    write_held(ctx, router, sources, flight, held, stats, mode).await
+}
+
+/// Writes what is held — after every batch in flight has landed — and lands it as one
+/// batch. `false` when shutdown interrupted it: nothing more may be committed.
+pub(crate) async fn write_held(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    sources: &mut docs::Sources,
+    flight: &mut InFlight,
+    held: &mut Held,
+    stats: &mut Stats,
+    mode: CommitMode,
+) -> Result<bool> {
+    if held.is_empty() {
+        return Ok(true);
+    }
+    let Held {
+        batch, mut plan, ..
+    } = std::mem::take(held);
     if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
         return Ok(false);
     }
-    let delayed = dirty.take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
-    let mut writer = ctx.writer(dead);
+    let delayed = plan
+        .dirty
+        .take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
+    let (ops, origins) = plan.take_writes();
+    let mut writer = ctx.writer(plan.dead);
     let mut complete = writer.write(ops, origins).await?;
     if complete {
         // The documents read back: several bulks in flight while the next are read.
@@ -122,14 +197,14 @@ pub(crate) async fn apply(
             concurrency: ctx.cfg.etl.read_concurrency,
             shutdown: ctx.shutdown,
         };
-        complete = docs::rebuild(router, sources, &mut lanes, dirty, &reading).await?
+        complete = docs::rebuild(router, sources, &mut lanes, plan.dirty, &reading).await?
             && lanes.settle().await?;
     }
     let complete = complete && hand_over(ctx, &delayed).await?;
     let landed = Landed {
         batch,
         written: writer.finish(complete),
-        rest: rewritten,
+        rest: plan.rewritten,
     };
     flight.observe(landed.written.tally.throttled);
     land(ctx, router, landed, stats, mode).await

@@ -42,7 +42,7 @@ pub use share::owns;
 
 use batch::{collect, Bounds};
 use flight::Flight;
-use land::{apply, drain, Ctx, Stats};
+use land::{apply, drain, write_held, Ctx, Held, Stats};
 use pipeline::{Active, Router};
 use sluice_runtime::telemetry::Readiness;
 
@@ -89,6 +89,7 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     let (follower, mut links) = follow_pipelines(&cfg, &me, &shutdown);
     let mut sources = docs::Sources::default();
     let mut flight = Flight::new(cfg.etl.max_in_flight);
+    let mut held = Held::default();
     let mut routing = Routing::new(&cfg);
     let ctx = Ctx {
         es: &es,
@@ -105,7 +106,18 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     // fills its first batch, then finds out.
     let mut loaded = true;
     loop {
-        if routing.due(reroute, &links.pipelines) {
+        let rerouting = routing.due(reroute, &links.pipelines);
+        if rerouting || routing.reshare_due(&links.members) {
+            // What is held was planned with the pipelines and partitions in force.
+            let router = &routing.router;
+            let (sources, flight) = (&mut sources, &mut flight);
+            let mode = CommitMode::Async;
+            if !write_held(&ctx, router, sources, flight, &mut held, &mut stats, mode).await? {
+                interrupted();
+                break;
+            }
+        }
+        if rerouting {
             // What is in flight was planned with the pipelines in force: it lands first.
             if !drain(
                 &ctx,
@@ -140,7 +152,8 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         }
         // The next batch is collected while earlier ones are written; those land as
         // their writes finish.
-        let due = routing.next_look(links.members.borrow().is_some());
+        let mut due = routing.next_look(links.members.borrow().is_some());
+        due = held.due().map_or(due, |at| at.min(due));
         let collecting = collect(
             &feed,
             &routing.bounds,
@@ -164,21 +177,24 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         } else {
             CommitMode::Async
         };
-        if !batch.msgs.is_empty() {
+        // A full batch: more are waiting, and documents read back may be held for them.
+        let backlog = batch.full(&routing.bounds) && !stop && !reroute;
+        let applied = if batch.msgs.is_empty() {
+            let router = &routing.router;
+            let (sources, flight) = (&mut sources, &mut flight);
+            write_held(&ctx, router, sources, flight, &mut held, &mut stats, mode).await?
+        } else {
             let router = &mut routing.router;
-            let applied = apply(
-                &ctx,
-                router,
-                &mut sources,
-                &mut flight,
-                batch,
-                &mut stats,
-                mode,
-            );
-            if !applied.await? {
-                interrupted();
-                break;
-            }
+            let (sources, flight) = (&mut sources, &mut flight);
+            let (held, stats) = (&mut held, &mut stats);
+            apply(
+                &ctx, router, sources, flight, held, batch, stats, mode, backlog,
+            )
+            .await?
+        };
+        if !applied {
+            interrupted();
+            break;
         }
         report_progress(&stats, &mut last_report);
         if stop {
@@ -338,7 +354,14 @@ impl Routing {
         }
     }
 
-    /// Shares the partitions again when the members changed or it is time to look.
+    /// Whether the partitions are to be shared again: the members changed, or it is time
+    /// to look.
+    fn reshare_due(&self, members: &watch::Receiver<Option<Vec<String>>>) -> bool {
+        let known = members.borrow().is_some();
+        known && (members.has_changed().unwrap_or(false) || Instant::now() >= self.reshare_at)
+    }
+
+    /// Shares the partitions again when [`Self::reshare_due`].
     fn reshare_if_due(
         &mut self,
         feed: &Feed,
@@ -346,8 +369,7 @@ impl Routing {
         me: &str,
         record: &watch::Sender<sluice_zk::layout::EtlRecord>,
     ) {
-        let known = members.borrow().is_some();
-        if known && (members.has_changed().unwrap_or(false) || Instant::now() >= self.reshare_at) {
+        if self.reshare_due(members) {
             let list = members.borrow_and_update().clone().unwrap_or_default();
             let backoff = &mut self.reshare_backoff;
             self.reshare_at = reshare(feed, &self.topics, list, me, record, backoff);

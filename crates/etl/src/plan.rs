@@ -24,17 +24,27 @@ use crate::error::{Context as _, Result};
 use crate::pipeline::{NotReady, Router};
 use crate::{ddl, docs, write};
 
-/// A batch as what to write: flat pipelines' operations — the newest version of each
-/// document (older ones in the same batch would only be answered 409), each with the
-/// message it came from —, the documents it dirtied in pipelines read back from MySQL,
-/// the messages that cannot become anything, and the pipelines whose documents DDL
-/// changed without row events.
+/// Batches as what to write: flat pipelines' operations — the newest version of each
+/// document (older ones would only be answered 409), each with the message it came
+/// from —, the documents they dirtied in pipelines read back from MySQL, the messages
+/// that cannot become anything, and the pipelines whose documents DDL changed without
+/// row events. Several batches may be planned into one (see `land::Held`).
+#[derive(Default)]
 pub(crate) struct Plan {
-    pub ops: Vec<BulkOp>,
-    pub origins: Vec<write::Origin>,
+    latest: HashMap<(String, String), (BulkOp, usize)>,
     pub dirty: docs::Dirty,
     pub dead: Vec<DeadLetter>,
     pub rewritten: Vec<ddl::Rewritten>,
+}
+
+impl Plan {
+    /// The flat pipelines' writes, each with the message it came from; taken.
+    pub fn take_writes(&mut self) -> (Vec<BulkOp>, Vec<write::Origin>) {
+        std::mem::take(&mut self.latest)
+            .into_values()
+            .map(|(op, msg)| (op, write::Origin::One(msg)))
+            .unzip()
+    }
 }
 
 /// A message of the batch, decoded, with the pipelines it reaches. Row changes, the
@@ -56,15 +66,18 @@ pub(crate) enum Routed {
     },
 }
 
-/// Each message of `batch` decoded and routed, with its place in the batch. Build markers
-/// and changes no pipeline takes are left out; what cannot be decoded goes to `dead`.
+/// Each message of `batch` decoded and routed, with its place (counted from `base`: the
+/// messages held before it). Build markers and changes no pipeline takes are left out;
+/// what cannot be decoded goes to `dead`.
 pub(crate) fn route(
     router: &Router,
     batch: &[Msg],
+    base: usize,
     dead: &mut Vec<DeadLetter>,
 ) -> Vec<(usize, Routed)> {
     let mut out = Vec::with_capacity(batch.len());
     for (i, msg) in batch.iter().enumerate() {
+        let i = base + i;
         if msg.marker.is_some() {
             continue;
         }
@@ -169,17 +182,21 @@ pub(crate) async fn prepare(
     Ok(Some(prepared))
 }
 
-/// The batch's writes, from its routed messages and what was prepared for them; `dead`
-/// holds what routing found undecodable already.
+/// The batch's writes, from its routed messages and what was prepared for them, added to
+/// `into` (which holds what routing found undecodable already, and what batches planned
+/// before it into the same writes left).
 pub(crate) fn plan(
     router: &Router,
     routed: Vec<(usize, Routed)>,
     prepared: &Prepared,
-    mut dead: Vec<DeadLetter>,
-) -> Plan {
-    let mut rewritten = Vec::new();
-    let mut dirty = docs::Dirty::default();
-    let mut latest: HashMap<(String, String), (BulkOp, usize)> = HashMap::new();
+    into: &mut Plan,
+) {
+    let Plan {
+        latest,
+        dirty,
+        dead,
+        rewritten,
+    } = into;
     let mut ops = Vec::new();
     for (i, r) in routed {
         match r {
@@ -194,7 +211,7 @@ pub(crate) fn plan(
             }
             Routed::Build { pipeline, doc } => {
                 for op in router.build_ops(pipeline, doc) {
-                    newest(&mut latest, op, i);
+                    newest(latest, op, i);
                 }
             }
             Routed::Change { pipelines, event } => {
@@ -204,8 +221,8 @@ pub(crate) fn plan(
                     if pipeline.is_tree() {
                         match prepared.trees.get(&(i, p)) {
                             Some(Ok(plans)) => dirty.touch(p, plans, &event, i),
-                            Some(Err(why)) => docs::unreadable(&mut dead, name, [i], why),
-                            None => docs::unreadable(&mut dead, name, [i], "not ready"),
+                            Some(Err(why)) => docs::unreadable(dead, name, [i], why),
+                            None => docs::unreadable(dead, name, [i], "not ready"),
                         }
                         continue;
                     }
@@ -219,23 +236,12 @@ pub(crate) fn plan(
                             });
                         }
                         for op in ops.drain(..) {
-                            newest(&mut latest, op, i);
+                            newest(latest, op, i);
                         }
                     }
                 }
             }
         }
-    }
-    let (ops, origins) = latest
-        .into_values()
-        .map(|(op, msg)| (op, write::Origin::One(msg)))
-        .unzip();
-    Plan {
-        ops,
-        origins,
-        dirty,
-        dead,
-        rewritten,
     }
 }
 
@@ -380,17 +386,18 @@ mod tests {
     }
 
     fn planned(router: &Router, batch: &[Msg], prepared: &Prepared) -> Plan {
-        let mut dead = Vec::new();
-        let routed = route(router, batch, &mut dead);
-        plan(router, routed, prepared, dead)
+        let mut p = Plan::default();
+        let routed = route(router, batch, 0, &mut p.dead);
+        plan(router, routed, prepared, &mut p);
+        p
     }
 
     /// `(index, id, version, message)` of each operation, sorted.
-    fn writes(p: &Plan) -> Vec<(String, String, u64, usize)> {
-        let mut out: Vec<_> = p
-            .ops
+    fn writes(p: &mut Plan) -> Vec<(String, String, u64, usize)> {
+        let (ops, origins) = p.take_writes();
+        let mut out: Vec<_> = ops
             .iter()
-            .zip(&p.origins)
+            .zip(&origins)
             .map(|(op, origin)| {
                 let write::Origin::One(m) = origin else {
                     panic!("one message per write")
@@ -416,9 +423,9 @@ mod tests {
             // A table no pipeline takes: nothing, and no dead letter.
             msg(rows("other"), change("other", 1, 4)),
         ];
-        let p = planned(&r, &batch, &Prepared::default());
+        let mut p = planned(&r, &batch, &Prepared::default());
         assert_eq!(
-            writes(&p),
+            writes(&mut p),
             [
                 ("items_v1".to_owned(), "1".to_owned(), 9, 1),
                 ("tags_v1".to_owned(), "1".to_owned(), 3, 3),
@@ -426,6 +433,34 @@ mod tests {
             "one write per document, the newest, from the message that carried it"
         );
         assert!(p.dead.is_empty() && p.rewritten.is_empty() && p.dirty.is_empty());
+    }
+
+    #[test]
+    fn batches_planned_into_one_keep_each_message_s_place_and_the_newest_write() {
+        let r = router(vec![PipelineSpec::table("items", "s", "d", "items")]);
+        let first = [
+            msg(rows("items"), change("items", 1, 5)),
+            msg(rows("items"), json!("not an event")),
+        ];
+        let second = [
+            msg(rows("items"), change("items", 1, 9)),
+            msg(rows("items"), change("items", 2, 3)),
+        ];
+        let mut p = Plan::default();
+        for (base, batch) in [(0, &first[..]), (first.len(), &second[..])] {
+            let routed = route(&r, batch, base, &mut p.dead);
+            plan(&r, routed, &Prepared::default(), &mut p);
+        }
+        assert_eq!(
+            writes(&mut p),
+            [
+                ("items_v1".to_owned(), "1".to_owned(), 9, 2),
+                ("items_v1".to_owned(), "2".to_owned(), 3, 3),
+            ],
+            "the later batch's newer write wins, counted after the first batch's messages"
+        );
+        let dead: Vec<usize> = p.dead.iter().map(|d| d.msg).collect();
+        assert_eq!(dead, [1]);
     }
 
     #[test]
@@ -442,7 +477,7 @@ mod tests {
             msg(rows("items"), no_id),
             msg(rows("items"), change("items", 2, 6)),
         ];
-        let p = planned(&r, &batch, &Prepared::default());
+        let mut p = planned(&r, &batch, &Prepared::default());
         let dead: Vec<(usize, Option<&str>, &str)> = p
             .dead
             .iter()
@@ -462,7 +497,7 @@ mod tests {
             dead[2].0 == 2 && dead[2].2.contains("cannot derive a document id"),
             "{dead:?}"
         );
-        assert_eq!(writes(&p).len(), 1, "the rest of the batch flows");
+        assert_eq!(writes(&mut p).len(), 1, "the rest of the batch flows");
     }
 
     #[test]
@@ -487,7 +522,7 @@ mod tests {
             ddl("CREATE TABLE unrelated (id INT PRIMARY KEY)"),
         ];
         let prepared = Prepared::with([], [(0, vec![1, 2])]);
-        let p = planned(&r, &batch, &prepared);
+        let mut p = planned(&r, &batch, &prepared);
         assert_eq!(p.rewritten.len(), 1, "{:?}", p.rewritten);
         let w = &p.rewritten[0];
         assert_eq!(
@@ -495,11 +530,11 @@ mod tests {
             ("items", &[1, 2][..])
         );
         assert!(w.reason.contains("DDL at b.000002:120"), "{}", w.reason);
-        assert!(p.ops.is_empty() && p.dead.is_empty());
+        assert!(writes(&mut p).is_empty() && p.dead.is_empty());
 
         // What `prepare` reads the versions of: only the pipelines the DDL concerns.
         let mut dead = Vec::new();
-        let routed = route(&r, &batch, &mut dead);
+        let routed = route(&r, &batch, 0, &mut dead);
         let Routed::Ddl { pipelines, event } = &routed[0].1 else {
             panic!("a DDL event")
         };
@@ -546,10 +581,10 @@ mod tests {
             ],
             [],
         );
-        let p = planned(&r, &batch, &prepared);
+        let mut p = planned(&r, &batch, &prepared);
         assert!(!p.dirty.is_empty(), "the first change dirties its document");
         assert!(
-            p.ops.is_empty(),
+            writes(&mut p).is_empty(),
             "documents read back are not written from the event"
         );
         assert_eq!(p.dead.len(), 1);
