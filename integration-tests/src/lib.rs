@@ -8,6 +8,7 @@
 //! its own database, ZooKeeper root, topics, consumer group and indexes. A service that is
 //! not reachable fails the test with how to start it — never a silent skip.
 
+pub mod blog;
 pub mod broker;
 pub mod ceiling;
 pub mod checker;
@@ -21,6 +22,7 @@ pub mod load;
 pub mod paths;
 pub mod ports;
 pub mod private_source;
+pub mod probe;
 pub mod process;
 pub mod shop;
 pub mod soak;

@@ -10,7 +10,7 @@ use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_integration_tests::on_sources;
 use sluice_integration_tests::private_source::PrivateSource;
-use sluice_integration_tests::{check_documents, eventually, shop, Running, TestCtx};
+use sluice_integration_tests::{blog, check_documents, eventually, shop, Running, TestCtx};
 
 const PRODUCTS: u64 = 2200;
 /// Products 1..=2000 are brand 1's; the rest brand 2's.
@@ -425,6 +425,58 @@ async fn ten_thousand_children_in_one_transaction_rebuild_their_root_once_per_ba
         peak >> 20
     );
 
+    drop(run);
+    ctx.cleanup().await;
+}
+
+/// The blog, a tree of another shape: a commenter under each comment, and tags
+/// many-to-many through a link table; each kind of change reaches its documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blog_with_tags_through_a_link_table_stays_exact() {
+    let ctx = TestCtx::new("relblog").await;
+    blog::schema(&ctx).await;
+    let spec = blog::spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    blog::data(&ctx, 60, 20).await;
+    converged(&ctx, &run, &spec, "the blog").await;
+    let tag_names = |doc: &Value| -> Vec<String> {
+        doc["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["tag"]["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let first = document(&ctx, &alias, 1).await.expect("article 1");
+    assert!(
+        tag_names(&first).contains(&"tag 1".to_owned()),
+        "article 1 carries tag 1 through the link table: {first}"
+    );
+
+    for sql in [
+        "UPDATE tags SET name = 'renamed tag' WHERE id = 1",
+        "UPDATE users SET name = 'renamed user' WHERE id = 11",
+        "UPDATE authors SET name = 'renamed author' WHERE id = 2",
+        "DELETE FROM article_tags WHERE article_id = 2 AND tag_id = 1",
+        "INSERT INTO article_tags VALUES (40, 1)",
+        "UPDATE comments SET text = 'edited' WHERE id = 31",
+        "DELETE FROM comments WHERE id = 50",
+    ] {
+        ctx.exec(sql).await;
+    }
+    converged(&ctx, &run, &spec, "the blog after changes at every level").await;
+    let names = |id: u64| {
+        let ctx = &ctx;
+        let alias = &alias;
+        async move { tag_names(&document(ctx, alias, id).await.expect("an article")) }
+    };
+    assert!(names(1).await.contains(&"renamed tag".to_owned()));
+    assert!(!names(2)
+        .await
+        .iter()
+        .any(|n| n.contains("tag 1") || n == "renamed tag"));
+    assert!(names(40).await.contains(&"renamed tag".to_owned()));
     drop(run);
     ctx.cleanup().await;
 }

@@ -50,6 +50,7 @@ const FILLER: &str = "bench_worker";
 const ROWS_PER_TXN: u64 = 1000;
 use sluice_integration_tests::ceiling;
 use sluice_integration_tests::figures::{self, Figure, Figures};
+use sluice_integration_tests::probe::{Latency, Probe};
 const POLL: Duration = Duration::from_millis(50);
 /// Connections the latency runs commit their single-row transactions on, in turn.
 const LATENCY_CONNECTIONS: usize = 4;
@@ -120,58 +121,6 @@ impl Throughput {
         let s = self.startup?;
         let rest = self.total.checked_sub(s)?.as_secs_f64();
         (rest > 0.0).then(|| self.count as f64 / rest)
-    }
-}
-
-struct Latency {
-    sorted_ms: Vec<f64>,
-    lost: usize,
-    sent_rate: f64,
-}
-
-impl Latency {
-    fn pct(&self, p: f64) -> f64 {
-        if self.sorted_ms.is_empty() {
-            return f64::NAN;
-        }
-        // Nearest rank.
-        let rank = ((p / 100.0) * self.sorted_ms.len() as f64).ceil() as usize;
-        self.sorted_ms[rank.clamp(1, self.sorted_ms.len()) - 1]
-    }
-
-    /// `p50 …, p99 …, max …`.
-    fn spread(&self) -> String {
-        format!(
-            "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-            self.pct(50.0),
-            self.pct(99.0),
-            self.sorted_ms.last().copied().unwrap_or(f64::NAN),
-        )
-    }
-
-    /// For a sink's bulks: `p50 …, p99 …, max … (N bulks, R documents/s kept)`.
-    fn describe_bulks(&self) -> String {
-        format!(
-            "{} ({} bulks, {:.0} documents/s kept)",
-            self.spread(),
-            self.sorted_ms.len(),
-            self.sent_rate,
-        )
-    }
-
-    /// `p50 …, p99 …, max … (N samples at R/s[, L lost])`.
-    fn describe(&self) -> String {
-        format!(
-            "{} ({} samples at {:.1}/s{})",
-            self.spread(),
-            self.sorted_ms.len(),
-            self.sent_rate,
-            if self.lost > 0 {
-                format!(", {} never became visible", self.lost)
-            } else {
-                String::new()
-            }
-        )
     }
 }
 
@@ -718,7 +667,7 @@ impl Bench {
         for _ in 0..samples {
             tick.tick().await;
             let mut conn = idle.recv().await.context("no connection")?;
-            let (free, watch) = (free.clone(), probe.tx.clone());
+            let (free, watch) = (free.clone(), probe.watcher());
             let row = (rng.below(1_000_000), rng.text(60, 100), rng.text(40, 60));
             inserts.spawn(async move {
                 conn.exec_drop(
@@ -727,7 +676,7 @@ impl Bench {
                 )
                 .await?;
                 let id = conn.last_insert_id().context("no insert id")?;
-                let _ = watch.send((id.to_string(), Instant::now()));
+                watch.since(id.to_string(), Instant::now());
                 let _ = free.send(conn);
                 anyhow::Ok(())
             });
@@ -877,88 +826,6 @@ impl Bench {
 
 /// Polls `alias` by id (`_mget`, a real-time read, one request for every id in flight)
 /// for each id it is told to watch, from that moment until it is visible or 30 s passed.
-struct Probe {
-    tx: mpsc::UnboundedSender<(String, Instant)>,
-    /// The latencies seen, in ms and sorted, and how many never became visible.
-    poller: tokio::task::JoinHandle<anyhow::Result<(Vec<f64>, usize)>>,
-}
-
-impl Probe {
-    fn start(es: sluice_elastic::EsClient, alias: String) -> Probe {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let poller = tokio::spawn(poll(es, alias, rx));
-        Probe { tx, poller }
-    }
-
-    /// Times document `id` from now until it is visible.
-    fn watch(&self, id: String) {
-        let _ = self.tx.send((id, Instant::now()));
-    }
-
-    /// Once every watched document is seen (or given up on): the latencies of the
-    /// `samples` handed over since `started`.
-    async fn finish(self, samples: usize, started: Instant) -> anyhow::Result<Latency> {
-        let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
-        drop(self.tx);
-        let (sorted_ms, lost) = self.poller.await??;
-        Ok(Latency {
-            sorted_ms,
-            lost,
-            sent_rate,
-        })
-    }
-}
-
-/// A [`Probe`]'s poller, until its sender is dropped and every id is seen or given up.
-async fn poll(
-    es: sluice_elastic::EsClient,
-    alias: String,
-    mut rx: mpsc::UnboundedReceiver<(String, Instant)>,
-) -> anyhow::Result<(Vec<f64>, usize)> {
-    let give_up = Duration::from_secs(30);
-    let mut pending: Vec<(String, Instant)> = Vec::new();
-    let mut seen_ms = Vec::new();
-    let mut lost = 0usize;
-    let mut open = true;
-    loop {
-        if pending.is_empty() {
-            if !open {
-                break;
-            }
-            match rx.recv().await {
-                Some(p) => pending.push(p),
-                None => break,
-            }
-        }
-        while let Ok(p) = rx.try_recv() {
-            pending.push(p);
-        }
-        if rx.is_closed() && rx.is_empty() {
-            open = false;
-        }
-        let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
-        let found = es.mget(&alias, &ids).await?;
-        let now = Instant::now();
-        let mut i = 0;
-        pending.retain(|(_, committed)| {
-            let visible = found[i].is_some();
-            i += 1;
-            if visible {
-                seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
-            } else if now - *committed > give_up {
-                lost += 1;
-                return false;
-            }
-            !visible
-        });
-        if !pending.is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    seen_ms.sort_by(f64::total_cmp);
-    anyhow::Ok((seen_ms, lost))
-}
-
 /// Document `id` of `index`, shaped like the etl's documents of the bench's table.
 fn bench_doc(rng: &mut Xorshift, index: &str, id: u64) -> BulkOp {
     let now = SystemTime::now()
