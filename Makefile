@@ -27,13 +27,16 @@ stack-status:
 
 # Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):
 # BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_CHUNK_ROWS; then documents built from
-# several tables (integration-tests/src/bin/tree_bench.rs): BENCH_TREE_PRODUCTS, BENCH_TREE_BRAND.
+# several tables (integration-tests/src/bin/tree_bench.rs): BENCH_TREES, BENCH_TREE_PRODUCTS,
+# BENCH_TREE_BRAND, BENCH_TREE_LATENCY_SAMPLES/_RATE; then the worker against Debezium's MySQL
+# connector on the same binlog (integration-tests/src/bin/peer_bench.rs; Debezium is installed
+# from Maven Central on first use by integration-tests/debezium/run.sh): BENCH_PEER_EVENTS.
 # Each runs on every source of BENCH_SOURCES (default: mariadb mysql): figures in
 # target/bench/<bench>-<source>.json.
 bench: stack-up
 	cargo build --release --bins -p sluice-worker -p sluice-etl -p sluice-center -p sluicectl -p sluice-integration-tests
 	for source in $${BENCH_SOURCES:-mariadb mysql}; do \
-	  for b in bench snapshot_bench tree_bench; do \
+	  for b in bench snapshot_bench tree_bench peer_bench; do \
 	    BENCH_SOURCE=$$source SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release \
 	      $${CARGO_TARGET_DIR:-target}/release/$$b || exit 1; \
 	  done; \

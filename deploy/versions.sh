@@ -6,6 +6,11 @@ SLF4J_VERSION=2.0.17
 OPENSEARCH_VERSION=2.19.6
 ELASTICSEARCH_VERSION=7.17.29
 NEXTEST_VERSION=0.9.148
+# Debezium's embedded engine and MySQL connector: the peer integration-tests/debezium/run.sh
+# measures (installed on first use). Maven Central serves no debezium-connector-mariadb
+# 3.6.x; its newest is the version below, used for a MariaDB source.
+DEBEZIUM_VERSION=3.6.1.Final
+DEBEZIUM_MARIADB_VERSION=3.5.0.Final
 MAVEN=https://repo1.maven.org/maven2
 # OpenSearch refuses to run as root: as root, the stack runs it as this user.
 SEARCH_USER=sluice-search

@@ -342,3 +342,24 @@ pub fn sample(
         })
         .map(|(_, v)| *v)
 }
+
+/// A process's peak resident memory (`VmHWM`, KiB) and the CPU seconds it used (user +
+/// system), from `/proc`; `None` once it is gone.
+pub fn proc_usage(pid: u32) -> Option<(u64, f64)> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let peak = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command (which may hold spaces) in parentheses: utime and
+    // stime are the 12th and 13th, in clock ticks (100 a second on Linux).
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((peak, ticks as f64 / 100.0))
+}
