@@ -40,7 +40,8 @@ apt_packages() {
   local need=()
   command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server mariadb-client)
   [ -d /usr/share/zookeeper ] || need+=(zookeeper)
-  command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+  # A JDK, not only a JRE: the bench compiles its Debezium peer (integration-tests/debezium).
+  command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null 2>&1 || need+=(maven)
   command -v cmake >/dev/null 2>&1 || need+=(cmake)
   command -v sysbench >/dev/null 2>&1 || need+=(sysbench)
