@@ -42,19 +42,56 @@ const LOADED_BATCH: usize = 10;
 /// the batch is written as soon as the consumer has nothing more buffered, so a lone
 /// change waits for nothing. Under a load (messages were waiting, or the last lingered
 /// batch gathered [`LOADED_BATCH`] or more), it waits up to `linger` after its first
-/// message to fill: fewer, larger bulks, which a sink with a cost per request needs to
-/// keep up. A load is over once the consumer waited a whole `linger` with nothing to
-/// read: the change that ends such a pause waits for nothing either. Returns the batch, `stop` (shutdown came; the batch holds what was
-/// collected) and `reroute` (the pipelines changed: re-route after this batch).
+/// message to fill — counted from when the batch before was handed over: when handling
+/// that one took longer, what came meanwhile goes at once (it has waited already) —,
+/// fewer, larger bulks, which a sink with a cost per request needs to keep up. A load is
+/// over once the consumer waited a whole `linger` with nothing to read: the change that
+/// ends such a pause waits for nothing either. Returns the batch, `stop` (shutdown came;
+/// the batch holds what was collected) and `reroute` (the pipelines changed: re-route
+/// after this batch).
 pub(crate) async fn collect(
     feed: &Feed,
     bounds: &Bounds,
     pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
     members: &mut watch::Receiver<Option<Vec<String>>>,
     due: Instant,
-    loaded: &mut bool,
+    pace: &mut Pace,
     shutdown: &CancellationToken,
 ) -> (Batch, bool, bool) {
+    let (batch, stop, reroute) = fill(feed, bounds, pipelines, members, due, pace, shutdown).await;
+    pace.handed = Instant::now();
+    (batch, stop, reroute)
+}
+
+/// How batches have been going: whether a load goes on, and when the last was handed over.
+pub(crate) struct Pace {
+    pub loaded: bool,
+    handed: Instant,
+}
+
+impl Pace {
+    /// A starting etl most often finds a backlog (a restart, partitions taken over): it
+    /// fills its first batch, then finds out.
+    pub fn starting() -> Pace {
+        Pace {
+            loaded: true,
+            handed: Instant::now(),
+        }
+    }
+}
+
+/// [`collect`]'s batch.
+async fn fill(
+    feed: &Feed,
+    bounds: &Bounds,
+    pipelines: &mut watch::Receiver<Option<Vec<Active>>>,
+    members: &mut watch::Receiver<Option<Vec<String>>>,
+    due: Instant,
+    pace: &mut Pace,
+    shutdown: &CancellationToken,
+) -> (Batch, bool, bool) {
+    let loaded = &mut pace.loaded;
+    let lingered = pace.handed + bounds.linger;
     let mut batch = Batch::default();
     let waiting = match feed.buffered() {
         Some(Ok(m)) => {
@@ -65,7 +102,7 @@ pub(crate) async fn collect(
     };
     let idle_since = Instant::now();
     let mut behind = waiting || *loaded;
-    let mut deadline = waiting.then(|| Instant::now() + bounds.linger);
+    let mut deadline = waiting.then_some(lingered);
     let mut following = true;
     let mut members_following = true;
     loop {
@@ -77,6 +114,8 @@ pub(crate) async fn collect(
             biased;
             _ = shutdown.cancelled() => return (batch, true, false),
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                // What came while the batch before was handled is part of this one.
+                take_buffered(feed, &mut batch, bounds);
                 *loaded = batch.msgs.len() >= LOADED_BATCH;
                 return (batch, false, false);
             }
@@ -110,7 +149,7 @@ pub(crate) async fn collect(
                 }
                 batch.push(m, bounds);
                 if behind {
-                    deadline.get_or_insert_with(|| Instant::now() + bounds.linger);
+                    deadline.get_or_insert(lingered);
                     continue;
                 }
                 take_buffered(feed, &mut batch, bounds);

@@ -178,9 +178,11 @@ pub(crate) async fn write_held(
     let Held {
         batch, mut plan, ..
     } = std::mem::take(held);
+    let began = Instant::now();
     if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
         return Ok(false);
     }
+    let drained = began.elapsed();
     let delayed = plan
         .dirty
         .take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
@@ -201,13 +203,25 @@ pub(crate) async fn write_held(
             && lanes.settle().await?;
     }
     let complete = complete && hand_over(ctx, &delayed).await?;
+    let written = began.elapsed();
+    let messages = batch.msgs.len();
     let landed = Landed {
         batch,
         written: writer.finish(complete),
         rest: plan.rewritten,
     };
     flight.observe(landed.written.tally.throttled);
-    land(ctx, router, landed, stats, mode).await
+    let documents = landed.written.tally.written + landed.written.tally.stale;
+    let landed = land(ctx, router, landed, stats, mode).await;
+    tracing::debug!(
+        messages,
+        documents,
+        drained_ms = drained.as_millis() as u64,
+        written_ms = written.as_millis() as u64,
+        landed_ms = began.elapsed().as_millis() as u64,
+        "documents read back written"
+    );
+    landed
 }
 
 /// Lands every batch in flight, oldest first. `false` when shutdown interrupted one.

@@ -102,9 +102,7 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     let mut stats = Stats::default();
     let mut last_report = Instant::now();
     let mut reroute = false;
-    // A starting etl most often finds a backlog (a restart, partitions taken over): it
-    // fills its first batch, then finds out.
-    let mut loaded = true;
+    let mut pace = batch::Pace::starting();
     loop {
         let rerouting = routing.due(reroute, &links.pipelines);
         if rerouting || routing.reshare_due(&links.members) {
@@ -160,7 +158,7 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
             &mut links.pipelines,
             &mut links.members,
             due,
-            &mut loaded,
+            &mut pace,
             &shutdown,
         );
         let collected = land_while(&ctx, &routing.router, &mut flight, &mut stats, collecting);
