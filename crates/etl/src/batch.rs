@@ -59,14 +59,15 @@ pub(crate) async fn collect(
     shutdown: &CancellationToken,
 ) -> (Batch, bool, bool) {
     let (batch, stop, reroute) = fill(feed, bounds, pipelines, members, due, pace, shutdown).await;
-    pace.handed = Instant::now();
+    pace.handed = Some(Instant::now());
     (batch, stop, reroute)
 }
 
 /// How batches have been going: whether a load goes on, and when the last was handed over.
 pub(crate) struct Pace {
     pub loaded: bool,
-    handed: Instant,
+    /// None before the first batch: it lingers from its first message.
+    handed: Option<Instant>,
 }
 
 impl Pace {
@@ -75,7 +76,7 @@ impl Pace {
     pub fn starting() -> Pace {
         Pace {
             loaded: true,
-            handed: Instant::now(),
+            handed: None,
         }
     }
 }
@@ -90,8 +91,9 @@ async fn fill(
     pace: &mut Pace,
     shutdown: &CancellationToken,
 ) -> (Batch, bool, bool) {
+    let handed = pace.handed;
+    let lingered = || handed.unwrap_or_else(Instant::now) + bounds.linger;
     let loaded = &mut pace.loaded;
-    let lingered = pace.handed + bounds.linger;
     let mut batch = Batch::default();
     let waiting = match feed.buffered() {
         Some(Ok(m)) => {
@@ -102,7 +104,7 @@ async fn fill(
     };
     let idle_since = Instant::now();
     let mut behind = waiting || *loaded;
-    let mut deadline = waiting.then_some(lingered);
+    let mut deadline = waiting.then(lingered);
     let mut following = true;
     let mut members_following = true;
     loop {
@@ -149,7 +151,7 @@ async fn fill(
                 }
                 batch.push(m, bounds);
                 if behind {
-                    deadline.get_or_insert(lingered);
+                    deadline.get_or_insert_with(lingered);
                     continue;
                 }
                 take_buffered(feed, &mut batch, bounds);

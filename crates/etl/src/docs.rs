@@ -242,23 +242,26 @@ impl Work {
 /// Connections to the sources documents are read from, by source name.
 #[derive(Default)]
 pub(crate) struct Sources {
-    pools: HashMap<String, SourcePool>,
+    pools: HashMap<String, Arc<SourcePool>>,
 }
 
 impl Sources {
-    fn pool(&mut self, src: &SourceConfig) -> &SourcePool {
+    fn pool(&mut self, src: &SourceConfig) -> Arc<SourcePool> {
         if self.pools.get(&src.name).is_some_and(|p| p.config() != src) {
             // The source changed (host, password): new connections.
             self.pools.remove(&src.name);
         }
-        self.pools
-            .entry(src.name.clone())
-            .or_insert_with(|| SourcePool::new(src.clone()))
+        let pool = self.pools.entry(src.name.clone());
+        pool.or_insert_with(|| Arc::new(SourcePool::new(src.clone())))
+            .clone()
     }
 
+    /// Closes the pools no read holds any more (the others close as their reads end).
     pub async fn close(self) {
         for (_, pool) in self.pools {
-            pool.close().await;
+            if let Ok(pool) = Arc::try_unwrap(pool) {
+                pool.close().await;
+            }
         }
     }
 }
@@ -271,36 +274,72 @@ pub(crate) struct Reading<'a> {
     pub shutdown: &'a CancellationToken,
 }
 
-/// Reads back and writes every document `dirty` holds. `false` when shutdown came
-/// while the source or Elasticsearch was unavailable (nothing may be committed).
-pub(crate) async fn rebuild(
-    router: &Router,
-    sources: &mut Sources,
-    lanes: &mut Lanes<'_>,
-    dirty: Dirty,
-    reading: &Reading<'_>,
-) -> Result<bool> {
-    for (p, works) in dirty.pipelines {
-        let pipeline = &router.pipelines[p];
-        let name = pipeline.cfg.spec.name.clone();
-        let src = match &pipeline.cfg.source {
-            Ok(src) => src,
-            Err(why) => {
-                // Marked only once compiled, which needs the source: cannot happen.
-                let mut dead = Vec::new();
-                for work in &works {
-                    unreadable(&mut dead, &name, work.messages(), why);
-                }
-                lanes.dead_letter(dead);
-                continue;
-            }
+/// The documents a batch dirtied, with what reading them back needs, detached from the
+/// router: they are read and written in a task of their own, beside the batches that
+/// follow.
+pub(crate) struct Reads {
+    pipelines: Vec<PipelineReads>,
+    /// The messages of pipelines whose documents cannot be read at all.
+    unreadable: Vec<DeadLetter>,
+}
+
+/// One pipeline's part of [`Reads`].
+struct PipelineReads {
+    name: String,
+    pool: Arc<SourcePool>,
+    targets: Vec<String>,
+    works: Vec<Work>,
+}
+
+impl Reads {
+    /// What reading back `dirty` needs, from the router and the sources' pools.
+    pub fn of(router: &Router, sources: &mut Sources, dirty: Dirty) -> Reads {
+        let mut reads = Reads {
+            pipelines: Vec::new(),
+            unreadable: Vec::new(),
         };
-        let pool = sources.pool(src);
+        for (p, works) in dirty.pipelines {
+            let pipeline = &router.pipelines[p];
+            let name = pipeline.cfg.spec.name.clone();
+            match &pipeline.cfg.source {
+                Ok(src) => reads.pipelines.push(PipelineReads {
+                    name,
+                    pool: sources.pool(src),
+                    targets: router.targets(p).to_vec(),
+                    works,
+                }),
+                // Marked only once compiled, which needs the source: cannot happen.
+                Err(why) => {
+                    for work in &works {
+                        unreadable(&mut reads.unreadable, &name, work.messages(), why);
+                    }
+                }
+            }
+        }
+        reads
+    }
+
+    /// Reads back and writes every document. `false` when shutdown came while the
+    /// source or Elasticsearch was unavailable (nothing may be committed).
+    pub async fn run(self, lanes: &mut Lanes<'_>, reading: &Reading<'_>) -> Result<bool> {
+        lanes.dead_letter(self.unreadable);
+        for pipeline in self.pipelines {
+            if !pipeline.run(lanes, reading).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl PipelineReads {
+    async fn run(self, lanes: &mut Lanes<'_>, reading: &Reading<'_>) -> Result<bool> {
+        let name = &self.name;
         let mut dead: Vec<(BTreeSet<usize>, String)> = Vec::new();
-        for work in works {
+        for work in self.works {
             let ctx = Rebuild {
-                pool,
-                name: &name,
+                pool: &self.pool,
+                name,
                 retry: reading.retry,
                 shutdown: reading.shutdown,
             };
@@ -314,22 +353,24 @@ pub(crate) async fn rebuild(
                 // one chunk always was), written in their order.
                 let (ctx, plan) = (&ctx, &plan[k]);
                 let size = chunk_size(entries.len(), reading.concurrency);
-                let mut reads = futures::stream::iter(entries.chunks(size))
-                    .map(|chunk| async move {
-                        let mut dead = Vec::new();
-                        let built = ctx.read(plan, chunk, &mut dead).await;
-                        (chunk, built, dead)
-                    })
-                    .buffered(reading.concurrency.max(1));
-                while let Some((chunk, built, unread)) = reads.next().await {
+                let mut chunks = entries.chunks(size);
+                let mut reads = futures::stream::FuturesOrdered::new();
+                loop {
+                    while reads.len() < reading.concurrency.max(1) {
+                        let Some(chunk) = chunks.next() else { break };
+                        reads.push_back(ctx.read_chunk(plan, chunk));
+                    }
+                    let Some((chunk, built, unread)) = reads.next().await else {
+                        break;
+                    };
                     dead.extend(unread);
                     let Some(built) = built else {
                         return Ok(false);
                     };
                     METRICS
                         .documents_read
-                        .add(built.len() as u64, &crate::metrics::pipeline(&name));
-                    let (ops, origins) = operations(router.targets(p), chunk, built);
+                        .add(built.len() as u64, &crate::metrics::pipeline(name));
+                    let (ops, origins) = operations(&self.targets, chunk, built);
                     if !lanes.push(ops, origins).await? {
                         return Ok(false);
                     }
@@ -343,11 +384,11 @@ pub(crate) async fn rebuild(
         let mut letters = Vec::new();
         for (msgs, why) in dead {
             let why = format!("cannot read its documents from the source: {why}");
-            unreadable(&mut letters, &name, msgs, &why);
+            unreadable(&mut letters, name, msgs, &why);
         }
         lanes.dead_letter(letters);
+        Ok(true)
     }
-    Ok(true)
 }
 
 /// Reading one pipeline's documents back.
@@ -361,7 +402,27 @@ struct Rebuild<'a> {
 /// A plan's dirty documents, with the plans they are read with.
 type Docs = Vec<(Arc<Vec<DocPlan>>, usize, HashMap<String, Entry>)>;
 
+/// A chunk read back: its documents (`None` on shutdown), and what could not be read.
+type ChunkRead<'c> = futures::future::BoxFuture<
+    'c,
+    (
+        &'c [Entry],
+        Option<Vec<Built>>,
+        Vec<(BTreeSet<usize>, String)>,
+    ),
+>;
+
 impl Rebuild<'_> {
+    /// [`Rebuild::read`] of one chunk, boxed: the reads run in a spawned task, and a
+    /// closure's future over borrowed chunks is not known to be `Send` otherwise.
+    fn read_chunk<'c>(&'c self, plan: &'c DocPlan, chunk: &'c [Entry]) -> ChunkRead<'c> {
+        Box::pin(async move {
+            let mut dead = Vec::new();
+            let built = self.read(plan, chunk, &mut dead).await;
+            (chunk, built, dead)
+        })
+    }
+
     /// Resolves the work's walk-ups into dirty documents. `None` on shutdown; what
     /// cannot be looked up joins `dead` with its messages.
     async fn walk_up(
@@ -376,15 +437,20 @@ impl Rebuild<'_> {
                 all.merge(prov);
             }
             let plan = &plans[k];
-            let found = retrying(self.retry, self.shutdown, async || {
-                let mut r = self.pool.reader().await?;
-                r.begin_after(&all.floor).await?;
-                let roots = plan
-                    .roots_of(&mut r, &path, &cols, values.clone(), &Prov::merge)
-                    .await;
-                count_queries(self.name, &r);
-                let _ = r.end().await;
-                roots
+            let (pool, name, floor) = (self.pool, self.name, &all.floor);
+            let (path, cols, rows) = (&path, &cols, &values);
+            let found = retrying(self.retry, self.shutdown, || {
+                let values = rows.clone();
+                async move {
+                    let mut r = pool.reader().await?;
+                    r.begin_after(floor).await?;
+                    let roots = plan
+                        .roots_of(&mut r, path, cols, values, &Prov::merge)
+                        .await;
+                    count_queries(name, &r);
+                    let _ = r.end().await;
+                    roots
+                }
             })
             .await?;
             match found {
@@ -424,11 +490,12 @@ impl Rebuild<'_> {
             for e in part {
                 floor.merge(&e.prov.floor);
             }
-            let read = retrying(self.retry, self.shutdown, async || {
-                let mut r = self.pool.reader().await?;
-                r.begin_after(&floor).await?;
-                let built = plan.read(&mut r, &keys).await;
-                count_queries(self.name, &r);
+            let (pool, name, floor, keys) = (self.pool, self.name, &floor, &keys);
+            let read = retrying(self.retry, self.shutdown, || async move {
+                let mut r = pool.reader().await?;
+                r.begin_after(floor).await?;
+                let built = plan.read(&mut r, keys).await;
+                count_queries(name, &r);
                 let _ = r.end().await;
                 built
             })
@@ -552,10 +619,12 @@ fn count_queries(pipeline: &str, r: &Reader<'_>) {
 
 /// Runs `f` until it succeeds or fails for good, pausing between transient failures:
 /// `None` when shutdown came first.
-async fn retrying<T>(
+async fn retrying<T, F: std::future::Future<Output = Result<T, MysqlError>>>(
     retry: RetryPolicy,
     shutdown: &CancellationToken,
-    mut f: impl AsyncFnMut() -> Result<T, MysqlError>,
+    // Not an async closure: the reads run in a spawned task, and an async closure's
+    // future is not known to be `Send` for every lifetime of its borrows.
+    mut f: impl FnMut() -> F,
 ) -> Option<Result<T, MysqlError>> {
     let mut backoff = retry.backoff();
     loop {

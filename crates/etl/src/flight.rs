@@ -113,12 +113,6 @@ impl<T> Flight<T> {
         self.limit.now
     }
 
-    /// A batch written beside the flight (documents read back) met a 429 or did not: the
-    /// limit follows it as it follows the batches that land here.
-    pub fn observe(&mut self, throttled: bool) {
-        self.limit.after(throttled);
-    }
-
     /// The document hashes of `ops`.
     pub fn docs(&self, ops: &[BulkOp]) -> HashSet<u64> {
         ops.iter()
@@ -194,10 +188,22 @@ impl<T> Flight<T> {
         (ops, origins): (Vec<BulkOp>, Vec<Origin>),
         rest: T,
     ) {
+        let writes = writer.spawn(ops, origins);
+        self.launch_task(batch, docs, writes, rest);
+    }
+
+    /// Adds a batch whose writes `task` makes (documents read back, then written).
+    pub fn launch_task(
+        &mut self,
+        batch: Batch,
+        docs: HashSet<u64>,
+        task: JoinHandle<Result<Written>>,
+        rest: T,
+    ) {
         self.queue.push_back(Flying {
             batch,
             docs,
-            writes: Writes::Going(writer.spawn(ops, origins)),
+            writes: Writes::Going(task),
             rest,
         });
         self.export_gauges();

@@ -5,13 +5,14 @@
 //! Kafka, its changes of delayed relations handed over, what it tells the center
 //! recorded — and only then its offsets committed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use serde_json::Value;
 use sluice_elastic::EsClient;
 use sluice_kafka::{CommitMode, Feed, Producer, SharedProducer};
 use sluice_model::dead_letter::{EventLetter, LETTER_VERSION};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +76,8 @@ pub(crate) struct Held {
     batch: Batch,
     plan: Plan,
     since: Option<Instant>,
+    /// Answered once the last batch set going has read its documents back.
+    read: Option<oneshot::Receiver<()>>,
 }
 
 /// Held batches are written after at most this long (during a backlog, whose documents
@@ -121,7 +124,6 @@ pub(crate) async fn apply(
     held: &mut Held,
     batch: Batch,
     stats: &mut Stats,
-    mode: CommitMode,
     backlog: bool,
 ) -> Result<bool> {
     stats.events += batch.msgs.len() as u64;
@@ -158,11 +160,13 @@ pub(crate) async fn apply(
     if backlog && !marked && !held.full(ctx.cfg) {
         return Ok(true);
     }
-    write_held(ctx, router, sources, flight, held, stats, mode).await
+    write_held(ctx, router, sources, flight, held, stats).await
 }
 
-/// Writes what is held — after every batch in flight has landed — and lands it as one
-/// batch. `false` when shutdown interrupted it: nothing more may be committed.
+/// Sets what is held going as one batch of the flight: its documents are read back and
+/// written in a task of their own while the next batches are collected (and read theirs
+/// once it has read its own), and it lands in its turn. `false` when shutdown
+/// interrupted it: nothing more may be committed.
 pub(crate) async fn write_held(
     ctx: &Ctx<'_>,
     router: &Router,
@@ -170,58 +174,77 @@ pub(crate) async fn write_held(
     flight: &mut InFlight,
     held: &mut Held,
     stats: &mut Stats,
-    mode: CommitMode,
 ) -> Result<bool> {
     if held.is_empty() {
         return Ok(true);
     }
+    let after = held.read.take();
     let Held {
         batch, mut plan, ..
     } = std::mem::take(held);
-    let began = Instant::now();
-    if !drain(ctx, router, flight, stats, CommitMode::Async).await? {
-        return Ok(false);
+    let (read, reads_done) = oneshot::channel();
+    held.read = Some(reads_done);
+    // Documents read back are not tracked one by one: versions order their writes, and
+    // the flight's limit bounds the batches going.
+    let docs = HashSet::new();
+    while flight.must_wait(&docs) {
+        if !flight.front_done() {
+            flight.some_done().await;
+            continue;
+        }
+        let landed = flight.land().await?;
+        if !land(ctx, router, landed, stats, CommitMode::Async).await? {
+            return Ok(false);
+        }
     }
-    let drained = began.elapsed();
+    // Handed over first: a batch not committed hands them over again when it is
+    // replayed, which the delayed job folds into one.
     let delayed = plan
         .dirty
         .take_delayed(|p| router.pipelines[p].cfg.spec.name.clone());
-    let (ops, origins) = plan.take_writes();
-    let mut writer = ctx.writer(plan.dead);
-    let mut complete = writer.write(ops, origins).await?;
-    if complete {
-        // The documents read back: several bulks in flight while the next are read.
-        let etl = &ctx.cfg.etl;
-        let (docs, bytes) = (etl.max_batch_docs, etl.max_batch_bytes);
-        let mut lanes = write::Lanes::new(&mut writer, docs, bytes, flight.lanes());
-        let reading = docs::Reading {
-            retry: ctx.cfg.etl.retry(),
-            concurrency: ctx.cfg.etl.read_concurrency,
-            shutdown: ctx.shutdown,
-        };
-        complete = docs::rebuild(router, sources, &mut lanes, plan.dirty, &reading).await?
-            && lanes.settle().await?;
+    if !hand_over(ctx, &delayed).await? {
+        return Ok(false);
     }
-    let complete = complete && hand_over(ctx, &delayed).await?;
-    let written = began.elapsed();
-    let messages = batch.msgs.len();
-    let landed = Landed {
-        batch,
-        written: writer.finish(complete),
-        rest: plan.rewritten,
-    };
-    flight.observe(landed.written.tally.throttled);
-    let documents = landed.written.tally.written + landed.written.tally.stale;
-    let landed = land(ctx, router, landed, stats, mode).await;
-    tracing::debug!(
-        messages,
-        documents,
-        drained_ms = drained.as_millis() as u64,
-        written_ms = written.as_millis() as u64,
-        landed_ms = began.elapsed().as_millis() as u64,
-        "documents read back written"
-    );
-    landed
+    let reads = docs::Reads::of(router, sources, std::mem::take(&mut plan.dirty));
+    let (ops, origins) = plan.take_writes();
+    let writer = ctx.writer(plan.dead);
+    let etl = &ctx.cfg.etl;
+    let bounds = (etl.max_batch_docs, etl.max_batch_bytes, flight.lanes());
+    let (retry, concurrency) = (etl.retry(), etl.read_concurrency);
+    let shutdown = ctx.shutdown.clone();
+    let task = tokio::spawn(async move {
+        let mut writer = writer;
+        let began = Instant::now();
+        let mut complete = writer.write(ops, origins).await?;
+        if complete {
+            // The documents read back: several bulks in flight while the next are read.
+            let (docs, bytes, lanes) = bounds;
+            let mut lanes = write::Lanes::new(&mut writer, docs, bytes, lanes);
+            let reading = docs::Reading {
+                retry,
+                concurrency,
+                shutdown: &shutdown,
+            };
+            // Read after the batches before have read theirs: a document read here is
+            // never older than what they read, and its higher version wins in whatever
+            // order the writes land.
+            if let Some(after) = after {
+                let _ = after.await;
+            }
+            complete = reads.run(&mut lanes, &reading).await?;
+            let _ = read.send(());
+            complete = complete && lanes.settle().await?;
+        }
+        let written = writer.finish(complete);
+        tracing::debug!(
+            documents = written.tally.written + written.tally.stale,
+            ms = began.elapsed().as_millis() as u64,
+            "documents read back written"
+        );
+        Ok(written)
+    });
+    flight.launch_task(batch, docs, task, plan.rewritten);
+    Ok(true)
 }
 
 /// Lands every batch in flight, oldest first. `false` when shutdown interrupted one.

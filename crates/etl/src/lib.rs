@@ -103,14 +103,14 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     let mut last_report = Instant::now();
     let mut reroute = false;
     let mut pace = batch::Pace::starting();
+    let mut first = true;
     loop {
         let rerouting = routing.due(reroute, &links.pipelines);
         if rerouting || routing.reshare_due(&links.members) {
             // What is held was planned with the pipelines and partitions in force.
             let router = &routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
-            let mode = CommitMode::Async;
-            if !write_held(&ctx, router, sources, flight, &mut held, &mut stats, mode).await? {
+            if !write_held(&ctx, router, sources, flight, &mut held, &mut stats).await? {
                 interrupted();
                 break;
             }
@@ -176,19 +176,19 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
             CommitMode::Async
         };
         // A full batch: more are waiting, and documents read back may be held for them.
-        let backlog = batch.full(&routing.bounds) && !stop && !reroute;
+        // So is the first: a starting etl most often finds a backlog, which its consumer
+        // is still fetching from every partition when the first batch goes.
+        let backlog = (batch.full(&routing.bounds) || first) && !stop && !reroute;
+        first &= batch.msgs.is_empty();
         let applied = if batch.msgs.is_empty() {
             let router = &routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
-            write_held(&ctx, router, sources, flight, &mut held, &mut stats, mode).await?
+            write_held(&ctx, router, sources, flight, &mut held, &mut stats).await?
         } else {
             let router = &mut routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
             let (held, stats) = (&mut held, &mut stats);
-            apply(
-                &ctx, router, sources, flight, held, batch, stats, mode, backlog,
-            )
-            .await?
+            apply(&ctx, router, sources, flight, held, batch, stats, backlog).await?
         };
         if !applied {
             interrupted();
