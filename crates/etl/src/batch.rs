@@ -59,14 +59,17 @@ pub(crate) async fn collect(
     shutdown: &CancellationToken,
 ) -> (Batch, bool, bool) {
     let (batch, stop, reroute) = fill(feed, bounds, pipelines, members, due, pace, shutdown).await;
-    pace.handed = Some(Instant::now());
+    if !batch.msgs.is_empty() {
+        pace.handed = Some(Instant::now());
+    }
     (batch, stop, reroute)
 }
 
 /// How batches have been going: whether a load goes on, and when the last was handed over.
 pub(crate) struct Pace {
     pub loaded: bool,
-    /// None before the first batch: it lingers from its first message.
+    /// When the last batch with messages was handed over; None before the first, which
+    /// lingers from its first message.
     handed: Option<Instant>,
 }
 
@@ -94,15 +97,9 @@ async fn fill(
     let handed = pace.handed;
     let lingered = || handed.unwrap_or_else(Instant::now) + bounds.linger;
     let loaded = &mut pace.loaded;
-    let mut batch = Batch::default();
-    let waiting = match feed.buffered() {
-        Some(Ok(m)) => {
-            batch.push(m, bounds);
-            true
-        }
-        _ => false,
-    };
-    let idle_since = Instant::now();
+    let (mut batch, waiting) = begin(feed, bounds);
+    // Nothing came since the last batch went (or since this one began, for the first).
+    let idle_since = handed.unwrap_or_else(Instant::now);
     let mut behind = waiting || *loaded;
     let mut deadline = waiting.then(lingered);
     let mut following = true;
@@ -164,6 +161,18 @@ async fn fill(
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+    }
+}
+
+/// A batch with the message the consumer already holds, if one was waiting (`true`).
+fn begin(feed: &Feed, bounds: &Bounds) -> (Batch, bool) {
+    let mut batch = Batch::default();
+    match feed.buffered() {
+        Some(Ok(m)) => {
+            batch.push(m, bounds);
+            (batch, true)
+        }
+        _ => (batch, false),
     }
 }
 
