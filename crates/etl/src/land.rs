@@ -138,15 +138,8 @@ pub(crate) async fn apply(
     if held.is_empty() && plan.dirty.is_empty() {
         let (ops, origins) = plan.take_writes();
         let docs = flight.docs(&ops);
-        while flight.must_wait(&docs) {
-            if !flight.front_done() {
-                flight.some_done().await;
-                continue;
-            }
-            let landed = flight.land().await?;
-            if !land(ctx, router, landed, stats, CommitMode::Async).await? {
-                return Ok(false);
-            }
+        if !make_room(ctx, router, flight, &docs, stats).await? {
+            return Ok(false);
         }
         let writer = ctx.writer(plan.dead);
         flight.launch(batch, docs, writer, (ops, origins), plan.rewritten);
@@ -187,15 +180,8 @@ pub(crate) async fn write_held(
     // Documents read back are not tracked one by one: versions order their writes, and
     // the flight's limit bounds the batches going.
     let docs = HashSet::new();
-    while flight.must_wait(&docs) {
-        if !flight.front_done() {
-            flight.some_done().await;
-            continue;
-        }
-        let landed = flight.land().await?;
-        if !land(ctx, router, landed, stats, CommitMode::Async).await? {
-            return Ok(false);
-        }
+    if !make_room(ctx, router, flight, &docs, stats).await? {
+        return Ok(false);
     }
     // Handed over first: a batch not committed hands them over again when it is
     // replayed, which the delayed job folds into one.
@@ -244,6 +230,28 @@ pub(crate) async fn write_held(
         Ok(written)
     });
     flight.launch_task(batch, docs, task, plan.rewritten);
+    Ok(true)
+}
+
+/// Waits until a batch writing `docs` may join the flight, landing the oldest batches
+/// as their writes finish. `false` when shutdown interrupted one.
+async fn make_room(
+    ctx: &Ctx<'_>,
+    router: &Router,
+    flight: &mut InFlight,
+    docs: &HashSet<u64>,
+    stats: &mut Stats,
+) -> Result<bool> {
+    while flight.must_wait(docs) {
+        if !flight.front_done() {
+            flight.some_done().await;
+            continue;
+        }
+        let landed = flight.land().await?;
+        if !land(ctx, router, landed, stats, CommitMode::Async).await? {
+            return Ok(false);
+        }
+    }
     Ok(true)
 }
 
