@@ -82,6 +82,11 @@ impl Pace {
             handed: None,
         }
     }
+
+    /// Whether no batch with messages has been handed over yet.
+    pub fn first(&self) -> bool {
+        self.handed.is_none()
+    }
 }
 
 /// [`collect`]'s batch.
@@ -192,7 +197,7 @@ fn take_buffered(feed: &Feed, batch: &mut Batch, bounds: &Bounds) {
 /// Measured with the tree bench (5,000 products of a shop loaded table by table, 14 rows
 /// a product, 71,003 changes): each product was read back 8.8 times at 2,000 messages a
 /// batch, 4.6 times at 20,000.
-pub(crate) const READ_BACK_SPAN: usize = 10;
+const READ_BACK_SPAN: usize = 10;
 
 /// How much a batch may take: `etl.max_batch_docs` documents (a message of a pipeline
 /// that is read back counts for [`READ_BACK_SPAN`]th of one), `etl.max_batch_bytes`.
@@ -229,9 +234,16 @@ pub(crate) struct Batch {
 impl Batch {
     /// Whether the batch reached a bound (collected full, more were likely waiting).
     pub fn full(&self, bounds: &Bounds) -> bool {
-        self.docs >= bounds.docs
-            || self.msgs.len() >= bounds.docs.saturating_mul(READ_BACK_SPAN)
-            || self.bytes >= bounds.bytes
+        self.holds(bounds, 1)
+    }
+
+    /// Whether the batch holds `times` full batches' worth (by documents, messages or
+    /// bytes).
+    pub fn holds(&self, bounds: &Bounds, times: usize) -> bool {
+        let docs = bounds.docs.saturating_mul(times);
+        self.docs >= docs
+            || self.msgs.len() >= docs.saturating_mul(READ_BACK_SPAN)
+            || self.bytes >= bounds.bytes.saturating_mul(times)
     }
 
     fn push(&mut self, m: Received, bounds: &Bounds) {
@@ -253,11 +265,6 @@ impl Batch {
             marker,
         };
         self.add(msg, bounds);
-    }
-
-    /// Its messages' payloads, in bytes.
-    pub fn bytes(&self) -> usize {
-        self.bytes
     }
 
     /// `later`'s messages after this batch's (one batch from several held ones).

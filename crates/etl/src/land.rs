@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{self, Batch, DeadLetter, Msg};
+use crate::batch::{Batch, Bounds, DeadLetter, Msg};
 use crate::config::EtlConfig;
 use crate::error::{Context as _, Result};
 use crate::flight::{Flight, Landed};
@@ -97,12 +97,9 @@ impl Held {
     }
 
     /// Whether what is held must be written now, whatever comes next.
-    fn full(&self, cfg: &EtlConfig) -> bool {
-        let etl = &cfg.etl;
-        let msgs = etl.max_batch_docs.saturating_mul(batch::READ_BACK_SPAN);
+    fn full(&self, bounds: &Bounds) -> bool {
         self.since.is_some_and(|s| s.elapsed() >= MAX_HOLD)
-            || self.batch.msgs.len() >= msgs.saturating_mul(HOLD_BATCHES)
-            || self.batch.bytes() >= etl.max_batch_bytes.saturating_mul(HOLD_BATCHES)
+            || self.batch.holds(bounds, HOLD_BATCHES)
             // The center waits for these.
             || !self.plan.rewritten.is_empty()
     }
@@ -110,7 +107,7 @@ impl Held {
 
 /// Plans a batch and sets its writes going. Flat pipelines' writes join the flight, once
 /// the limit allows and no batch in flight writes the same documents. A batch that
-/// dirtied documents read back from MySQL is held when `backlog` says more are waiting
+/// dirtied documents read back from MySQL is held when `backlog` (the batch bounds) says more are waiting
 /// (see [`Held`]); otherwise what is held is written — after every batch before it
 /// has landed — and lands at once. `false` when shutdown interrupted it: nothing more may
 /// be committed.
@@ -124,7 +121,7 @@ pub(crate) async fn apply(
     held: &mut Held,
     batch: Batch,
     stats: &mut Stats,
-    backlog: bool,
+    backlog: Option<&Bounds>,
 ) -> Result<bool> {
     stats.events += batch.msgs.len() as u64;
     METRICS.events.add(batch.msgs.len() as u64, &[]);
@@ -150,7 +147,7 @@ pub(crate) async fn apply(
     held.batch.append(batch);
     held.plan = plan;
     held.since.get_or_insert_with(Instant::now);
-    if backlog && !marked && !held.full(ctx.cfg) {
+    if backlog.is_some_and(|bounds| !marked && !held.full(bounds)) {
         return Ok(true);
     }
     write_held(ctx, router, sources, flight, held, stats).await

@@ -103,7 +103,6 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     let mut last_report = Instant::now();
     let mut reroute = false;
     let mut pace = batch::Pace::starting();
-    let mut first = true;
     loop {
         let rerouting = routing.due(reroute, &links.pipelines);
         if rerouting || routing.reshare_due(&links.members) {
@@ -152,6 +151,7 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         // their writes finish.
         let mut due = routing.next_look(links.members.borrow().is_some());
         due = held.due().map_or(due, |at| at.min(due));
+        let first = pace.first();
         let collecting = collect(
             &feed,
             &routing.bounds,
@@ -179,7 +179,6 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         // So is the first: a starting etl most often finds a backlog, which its consumer
         // is still fetching from every partition when the first batch goes.
         let backlog = (batch.full(&routing.bounds) || first) && !stop && !reroute;
-        first &= batch.msgs.is_empty();
         let applied = if batch.msgs.is_empty() {
             let router = &routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
@@ -188,6 +187,7 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
             let router = &mut routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
             let (held, stats) = (&mut held, &mut stats);
+            let backlog = backlog.then_some(&routing.bounds);
             apply(&ctx, router, sources, flight, held, batch, stats, backlog).await?
         };
         if !applied {
