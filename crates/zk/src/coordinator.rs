@@ -15,6 +15,7 @@ use zookeeper_async::{Acl, CreateMode, WatchedEvent, ZooKeeper};
 use crate::config::{check_name, ConfigIssue, ZkConfig};
 use crate::error::{ZkCode, ZkError};
 use crate::handshake::{authenticate, negotiate_session_timeout, until_deadline};
+use crate::requests::{self, Op};
 use crate::session::{Liveness, SessionState, Supervisor, Timings};
 
 /// Persistent children of the root (the layout in the README's Architecture section), created by `connect`.
@@ -235,7 +236,7 @@ impl Coordinator {
         check_name(task).map_err(|e| ZkError::InvalidArgument(format!("task id: {e}")))?;
         let path = self.checkpoint_path(task);
         match self
-            .call("get", &path, self.inner.zk.get_data(&path, false))
+            .call(Op::Get, &path, self.inner.zk.get_data(&path, false))
             .await
         {
             Ok((data, _)) => Ok(non_empty(data)),
@@ -250,20 +251,9 @@ impl Coordinator {
     /// Creates `task`'s checkpoint holding `data` (and its parent); `false` when one
     /// exists already (created in between: the caller reads or writes it again).
     pub(crate) async fn create_checkpoint(&self, task: &str, data: &[u8]) -> Result<bool, ZkError> {
-        self.ensure_persistent(&self.path(&format!("tasks/{task}")))
-            .await?;
         let path = self.checkpoint_path(task);
-        let created = self
-            .call(
-                "create",
-                &path,
-                self.inner
-                    .zk
-                    .create(&path, data.to_vec(), self.acl(), CreateMode::Persistent),
-            )
-            .await;
-        match created {
-            Ok(_) => Ok(true),
+        match self.create(&path, data, CreateMode::Persistent).await {
+            Ok(()) => Ok(true),
             Err(ZkError::Zk {
                 source: ZkCode::NodeExists,
                 ..
@@ -281,7 +271,7 @@ impl Coordinator {
         loop {
             match self
                 .call(
-                    "set",
+                    Op::Set,
                     &path,
                     self.inner.zk.set_data(&path, data.to_vec(), None),
                 )
@@ -369,13 +359,15 @@ impl Coordinator {
     /// deadline, errors mapped (and an expiry the server reports latched).
     pub(crate) async fn call<T>(
         &self,
-        op: &'static str,
+        op: Op,
         path: &str,
         request: impl Future<Output = Result<T, ZkCode>>,
     ) -> Result<T, ZkError> {
         if self.is_expired() {
             return Err(ZkError::SessionExpired);
         }
+        crate::requests::count(op);
+        let op = op.as_str();
         let deadline = self.inner.timings.op;
         match timeout(deadline, request).await {
             Ok(Ok(value)) => Ok(value),
@@ -453,7 +445,7 @@ impl Coordinator {
             let prefix = &path[..end];
             match self
                 .call(
-                    "create",
+                    Op::Create,
                     prefix,
                     self.inner
                         .zk
@@ -479,7 +471,7 @@ impl Coordinator {
             return Ok(());
         }
         let version = match self
-            .call("exists", path, self.inner.zk.exists(path, false))
+            .call(Op::Exists, path, self.inner.zk.exists(path, false))
             .await
         {
             Ok(Some(stat)) if stat.ephemeral_owner == self.session_id() => stat.version,
@@ -495,7 +487,7 @@ impl Coordinator {
             Err(e) => return Err(e),
         };
         match self
-            .call("delete", path, self.inner.zk.delete(path, Some(version)))
+            .call(Op::Delete, path, self.inner.zk.delete(path, Some(version)))
             .await
         {
             Ok(())
@@ -544,6 +536,7 @@ async fn set_up(
 
     for path in &parents {
         until_deadline(deadline, "create", path, || {
+            requests::count(Op::Create);
             zk.create(path, Vec::new(), acl.to_vec(), CreateMode::Persistent)
         })
         .await
@@ -566,6 +559,7 @@ async fn set_up(
     .into_bytes();
     let sent = Instant::now();
     let (marker, stat) = until_deadline(deadline, "create", &marker_prefix, || {
+        requests::count(Op::Create);
         zk.create2(
             &marker_prefix,
             info.clone(),

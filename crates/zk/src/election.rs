@@ -23,6 +23,7 @@ use zookeeper_async::CreateMode;
 use crate::coordinator::Coordinator;
 use crate::error::ZkError;
 use crate::nodes::Expect;
+use crate::requests::Op;
 
 const ELECTION: &str = "election";
 const EXPIRED: &str = "the ZooKeeper session expired";
@@ -141,7 +142,7 @@ impl Coordinator {
         loop {
             match self
                 .call(
-                    "create",
+                    Op::Create,
                     &prefix,
                     self.zk().create(
                         &prefix,

@@ -44,6 +44,7 @@ pub mod layout;
 mod lock;
 mod nodes;
 mod reconnect;
+pub mod requests;
 pub mod session;
 
 pub use config::{ConfigIssue, ZkConfig, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT};
@@ -53,5 +54,6 @@ pub use error::{ZkCode, ZkError};
 pub use lock::TaskLock;
 pub use nodes::{Expect, Node, Watch};
 pub use reconnect::{SessionEnd, Sessions};
+pub use requests::Op;
 pub use session::SessionState;
 pub use tokio_util::sync::CancellationToken;

@@ -12,6 +12,7 @@ use zookeeper_async::{CreateMode, Stat, WatchedEvent};
 use crate::config::check_name;
 use crate::coordinator::{non_empty, Coordinator};
 use crate::error::{ZkCode, ZkError};
+use crate::requests::Op;
 use crate::session::SessionState;
 
 /// How often `acquire_task_lock` re-reads and re-claims a checkpoint that keeps changing
@@ -200,7 +201,7 @@ impl TaskLock {
         let written = self
             .coord
             .call(
-                "set",
+                Op::Set,
                 &path,
                 self.coord
                     .zk()
@@ -272,7 +273,7 @@ impl TaskLock {
         let path = self.checkpoint_path.clone();
         match self
             .coord
-            .call("get", &path, self.coord.zk().get_data(&path, false))
+            .call(Op::Get, &path, self.coord.zk().get_data(&path, false))
             .await
         {
             Ok((_, stat)) if stat.version == self.version => Ok(()),
@@ -405,7 +406,7 @@ impl Coordinator {
             self.wait_connected(cancel).await?;
             let created = self
                 .call(
-                    "create",
+                    Op::Create,
                     lock_path,
                     self.zk().create2(
                         lock_path,
@@ -488,13 +489,13 @@ impl Coordinator {
                 });
             }
             match self
-                .call("get", &path, self.zk().get_data(&path, false))
+                .call(Op::Get, &path, self.zk().get_data(&path, false))
                 .await
             {
                 Ok((data, stat)) => {
                     match self
                         .call(
-                            "set",
+                            Op::Set,
                             &path,
                             self.zk().set_data(&path, data.clone(), Some(stat.version)),
                         )
@@ -548,7 +549,7 @@ async fn exists_watched(
     let (tx, fired) = oneshot::channel();
     let looked = coord
         .call(
-            "exists",
+            Op::Exists,
             path,
             coord.zk().exists_w(path, move |event| {
                 let _ = tx.send(event);

@@ -8,6 +8,7 @@ use zookeeper_async::{CreateMode, WatchedEvent};
 
 use crate::coordinator::Coordinator;
 use crate::error::{ZkCode, ZkError};
+use crate::requests::Op;
 use crate::session::SessionState;
 
 /// A node's data and the version a compare-and-set must name.
@@ -85,7 +86,7 @@ impl Coordinator {
     pub async fn get(&self, rel: &str) -> Result<Option<Node>, ZkError> {
         let path = self.path(rel);
         match self
-            .call("get", &path, self.zk().get_data(&path, false))
+            .call(Op::Get, &path, self.zk().get_data(&path, false))
             .await
         {
             Ok((data, stat)) => Ok(Some(Node::new(data, stat))),
@@ -123,7 +124,7 @@ impl Coordinator {
             let (tx, fired) = oneshot::channel();
             match self
                 .call(
-                    "get",
+                    Op::Get,
                     &path,
                     self.zk().get_data_w(&path, move |e| {
                         let _ = tx.send(e);
@@ -144,7 +145,7 @@ impl Coordinator {
             let (tx, fired) = oneshot::channel();
             let exists = self
                 .call(
-                    "exists",
+                    Op::Exists,
                     &path,
                     self.zk().exists_w(&path, move |e| {
                         let _ = tx.send(e);
@@ -161,7 +162,7 @@ impl Coordinator {
     pub async fn children(&self, rel: &str) -> Result<Vec<String>, ZkError> {
         let path = self.path(rel);
         match self
-            .call("children", &path, self.zk().get_children(&path, false))
+            .call(Op::Children, &path, self.zk().get_children(&path, false))
             .await
         {
             Ok(mut names) => {
@@ -185,7 +186,7 @@ impl Coordinator {
             let (tx, fired) = oneshot::channel();
             match self
                 .call(
-                    "children",
+                    Op::Children,
                     &path,
                     self.zk().get_children_w(&path, move |e| {
                         let _ = tx.send(e);
@@ -218,7 +219,7 @@ impl Coordinator {
                 };
                 match self
                     .call(
-                        "set",
+                        Op::Set,
                         &path,
                         self.zk().set_data(&path, data.to_vec(), version),
                     )
@@ -232,17 +233,8 @@ impl Coordinator {
                     Err(e) => return Err(e),
                 }
             }
-            self.ensure_parent(&path).await?;
-            match self
-                .call(
-                    "create",
-                    &path,
-                    self.zk()
-                        .create(&path, data.to_vec(), self.acl(), CreateMode::Persistent),
-                )
-                .await
-            {
-                Ok(_) => return Ok(0),
+            match self.create(&path, data, CreateMode::Persistent).await {
+                Ok(()) => return Ok(0),
                 // Created by someone else between our set and create: set again.
                 Err(ZkError::Zk {
                     source: ZkCode::NodeExists,
@@ -273,7 +265,7 @@ impl Coordinator {
         }
         let path = self.path(rel);
         match self
-            .call("delete", &path, self.zk().delete(&path, version))
+            .call(Op::Delete, &path, self.zk().delete(&path, version))
             .await
         {
             Ok(())
@@ -326,22 +318,38 @@ impl Coordinator {
     /// it exists already (someone else's claim, or this session's own).
     pub async fn claim(&self, rel: &str, data: &[u8]) -> Result<bool, ZkError> {
         let path = self.path(rel);
-        self.ensure_parent(&path).await?;
-        match self
-            .call(
-                "create",
-                &path,
-                self.zk()
-                    .create(&path, data.to_vec(), self.acl(), CreateMode::Ephemeral),
-            )
-            .await
-        {
-            Ok(_) => Ok(true),
+        match self.create(&path, data, CreateMode::Ephemeral).await {
+            Ok(()) => Ok(true),
             Err(ZkError::Zk {
                 source: ZkCode::NodeExists,
                 ..
             }) => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Creates `path` holding `data`; its missing parents first when the create finds
+    /// one missing, so that a node created under parents that exist (the usual case) is
+    /// one write.
+    pub(crate) async fn create(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+    ) -> Result<(), ZkError> {
+        let create = || {
+            let request = self.zk().create(path, data.to_vec(), self.acl(), mode);
+            self.call(Op::Create, path, request)
+        };
+        match create().await {
+            Err(ZkError::Zk {
+                source: ZkCode::NoNode,
+                ..
+            }) => {
+                self.ensure_parent(path).await?;
+                create().await.map(drop)
+            }
+            created => created.map(drop),
         }
     }
 

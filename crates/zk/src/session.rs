@@ -246,6 +246,30 @@ impl Supervisor {
         }
     }
 
+    /// One heartbeat: `exists` on the session's marker (the credential presented first
+    /// on a new connection), with when it was sent.
+    fn heartbeat(&self, unauthenticated: bool) -> Heartbeat {
+        let zk = Arc::clone(&self.zk);
+        let marker = self.marker.clone();
+        let credential = self.credential.clone().filter(|_| unauthenticated);
+        let timings = self.timings;
+        let sent = Instant::now();
+        Box::pin(async move {
+            if let Some(c) = credential {
+                let deadline = sent + timings.op;
+                if let Err(e) = crate::handshake::authenticate(&zk, &c, deadline).await {
+                    warn!(error = %e, "cannot present the ZooKeeper credential on the new connection yet");
+                    return (sent, Some(Err(ZkCode::AuthFailed)));
+                }
+            }
+            crate::requests::count(crate::requests::Op::Exists);
+            (
+                sent,
+                timeout(timings.op, zk.exists(&marker, false)).await.ok(),
+            )
+        })
+    }
+
     async fn supervise(&mut self) -> String {
         let timings = self.timings;
         let mut next_beat = Instant::now() + timings.heartbeat;
@@ -300,20 +324,7 @@ impl Supervisor {
                     }
                 },
                 _ = sleep_until(next_beat), if beat.is_none() => {
-                    let zk = Arc::clone(&self.zk);
-                    let marker = self.marker.clone();
-                    let credential = self.credential.clone().filter(|_| unauthenticated);
-                    let sent = Instant::now();
-                    beat = Some(Box::pin(async move {
-                        if let Some(c) = credential {
-                            let deadline = sent + timings.op;
-                            if let Err(e) = crate::handshake::authenticate(&zk, &c, deadline).await {
-                                warn!(error = %e, "cannot present the ZooKeeper credential on the new connection yet");
-                                return (sent, Some(Err(ZkCode::AuthFailed)));
-                            }
-                        }
-                        (sent, timeout(timings.op, zk.exists(&marker, false)).await.ok())
-                    }));
+                    beat = Some(self.heartbeat(unauthenticated));
                 },
                 _ = sleep_until(lease_until), if connected => {
                     if Instant::now() >= self.shared.lease_until() && self.shared.mark_disconnected() {
