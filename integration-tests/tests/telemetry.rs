@@ -98,6 +98,15 @@ async fn services_export_what_dashboards_and_alerts_query() {
                     sample(leader, "sluice_center_tasks", &["worker=\"w0\""]) == Some(1.0),
                 ),
                 (
+                    "its passes timed, its ZooKeeper writes and reads counted",
+                    sample(leader, "sluice_center_reconcile_seconds_count", &[])
+                        .is_some_and(|v| v >= 1.0)
+                        && sample(leader, "sluice_center_zk_writes_total", &["op=\"create\""])
+                            .is_some_and(|v| v >= 1.0)
+                        && sample(leader, "sluice_center_zk_reads_total", &["op=\"get\""])
+                            .is_some_and(|v| v >= 1.0),
+                ),
+                (
                     "a source's lag",
                     sample(leader, "sluice_center_source_lag_seconds", &[&source]).is_some(),
                 ),

@@ -137,6 +137,21 @@ fn lost(why: String) -> CenterError {
     CenterError::Deposed(format!("leadership lost: {why}"))
 }
 
+/// One reconcile pass, given up after [`RECONCILE_TIMEOUT`], its duration recorded
+/// (`sluice_center_reconcile_seconds`) whatever its outcome.
+async fn timed_pass(shared: &Shared, term: &Term<'_>, operator: bool) -> Result<Pass> {
+    let started = std::time::Instant::now();
+    let pass = reconcile(shared, term, operator);
+    let pass = tokio::time::timeout(RECONCILE_TIMEOUT, pass);
+    let pass = pass.await.unwrap_or_else(|_| {
+        Err(CenterError::transient(format!(
+            "reconcile took longer than {RECONCILE_TIMEOUT:?} (meta database or ZooKeeper not answering)"
+        )))
+    });
+    crate::metrics::RECONCILE.record(started.elapsed().as_secs_f64(), &[]);
+    pass
+}
+
 /// Leads until the leadership is lost, a deposition is detected, or shutdown.
 async fn lead(
     shared: &Shared,
@@ -160,13 +175,9 @@ async fn lead(
             }
             let operator = pending.is_some();
             tracing::debug!("reconcile pass");
-            let pass = tokio::time::timeout(RECONCILE_TIMEOUT, reconcile(shared, term, operator));
-            let pass = pass.await.unwrap_or_else(|_| {
-                Err(CenterError::transient(format!(
-                    "reconcile took longer than {RECONCILE_TIMEOUT:?} (meta database or ZooKeeper not answering)"
-                )))
-            });
-            let Pass { moves, wake, watch } = match pass {
+            let Pass { moves, wake, watch } = match timed_pass(shared, term, operator)
+                .await
+            {
                 Ok(pass) => {
                     backoff.reset();
                     pass

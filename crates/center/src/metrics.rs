@@ -17,7 +17,12 @@
 //! `sluice_center_check_chunks`, `sluice_center_check_chunks_done` and
 //! `sluice_center_check_running` (1 while it runs); and
 //! `sluice_center_events_total{kind}`, the events this replica recorded (leader changes,
-//! assignments, builds, workers' task events, operators' changes).
+//! assignments, builds, workers' task events, operators' changes);
+//! `sluice_center_reconcile_seconds`, how long each of the leader's reconcile passes took;
+//! and `sluice_center_zk_writes_total{op}` (`create`, `set`, `delete`) and
+//! `sluice_center_zk_reads_total{op}` (`get`, `children`, `exists`), the ZooKeeper
+//! requests this replica sent, answered or not (a follower's are its campaign's, its
+//! API's and its session's heartbeat).
 
 use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
@@ -33,6 +38,23 @@ pub(crate) static EVENTS: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyL
         .with_description("Events recorded in the meta database, by kind")
         .build()
 });
+
+/// Bucket bounds, in seconds, of the reconcile pass's duration (a pass is meant to stay
+/// under 0.1 s, so the buckets are fine below it).
+const RECONCILE_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0,
+];
+
+pub(crate) static RECONCILE: LazyLock<opentelemetry::metrics::Histogram<f64>> =
+    LazyLock::new(|| {
+        opentelemetry::global::meter("sluice")
+            .f64_histogram("sluice.center.reconcile")
+            .with_unit("s")
+            .with_description("How long each of the leader's reconcile passes took")
+            .with_boundaries(RECONCILE_BUCKETS.to_vec())
+            .build()
+    });
 
 #[derive(Default)]
 pub(crate) struct Gauges {
@@ -93,6 +115,35 @@ pub(crate) fn observe() {
     observe_pipelines(&m);
     observe_checks(&m);
     observe_builds(&m);
+    observe_zookeeper(&m);
+}
+
+/// The ZooKeeper requests this replica sent, writes and reads apart, by operation.
+fn observe_zookeeper(m: &Meter) {
+    for (name, description, writes) in [
+        (
+            "sluice.center.zk.writes",
+            "ZooKeeper writes this replica sent (answered or not), by op: create, set, delete",
+            true,
+        ),
+        (
+            "sluice.center.zk.reads",
+            "ZooKeeper reads this replica sent (its session's heartbeat too), by op: get, children, exists",
+            false,
+        ),
+    ] {
+        m.u64_observable_counter(name)
+            .with_description(description)
+            .with_callback(move |o| {
+                for op in sluice_zk::Op::ALL.into_iter().filter(|op| op.is_write() == writes) {
+                    o.observe(
+                        sluice_zk::requests::sent(op),
+                        &[KeyValue::new("op", op.as_str())],
+                    );
+                }
+            })
+            .build();
+    }
 }
 
 /// The leadership, the dependencies' health, the workers, their tasks and lag; and the
