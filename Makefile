@@ -42,6 +42,22 @@ bench: stack-up
 	  done; \
 	done
 
+# ----- scale (integration-tests/src/bin/scale_bench.rs) ------------------------------
+# 200 sources on 20 workers and 2 centers, the sources on 4 MySQL servers of the bench's
+# own: registration, the leader's reconcile pass (p99 < 100 ms) and its ZooKeeper writes
+# (none while nothing changes, a few for one source added), a worker killed (its tasks
+# run elsewhere within the session timeout + 2 s, no other moves), the leader restarted
+# (no task moves). SCALE_SOURCES, SCALE_WORKERS, SCALE_CENTERS, SCALE_SERVERS,
+# SCALE_STEADY_PASSES, SCALE_RESYNC; BENCH_SOURCE (mariadb or mysql); SCALE_PROFILE (debug,
+# the default, or release: which build of the services runs). Figures in
+# target/bench/scale-<source>.json. Not part of `make test`.
+.PHONY: scale
+SCALE_PROFILE ?= debug
+scale: stack-up
+	cargo build $(if $(filter release,$(SCALE_PROFILE)),--release) --bins -p sluice-worker -p sluice-center -p sluicectl -p sluice-integration-tests
+	BENCH_SOURCE=$${BENCH_SOURCE:-mariadb} SLUICE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/$(SCALE_PROFILE) \
+	  $${CARGO_TARGET_DIR:-target}/$(SCALE_PROFILE)/scale_bench
+
 # ----- chaos soak (integration-tests/src/soak.rs) ------------------------------------
 # A write load on several tables while faults are injected at random, then the checker,
 # on each source of SOAK_SOURCES (default: mariadb mysql, one after the other):

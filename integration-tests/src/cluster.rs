@@ -23,7 +23,7 @@ use crate::{check_table, eventually, CheckOptions, Pipeline};
 
 /// The environment variable the services read the source password from (a source's
 /// `password_ref` is `env:` this).
-const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
+pub const PASSWORD_VAR: &str = "IT_SOURCE_PASSWORD";
 
 /// The admin API's gRPC client, with the token in every call.
 pub type Admin = AdminClient<InterceptedService<Channel, Bearer>>;
@@ -169,6 +169,25 @@ impl TestCtx {
     /// Starts `centers` centers and waits for a leader, then `workers` workers (waiting
     /// until each registered) and the etl.
     pub async fn start_cluster(&self, centers: usize, workers: usize) -> Cluster {
+        let mut cluster = self.start_centers(centers).await;
+        for _ in 0..workers {
+            cluster.add_worker(self).await;
+        }
+        cluster.etl.start();
+        cluster
+    }
+
+    /// Starts `centers` centers and waits for a leader, then `workers` workers at once,
+    /// waiting until all registered. The etl is configured, not started: a cluster of
+    /// sources alone (the scale bench's).
+    pub async fn start_cluster_without_etl(&self, centers: usize, workers: usize) -> Cluster {
+        let mut cluster = self.start_centers(centers).await;
+        cluster.add_workers(self, workers).await;
+        cluster
+    }
+
+    /// `centers` centers, a leader among them; no worker yet, the etl not started.
+    async fn start_centers(&self, centers: usize) -> Cluster {
         let mut cluster = Cluster {
             token: self.secrets.api_token.clone(),
             centers: Vec::new(),
@@ -184,11 +203,6 @@ impl TestCtx {
             cluster.addrs.push(format!("127.0.0.1:{port}"));
         }
         cluster.wait_leader(Duration::from_secs(30), None).await;
-        for n in 0..workers {
-            cluster.add_worker(self).await;
-            let _ = n;
-        }
-        cluster.etl.start();
         cluster
     }
 
@@ -280,20 +294,30 @@ impl Cluster {
 
     /// Starts one more worker and waits until it is registered.
     pub async fn add_worker(&mut self, ctx: &TestCtx) -> usize {
-        let n = self.workers.len();
-        let mut w = ctx.cluster_worker(n);
-        w.start();
-        self.workers.push(w);
-        let id = Cluster::worker_id(n);
+        self.add_workers(ctx, 1).await.start
+    }
+
+    /// Starts `count` more workers together and waits until every one is registered;
+    /// their indexes.
+    pub async fn add_workers(&mut self, ctx: &TestCtx, count: usize) -> std::ops::Range<usize> {
+        let first = self.workers.len();
+        for n in first..first + count {
+            let mut w = ctx.cluster_worker(n);
+            w.start();
+            self.workers.push(w);
+        }
+        let ids: Vec<String> = (first..first + count).map(Cluster::worker_id).collect();
         eventually(
-            &format!("worker {id} registered"),
-            Duration::from_secs(30),
+            &format!("workers {ids:?} registered"),
+            Duration::from_secs(30 + count as u64),
             || async {
                 let workers = self.ctl(&["workers"])?;
-                if workers
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|w| w["id"] == id.as_str()))
-                {
+                let listed = |id: &String| {
+                    workers
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|w| w["id"] == id.as_str()))
+                };
+                if ids.iter().all(listed) {
                     Ok(())
                 } else {
                     Err(format!("workers: {workers}\n{}", self.logs()))
@@ -301,7 +325,7 @@ impl Cluster {
             },
         )
         .await;
-        n
+        first..first + count
     }
 
     /// Runs `sluicectl --output json ARGS` against every live center; the parsed output.
