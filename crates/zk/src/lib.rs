@@ -35,6 +35,7 @@
 //! `tasks/<task>/checkpoint` (persistent, the fenced position), and `sessions/s-<seq>`
 //! (ephemeral marker of each live coordinator session, read by its heartbeat).
 
+mod cache;
 mod config;
 mod coordinator;
 mod election;
@@ -47,6 +48,7 @@ mod reconnect;
 pub mod requests;
 pub mod session;
 
+pub use cache::{Cached, DirCache};
 pub use config::{ConfigIssue, ZkConfig, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT};
 pub use coordinator::{Coordinator, LAYOUT};
 pub use election::{EpochRecord, Leadership, LEADER_NODE};

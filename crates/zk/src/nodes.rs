@@ -23,7 +23,7 @@ pub struct Node {
 }
 
 impl Node {
-    fn new(data: Vec<u8>, stat: zookeeper_async::Stat) -> Self {
+    pub(crate) fn new(data: Vec<u8>, stat: zookeeper_async::Stat) -> Self {
         Self {
             data,
             version: stat.version,

@@ -700,3 +700,96 @@ async fn a_partitioned_holder_pauses_before_anyone_can_take_over() {
     b.close().await;
     fx.cleanup().await;
 }
+
+/// The data of child `name` in a cached directory of numbers, `None` when absent.
+fn cached_number(cache: &sluice_zk::DirCache<u64>, name: &str) -> Option<u64> {
+    cache.nodes().get(name).and_then(|c| c.record.clone().ok())
+}
+
+/// Looks at `cache` until `done` holds (a watch's news is asynchronous).
+async fn refresh_until(
+    coordinator: &Coordinator,
+    cache: &mut sluice_zk::DirCache<u64>,
+    what: &str,
+    done: impl Fn(&sluice_zk::DirCache<u64>) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        coordinator.refresh(cache).await.unwrap();
+        if done(cache) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: not seen within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_directory_reads_what_changed_and_everything_after_a_reconnect() {
+    let fx = Fixture::new().await;
+    let proxy = Proxy::start(&zookeeper()).await;
+    let a = connect(&fx.cfg(&proxy.addr())).await;
+    for (name, n) in [("x", b"1"), ("y", b"2")] {
+        a.put(&format!("d/{name}"), n, sluice_zk::Expect::Absent)
+            .await
+            .unwrap();
+    }
+    let mut cache: sluice_zk::DirCache<u64> = sluice_zk::DirCache::new("d");
+    a.refresh(&mut cache).await.unwrap();
+    assert_eq!(cache.reads(), 3, "a first look: the list and each node");
+    assert_eq!(
+        (cached_number(&cache, "x"), cached_number(&cache, "y")),
+        (Some(1), Some(2))
+    );
+    a.refresh(&mut cache).await.unwrap();
+    assert_eq!(cache.reads(), 3, "nothing changed: nothing read");
+
+    // Changes behind its back reach it through the watches, and only they are read.
+    let path = |name: &str| format!("{}/d/{name}", fx.root);
+    fx.raw
+        .set_data(&path("x"), b"3".to_vec(), None)
+        .await
+        .unwrap();
+    refresh_until(&a, &mut cache, "x changed", |c| {
+        cached_number(c, "x") == Some(3)
+    })
+    .await;
+    assert_eq!(cache.reads(), 4, "the one node that changed");
+    fx.raw.delete(&path("y"), None).await.unwrap();
+    a.put("d/z", b"5", sluice_zk::Expect::Absent).await.unwrap();
+    refresh_until(&a, &mut cache, "y gone, z there", |c| {
+        c.names().iter().eq(["x", "z"]) && cached_number(c, "z") == Some(5)
+    })
+    .await;
+    assert!(cached_number(&cache, "y").is_none());
+
+    // A change made while the connection is down fires no watch of it: after the
+    // reconnect, everything is read again.
+    let mut state = a.session();
+    proxy.set(Mode::Refuse);
+    within(
+        Duration::from_secs(2),
+        "Disconnected",
+        state.wait_for(|s| *s == SessionState::Disconnected),
+    )
+    .await
+    .unwrap();
+    fx.raw
+        .set_data(&path("z"), b"6".to_vec(), None)
+        .await
+        .unwrap();
+    proxy.set(Mode::Open);
+    within(
+        a.session_timeout(),
+        "Connected again",
+        state.wait_for(|s| *s == SessionState::Connected),
+    )
+    .await
+    .unwrap();
+    let before = cache.reads();
+    a.refresh(&mut cache).await.unwrap();
+    assert_eq!(cached_number(&cache, "z"), Some(6));
+    assert_eq!(cache.reads() - before, 3, "the list and each node, again");
+    a.close().await;
+    fx.cleanup().await;
+}
