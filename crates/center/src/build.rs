@@ -51,9 +51,13 @@ const JOBS_PER_WORKER: usize = 2;
 
 /// Every build job: job name → worker.
 async fn jobs(coord: &Coordinator) -> Result<BTreeMap<String, String>> {
+    let workers = coord.children("snapshots").await?;
+    // Every worker that ever ran has a directory here: read them at once.
+    let dirs: Vec<String> = workers.iter().map(|w| layout::jobs(w)).collect();
+    let lists = futures::future::try_join_all(dirs.iter().map(|d| coord.children(d))).await?;
     let mut out = BTreeMap::new();
-    for worker in coord.children("snapshots").await? {
-        for job in coord.children(&layout::jobs(&worker)).await? {
+    for (worker, jobs) in workers.into_iter().zip(lists) {
+        for job in jobs {
             out.insert(job, worker.clone());
         }
     }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::balance::Move;
 use crate::error::{CenterError, Context as _, Result};
+use crate::known::Known;
 use crate::reconcile::{reconcile, Pass};
 use crate::term::Term;
 use crate::Shared;
@@ -139,9 +140,14 @@ fn lost(why: String) -> CenterError {
 
 /// One reconcile pass, given up after [`RECONCILE_TIMEOUT`], its duration recorded
 /// (`sluice_center_reconcile_seconds`) whatever its outcome.
-async fn timed_pass(shared: &Shared, term: &Term<'_>, operator: bool) -> Result<Pass> {
+async fn timed_pass(
+    shared: &Shared,
+    term: &Term<'_>,
+    known: &mut Known,
+    operator: bool,
+) -> Result<Pass> {
     let started = std::time::Instant::now();
-    let pass = reconcile(shared, term, operator);
+    let pass = reconcile(shared, term, known, operator);
     let pass = tokio::time::timeout(RECONCILE_TIMEOUT, pass);
     let pass = pass.await.unwrap_or_else(|_| {
         Err(CenterError::transient(format!(
@@ -165,6 +171,8 @@ async fn lead(
     let _not_leading = take_leadership(shared, epoch).await?;
     let main = async {
         let mut pending: Option<oneshot::Sender<Vec<Move>>> = None;
+        // What this term's passes read of ZooKeeper, kept current by watches.
+        let mut known = Known::new();
         let mut backoff = shared.cfg.center.retry().backoff();
         loop {
             if !leadership.is_acting() {
@@ -175,7 +183,7 @@ async fn lead(
             }
             let operator = pending.is_some();
             tracing::debug!("reconcile pass");
-            let Pass { moves, wake, watch } = match timed_pass(shared, term, operator)
+            let Pass { moves, wake, watch } = match timed_pass(shared, term, &mut known, operator)
                 .await
             {
                 Ok(pass) => {

@@ -20,6 +20,7 @@ pub mod dict;
 pub mod dlq;
 pub mod error;
 pub mod history;
+mod known;
 mod leader;
 pub mod meta;
 mod metrics;

@@ -2,15 +2,16 @@
 //! ZooKeeper, keep every source's task assigned to exactly one live worker, then drive
 //! rebuilds, runs and builds a step each.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use sluice_model::{Availability, SourceSpec};
-use sluice_zk::layout::{self, AssignmentRecord, PipelineRecord, SourceRecord, WorkerRecord};
-use sluice_zk::Expect;
+use sluice_zk::layout::{self, AssignmentRecord, PipelineRecord, SourceRecord};
+use sluice_zk::{Cached, DirCache, Expect};
 
 use crate::balance::{self, LiveWorker, Move};
 use crate::error::Result;
+use crate::known::{self, Known, Stamp};
 use crate::meta::StoredPipeline;
 use crate::term::Term;
 use crate::Shared;
@@ -30,17 +31,23 @@ pub(crate) struct Pass {
 
 /// One pass: publish metadata, then assign, then the pipelines' work. `operator` when an
 /// operator asked for a rebalance (every worker counts as settled, any imbalance moves).
+/// `known` is what the term's earlier passes read of ZooKeeper (see [`crate::known`]).
 #[tracing::instrument(name = "center.reconcile", skip_all, fields(epoch = term.epoch()))]
-pub(crate) async fn reconcile(shared: &Shared, term: &Term<'_>, operator: bool) -> Result<Pass> {
+pub(crate) async fn reconcile(
+    shared: &Shared,
+    term: &Term<'_>,
+    known: &mut Known,
+    operator: bool,
+) -> Result<Pass> {
     let (worker_ids, watch) = term.coord.children_watched("workers").await?;
     let sources = shared.meta.sources().await?;
     let pipelines = shared.meta.pipelines().await?;
-    publish_metadata(term, &sources, &pipelines).await?;
+    publish_metadata(term, known, &sources, &pipelines).await?;
 
-    let (live, mut wake) = live_workers(shared, term, &worker_ids, operator).await?;
+    let (live, mut wake) = live_workers(shared, term, known, &worker_ids, operator).await?;
     let tasks: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
     let task_set: HashSet<&str> = tasks.iter().map(String::as_str).collect();
-    let (current, nodes) = current_assignments(shared, term, &worker_ids, &task_set).await?;
+    let (current, nodes) = current_assignments(shared, term, known, &worker_ids, &task_set).await?;
     drop_orphan_checkpoints(term, &task_set).await?;
 
     let threshold = if operator {
@@ -49,8 +56,8 @@ pub(crate) async fn reconcile(shared: &Shared, term: &Term<'_>, operator: bool) 
         shared.cfg.balance.threshold
     };
     let moves = balance::moves_for(&live, &tasks, &current, threshold);
-    let stay = assign(shared, term, &moves, &worker_ids, operator, nodes).await?;
-    restamp(term, stay).await?;
+    let stay = assign(shared, term, known, &moves, &worker_ids, operator, nodes).await?;
+    restamp(term, known, stay).await?;
 
     let mut assigned = current;
     for m in &moves {
@@ -78,6 +85,7 @@ pub(crate) async fn reconcile(shared: &Shared, term: &Term<'_>, operator: bool) 
 /// Sources → `mappings/<source>`, pipelines → `pipelines/<name>`.
 async fn publish_metadata(
     term: &Term<'_>,
+    known: &mut Known,
     sources: &[SourceSpec],
     pipelines: &[StoredPipeline],
 ) -> Result<()> {
@@ -92,7 +100,7 @@ async fn publish_metadata(
             )
         })
         .collect();
-    publish(term, "mappings", &wanted).await?;
+    publish(term, &mut known.mappings, &wanted).await?;
     let wanted: BTreeMap<String, Vec<u8>> = pipelines
         .iter()
         .map(|p| {
@@ -103,25 +111,39 @@ async fn publish_metadata(
             )
         })
         .collect();
-    publish(term, "pipelines", &wanted).await
+    publish(term, &mut known.pipelines, &wanted).await
 }
 
 /// The live workers, each settled or not, and how soon the first unsettled one settles.
+/// `worker_ids` is the list this pass watches; their registrations come from `known`.
 async fn live_workers(
     shared: &Shared,
     term: &Term<'_>,
+    known: &mut Known,
     worker_ids: &[String],
     operator: bool,
 ) -> Result<(Vec<LiveWorker>, Option<Duration>)> {
+    let coord = term.coord;
+    coord.refresh(&mut known.workers).await?;
+    let missing: Vec<&String> = (worker_ids.iter())
+        .filter(|id| !known.workers.nodes().contains_key(*id))
+        .collect();
+    if !missing.is_empty() {
+        // The watched list can be ahead of the watches' news: read those now.
+        for id in missing {
+            known.workers.forget(id);
+        }
+        coord.refresh(&mut known.workers).await?;
+    }
     let settle = shared.cfg.balance.settle;
     let now = sluice_model::now_ms();
     let mut live = Vec::new();
     let mut wake: Option<Duration> = None;
     for id in worker_ids {
-        let Some(node) = term.coord.get(&layout::worker(id)).await? else {
+        let Some(cached) = known.workers.nodes().get(id) else {
             continue;
         };
-        let rec: WorkerRecord = match serde_json::from_slice(&node.data) {
+        let rec = match &cached.record {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(worker = %id, error = %e, "unreadable worker registration; ignoring it");
@@ -149,63 +171,109 @@ async fn live_workers(
 type Standing = BTreeMap<String, (String, i32, AssignmentRecord)>;
 
 /// Current assignments (task → worker), including those of dead workers, and their nodes.
-/// Only each task's latest recorded decision stands: a node of an older generation (a
-/// deposed leader's late write, a half-finished move), a duplicate, an unreadable one or
-/// one of a removed source is removed.
+/// Only each task's latest recorded decision stands (see [`judge_assignments`]); the
+/// other nodes, and the empty directories of dead workers, are removed.
 async fn current_assignments(
     shared: &Shared,
     term: &Term<'_>,
+    known: &mut Known,
     worker_ids: &[String],
     task_set: &HashSet<&str>,
 ) -> Result<(BTreeMap<String, String>, Standing)> {
     let coord = term.coord;
-    let mut current = BTreeMap::new();
-    let mut nodes = Standing::new();
     let generations = shared.meta.generations().await?;
-    for worker in coord.children("assignments").await? {
-        let assigned = coord.children(&layout::assignments(&worker)).await?;
-        if assigned.is_empty() && !worker_ids.contains(&worker) {
-            term.acting()?;
-            coord
-                .delete(&layout::assignments(&worker), None, false)
-                .await?;
+    known.refresh_assignments(coord).await?;
+    let dirs = known.assignments().iter().map(|(w, c)| (w, c.nodes()));
+    let judged = judge_assignments(dirs, worker_ids, task_set, &generations, term.epoch())
+        .map_err(|(path, epoch)| term.deposed_by(&path, epoch))?;
+    for worker in &judged.empty_dirs {
+        term.acting()?;
+        let dir = layout::assignments(worker);
+        let delete = coord.delete(&dir, None, false);
+        known.write_assignment(worker, "", delete).await?;
+    }
+    for r in judged.removals {
+        term.acting()?;
+        let path = layout::assignment(&r.worker, &r.task);
+        let delete = coord.delete(&path, Some(r.version), false);
+        known.write_assignment(&r.worker, &r.task, delete).await?;
+        tracing::warn!(
+            task = r.task,
+            worker = r.worker,
+            reason = r.why,
+            "assignment removed"
+        );
+        record_removal(shared, term, &r.task, &r.worker, &path, r.why).await?;
+    }
+    Ok((judged.current, judged.standing))
+}
+
+/// An assignment node that goes, and why.
+#[derive(Debug, PartialEq)]
+struct Removal {
+    worker: String,
+    task: String,
+    version: i32,
+    why: &'static str,
+}
+
+/// The assignment nodes judged: who runs what, the nodes that stand, those that go, and
+/// the dead workers' directories left empty.
+#[derive(Debug, Default, PartialEq)]
+struct Judged {
+    current: BTreeMap<String, String>,
+    standing: Standing,
+    removals: Vec<Removal>,
+    empty_dirs: Vec<String>,
+}
+
+/// Judges the assignment nodes, by worker directory then task (`dirs`, in name order).
+/// Only each task's latest recorded decision (`generations`, from the meta database)
+/// stands: a node of an older generation (a deposed leader's late write, a half-finished
+/// move), a second one of the same task, an unreadable one, or one of a removed source
+/// goes. A node of a newer epoch than ours means we were deposed: `Err` with its path and
+/// epoch.
+fn judge_assignments<'a>(
+    dirs: impl IntoIterator<Item = (&'a String, &'a BTreeMap<String, Cached<AssignmentRecord>>)>,
+    live: &[String],
+    tasks: &HashSet<&str>,
+    generations: &HashMap<String, u64>,
+    epoch: u64,
+) -> std::result::Result<Judged, (String, u64)> {
+    let mut judged = Judged::default();
+    for (worker, nodes) in dirs {
+        if nodes.is_empty() && !live.contains(worker) {
+            judged.empty_dirs.push(worker.clone());
             continue;
         }
-        for task in assigned {
-            let path = layout::assignment(&worker, &task);
-            let Some(node) = coord.get(&path).await? else {
-                continue;
-            };
-            let rec = serde_json::from_slice::<AssignmentRecord>(&node.data).ok();
-            if let Some(r) = &rec {
-                if r.epoch > term.epoch() {
-                    return Err(term.deposed_by(&path, r.epoch));
-                }
+        for (task, cached) in nodes {
+            let rec = cached.record.as_ref().ok();
+            if let Some(r) = rec.filter(|r| r.epoch > epoch) {
+                return Err((layout::assignment(worker, task), r.epoch));
             }
-            let drop_why = match &rec {
-                None => Some("unreadable assignment record"),
-                Some(_) if !task_set.contains(task.as_str()) => Some("source removed"),
-                Some(r) if generations.get(&task) != Some(&r.generation) => {
-                    Some("not the task's latest recorded assignment")
+            let why = match rec {
+                None => "unreadable assignment record",
+                Some(_) if !tasks.contains(task.as_str()) => "source removed",
+                Some(r) if generations.get(task) != Some(&r.generation) => {
+                    "not the task's latest recorded assignment"
                 }
-                Some(_) if current.contains_key(&task) => Some("duplicate assignment"),
-                Some(_) => None,
-            };
-            let reason = match (drop_why, rec) {
-                (None, Some(rec)) => {
-                    current.insert(task.clone(), worker.clone());
-                    nodes.insert(task, (worker.clone(), node.version, rec));
+                Some(_) if judged.current.contains_key(task) => "duplicate assignment",
+                Some(r) => {
+                    judged.current.insert(task.clone(), worker.clone());
+                    let stands = (worker.clone(), cached.node.version, r.clone());
+                    judged.standing.insert(task.clone(), stands);
                     continue;
                 }
-                (reason, _) => reason.unwrap_or("unreadable assignment record"),
             };
-            term.acting()?;
-            coord.delete(&path, Some(node.version), false).await?;
-            tracing::warn!(task, worker, reason, "assignment removed");
-            record_removal(shared, term, &task, &worker, &path, reason).await?;
+            judged.removals.push(Removal {
+                worker: worker.clone(),
+                task: task.clone(),
+                version: cached.node.version,
+                why,
+            });
         }
     }
-    Ok((current, nodes))
+    Ok(judged)
 }
 
 /// Records a removed assignment: a decision when its source was removed; otherwise only an
@@ -253,6 +321,7 @@ async fn drop_orphan_checkpoints(term: &Term<'_>, task_set: &HashSet<&str>) -> R
 async fn assign(
     shared: &Shared,
     term: &Term<'_>,
+    known: &mut Known,
     moves: &[Move],
     worker_ids: &[String],
     operator: bool,
@@ -274,7 +343,8 @@ async fn assign(
             .await?;
         if let Some((from, version, _)) = nodes.remove(&m.task) {
             let old = layout::assignment(&from, &m.task);
-            term.coord.delete(&old, Some(version), false).await?;
+            let delete = term.coord.delete(&old, Some(version), false);
+            known.write_assignment(&from, &m.task, delete).await?;
         }
         let rec = AssignmentRecord {
             epoch,
@@ -282,8 +352,10 @@ async fn assign(
             assigned_at_ms: sluice_model::now_ms(),
         };
         let data = serde_json::to_vec(&rec).expect("serializes");
+        // A node there already is someone else's write since this pass read.
         let node = layout::assignment(&m.to, &m.task);
-        term.coord.put(&node, &data, Expect::Any).await?;
+        let create = term.coord.put(&node, &data, Expect::Absent);
+        known.write_assignment(&m.to, &m.task, create).await?;
         tracing::info!(task = %m.task, from = ?m.from, to = %m.to, reason, generation, "task assigned");
     }
     Ok(nodes)
@@ -291,7 +363,7 @@ async fn assign(
 
 /// Assignments that stay: stamped with this term's epoch so workers (re)starting now trust
 /// them. Compare-and-set: a node changed under us means someone else writes here.
-async fn restamp(term: &Term<'_>, stay: Standing) -> Result<()> {
+async fn restamp(term: &Term<'_>, known: &mut Known, stay: Standing) -> Result<()> {
     let epoch = term.epoch();
     for (task, (worker, version, rec)) in stay {
         if rec.epoch < epoch {
@@ -299,9 +371,8 @@ async fn restamp(term: &Term<'_>, stay: Standing) -> Result<()> {
             let rec = AssignmentRecord { epoch, ..rec };
             let data = serde_json::to_vec(&rec).expect("serializes");
             let node = layout::assignment(&worker, &task);
-            term.coord
-                .put(&node, &data, Expect::Version(version))
-                .await?;
+            let set = term.coord.put(&node, &data, Expect::Version(version));
+            known.write_assignment(&worker, &task, set).await?;
         }
     }
     Ok(())
@@ -331,41 +402,71 @@ fn export_gauges(
     });
 }
 
-/// Makes the children of `dir` exactly `wanted` (name → record), writing only what
-/// differs. A record of a newer epoch means we were deposed.
-async fn publish(term: &Term<'_>, dir: &str, wanted: &BTreeMap<String, Vec<u8>>) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct Stamp {
-        epoch: u64,
-    }
+/// Makes the children of `cache`'s directory exactly `wanted` (name → record), writing
+/// only what differs from what is there (see [`publish_plan`]).
+async fn publish(
+    term: &Term<'_>,
+    cache: &mut DirCache<Stamp>,
+    wanted: &BTreeMap<String, Vec<u8>>,
+) -> Result<()> {
     let coord = term.coord;
-    for name in coord.children(dir).await? {
-        if !wanted.contains_key(&name) {
-            term.acting()?;
-            // With what others keep beneath (a pipeline's `needs_rebuild`).
-            coord.delete(&format!("{dir}/{name}"), None, true).await?;
-            tracing::info!(dir, name, "removed");
-        }
-    }
-    for (name, data) in wanted {
-        let rel = format!("{dir}/{name}");
-        let existing = coord.get(&rel).await?;
-        if let Some(node) = &existing {
-            if let Ok(stamp) = serde_json::from_slice::<Stamp>(&node.data) {
-                if stamp.epoch > term.epoch() {
-                    return Err(term.deposed_by(&rel, stamp.epoch));
-                }
-            }
-            if node.data == *data {
-                continue;
-            }
-        }
+    coord.refresh(cache).await?;
+    let dir = cache.dir().to_owned();
+    let plan = publish_plan(cache.nodes(), wanted, term.epoch())
+        .map_err(|(name, epoch)| term.deposed_by(&format!("{dir}/{name}"), epoch))?;
+    for name in plan.remove {
         term.acting()?;
-        let expect = existing.map_or(Expect::Absent, |n| Expect::Version(n.version));
-        coord.put(&rel, data, expect).await?;
+        // With what others keep beneath (a pipeline's `needs_rebuild`).
+        let path = format!("{dir}/{name}");
+        known::write(cache, &name, coord.delete(&path, None, true)).await?;
+        tracing::info!(dir, name, "removed");
+    }
+    for (name, expect) in plan.put {
+        term.acting()?;
+        let path = format!("{dir}/{name}");
+        known::write(cache, &name, coord.put(&path, &wanted[&name], expect)).await?;
         tracing::info!(dir, name, "published");
     }
     Ok(())
+}
+
+/// The writes that make a directory's children exactly `wanted`.
+#[derive(Debug, PartialEq)]
+struct Publish {
+    /// Children to remove.
+    remove: Vec<String>,
+    /// Children to write, each expecting what was read of it.
+    put: Vec<(String, Expect)>,
+}
+
+/// What to write so that the children (`existing`, as read) are exactly `wanted`: a child
+/// whose data is already the wanted record is left alone, so a pass over an unchanged
+/// layout writes nothing. A child written at a newer epoch than ours means we were
+/// deposed: `Err` with its name and epoch.
+fn publish_plan(
+    existing: &BTreeMap<String, Cached<Stamp>>,
+    wanted: &BTreeMap<String, Vec<u8>>,
+    epoch: u64,
+) -> std::result::Result<Publish, (String, u64)> {
+    for (name, cached) in existing {
+        if let Ok(stamp) = &cached.record {
+            if stamp.epoch > epoch {
+                return Err((name.clone(), stamp.epoch));
+            }
+        }
+    }
+    let remove = (existing.keys())
+        .filter(|name| !wanted.contains_key(*name))
+        .cloned()
+        .collect();
+    let put = (wanted.iter())
+        .filter_map(|(name, data)| match existing.get(name) {
+            Some(c) if c.node.data == *data => None,
+            Some(c) => Some((name.clone(), Expect::Version(c.node.version))),
+            None => Some((name.clone(), Expect::Absent)),
+        })
+        .collect();
+    Ok(Publish { remove, put })
 }
 
 /// The source's record: how to reach it, and what to capture — its own table patterns
@@ -405,6 +506,127 @@ pub(crate) fn pipeline_record(p: &StoredPipeline, epoch: u64) -> PipelineRecord 
 mod tests {
     use super::*;
     use sluice_model::PipelineSpec;
+    use sluice_zk::Node;
+
+    fn cached<T>(data: &[u8], version: i32, record: std::result::Result<T, String>) -> Cached<T> {
+        Cached {
+            node: Node {
+                data: data.to_vec(),
+                version,
+                ephemeral_owner: 0,
+                created_zxid: 1,
+            },
+            record,
+        }
+    }
+
+    fn stamped(data: &str, version: i32, epoch: u64) -> Cached<Stamp> {
+        cached(data.as_bytes(), version, Ok(Stamp { epoch }))
+    }
+
+    #[test]
+    fn publishing_an_unchanged_layout_writes_nothing_and_a_change_writes_its_own_nodes() {
+        let existing = BTreeMap::from([
+            ("a".to_owned(), stamped("A", 3, 2)),
+            ("b".to_owned(), stamped("B", 5, 2)),
+            ("gone".to_owned(), stamped("G", 1, 1)),
+            ("junk".to_owned(), cached(b"?", 7, Err("not JSON".into()))),
+        ]);
+        let wanted = |pairs: &[(&str, &str)]| -> BTreeMap<String, Vec<u8>> {
+            (pairs.iter())
+                .map(|(n, d)| ((*n).to_owned(), d.as_bytes().to_vec()))
+                .collect()
+        };
+        let same = wanted(&[("a", "A"), ("b", "B"), ("gone", "G"), ("junk", "?")]);
+        assert_eq!(
+            publish_plan(&existing, &same, 2),
+            Ok(Publish {
+                remove: vec![],
+                put: vec![]
+            }),
+            "nothing changed: nothing written, whatever the layout's size"
+        );
+        let changed = wanted(&[("a", "A"), ("b", "B2"), ("c", "C"), ("junk", "J")]);
+        assert_eq!(
+            publish_plan(&existing, &changed, 2),
+            Ok(Publish {
+                remove: vec!["gone".into()],
+                put: vec![
+                    ("b".into(), Expect::Version(5)),
+                    ("c".into(), Expect::Absent),
+                    ("junk".into(), Expect::Version(7)),
+                ],
+            })
+        );
+        assert_eq!(
+            publish_plan(&existing, &same, 1),
+            Err(("a".into(), 2)),
+            "a record of a newer leader: deposed"
+        );
+    }
+
+    fn assignment(version: i32, epoch: u64, generation: u64) -> Cached<AssignmentRecord> {
+        let rec = AssignmentRecord {
+            epoch,
+            generation,
+            assigned_at_ms: 0,
+        };
+        cached(&serde_json::to_vec(&rec).unwrap(), version, Ok(rec))
+    }
+
+    #[test]
+    fn only_each_tasks_latest_decision_stands() {
+        let dirs: BTreeMap<String, BTreeMap<String, Cached<AssignmentRecord>>> = BTreeMap::from([
+            (
+                "w1".to_owned(),
+                BTreeMap::from([
+                    ("t1".to_owned(), assignment(4, 2, 10)),
+                    ("t2".to_owned(), assignment(1, 1, 11)),
+                    ("gone".to_owned(), assignment(1, 2, 12)),
+                ]),
+            ),
+            (
+                "w2".to_owned(),
+                BTreeMap::from([
+                    ("t1".to_owned(), assignment(0, 2, 10)),
+                    ("t3".to_owned(), assignment(2, 2, 7)),
+                    ("t4".to_owned(), cached(b"?", 9, Err("not JSON".into()))),
+                ]),
+            ),
+            ("w3".to_owned(), BTreeMap::new()),
+            ("w4".to_owned(), BTreeMap::new()),
+        ]);
+        let live = ["w1".to_owned(), "w2".to_owned(), "w4".to_owned()];
+        let tasks = HashSet::from(["t1", "t2", "t3", "t4"]);
+        let generations = HashMap::from([("t1".into(), 10), ("t2".into(), 11), ("t3".into(), 8)]);
+        let judged = judge_assignments(&dirs, &live, &tasks, &generations, 2).unwrap();
+        assert_eq!(
+            judged.current,
+            BTreeMap::from([("t1".into(), "w1".into()), ("t2".into(), "w1".into())])
+        );
+        assert_eq!(
+            judged.standing["t2"].1, 1,
+            "with the version a restamp expects"
+        );
+        let removed: Vec<(&str, &str, i32, &str)> = (judged.removals.iter())
+            .map(|r| (r.worker.as_str(), r.task.as_str(), r.version, r.why))
+            .collect();
+        assert_eq!(
+            removed,
+            [
+                ("w1", "gone", 1, "source removed"),
+                ("w2", "t1", 0, "duplicate assignment"),
+                ("w2", "t3", 2, "not the task's latest recorded assignment"),
+                ("w2", "t4", 9, "unreadable assignment record"),
+            ]
+        );
+        assert_eq!(judged.empty_dirs, ["w3"], "a dead worker's empty directory");
+        assert_eq!(
+            judge_assignments(&dirs, &live, &tasks, &generations, 1),
+            Err(("assignments/w1/gone".into(), 2)),
+            "a record of a newer leader: deposed"
+        );
+    }
 
     #[test]
     fn a_source_captures_every_table_of_its_pipelines() {
