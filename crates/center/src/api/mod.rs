@@ -347,16 +347,19 @@ impl WorkerReports for AdminApi {
             .map_err(internal)?;
         // Only the worker a task is assigned to speaks for it (a worker that lost its
         // session may still report the task it dropped).
-        for t in report.tasks.iter().filter(|t| assigned.contains(&t.source)) {
-            self.shared
-                .meta
-                .save_status(&report.worker, t)
-                .await
-                .map_err(meta_err)?;
-            crate::metrics::update(|g| {
+        let ours: Vec<&TaskProgress> = (report.tasks.iter())
+            .filter(|t| assigned.contains(&t.source))
+            .collect();
+        self.shared
+            .meta
+            .save_statuses(&report.worker, &ours)
+            .await
+            .map_err(meta_err)?;
+        crate::metrics::update(|g| {
+            for t in &ours {
                 g.source_lag.insert(t.source.clone(), t.lag_seconds);
-            });
-        }
+            }
+        });
         for e in &report.events {
             self.shared
                 .meta
