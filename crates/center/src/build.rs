@@ -36,6 +36,7 @@ use sluice_zk::layout::{
 use sluice_zk::{Coordinator, Expect};
 
 use crate::error::{CenterError, Context as _, Result};
+use crate::known::Dirs;
 use crate::meta::StoredPipeline;
 use crate::term::Term;
 use crate::Shared;
@@ -49,26 +50,26 @@ pub const MAX_DEFINITE_FAILURES: u32 = 3;
 /// Build jobs a worker runs at once (each holds a MySQL connection).
 const JOBS_PER_WORKER: usize = 2;
 
-/// Every build job: job name → worker.
-async fn jobs(coord: &Coordinator) -> Result<BTreeMap<String, String>> {
-    let workers = coord.children("snapshots").await?;
-    // Every worker that ever ran has a directory here: read them at once.
-    let dirs: Vec<String> = workers.iter().map(|w| layout::jobs(w)).collect();
-    let lists = futures::future::try_join_all(dirs.iter().map(|d| coord.children(d))).await?;
+/// Every build job: job name → worker, as `known` (the term's view of `snapshots/`)
+/// brought up to date says.
+async fn jobs(coord: &Coordinator, known: &mut Dirs<()>) -> Result<BTreeMap<String, String>> {
+    known.refresh(coord).await?;
     let mut out = BTreeMap::new();
-    for (worker, jobs) in workers.into_iter().zip(lists) {
-        for job in jobs {
-            out.insert(job, worker.clone());
+    for (worker, jobs) in known.get() {
+        for job in jobs.names() {
+            out.insert(job.clone(), worker.clone());
         }
     }
     Ok(out)
 }
 
-/// One pass over every pipeline's build. `live` are the live workers. Returns whether a
-/// build is under way (the leader then looks again soon: chunk progress fires no watch).
+/// One pass over every pipeline's build. `live` are the live workers; `known_jobs` the
+/// term's view of the build jobs (`snapshots/`). Returns whether a build is under way (the
+/// leader then looks again soon: chunk progress fires no watch).
 pub(crate) async fn drive(
     shared: &Shared,
     term: &Term<'_>,
+    known_jobs: &mut Dirs<()>,
     pipelines: &[StoredPipeline],
     live: &[String],
 ) -> Result<bool> {
@@ -89,7 +90,7 @@ pub(crate) async fn drive(
             remove_chunk_tasks(coord, &name).await?;
         }
     }
-    let mut all_jobs = jobs(coord).await?;
+    let mut all_jobs = jobs(coord, known_jobs).await?;
     for (job, worker) in all_jobs.clone() {
         let pipeline = job.split('~').next().unwrap_or_default();
         let wanted = match building.get(pipeline) {
@@ -101,11 +102,16 @@ pub(crate) async fn drive(
         };
         if !wanted || !live.contains(&worker) {
             term.acting()?;
-            coord
-                .delete(&layout::job(&worker, &job), None, false)
-                .await?;
+            let path = layout::job(&worker, &job);
+            let delete = coord.delete(&path, None, false);
+            known_jobs.write(&worker, &job, delete).await?;
             all_jobs.remove(&job);
         }
+    }
+    if !building.is_empty() {
+        // The builds' steps below add and remove jobs here and there: the next pass
+        // reads them all again.
+        known_jobs.forget_all();
     }
     for p in building.values() {
         match drive_one(shared, term, p, live, &mut all_jobs).await {

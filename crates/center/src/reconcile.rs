@@ -10,8 +10,8 @@ use sluice_zk::layout::{self, AssignmentRecord, PipelineRecord, SourceRecord};
 use sluice_zk::{Cached, DirCache, Expect};
 
 use crate::balance::{self, LiveWorker, Move};
-use crate::error::Result;
-use crate::known::{self, Known, Stamp};
+use crate::error::{CenterError, Result};
+use crate::known::{self, Known, Stamp, Wanted};
 use crate::meta::StoredPipeline;
 use crate::term::Term;
 use crate::Shared;
@@ -39,16 +39,26 @@ pub(crate) async fn reconcile(
     known: &mut Known,
     operator: bool,
 ) -> Result<Pass> {
-    let (worker_ids, watch) = term.coord.children_watched("workers").await?;
-    let sources = shared.meta.sources().await?;
-    let pipelines = shared.meta.pipelines().await?;
+    let mut phases = Phases::start();
+    // What the pass starts from, read at once: a round trip each, not one after another.
+    let (workers, sources, pipelines, generations) = tokio::try_join!(
+        async { Ok::<_, CenterError>(term.coord.children_watched("workers").await?) },
+        async { Ok(shared.meta.sources().await?) },
+        async { Ok(shared.meta.pipelines().await?) },
+        async { Ok(shared.meta.generations().await?) },
+    )?;
+    let (worker_ids, watch) = workers;
+    phases.done("read");
     publish_metadata(term, known, &sources, &pipelines).await?;
+    phases.done("publish");
 
     let (live, mut wake) = live_workers(shared, term, known, &worker_ids, operator).await?;
     let tasks: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
     let task_set: HashSet<&str> = tasks.iter().map(String::as_str).collect();
-    let (current, nodes) = current_assignments(shared, term, known, &worker_ids, &task_set).await?;
-    drop_orphan_checkpoints(term, &task_set).await?;
+    let judging = (worker_ids.as_slice(), &task_set, &generations);
+    let (current, nodes) = current_assignments(shared, term, known, judging).await?;
+    drop_orphan_checkpoints(term, known, &task_set).await?;
+    phases.done("layout");
 
     let threshold = if operator {
         1
@@ -58,6 +68,7 @@ pub(crate) async fn reconcile(
     let moves = balance::moves_for(&live, &tasks, &current, threshold);
     let stay = assign(shared, term, known, &moves, &worker_ids, operator, nodes).await?;
     restamp(term, known, stay).await?;
+    phases.done("assign");
 
     let mut assigned = current;
     for m in &moves {
@@ -72,14 +83,59 @@ pub(crate) async fn reconcile(
         // Builds started: publish them (and their pipelines' versions) at once.
         shared.nudge.notify_one();
     }
+    phases.done("rebuilds");
     let checking = crate::chunked::drive(shared, term, &pipelines).await?;
-    if crate::build::drive(shared, term, &pipelines, &worker_ids).await? || checking {
+    phases.done("runs");
+    let building =
+        crate::build::drive(shared, term, &mut known.jobs, &pipelines, &worker_ids).await?;
+    phases.done("builds");
+    phases.say_if_slow();
+    if building || checking {
         // Each phase of a build waits for this pass: a short one keeps the phases'
         // hand-offs (etls confirmed, plan made, chunks read, markers applied) to a
         // fraction of a second, for a few ZooKeeper reads per build.
         wake = Some(wake.map_or(BUILD_POLL, |w| w.min(BUILD_POLL)));
     }
     Ok(Pass { moves, wake, watch })
+}
+
+/// A pass longer than this says in the log how long each of its phases took.
+const SLOW_PASS: Duration = Duration::from_millis(100);
+
+/// When each phase of a pass ended, to say where a slow one spent its time.
+struct Phases {
+    started: std::time::Instant,
+    ended: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            started: std::time::Instant::now(),
+            ended: Vec::new(),
+        }
+    }
+
+    fn done(&mut self, phase: &'static str) {
+        self.ended.push((phase, self.started.elapsed()));
+    }
+
+    /// Logs each phase's share of a pass that took longer than [`SLOW_PASS`].
+    fn say_if_slow(&self) {
+        let took = self.started.elapsed();
+        if took < SLOW_PASS {
+            return;
+        }
+        let mut before = Duration::ZERO;
+        let phases: Vec<String> = (self.ended.iter())
+            .map(|(phase, at)| {
+                let spent = at.saturating_sub(before);
+                before = *at;
+                format!("{phase} {} ms", spent.as_millis())
+            })
+            .collect();
+        tracing::info!(took_ms = took.as_millis() as u64, phases = %phases.join(", "), "slow reconcile pass");
+    }
 }
 
 /// Sources → `mappings/<source>`, pipelines → `pipelines/<name>`.
@@ -90,28 +146,39 @@ async fn publish_metadata(
     pipelines: &[StoredPipeline],
 ) -> Result<()> {
     let epoch = term.epoch();
-    let wanted: BTreeMap<String, Vec<u8>> = sources
-        .iter()
+    let unchanged = (known.wanted.as_ref()).is_some_and(|w| {
+        w.made_of.0 == epoch && w.made_of.1 == sources && w.made_of.2 == pipelines
+    });
+    if !unchanged {
+        known.wanted = Some(wanted_records(epoch, sources, pipelines));
+    }
+    let wanted = known.wanted.as_ref().expect("made above");
+    publish(term, &mut known.mappings, &wanted.mappings).await?;
+    publish(term, &mut known.pipelines, &wanted.pipelines).await
+}
+
+/// The records of `mappings/` and `pipelines/` of `sources` and `pipelines`, stamped with
+/// `epoch`.
+fn wanted_records(epoch: u64, sources: &[SourceSpec], pipelines: &[StoredPipeline]) -> Wanted {
+    let mappings = (sources.iter())
         .map(|s| {
             let record = source_record(s, pipelines, epoch);
-            (
-                s.name.clone(),
-                serde_json::to_vec(&record).expect("serializes"),
-            )
+            let data = serde_json::to_vec(&record).expect("serializes");
+            (s.name.clone(), data)
         })
         .collect();
-    publish(term, &mut known.mappings, &wanted).await?;
-    let wanted: BTreeMap<String, Vec<u8>> = pipelines
-        .iter()
+    let records = (pipelines.iter())
         .map(|p| {
             let record = pipeline_record(p, epoch);
-            (
-                p.spec.name.clone(),
-                serde_json::to_vec(&record).expect("serializes"),
-            )
+            let data = serde_json::to_vec(&record).expect("serializes");
+            (p.spec.name.clone(), data)
         })
         .collect();
-    publish(term, &mut known.pipelines, &wanted).await
+    Wanted {
+        made_of: (epoch, sources.to_vec(), pipelines.to_vec()),
+        mappings,
+        pipelines: records,
+    }
 }
 
 /// The live workers, each settled or not, and how soon the first unsettled one settles.
@@ -170,6 +237,10 @@ async fn live_workers(
 /// The assignment nodes that stand, by task: worker, node version, record.
 type Standing = BTreeMap<String, (String, i32, AssignmentRecord)>;
 
+/// What assignments are judged by: the live workers, the sources' tasks, and each task's
+/// latest recorded assignment (the meta database's generation).
+type Judging<'a> = (&'a [String], &'a HashSet<&'a str>, &'a HashMap<String, u64>);
+
 /// Current assignments (task → worker), including those of dead workers, and their nodes.
 /// Only each task's latest recorded decision stands (see [`judge_assignments`]); the
 /// other nodes, and the empty directories of dead workers, are removed.
@@ -177,26 +248,24 @@ async fn current_assignments(
     shared: &Shared,
     term: &Term<'_>,
     known: &mut Known,
-    worker_ids: &[String],
-    task_set: &HashSet<&str>,
+    (worker_ids, task_set, generations): Judging<'_>,
 ) -> Result<(BTreeMap<String, String>, Standing)> {
     let coord = term.coord;
-    let generations = shared.meta.generations().await?;
-    known.refresh_assignments(coord).await?;
-    let dirs = known.assignments().iter().map(|(w, c)| (w, c.nodes()));
-    let judged = judge_assignments(dirs, worker_ids, task_set, &generations, term.epoch())
+    known.assignments.refresh(coord).await?;
+    let dirs = known.assignments.get().iter().map(|(w, c)| (w, c.nodes()));
+    let judged = judge_assignments(dirs, worker_ids, task_set, generations, term.epoch())
         .map_err(|(path, epoch)| term.deposed_by(&path, epoch))?;
     for worker in &judged.empty_dirs {
         term.acting()?;
         let dir = layout::assignments(worker);
         let delete = coord.delete(&dir, None, false);
-        known.write_assignment(worker, "", delete).await?;
+        known.assignments.write(worker, "", delete).await?;
     }
     for r in judged.removals {
         term.acting()?;
         let path = layout::assignment(&r.worker, &r.task);
         let delete = coord.delete(&path, Some(r.version), false);
-        known.write_assignment(&r.worker, &r.task, delete).await?;
+        known.assignments.write(&r.worker, &r.task, delete).await?;
         tracing::warn!(
             task = r.task,
             worker = r.worker,
@@ -301,15 +370,22 @@ async fn record_removal(
 
 /// Checkpoints of removed sources go once nobody holds their lock, so a source added
 /// again under the same name starts afresh (it may be another server).
-async fn drop_orphan_checkpoints(term: &Term<'_>, task_set: &HashSet<&str>) -> Result<()> {
+async fn drop_orphan_checkpoints(
+    term: &Term<'_>,
+    known: &mut Known,
+    task_set: &HashSet<&str>,
+) -> Result<()> {
     let coord = term.coord;
-    for task in coord.children("tasks").await? {
-        if !task.starts_with("snap~")
-            && !task_set.contains(task.as_str())
-            && coord.get(&layout::lock(&task)).await?.is_none()
-        {
+    coord.refresh(&mut known.tasks).await?;
+    let orphans: Vec<String> = (known.tasks.names().iter())
+        .filter(|t| !t.starts_with("snap~") && !task_set.contains(t.as_str()))
+        .cloned()
+        .collect();
+    for task in orphans {
+        if coord.get(&layout::lock(&task)).await?.is_none() {
             term.acting()?;
-            coord.delete(&format!("tasks/{task}"), None, true).await?;
+            let path = format!("tasks/{task}");
+            known::write(&mut known.tasks, &task, coord.delete(&path, None, true)).await?;
             tracing::info!(task, "checkpoint of a removed source deleted");
         }
     }
@@ -344,7 +420,7 @@ async fn assign(
         if let Some((from, version, _)) = nodes.remove(&m.task) {
             let old = layout::assignment(&from, &m.task);
             let delete = term.coord.delete(&old, Some(version), false);
-            known.write_assignment(&from, &m.task, delete).await?;
+            known.assignments.write(&from, &m.task, delete).await?;
         }
         let rec = AssignmentRecord {
             epoch,
@@ -355,7 +431,7 @@ async fn assign(
         // A node there already is someone else's write since this pass read.
         let node = layout::assignment(&m.to, &m.task);
         let create = term.coord.put(&node, &data, Expect::Absent);
-        known.write_assignment(&m.to, &m.task, create).await?;
+        known.assignments.write(&m.to, &m.task, create).await?;
         tracing::info!(task = %m.task, from = ?m.from, to = %m.to, reason, generation, "task assigned");
     }
     Ok(nodes)
@@ -365,17 +441,21 @@ async fn assign(
 /// them. Compare-and-set: a node changed under us means someone else writes here.
 async fn restamp(term: &Term<'_>, known: &mut Known, stay: Standing) -> Result<()> {
     let epoch = term.epoch();
-    for (task, (worker, version, rec)) in stay {
-        if rec.epoch < epoch {
-            term.acting()?;
+    let sets = (stay.into_iter())
+        .filter(|(_, (_, _, rec))| rec.epoch < epoch)
+        .map(|(task, (worker, version, rec))| {
             let rec = AssignmentRecord { epoch, ..rec };
             let data = serde_json::to_vec(&rec).expect("serializes");
             let node = layout::assignment(&worker, &task);
-            let set = term.coord.put(&node, &data, Expect::Version(version));
-            known.write_assignment(&worker, &task, set).await?;
-        }
-    }
-    Ok(())
+            let set = async move {
+                term.acting()?;
+                let set = term.coord.put(&node, &data, Expect::Version(version));
+                set.await.map(drop).map_err(known::conflict_is_transient)
+            };
+            ((worker, task), set)
+        })
+        .collect();
+    known.assignments.write_all(sets).await
 }
 
 fn export_gauges(
@@ -421,13 +501,20 @@ async fn publish(
         known::write(cache, &name, coord.delete(&path, None, true)).await?;
         tracing::info!(dir, name, "removed");
     }
-    for (name, expect) in plan.put {
-        term.acting()?;
-        let path = format!("{dir}/{name}");
-        known::write(cache, &name, coord.put(&path, &wanted[&name], expect)).await?;
-        tracing::info!(dir, name, "published");
-    }
-    Ok(())
+    let puts = (plan.put.into_iter())
+        .map(|(name, expect)| {
+            let (path, data) = (format!("{dir}/{name}"), &wanted[&name]);
+            let put = async move {
+                term.acting()?;
+                let put = coord.put(&path, data, expect);
+                put.await.map_err(known::conflict_is_transient)?;
+                tracing::info!(node = %path, "published");
+                Ok(())
+            };
+            (name, put)
+        })
+        .collect();
+    known::write_all(cache, puts).await
 }
 
 /// The writes that make a directory's children exactly `wanted`.

@@ -101,6 +101,12 @@ impl<T> DirCache<T> {
         stale.nodes.insert(name.to_owned());
     }
 
+    /// Makes everything stale: the next look reads it all (after writes of one's own too
+    /// many or too scattered to name).
+    pub fn forget_all(&mut self) {
+        self.read_in = None;
+    }
+
     /// What must be read again at this look, in session and connection `here`: the
     /// watches' news taken, or everything when the watches behind what is held are gone.
     fn take_stale(&mut self, here: (i64, u64)) -> Stale {
