@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use futures::future::{join_all, try_join_all};
+use futures::StreamExt as _;
 use serde::de::DeserializeOwned;
 use sluice_model::SourceSpec;
 use sluice_zk::layout::{AssignmentRecord, WorkerRecord};
@@ -20,6 +20,19 @@ use sluice_zk::{Coordinator, DirCache, ZkError};
 
 use crate::error::{CenterError, Result};
 use crate::meta::StoredPipeline;
+
+/// Writes a pass has under way at once. A session's requests are answered in order, the
+/// heartbeat's among them: hundreds at once (a new leader's restamps) would hold it back
+/// past its lease, and the leader would stop acting.
+const WRITES_AT_ONCE: usize = 16;
+
+/// Runs `writes`, at most [`WRITES_AT_ONCE`] at a time; their results in order.
+async fn bounded<F: Future<Output = Result<()>>>(writes: Vec<F>) -> Vec<Result<()>> {
+    futures::stream::iter(writes)
+        .buffered(WRITES_AT_ONCE)
+        .collect()
+        .await
+}
 
 /// What a record the leader publishes carries of who wrote it.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -94,7 +107,11 @@ impl<T: DeserializeOwned> Dirs<T> {
                     false => DirCache::names_only(&dir),
                 });
         }
-        try_join_all(self.subs.values_mut().map(|c| coord.refresh(c))).await?;
+        // One after the other: each reads what changed in it at once, and with nothing
+        // changed reads nothing.
+        for sub in self.subs.values_mut() {
+            coord.refresh(sub).await?;
+        }
         Ok(())
     }
 
@@ -137,7 +154,7 @@ impl<T: DeserializeOwned> Dirs<T> {
         writes: Vec<((String, String), F)>,
     ) -> Result<()> {
         let (nodes, writes): (Vec<_>, Vec<_>) = writes.into_iter().unzip();
-        let results = join_all(writes).await;
+        let results = bounded(writes).await;
         for (dir, name) in &nodes {
             self.forget(dir, name);
         }
@@ -159,16 +176,17 @@ pub(crate) async fn write<T, R>(
     result.map_err(conflict_is_transient)
 }
 
-/// Runs `writes` at once, each a write of the pass to child `name` of `cache`'s
-/// directory (its errors already classed, see [`conflict_is_transient`]), waits for all of
-/// them, then makes each of those children stale. Writes of distinct nodes do not depend
-/// on each other: a new leader restamping hundreds of them need not wait for each in turn.
+/// Runs `writes` at once ([`WRITES_AT_ONCE`] at a time), each a write of the pass to
+/// child `name` of `cache`'s directory (its errors already classed, see
+/// [`conflict_is_transient`]), waits for all of them, then makes each of those children
+/// stale. Writes of distinct nodes do not depend on each other: a new leader restamping
+/// hundreds of them need not wait for each in turn.
 pub(crate) async fn write_all<T, F: Future<Output = Result<()>>>(
     cache: &mut DirCache<T>,
     writes: Vec<(String, F)>,
 ) -> Result<()> {
     let (names, writes): (Vec<_>, Vec<_>) = writes.into_iter().unzip();
-    let results = join_all(writes).await;
+    let results = bounded(writes).await;
     for name in &names {
         cache.forget(name);
     }

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use futures::future::try_join_all;
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde::de::DeserializeOwned;
 
 use crate::coordinator::Coordinator;
@@ -44,6 +44,10 @@ pub struct DirCache<T> {
     /// Requests its looks sent: lists and node reads.
     reads: u64,
 }
+
+/// Node reads a look has under way at once. A session's requests are answered in order,
+/// the heartbeat's among them: hundreds at once would hold it back past its lease.
+const READS_AT_ONCE: usize = 32;
 
 #[derive(Debug, Default)]
 struct Stale {
@@ -152,12 +156,11 @@ impl Coordinator {
         }
         let wanted = cache.to_read(&stale);
         cache.reads += wanted.len() as u64;
-        let read = try_join_all(
-            wanted
-                .iter()
-                .map(|name| self.node_watched(&cache.dir, name, &cache.stale)),
-        )
-        .await?;
+        let reads = (wanted.iter()).map(|name| self.node_watched(&cache.dir, name, &cache.stale));
+        let read: Vec<Option<Node>> = futures::stream::iter(reads)
+            .buffered(READS_AT_ONCE)
+            .try_collect()
+            .await?;
         for (name, node) in wanted.into_iter().zip(read) {
             match node {
                 Some(node) => {

@@ -41,8 +41,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
-use futures::future::try_join_all;
-use futures::FutureExt as _;
+use futures::{FutureExt as _, StreamExt as _, TryStreamExt as _};
 use mysql_async::prelude::*;
 use sluice_integration_tests::cluster::{Admin, Bearer, PASSWORD_VAR};
 use sluice_integration_tests::context::SESSION_TIMEOUT;
@@ -347,12 +346,24 @@ impl Layout {
     }
 }
 
+/// Requests the harness has under way at once on its ZooKeeper session.
+const READS_AT_ONCE: usize = 32;
+
+/// Runs `reads`, [`READS_AT_ONCE`] at a time; their results in order.
+async fn at_once<T, F>(reads: impl IntoIterator<Item = F>) -> anyhow::Result<Vec<T>>
+where
+    F: std::future::Future<Output = Result<T, sluice_zk::ZkError>>,
+{
+    let read = futures::stream::iter(reads).buffered(READS_AT_ONCE);
+    Ok(read.try_collect().await?)
+}
+
 /// Reads the layout, each directory's nodes at once.
 async fn read_layout(zk: &sluice_zk::Coordinator) -> anyhow::Result<Layout> {
     let workers: BTreeSet<String> = zk.children("workers").await?.into_iter().collect();
     let dirs = zk.children("assignments").await?;
     let paths: Vec<String> = dirs.iter().map(|w| layout::assignments(w)).collect();
-    let lists = try_join_all(paths.iter().map(|p| zk.children(p))).await?;
+    let lists = at_once(paths.iter().map(|p| zk.children(p))).await?;
     let mut assigned = BTreeMap::new();
     let mut doubled = BTreeSet::new();
     for (worker, list) in dirs.iter().zip(lists) {
@@ -364,7 +375,7 @@ async fn read_layout(zk: &sluice_zk::Coordinator) -> anyhow::Result<Layout> {
     }
     let names = zk.children("locks").await?;
     let paths: Vec<String> = names.iter().map(|t| layout::lock(t)).collect();
-    let nodes = try_join_all(paths.iter().map(|p| zk.get(p))).await?;
+    let nodes = at_once(paths.iter().map(|p| zk.get(p))).await?;
     let mut locks = BTreeMap::new();
     for (task, node) in names.into_iter().zip(nodes) {
         let Some(node) = node else { continue };
@@ -394,7 +405,7 @@ async fn wait_all_running(
         let l = read_layout(zk).await?;
         let waiting: Vec<&String> = names.iter().filter(|t| !l.runs(t)).collect();
         if waiting.is_empty() {
-            let positions = try_join_all(names.iter().map(|t| zk.read_checkpoint(t))).await?;
+            let positions = at_once(names.iter().map(|t| zk.read_checkpoint(t))).await?;
             if positions.iter().all(Option::is_some) {
                 return Ok(l);
             }
