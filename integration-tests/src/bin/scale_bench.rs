@@ -56,6 +56,9 @@ const SOURCE_USER: &str = "sluice";
 const SOURCE_PASSWORD: &str = "sluice";
 /// How often the layout is looked at while waiting for tasks to run.
 const POLL: Duration = Duration::from_millis(100);
+/// How often a center's metrics are read while waiting for its passes: each read makes it
+/// render every series, work that would compete with the passes being measured.
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 /// The reconcile pass's p99 target.
 const PASS_P99_TARGET_MS: f64 = 100.0;
 
@@ -526,7 +529,7 @@ async fn wait_passes(
         if Instant::now() > deadline {
             bail!("center {idx} made {made} of {passes} passes within {within:?}");
         }
-        tokio::time::sleep(POLL).await; // a poll pace
+        tokio::time::sleep(SCRAPE_EVERY).await; // a poll pace
     }
 }
 
