@@ -455,6 +455,13 @@ async fn streaming_epoch(jobs: &Jobs, b: &BuildRecord, source_epoch: u16) -> Res
     Ok(epoch)
 }
 
+/// A batch published and not yet confirmed: its deliveries, and the cursor after it.
+struct Published {
+    deliveries: Vec<sluice_kafka::Delivery>,
+    rows: u64,
+    cursor: ChunkCursor,
+}
+
 /// One chunk's read: what stays the same from one batch to the next.
 struct ChunkRead<'a> {
     jobs: &'a Jobs,
@@ -473,6 +480,9 @@ struct ChunkRead<'a> {
 
 impl ChunkRead<'_> {
     /// Reads, publishes and confirms batch after batch from `cursor` until done or `stop`.
+    /// The next batch is read while Kafka acknowledges the one before and its cursor is
+    /// confirmed: a crash between the two publishes the later batch again on resume (a
+    /// document at the same version changes nothing), never skips one.
     async fn run(
         &self,
         src: &sluice_mysql::SourceConfig,
@@ -483,6 +493,7 @@ impl ChunkRead<'_> {
         let mut reader = Reader::connect(src).await?;
         let started = Instant::now();
         let rows_at_start = cursor.rows;
+        let mut published: Option<Published> = None;
         loop {
             if stop.is_cancelled() {
                 return Ok(());
@@ -491,23 +502,26 @@ impl ChunkRead<'_> {
                 serde_json::Value::Null => self.lower.clone(),
                 v => Some(serde_json::from_value(v.clone())?),
             };
-            let (read, position) = self.read_batch(&mut reader, after.as_ref()).await?;
-            let version = version_at(self.epoch, &position)?;
-            self.publish(lock, version, read.docs).await?;
-            cursor.rows += read.rows as u64;
-            crate::metrics::METRICS.snapshot_rows.add(
-                read.rows as u64,
-                &[opentelemetry::KeyValue::new(
-                    "pipeline",
-                    self.b.spec.name.clone(),
-                )],
+            let (read, settled) = tokio::join!(
+                self.read_batch(&mut reader, after.as_ref()),
+                self.settle(lock, published.take())
             );
+            settled?;
+            let (read, position) = read?;
+            let version = version_at(self.epoch, &position)?;
+            let deliveries = self.publish(lock, version, read.docs).await?;
+            cursor.rows += read.rows as u64;
             cursor.done = read.rows < BATCH_ROWS;
             if let Some(k) = read.last {
                 cursor.after = serde_json::to_value(k)?;
             }
-            lock.confirm(&serde_json::to_vec(&cursor)?).await?;
+            published = Some(Published {
+                deliveries,
+                rows: read.rows as u64,
+                cursor: cursor.clone(),
+            });
             if cursor.done {
+                self.settle(lock, published).await?;
                 tracing::info!(pipeline = %self.b.spec.name, chunk = self.n, rows = cursor.rows, "chunk done");
                 reader.close().await;
                 return Ok(());
@@ -515,6 +529,23 @@ impl ChunkRead<'_> {
             self.throttle(cursor.rows - rows_at_start, started, stop)
                 .await;
         }
+    }
+
+    /// Waits until Kafka acknowledged a published batch, then confirms its cursor.
+    async fn settle(&self, lock: &mut TaskLock, published: Option<Published>) -> Result<()> {
+        let Some(p) = published else {
+            return Ok(());
+        };
+        acknowledged(p.deliveries, &format!("a document for {}", self.topic)).await?;
+        lock.confirm(&serde_json::to_vec(&p.cursor)?).await?;
+        crate::metrics::METRICS.snapshot_rows.add(
+            p.rows,
+            &[opentelemetry::KeyValue::new(
+                "pipeline",
+                self.b.spec.name.clone(),
+            )],
+        );
+        Ok(())
     }
 
     /// Reads the next batch after `after` in one consistent snapshot, with its position.
@@ -538,8 +569,13 @@ impl ChunkRead<'_> {
         .await
     }
 
-    /// Publishes a batch's documents at `version`, while the lock allows, until acknowledged.
-    async fn publish(&self, lock: &TaskLock, version: u64, docs: Vec<Built>) -> Result<()> {
+    /// Publishes a batch's documents at `version` while the lock allows; their deliveries.
+    async fn publish(
+        &self,
+        lock: &TaskLock,
+        version: u64,
+        docs: Vec<Built>,
+    ) -> Result<Vec<sluice_kafka::Delivery>> {
         let producer = self.jobs.producer.get();
         let topic = &self.topic;
         let mut deliveries = Vec::with_capacity(docs.len());
@@ -567,7 +603,7 @@ impl ChunkRead<'_> {
                 .with_context(|| format!("cannot publish to {topic}"))?;
             deliveries.push(delivery);
         }
-        acknowledged(deliveries, &format!("a document for {topic}")).await
+        Ok(deliveries)
     }
 
     /// Waits as the build's throttle asks, `rows` having been read since `started`.
