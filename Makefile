@@ -26,7 +26,7 @@ stack-status:
 .PHONY: bench
 
 # Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):
-# BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_CHUNK_ROWS; then documents built from
+# BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_BUILD_PRODUCTS, BENCH_CHUNK_ROWS; then documents built from
 # several tables (integration-tests/src/bin/tree_bench.rs): BENCH_TREES, BENCH_TREE_PRODUCTS,
 # BENCH_TREE_BRAND, BENCH_TREE_LATENCY_SAMPLES/_RATE; then the worker against Debezium's MySQL
 # connector on the same binlog (integration-tests/src/bin/peer_bench.rs; Debezium is installed

@@ -28,6 +28,17 @@ pub fn describe() -> String {
 /// Indexes `ops` (all into `index`, which must exist) and returns how long it took;
 /// checks every item was applied and the index holds them all, then deletes it.
 pub async fn bulk_ceiling(es: &EsClient, index: &str, ops: &[BulkOp]) -> anyhow::Result<Duration> {
+    bulk_ceiling_in_flight(es, index, ops, raw_concurrency()).await
+}
+
+/// [`bulk_ceiling`] with `in_flight` requests at once (1: a sequential client, each request
+/// sent once the one before was answered).
+pub async fn bulk_ceiling_in_flight(
+    es: &EsClient,
+    index: &str,
+    ops: &[BulkOp],
+    in_flight: usize,
+) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let busy = futures::stream::iter(ops.chunks(raw_batch()))
         .map(|chunk| async move {
@@ -36,7 +47,7 @@ pub async fn bulk_ceiling(es: &EsClient, index: &str, ops: &[BulkOp]) -> anyhow:
                 .await
                 .map(|outcomes| (outcomes, sent.elapsed()))
         })
-        .buffer_unordered(raw_concurrency())
+        .buffer_unordered(in_flight.max(1))
         .map_err(anyhow::Error::from)
         .try_fold(Duration::ZERO, |busy, (outcomes, took)| async move {
             all_applied(&outcomes).map(|()| busy + took)
@@ -45,7 +56,7 @@ pub async fn bulk_ceiling(es: &EsClient, index: &str, ops: &[BulkOp]) -> anyhow:
     let total = started.elapsed();
     let requests = ops.len().div_ceil(raw_batch()).max(1);
     println!(
-        "    raw _bulk: {requests} requests, {:.2} s each on average",
+        "    raw _bulk: {requests} requests, {in_flight} in flight, {:.2} s each on average",
         busy.as_secs_f64() / requests as f64
     );
     es.refresh(index).await?;
@@ -127,4 +138,58 @@ fn all_applied(outcomes: &[ItemOutcome]) -> anyhow::Result<()> {
         Some(bad) => bail!("raw _bulk: an item was not applied: {bad:?}"),
         None => Ok(()),
     }
+}
+
+/// Every document of `index` (an index or an alias), as `(id, source)`, read in pages of
+/// 5,000 ordered by the numeric field `key` (a search answers at most 10,000 at once).
+pub async fn documents(
+    es: &EsClient,
+    index: &str,
+    key: &str,
+) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let mut out = Vec::new();
+    let mut after: Option<serde_json::Value> = None;
+    loop {
+        let mut body =
+            serde_json::json!({"size": 5000, "sort": [{key: "asc"}], "query": {"match_all": {}}});
+        if let Some(after) = &after {
+            body["search_after"] = serde_json::json!([after]);
+        }
+        let found = es.search(index, &body).await?;
+        let hits = found["hits"]["hits"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let Some(last) = hits.last() else {
+            return Ok(out);
+        };
+        after = Some(last["sort"][0].clone());
+        for h in hits {
+            let id = h["_id"].as_str().unwrap_or_default().to_owned();
+            out.push((id, h["_source"].clone()));
+        }
+    }
+}
+
+/// Creates `scratch`, empty, with the mapping and shards of `like` (an index), no replicas
+/// and no refreshes: as a build fills a new version.
+pub async fn scratch_like(es: &EsClient, like: &str, scratch: &str) -> anyhow::Result<()> {
+    let mappings = es.get_mapping(like).await?;
+    let settings = es.get_settings(like).await?;
+    let (Some(mapping), Some(index_settings)) = (
+        mappings.as_object().and_then(|m| m.values().next()),
+        settings.as_object().and_then(|m| m.values().next()),
+    ) else {
+        bail!("{like} has no index to take the shape of");
+    };
+    let shards = &index_settings["settings"]["index"]["number_of_shards"];
+    es.create_index(
+        scratch,
+        &serde_json::json!({
+            "settings": {"number_of_shards": shards, "number_of_replicas": 0, "refresh_interval": "-1"},
+            "mappings": mapping["mappings"],
+        }),
+    )
+    .await?;
+    Ok(())
 }

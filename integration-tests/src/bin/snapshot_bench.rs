@@ -7,14 +7,23 @@
 //!    nothing competes with the workers; timed from the build's start until every chunk
 //!    is done. The build is then reset.
 //! 2. End to end into Elasticsearch: a table of `BENCH_SNAPSHOT_E2E_ROWS` (default
-//!    100,000; the local Elasticsearch stand-in holds every document in RAM) is built with
+//!    50,000) is built with
 //!    the etl running, once the etl applies the pipeline (a streamed row is indexed; the
 //!    time the etl took to take the new partitions is printed apart), timed until the alias
 //!    moved to the new version — next to the raw `_bulk` ceiling of the same server for as
 //!    many similar documents, with the etl's batch size and requests in flight, into an
 //!    index of the same mapping and shards without refreshes (as a build writes). The
 //!    ceiling is taken before and after the build and the mean is used: the server's pace
-//!    drifts as its memory fills, which favoured whichever ran second.
+//!    drifts as its memory fills, which favoured whichever ran second. The build's seconds,
+//!    `pipelines build` until the alias answers with every row, are also held against a
+//!    sequential raw client (one request at a time, the etl's batch size), taken the same
+//!    way: at most 15 % more.
+//!
+//! 3. A tree built: the sample shop (`sluice_integration_tests::shop`) with
+//!    `BENCH_BUILD_PRODUCTS` products (default 20,000; about 14 rows each) in a pipeline of
+//!    its own, built with the etl running (once it applies the pipeline), timed until the
+//!    alias moved, next to the raw `_bulk` ceiling of the same documents (read back from
+//!    the new version) into a scratch index of its shape: target 0.8 of it.
 //!
 //! The figures go to `target/bench/snapshot-<source>.json` (`BENCH_SOURCE`) and are
 //! compared with the baseline.
@@ -25,11 +34,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use sluice_elastic::BulkOp;
-use sluice_integration_tests::ceiling::bulk_ceiling;
+use sluice_integration_tests::ceiling::{
+    bulk_ceiling_in_flight, documents, raw_concurrency, scratch_like,
+};
+use sluice_integration_tests::cpu::{self, CpuSeconds};
 use sluice_integration_tests::figures::{self, Figure, Figures};
-use sluice_integration_tests::{env_num, Cluster, TestCtx};
+use sluice_integration_tests::{env_num, shop, Cluster, TestCtx};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
@@ -105,11 +117,13 @@ async fn wait_phase(
 
 async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     let rows = env_num::<u64>("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
-    let e2e_rows = env_num::<u64>("BENCH_SNAPSHOT_E2E_ROWS", 100_000)?;
+    let e2e_rows = env_num::<u64>("BENCH_SNAPSHOT_E2E_ROWS", 50_000)?;
     let chunk = env_num::<u64>("BENCH_CHUNK_ROWS", 20_000)?.to_string();
     let mut cluster = ctx.start_cluster(1, 3).await;
     let workers_rate = workers_alone(ctx, &mut cluster, rows, &chunk).await?;
     let e2e = end_to_end(ctx, &cluster, e2e_rows, &chunk).await?;
+    let products = env_num::<u64>("BENCH_BUILD_PRODUCTS", 20_000)?;
+    let tree = tree_build(ctx, &cluster, products, &chunk).await?;
     let figures = Figures::from([
         (
             "workers_rows_per_s".to_owned(),
@@ -118,6 +132,22 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
         (
             "build_docs_per_s".to_owned(),
             Figure::higher(e2e.rate, "docs/s", Some(e2e.raw_rate)),
+        ),
+        (
+            "build_s".to_owned(),
+            Figure::lower(
+                e2e.took.as_secs_f64(),
+                "s",
+                Some(SEQUENTIAL_SHARE * e2e.sequential.as_secs_f64()),
+            ),
+        ),
+        (
+            "tree_build_docs_per_s".to_owned(),
+            Figure::higher(tree.rate, "docs/s", Some(TREE_SHARE * tree.raw_rate)),
+        ),
+        (
+            "tree_raw_bulk_docs_per_s".to_owned(),
+            Figure::higher(tree.raw_rate, "docs/s", None),
         ),
         (
             "new_pipeline_first_row_s".to_owned(),
@@ -139,7 +169,7 @@ async fn workers_alone(
 ) -> anyhow::Result<f64> {
     let filled = fill(ctx, "big", rows).await?;
     println!(
-        "[snapshot 1/3] table big: {rows} rows written in {:.1} s",
+        "[snapshot 1/4] table big: {rows} rows written in {:.1} s",
         filled.as_secs_f64()
     );
     let big = ctx.add_source(cluster, "big", 1).await;
@@ -169,7 +199,7 @@ async fn workers_alone(
     let took = started.elapsed();
     let rate = s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64();
     println!(
-        "[snapshot 2/3] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {rate:.0} rows/s",
+        "[snapshot 2/4] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {rate:.0} rows/s",
         s["rows_done"],
         s["chunks"],
         took.as_secs_f64(),
@@ -186,14 +216,24 @@ async fn workers_alone(
     Ok(rate)
 }
 
+/// The share of the raw `_bulk` ceiling a tree's build is to reach.
+const TREE_SHARE: f64 = 0.8;
+
+/// How much longer than a sequential raw `_bulk` client a build may take.
+const SEQUENTIAL_SHARE: f64 = 1.15;
+
 /// What part 2 measured.
 struct EndToEnd {
     /// The new pipeline's first streamed row, insert to indexed.
     joined: Duration,
+    /// `pipelines build` until the alias answers with every row.
+    took: Duration,
     /// Documents a second, `pipelines build` to the alias moved.
     rate: f64,
     /// The raw `_bulk` ceiling's documents a second.
     raw_rate: f64,
+    /// How long a sequential raw `_bulk` client took for as many documents.
+    sequential: Duration,
 }
 
 /// Part 2: a build of `rows` rows with the etl running, next to the raw ceiling taken
@@ -211,32 +251,26 @@ async fn end_to_end(
     let joined = first_streamed_row(ctx, "mid", &alias, rows + 1).await?;
     let rows = rows + 1;
     let es = &ctx.stack.es;
-    let before = raw_ceiling(es, &alias, "before", rows).await?;
-    cluster
-        .ctl(&["pipelines", "build", &alias, "--chunk-rows", chunk])
-        .map_err(anyhow::Error::msg)?;
+    let before = raw_ceiling(es, &alias, "before", rows, raw_concurrency()).await?;
+    let cpu = CpuSeconds::now();
+    let sequential_before = raw_ceiling(es, &alias, "before", rows, 1).await?;
+    say_cpu(
+        "3/4",
+        "of the sequential raw client",
+        &CpuSeconds::now().since(&cpu),
+    );
     let bulks_before = EtlBulks::read(cluster).await;
-    let started = Instant::now();
-    let done = wait_phase(
-        cluster,
-        &alias,
-        started,
-        |s| s["phase"] == "done",
-        Duration::from_secs(3600),
-    )
-    .await?;
-    let took = started.elapsed();
+    let (took, new) = timed_build(cluster, es, &alias, &alias, chunk, "3/4").await?;
     let docs = es.count(&alias).await?;
     let rate = docs as f64 / took.as_secs_f64();
     println!(
-        "[snapshot 3/3] end to end into Elasticsearch: {docs} documents (version {}) live {:.1} s after the build started = {rate:.0} docs/s",
-        done["version"],
+        "[snapshot 3/4] end to end into Elasticsearch: {docs} documents ({new}) live {:.1} s after the build started = {rate:.0} docs/s",
         took.as_secs_f64()
     );
     let bulks = EtlBulks::read(cluster).await.since(&bulks_before);
     let count = bulks.count.max(1.0);
     println!(
-        "[snapshot 3/3] the etl wrote them in {count} bulks of {:.0} documents, {:.2} s each, on average",
+        "[snapshot 3/4] the etl wrote them in {count} bulks of {:.0} documents, {:.2} s each, on average",
         bulks.documents / count,
         bulks.seconds / count
     );
@@ -245,19 +279,78 @@ async fn end_to_end(
     }
     // The ceiling, on both sides of the build: the server's pace drifts as its memory
     // fills, so the build is compared with the mean of the two.
-    let raw = (before + raw_ceiling(es, &alias, "after", rows).await?) / 2;
+    let raw = (before + raw_ceiling(es, &alias, "after", rows, raw_concurrency()).await?) / 2;
+    let sequential = (sequential_before + raw_ceiling(es, &alias, "after", rows, 1).await?) / 2;
     let raw_rate = rows as f64 / raw.as_secs_f64();
     println!(
-        "[snapshot 3/3] raw _bulk ceiling of the same Elasticsearch ({}), mean of before and after: {rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
+        "[snapshot 3/4] raw _bulk ceiling of the same Elasticsearch ({}), mean of before and after: {rows} docs in {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it",
         sluice_integration_tests::ceiling::describe(),
         raw.as_secs_f64(),
         100.0 * rate / raw_rate
     );
+    println!(
+        "[snapshot 3/4] a sequential raw _bulk client (one request at a time), mean of before and after: {rows} docs in {:.1} s; the build took {:.2}× as long (target: at most {SEQUENTIAL_SHARE})",
+        sequential.as_secs_f64(),
+        took.as_secs_f64() / sequential.as_secs_f64()
+    );
     Ok(EndToEnd {
         joined,
+        took,
         rate,
         raw_rate,
+        sequential,
     })
+}
+
+/// Builds `pipeline` (whose alias is `alias`) in chunks of `chunk` rows: how long from
+/// `pipelines build` until the alias answers from the new version, and that version's
+/// index. Prints its phases and where the CPU went meanwhile.
+async fn timed_build(
+    cluster: &Cluster,
+    es: &sluice_elastic::EsClient,
+    pipeline: &str,
+    alias: &str,
+    chunk: &str,
+    part: &str,
+) -> anyhow::Result<(Duration, String)> {
+    let cpu = CpuSeconds::now();
+    let started = Instant::now();
+    let built = cluster
+        .ctl(&["pipelines", "build", pipeline, "--chunk-rows", chunk])
+        .map_err(anyhow::Error::msg)?;
+    let version = built["version"].as_u64().unwrap_or(0) as u32;
+    let new = sluice_elastic::versioned_index(alias, version);
+    let moved = tokio::spawn(alias_moves(es.clone(), alias.to_owned(), new.clone()));
+    wait_phase(
+        cluster,
+        pipeline,
+        started,
+        |s| s["phase"] == "done",
+        Duration::from_secs(3600),
+    )
+    .await?;
+    let took = moved.await?? - started;
+    say_cpu(part, "of the build", &CpuSeconds::now().since(&cpu));
+    Ok((took, new))
+}
+
+/// When `alias` points at `new` alone (the center refreshed it before the move, so it
+/// answers with every document), looked at every 20 ms.
+async fn alias_moves(
+    es: sluice_elastic::EsClient,
+    alias: String,
+    new: String,
+) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        if es.alias_targets(&alias).await? == [new.as_str()] {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            bail!("{alias} did not move to {new} within an hour");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await; // a poll pace
+    }
 }
 
 /// A build rebuilds a pipeline the etl already applies: one row (`id`) streamed into
@@ -286,10 +379,22 @@ async fn first_streamed_row(
         tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
     };
     println!(
-        "[snapshot 3/3] the new pipeline's first streamed row indexed {:.1} s after its insert (the etl took its partitions, no rebalance)",
+        "[snapshot 3/4] the new pipeline's first streamed row indexed {:.1} s after its insert (the etl took its partitions, no rebalance)",
         joined.as_secs_f64()
     );
     Ok(joined)
+}
+
+/// Prints where the CPU went during `what`, and the least time the machine's cores
+/// needed for it: when it is near the time taken, the cores were the limit.
+fn say_cpu(part: &str, what: &str, used: &CpuSeconds) {
+    let cores = cpu::cores();
+    println!(
+        "[snapshot {part}] CPU {what}: {}; {:.1} s in all, {:.1} s on {cores} cores",
+        used.describe(),
+        used.total(),
+        used.total() / cores as f64
+    );
 }
 
 /// The etl's bulks, by its metrics.
@@ -320,33 +425,18 @@ impl EtlBulks {
     }
 }
 
-/// How long a raw `_bulk` client takes to index `rows` documents like the bench table's
-/// into a scratch index of the shape of `alias`'s (its mapping and shards; no replicas or
-/// refreshes, as a build writes).
+/// How long a raw `_bulk` client with `in_flight` requests at once takes to index `rows`
+/// documents like the bench table's into a scratch index of the shape of `alias`'s (its
+/// mapping and shards; no replicas or refreshes, as a build writes).
 async fn raw_ceiling(
     es: &sluice_elastic::EsClient,
     alias: &str,
     when: &str,
     rows: u64,
+    in_flight: usize,
 ) -> anyhow::Result<Duration> {
-    let mappings = es.get_mapping(alias).await?;
-    let settings = es.get_settings(alias).await?;
-    let (Some((live, mapping)), Some(index_settings)) = (
-        mappings.as_object().and_then(|m| m.iter().next()),
-        settings.as_object().and_then(|m| m.values().next()),
-    ) else {
-        bail!("{alias} has no index to take the shape of");
-    };
-    let shards = &index_settings["settings"]["index"]["number_of_shards"];
-    let index = format!("{live}_raw_{when}");
-    es.create_index(
-        &index,
-        &serde_json::json!({
-            "settings": {"number_of_shards": shards, "number_of_replicas": 0, "refresh_interval": "-1"},
-            "mappings": mapping["mappings"],
-        }),
-    )
-    .await?;
+    let index = format!("{alias}_raw_{when}_{in_flight}");
+    scratch_like(es, alias, &index).await?;
     let ops: Vec<BulkOp> = (1..=rows)
         .map(|id| {
             let mut doc = Map::new();
@@ -364,11 +454,108 @@ async fn raw_ceiling(
             }
         })
         .collect();
-    let took = bulk_ceiling(es, &index, &ops).await?;
+    let took = bulk_ceiling_in_flight(es, &index, &ops, in_flight).await?;
     println!(
-        "[snapshot 3/3] raw _bulk ceiling {when} the build: {rows} docs in {:.1} s = {:.0} docs/s",
+        "[snapshot 3/4] raw _bulk ceiling {when} the build, {in_flight} in flight: {rows} docs in {:.1} s = {:.0} docs/s",
         took.as_secs_f64(),
         rows as f64 / took.as_secs_f64()
     );
     Ok(took)
+}
+
+/// What part 3 measured: a tree's build, documents a second, and the raw ceiling's.
+struct TreeBuild {
+    rate: f64,
+    raw_rate: f64,
+}
+
+/// Part 3: the shop's tree of `products` products built with the etl running, next to the
+/// raw `_bulk` ceiling of the documents it built.
+async fn tree_build(
+    ctx: &TestCtx,
+    cluster: &Cluster,
+    products: u64,
+    chunk: &str,
+) -> anyhow::Result<TreeBuild> {
+    let filled = Instant::now();
+    shop::schema(ctx).await;
+    shop::data(ctx, products, products / 2).await;
+    let rows: u64 = shop::rows(products).iter().map(|(_, n)| n).sum();
+    println!(
+        "[snapshot 4/4] the shop: {products} products, {rows} rows, written in {:.1} s",
+        filled.elapsed().as_secs_f64()
+    );
+    let source = ctx.put_source(cluster, "products", 3);
+    let mut spec = shop::spec(ctx);
+    spec["source"] = json!(source.name);
+    for (table, _) in shop::rows(products) {
+        let topic = sluice_kafka::TopicConfig::default().rows_topic(&source.name, &ctx.db, table);
+        ctx.clean_up_topic(topic);
+    }
+    let (Some(name), Some(alias)) = (spec["name"].as_str(), spec["alias"].as_str()) else {
+        bail!("the shop's spec names no pipeline: {spec}");
+    };
+    let (name, alias) = (name.to_owned(), alias.to_owned());
+    let path = ctx.dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&spec)?)?;
+    let file = path.to_string_lossy();
+    cluster
+        .ctl(&["pipelines", "put", &name, "--spec", &file])
+        .map_err(anyhow::Error::msg)?;
+    cluster
+        .wait_running(&[&source], Duration::from_secs(60))
+        .await;
+    // One product streamed shows the etl applies the pipeline.
+    let streamed = products + 1;
+    ctx.exec(&format!(
+        "INSERT INTO products VALUES ({streamed}, 'streamed', 1, 1.00, 0)"
+    ))
+    .await;
+    let es = &ctx.stack.es;
+    let joined = Instant::now();
+    let id = [streamed.to_string()];
+    while !matches!(es.mget(&alias, &id).await.as_deref(), Ok([Some(_)])) {
+        if joined.elapsed() > Duration::from_secs(120) {
+            bail!("the etl did not index a streamed product of the tree within 2 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
+    }
+    let (took, new) = timed_build(cluster, es, &name, &alias, chunk, "4/4").await?;
+    let docs = es.count(&alias).await?;
+    let rate = docs as f64 / took.as_secs_f64();
+    println!(
+        "[snapshot 4/4] the tree built: {docs} documents live {:.1} s after the build started = {rate:.0} docs/s",
+        took.as_secs_f64()
+    );
+    if docs != products + 1 {
+        bail!(
+            "the alias holds {docs} documents, the shop {} products",
+            products + 1
+        );
+    }
+    let scratch = format!("{alias}_raw");
+    scratch_like(es, &new, &scratch).await?;
+    let ops: Vec<BulkOp> = documents(es, &alias, "id")
+        .await?
+        .into_iter()
+        .map(|(id, doc)| BulkOp::Index {
+            index: scratch.clone(),
+            id,
+            version: 1,
+            routing: None,
+            doc,
+        })
+        .collect();
+    let cpu = CpuSeconds::now();
+    let raw = bulk_ceiling_in_flight(es, &scratch, &ops, raw_concurrency()).await?;
+    say_cpu("4/4", "of the raw client", &CpuSeconds::now().since(&cpu));
+    let raw_rate = docs as f64 / raw.as_secs_f64();
+    println!(
+        "[snapshot 4/4] raw _bulk ceiling of the same documents ({}): {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it (target: {:.0} %)",
+        sluice_integration_tests::ceiling::describe(),
+        raw.as_secs_f64(),
+        100.0 * rate / raw_rate,
+        100.0 * TREE_SHARE
+    );
+    Ok(TreeBuild { rate, raw_rate })
 }

@@ -34,7 +34,7 @@ use anyhow::{bail, Context as _};
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
-use sluice_integration_tests::ceiling::bulk_ceiling;
+use sluice_integration_tests::ceiling::{bulk_ceiling, documents, scratch_like};
 use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::probe::{Check, Latency, Probe};
 use sluice_integration_tests::{blog, env_num, kafka, shop, TestCtx};
@@ -226,9 +226,6 @@ fn same_number(v: &Value, text: &str) -> bool {
 async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     let products = env_num::<u64>("BENCH_TREE_PRODUCTS", 5000)?;
     let brand = env_num::<u64>("BENCH_TREE_BRAND", 2000)?.min(products);
-    if products > 9000 {
-        bail!("BENCH_TREE_PRODUCTS: at most 9000 (the ceiling reads the index in one search)");
-    }
     tree.schema(ctx).await;
     let spec = tree.spec(ctx);
     let alias = spec["alias"].as_str().context("alias")?.to_owned();
@@ -404,28 +401,17 @@ async fn deep_latency(
 async fn ceiling(ctx: &TestCtx, alias: &str, roots: &str) -> anyhow::Result<f64> {
     let es = &ctx.stack.es;
     es.refresh(alias).await?;
-    let found = es
-        .search(alias, &json!({"query": {"match_all": {}}, "size": 10000}))
-        .await?;
-    let hits = found["hits"]["hits"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let hits = documents(es, alias, "id").await?;
     let index = format!("{alias}_ceiling");
-    let mapping = es.get_mapping(&format!("{alias}_v1")).await?;
-    es.create_index(
-        &index,
-        &json!({"settings": {"number_of_replicas": 0}, "mappings": mapping[format!("{alias}_v1")]["mappings"]}),
-    )
-    .await?;
+    scratch_like(es, &format!("{alias}_v1"), &index).await?;
     let ops = |version: u64| -> Vec<BulkOp> {
         hits.iter()
-            .map(|h| BulkOp::Index {
+            .map(|(id, doc)| BulkOp::Index {
                 index: index.clone(),
-                id: h["_id"].as_str().unwrap_or_default().to_owned(),
+                id: id.clone(),
                 version,
                 routing: None,
-                doc: h["_source"].clone(),
+                doc: doc.clone(),
             })
             .collect()
     };
