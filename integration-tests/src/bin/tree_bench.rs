@@ -20,7 +20,10 @@
 //! 4. A change deep in the tree (the shop: a SKU's price; the blog: a comment's text) in
 //!    single-row transactions at `BENCH_TREE_LATENCY_RATE` a second (default 1,000),
 //!    `BENCH_TREE_LATENCY_SAMPLES` times (5,000), each on a random root: commit to
-//!    searchable (a real-time GET of the root's document shows it), p99 against 100 ms.
+//!    searchable (a real-time GET of the root's document shows it), p99 against 100 ms;
+//!    then the sink's own floor at the rate reached: one writer replacing as many of the
+//!    index's documents, a bulk every 100 ms, with nothing else running (each bulk's
+//!    answer time, p99 against the same 100 ms).
 //!
 //! The figures go to `target/bench/tree-<source>.json` and `tree-blog-<source>.json`
 //! (`BENCH_SOURCE`), judged against the committed baseline. `BENCH_TREE_READ_CONCURRENCY`
@@ -321,6 +324,11 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
         tree.deep(),
         deep.describe()
     );
+    let floor = sink_floor(ctx, &alias, samples as usize, deep.sent_rate).await?;
+    println!(
+        "[{roots} 4/4] the sink's own floor at that rate (one writer, the same documents, a bulk every 100 ms, nothing else running): each bulk answered in {}",
+        floor.describe_bulks()
+    );
     let mut f = Figures::new();
     f.insert(
         "deep_latency_p50_ms".into(),
@@ -329,6 +337,10 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     f.insert(
         "deep_latency_p99_ms".into(),
         Figure::lower(deep.pct(99.0), "ms", Some(LATENCY_TARGET_MS)),
+    );
+    f.insert(
+        "deep_sink_floor_p99_ms".into(),
+        Figure::lower(floor.pct(99.0), "ms", Some(LATENCY_TARGET_MS)),
     );
     f.insert(
         "documents_per_s".into(),
@@ -393,6 +405,52 @@ async fn deep_latency(
         done??;
     }
     probe.finish(samples as usize, started).await
+}
+
+/// The floor of part 4: the sink alone, one writer replacing `samples` of the index's
+/// documents (round and round) at `rate` a second, a bulk every 100 ms, in a scratch index
+/// of the same shape that holds them all. Each bulk's answer time. No pipeline makes a
+/// change searchable faster than the sink answers the bulk that carries it.
+async fn sink_floor(
+    ctx: &TestCtx,
+    alias: &str,
+    samples: usize,
+    rate: f64,
+) -> anyhow::Result<Latency> {
+    let es = &ctx.stack.es;
+    let docs = documents(es, alias, "id").await?;
+    if docs.is_empty() {
+        bail!("{alias} holds no documents to write again");
+    }
+    let index = format!("{alias}_floor");
+    scratch_like(es, &format!("{alias}_v1"), &index).await?;
+    es.update_settings(&index, &json!({"index": {"refresh_interval": null}}))
+        .await?;
+    let op = |n: usize, version: u64| {
+        let (id, doc) = &docs[n % docs.len()];
+        BulkOp::Index {
+            index: index.clone(),
+            id: id.clone(),
+            version,
+            routing: None,
+            doc: doc.clone(),
+        }
+    };
+    let created: Vec<BulkOp> = (0..docs.len()).map(|n| op(n, 1)).collect();
+    for chunk in created.chunks(sluice_integration_tests::ceiling::raw_batch()) {
+        es.bulk(chunk).await?;
+    }
+    let ops: Vec<BulkOp> = (0..samples).map(|n| op(n, 2 + n as u64)).collect();
+    let every = Duration::from_millis(100);
+    let per_bulk = (rate * every.as_secs_f64()).round().max(1.0) as usize;
+    let (sorted_ms, kept) =
+        sluice_integration_tests::ceiling::paced_bulks(es, &ops, per_bulk, every).await?;
+    es.delete_index(&index).await?;
+    Ok(Latency {
+        sorted_ms,
+        lost: 0,
+        sent_rate: kept,
+    })
 }
 
 /// The ceiling: the index's documents, straight into a scratch index of the same server
