@@ -210,6 +210,17 @@ pub(crate) struct Bounds {
 }
 
 impl Bounds {
+    /// Bounds of `docs` documents and a MiB, no linger, nothing read back.
+    #[cfg(test)]
+    pub fn of_docs(docs: usize) -> Self {
+        Bounds {
+            docs,
+            bytes: 1 << 20,
+            linger: Duration::ZERO,
+            read_back: HashSet::new(),
+        }
+    }
+
     pub fn new(cfg: &EtlConfig) -> Self {
         Bounds {
             docs: cfg.etl.max_batch_docs,
@@ -275,7 +286,7 @@ impl Batch {
         self.msgs.extend(later.msgs);
     }
 
-    fn add(&mut self, msg: Msg, bounds: &Bounds) {
+    pub(crate) fn add(&mut self, msg: Msg, bounds: &Bounds) {
         if !bounds.read_back.contains(&msg.topic) {
             self.docs += 1;
         }

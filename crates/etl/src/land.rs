@@ -78,6 +78,8 @@ pub(crate) struct Held {
     since: Option<Instant>,
     /// Answered once the last batch set going has read its documents back.
     read: Option<oneshot::Receiver<()>>,
+    /// Held (also) because that read was still under way: written once it is done.
+    for_read: bool,
 }
 
 /// Held batches are written after at most this long (during a backlog, whose documents
@@ -85,15 +87,45 @@ pub(crate) struct Held {
 const MAX_HOLD: Duration = Duration::from_secs(2);
 /// … or once they are this many full batches (by messages or bytes).
 const HOLD_BATCHES: usize = 4;
+/// How often the loop looks whether the read that batches wait for is done.
+const READ_POLL: Duration = Duration::from_millis(5);
 
 impl Held {
     pub fn is_empty(&self) -> bool {
         self.batch.msgs.is_empty()
     }
 
-    /// When what is held must be written at the latest.
+    /// When to look again whether what is held must be written: at the latest after
+    /// [`MAX_HOLD`]; soon, when it waits for a read to end.
     pub fn due(&self) -> Option<Instant> {
-        self.since.map(|since| since + MAX_HOLD)
+        let latest = self.since.map(|since| since + MAX_HOLD)?;
+        Some(match self.for_read {
+            true => latest.min(Instant::now() + READ_POLL),
+            false => latest,
+        })
+    }
+
+    /// Whether the documents of the last batch set going are still being read back. Then
+    /// the next batches wait and join what is held, so that the next read takes every
+    /// document they dirtied at once: reads follow each other (see [`write_held`]), and
+    /// many small ones would queue behind each other under a steady load of changes,
+    /// each paying the queries' round trips again.
+    fn reading(&mut self) -> bool {
+        let Some(read) = self.read.as_mut() else {
+            return false;
+        };
+        if let Err(oneshot::error::TryRecvError::Empty) = read.try_recv() {
+            return true;
+        }
+        // Done (or failed): a receiver that answered may not be asked again.
+        self.read = None;
+        false
+    }
+
+    /// Whether what is held may wait longer: a read is under way, and the held batches
+    /// are not due.
+    pub fn may_wait(&mut self, bounds: &Bounds) -> bool {
+        !self.is_empty() && !self.full(bounds) && self.reading()
     }
 
     /// Whether what is held must be written now, whatever comes next.
@@ -105,10 +137,22 @@ impl Held {
     }
 }
 
+/// Whether a batch that dirtied documents read back may be held (see [`apply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MayHold {
+    /// More are waiting (a full batch, or a starting etl's first).
+    Backlog,
+    /// While the last read back is under way.
+    WhileReading,
+    /// The etl stops or re-routes: what is held is written now.
+    No,
+}
+
 /// Plans a batch and sets its writes going. Flat pipelines' writes join the flight, once
 /// the limit allows and no batch in flight writes the same documents. A batch that
-/// dirtied documents read back from MySQL is held when `backlog` (the batch bounds) says more are waiting
-/// (see [`Held`]); otherwise what is held is written — after every batch before it
+/// dirtied documents read back from MySQL is held when `backlog` says more are waiting,
+/// or while the last read back is under way (see [`Held`]), up to the batch `bounds`
+/// four times over; otherwise what is held is written — after every batch before it
 /// has landed — and lands at once. `false` when shutdown interrupted it: nothing more may
 /// be committed.
 #[tracing::instrument(name = "etl.apply", skip_all, fields(messages = batch.msgs.len()))]
@@ -121,7 +165,7 @@ pub(crate) async fn apply(
     held: &mut Held,
     batch: Batch,
     stats: &mut Stats,
-    backlog: Option<&Bounds>,
+    (bounds, may_hold): (&Bounds, MayHold),
 ) -> Result<bool> {
     stats.events += batch.msgs.len() as u64;
     METRICS.events.add(batch.msgs.len() as u64, &[]);
@@ -147,8 +191,15 @@ pub(crate) async fn apply(
     held.batch.append(batch);
     held.plan = plan;
     held.since.get_or_insert_with(Instant::now);
-    if backlog.is_some_and(|bounds| !marked && !held.full(bounds)) {
-        return Ok(true);
+    if !marked && !held.full(bounds) {
+        match may_hold {
+            MayHold::Backlog => return Ok(true),
+            MayHold::WhileReading if held.reading() => {
+                held.for_read = true;
+                return Ok(true);
+            }
+            MayHold::WhileReading | MayHold::No => {}
+        }
     }
     write_held(ctx, router, sources, flight, held, stats).await
 }
@@ -198,6 +249,7 @@ pub(crate) async fn write_held(
     let task = tokio::spawn(async move {
         let mut writer = writer;
         let began = Instant::now();
+        let (mut waited, mut read_ms) = (0, 0);
         let mut complete = writer.write(ops, origins).await?;
         if complete {
             // The documents read back: several bulks in flight while the next are read.
@@ -211,10 +263,14 @@ pub(crate) async fn write_held(
             // Read after the batches before have read theirs: a document read here is
             // never older than what they read, and its higher version wins in whatever
             // order the writes land.
+            let waiting = Instant::now();
             if let Some(after) = after {
                 let _ = after.await;
             }
+            waited = waiting.elapsed().as_millis() as u64;
+            let reading_began = Instant::now();
             complete = reads.run(&mut lanes, &reading).await?;
+            read_ms = reading_began.elapsed().as_millis() as u64;
             let _ = read.send(());
             complete = complete && lanes.settle().await?;
         }
@@ -222,6 +278,8 @@ pub(crate) async fn write_held(
         tracing::debug!(
             documents = written.tally.written + written.tally.stale,
             ms = began.elapsed().as_millis() as u64,
+            waited_for_the_read_before_ms = waited,
+            reading_ms = read_ms,
             "documents read back written"
         );
         Ok(written)
@@ -486,5 +544,42 @@ fn commit(feed: &Feed, batch: &[Msg], mode: CommitMode) {
     let next = next.into_iter().map(|((t, p), o)| (t, p, o));
     if let Err(e) = feed.commit(next, mode) {
         tracing::warn!(error = %e, "offset commit failed; the batch may be replayed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_wait_while_a_read_is_under_way_and_go_once_it_is_done() {
+        let bounds = Bounds::of_docs(20);
+        let mut held = Held::default();
+        held.batch.add(
+            Msg {
+                topic: "tree".into(),
+                partition: 0,
+                offset: 0,
+                key: None,
+                payload: b"{}".to_vec(),
+                marker: None,
+            },
+            &bounds,
+        );
+        held.since = Some(Instant::now());
+        assert!(!held.may_wait(&bounds), "nothing is being read");
+        assert!(held.due() >= Some(Instant::now() + MAX_HOLD / 2));
+
+        let (read, done) = oneshot::channel();
+        held.read = Some(done);
+        held.for_read = true;
+        assert!(held.may_wait(&bounds), "the last batch's read is under way");
+        assert!(
+            held.due() <= Some(Instant::now() + READ_POLL),
+            "looked at again soon"
+        );
+        let _ = read.send(());
+        assert!(!held.may_wait(&bounds), "the read is done");
+        assert!(!held.may_wait(&bounds), "asked again: still done, no panic");
     }
 }

@@ -42,7 +42,7 @@ pub use share::owns;
 
 use batch::{collect, Bounds};
 use flight::Flight;
-use land::{apply, drain, write_held, Ctx, Held, Stats};
+use land::{apply, drain, write_held, Ctx, Held, MayHold, Stats};
 use pipeline::{Active, Router};
 use sluice_runtime::telemetry::Readiness;
 
@@ -177,9 +177,19 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         };
         // A full batch: more are waiting, and documents read back may be held for them.
         // So is the first: a starting etl most often finds a backlog, which its consumer
-        // is still fetching from every partition when the first batch goes.
-        let backlog = (batch.full(&routing.bounds) || first) && !stop && !reroute;
-        let applied = if batch.msgs.is_empty() {
+        // is still fetching from every partition when the first batch goes. Otherwise
+        // they are held while the last read back is under way, and go once it is done.
+        let may_hold = if stop || reroute {
+            MayHold::No
+        } else if batch.full(&routing.bounds) || first {
+            MayHold::Backlog
+        } else {
+            MayHold::WhileReading
+        };
+        let waits = may_hold != MayHold::No && held.may_wait(&routing.bounds);
+        let applied = if batch.msgs.is_empty() && waits {
+            true
+        } else if batch.msgs.is_empty() {
             let router = &routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
             write_held(&ctx, router, sources, flight, &mut held, &mut stats).await?
@@ -187,8 +197,8 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
             let router = &mut routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
             let (held, stats) = (&mut held, &mut stats);
-            let backlog = backlog.then_some(&routing.bounds);
-            apply(&ctx, router, sources, flight, held, batch, stats, backlog).await?
+            let bounds = (&routing.bounds, may_hold);
+            apply(&ctx, router, sources, flight, held, batch, stats, bounds).await?
         };
         if !applied {
             interrupted();
