@@ -99,10 +99,10 @@ impl Held {
     /// [`MAX_HOLD`]; soon, when it waits for a read to end.
     pub fn due(&self) -> Option<Instant> {
         let latest = self.since.map(|since| since + MAX_HOLD)?;
-        Some(match self.for_read {
-            true => latest.min(Instant::now() + READ_POLL),
-            false => latest,
-        })
+        if self.for_read {
+            return Some(latest.min(Instant::now() + READ_POLL));
+        }
+        Some(latest)
     }
 
     /// Whether the documents of the last batch set going are still being read back. Then
@@ -165,7 +165,8 @@ pub(crate) async fn apply(
     held: &mut Held,
     batch: Batch,
     stats: &mut Stats,
-    (bounds, may_hold): (&Bounds, MayHold),
+    bounds: &Bounds,
+    may_hold: MayHold,
 ) -> Result<bool> {
     stats.events += batch.msgs.len() as u64;
     METRICS.events.add(batch.msgs.len() as u64, &[]);

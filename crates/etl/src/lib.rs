@@ -186,19 +186,23 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
         } else {
             MayHold::WhileReading
         };
-        let waits = may_hold != MayHold::No && held.may_wait(&routing.bounds);
-        let applied = if batch.msgs.is_empty() && waits {
-            true
-        } else if batch.msgs.is_empty() {
-            let router = &routing.router;
-            let (sources, flight) = (&mut sources, &mut flight);
-            write_held(&ctx, router, sources, flight, &mut held, &mut stats).await?
+        let applied = if batch.msgs.is_empty() {
+            if may_hold != MayHold::No && held.may_wait(&routing.bounds) {
+                true
+            } else {
+                let router = &routing.router;
+                let (sources, flight) = (&mut sources, &mut flight);
+                write_held(&ctx, router, sources, flight, &mut held, &mut stats).await?
+            }
         } else {
             let router = &mut routing.router;
             let (sources, flight) = (&mut sources, &mut flight);
             let (held, stats) = (&mut held, &mut stats);
-            let bounds = (&routing.bounds, may_hold);
-            apply(&ctx, router, sources, flight, held, batch, stats, bounds).await?
+            let bounds = &routing.bounds;
+            apply(
+                &ctx, router, sources, flight, held, batch, stats, bounds, may_hold,
+            )
+            .await?
         };
         if !applied {
             interrupted();
