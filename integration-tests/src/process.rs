@@ -329,6 +329,31 @@ impl Drop for Service {
     }
 }
 
+/// What histogram `name` observed between two scrapes of the same service: each bucket's
+/// upper bound (`le`, `+Inf` as infinity) with its cumulative count, by bound.
+pub fn buckets_between(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+    name: &str,
+) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    let mut buckets: Vec<(f64, f64)> = after
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .filter_map(|(k, v)| {
+            let le = k.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, v - before.get(k).copied().unwrap_or(0.0)))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
+}
+
 /// The value of the one series of `name` whose labels include every `label="value"`.
 pub fn sample(
     m: &std::collections::BTreeMap<String, f64>,

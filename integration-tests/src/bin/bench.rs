@@ -864,21 +864,7 @@ fn stages(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Stri
         ("consumed→indexed", "sluice_etl_index_latency_seconds"),
     ];
     let stage = |name: &str| {
-        let prefix = format!("{name}_bucket{{");
-        let mut buckets: Vec<(f64, f64)> = after
-            .iter()
-            .filter(|(k, _)| k.starts_with(&prefix))
-            .filter_map(|(k, v)| {
-                let le = k.split("le=\"").nth(1)?.split('"').next()?;
-                let le = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().ok()?
-                };
-                Some((le, v - before.get(k).copied().unwrap_or(0.0)))
-            })
-            .collect();
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let buckets = sluice_integration_tests::process::buckets_between(before, after, name);
         let total = buckets.last().map_or(0.0, |b| b.1);
         let at = |q: f64| {
             buckets

@@ -476,21 +476,7 @@ fn delta(before: &Scrape, after: &Scrape) -> (f64, f64, f64) {
 /// The `q` quantile, in seconds, of histogram `name` over what it observed between two
 /// scrapes, interpolated within its bucket (as Prometheus's `histogram_quantile`).
 fn quantile(before: &Scrape, after: &Scrape, name: &str, q: f64) -> Option<f64> {
-    let prefix = format!("{name}_bucket{{");
-    let mut buckets: Vec<(f64, f64)> = after
-        .iter()
-        .filter(|(k, _)| k.starts_with(&prefix))
-        .filter_map(|(k, v)| {
-            let le = k.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, v - before.get(k).copied().unwrap_or(0.0)))
-        })
-        .collect();
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let buckets = sluice_integration_tests::process::buckets_between(before, after, name);
     let count = buckets.last()?.1;
     if count <= 0.0 {
         return None;
