@@ -108,11 +108,7 @@ pub(crate) async fn drive(
             all_jobs.remove(&job);
         }
     }
-    if !building.is_empty() {
-        // The builds' steps below add and remove jobs here and there: the next pass
-        // reads them all again.
-        known_jobs.forget_all();
-    }
+    let assigned = all_jobs.clone();
     for p in building.values() {
         match drive_one(shared, term, p, live, &mut all_jobs).await {
             Ok(()) => {}
@@ -130,6 +126,17 @@ pub(crate) async fn drive(
                 shared.meta.fail_build(epoch, name, alias, &reason).await?;
             }
         }
+    }
+    // The builds' steps added and removed jobs: only their workers' directories are
+    // read again at the next look (each list sets a watch, which stays until it fires).
+    let before = assigned
+        .iter()
+        .filter(|(j, w)| all_jobs.get(*j) != Some(*w));
+    let after = all_jobs
+        .iter()
+        .filter(|(j, w)| assigned.get(*j) != Some(*w));
+    for (job, worker) in before.chain(after) {
+        known_jobs.forget(worker, job);
     }
     // Builds no longer running: done (their alias moved) or reset.
     crate::metrics::update(|g| {

@@ -128,12 +128,6 @@ impl<T: DeserializeOwned> Dirs<T> {
         }
     }
 
-    /// Makes everything stale: read it all at the next look.
-    pub fn forget_all(&mut self) {
-        self.top.forget_all();
-        self.subs.clear();
-    }
-
     /// Runs `write`, a write of `<dir>/<name>` (`name` empty: of `<dir>` itself), as
     /// [`write`] does.
     pub async fn write<R>(
