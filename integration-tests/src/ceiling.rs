@@ -132,6 +132,15 @@ pub async fn paced_bulks(
     Ok((answered_ms, kept))
 }
 
+/// Indexes `ops` in requests of [`raw_batch`], one at a time, untimed (a scratch index's
+/// first contents); every item must be applied.
+pub async fn bulk_all(es: &EsClient, ops: &[BulkOp]) -> anyhow::Result<()> {
+    for chunk in ops.chunks(raw_batch()) {
+        all_applied(&es.bulk(chunk).await?)?;
+    }
+    Ok(())
+}
+
 /// A raw client's items must all be applied (a fresh index, one version per document).
 fn all_applied(outcomes: &[ItemOutcome]) -> anyhow::Result<()> {
     match outcomes.iter().find(|o| **o != ItemOutcome::Applied) {

@@ -20,7 +20,7 @@ const KINDS: [(&str, &str); 9] = [
 ];
 
 /// CPU seconds used so far, by kind of process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct CpuSeconds(BTreeMap<&'static str, f64>);
 
 impl CpuSeconds {
@@ -62,11 +62,6 @@ impl CpuSeconds {
                 .filter(|(_, v)| *v >= 0.01)
                 .collect(),
         )
-    }
-
-    /// The seconds of `kind`.
-    pub fn of(&self, kind: &str) -> f64 {
-        self.0.get(kind).copied().unwrap_or(0.0)
     }
 
     /// All of them together.

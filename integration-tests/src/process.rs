@@ -154,18 +154,7 @@ impl Service {
 
     /// The sum of metric `name`'s samples whose labels include each of `labels`.
     pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64, String> {
-        Ok(self
-            .metrics()
-            .await?
-            .iter()
-            .filter(|(k, _)| {
-                k.split('{').next() == Some(name)
-                    && labels
-                        .iter()
-                        .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
-            })
-            .map(|(_, v)| v)
-            .sum())
+        Ok(series_sum(&self.metrics().await?, name, labels))
     }
 
     /// [`Service::metric_sum`] of a running service whose metrics must be readable.
@@ -327,6 +316,23 @@ impl Drop for Service {
         }
         self.kill9();
     }
+}
+
+/// The sum of `name`'s series in `m` whose labels include every `label="value"`.
+pub fn series_sum(
+    m: &std::collections::BTreeMap<String, f64>,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    m.iter()
+        .filter(|(k, _)| {
+            k.split('{').next() == Some(name)
+                && labels
+                    .iter()
+                    .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
+        })
+        .map(|(_, v)| v)
+        .sum()
 }
 
 /// What histogram `name` observed between two scrapes of the same service: each bucket's

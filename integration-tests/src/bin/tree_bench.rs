@@ -37,7 +37,7 @@ use anyhow::{bail, Context as _};
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
-use sluice_integration_tests::ceiling::{bulk_ceiling, documents, scratch_like};
+use sluice_integration_tests::ceiling::{bulk_all, bulk_ceiling, documents, scratch_like};
 use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::probe::{Check, Latency, Probe};
 use sluice_integration_tests::{blog, env_num, kafka, shop, TestCtx};
@@ -437,9 +437,7 @@ async fn sink_floor(
         }
     };
     let created: Vec<BulkOp> = (0..docs.len()).map(|n| op(n, 1)).collect();
-    for chunk in created.chunks(sluice_integration_tests::ceiling::raw_batch()) {
-        es.bulk(chunk).await?;
-    }
+    bulk_all(es, &created).await?;
     let ops: Vec<BulkOp> = (0..samples).map(|n| op(n, 2 + n as u64)).collect();
     let every = Duration::from_millis(100);
     let per_bulk = (rate * every.as_secs_f64()).round().max(1.0) as usize;
@@ -475,9 +473,7 @@ async fn ceiling(ctx: &TestCtx, alias: &str, roots: &str) -> anyhow::Result<f64>
     };
     // Rebuilds replace documents that exist: time that too (a second pass, newer versions).
     let created = Instant::now();
-    for chunk in ops(1).chunks(sluice_integration_tests::ceiling::raw_batch()) {
-        es.bulk(chunk).await?;
-    }
+    bulk_all(es, &ops(1)).await?;
     let created = created.elapsed();
     let overwrite = ops(2);
     let raw = bulk_ceiling(es, &index, &overwrite).await?;
