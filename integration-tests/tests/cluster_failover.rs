@@ -327,7 +327,11 @@ async fn a_stopped_leader_past_its_session_takes_no_decision() {
     let (new, new_epoch) = cluster
         .wait_leader(Duration::from_secs(30), Some(old))
         .await;
-    assert!(new_epoch > epoch);
+    assert!(
+        new_epoch > epoch,
+        "c{new} leads at epoch {new_epoch}, after c{old} at {epoch}\n{}",
+        cluster.logs()
+    );
     // Decisions for the new leader while the old one sleeps: a new source, a dead worker.
     ctx.exec("CREATE TABLE c (id BIGINT PRIMARY KEY, v BIGINT)")
         .await;

@@ -218,9 +218,9 @@ pub(crate) async fn report_loop(
         let report = reports.take(&cfg.worker.id);
         let sent = async {
             let leader: CenterRecord = coord
-                .leader_info()
+                .leader()
                 .await?
-                .and_then(|b| serde_json::from_slice(&b).ok())
+                .and_then(|l| serde_json::from_slice(&l.info).ok())
                 .context("no center leads")?;
             if client.as_ref().is_none_or(|(addr, _)| *addr != leader.addr) {
                 let channel = channel(&cfg, &leader.addr)?;

@@ -39,6 +39,15 @@ pub struct EpochRecord {
     pub candidate: String,
 }
 
+/// The leader as others see it ([`Coordinator::leader`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// What the leader published when it joined (its id and address).
+    pub info: Vec<u8>,
+    /// The epoch it claimed.
+    pub epoch: u64,
+}
+
 /// A candidate that won the election.
 pub struct Leadership {
     coord: Coordinator,
@@ -103,11 +112,20 @@ impl Coordinator {
         }
     }
 
-    /// The current leader's `info`, or `None` while nobody leads.
-    pub async fn leader_info(&self) -> Result<Option<Vec<u8>>, ZkError> {
+    /// Who leads, read as one: the lowest candidate, once it has claimed its epoch. `None`
+    /// while nobody leads — no candidate, or the lowest one has not claimed its epoch yet
+    /// (the one before it just left: an election is under way). Never the new leader
+    /// with the old epoch.
+    pub async fn leader(&self) -> Result<Option<Leader>, ZkError> {
+        let Some(claimed) = self.epoch_record().await? else {
+            return Ok(None);
+        };
         for name in self.candidates().await? {
             if let Some(node) = self.get(&format!("{ELECTION}/{name}")).await? {
-                return Ok(Some(node.data));
+                return Ok((name == claimed.candidate).then_some(Leader {
+                    info: node.data,
+                    epoch: claimed.epoch,
+                }));
             }
         }
         Ok(None)
@@ -115,11 +133,14 @@ impl Coordinator {
 
     /// The epoch of the most recent leader (0 before the first election).
     pub async fn current_epoch(&self) -> Result<u64, ZkError> {
+        Ok(self.epoch_record().await?.map_or(0, |r| r.epoch))
+    }
+
+    async fn epoch_record(&self) -> Result<Option<EpochRecord>, ZkError> {
         Ok(self
             .get(LEADER_NODE)
             .await?
-            .and_then(|n| serde_json::from_slice::<EpochRecord>(&n.data).ok())
-            .map_or(0, |r| r.epoch))
+            .and_then(|n| serde_json::from_slice::<EpochRecord>(&n.data).ok()))
     }
 
     async fn candidates(&self) -> Result<Vec<String>, ZkError> {

@@ -51,7 +51,7 @@ pub mod session;
 pub use cache::{Cached, DirCache};
 pub use config::{ConfigIssue, ZkConfig, MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT};
 pub use coordinator::{Coordinator, LAYOUT};
-pub use election::{EpochRecord, Leadership, LEADER_NODE};
+pub use election::{EpochRecord, Leader, Leadership, LEADER_NODE};
 pub use error::{ZkCode, ZkError};
 pub use lock::TaskLock;
 pub use nodes::{Expect, Node, Watch};

@@ -3,7 +3,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sluice_zk::{CancellationToken, Coordinator, Expect, ZkCode, ZkConfig, ZkError};
+use sluice_zk::{
+    CancellationToken, Coordinator, EpochRecord, Expect, Leader, ZkCode, ZkConfig, ZkError,
+    LEADER_NODE,
+};
 use tokio::time::timeout;
 
 fn cfg(root: &str) -> ZkConfig {
@@ -63,7 +66,7 @@ async fn one_leader_at_a_time_and_each_takes_a_higher_epoch() {
     let root = root("election");
     let (a, b) = (connect(&root).await, connect(&root).await);
     let cancel = CancellationToken::new();
-    assert_eq!(a.leader_info().await.unwrap(), None);
+    assert_eq!(a.leader().await.unwrap(), None);
     let first = within(Duration::from_secs(5), "a leads", a.campaign(b"a", &cancel))
         .await
         .unwrap();
@@ -82,7 +85,13 @@ async fn one_leader_at_a_time_and_each_takes_a_higher_epoch() {
     })
     .await;
     assert!(!second.is_finished(), "b leads while a does");
-    assert_eq!(a.leader_info().await.unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(
+        a.leader().await.unwrap(),
+        Some(Leader {
+            info: b"a".to_vec(),
+            epoch: 1
+        })
+    );
     assert_eq!(b.current_epoch().await.unwrap(), 1);
 
     // a's session ends: its leadership is lost and b leads with the next epoch.
@@ -95,7 +104,24 @@ async fn one_leader_at_a_time_and_each_takes_a_higher_epoch() {
         .unwrap()
         .unwrap();
     assert_eq!(second.epoch(), 2);
-    assert_eq!(b.leader_info().await.unwrap().as_deref(), Some(&b"b"[..]));
+    assert_eq!(
+        b.leader().await.unwrap(),
+        Some(Leader {
+            info: b"b".to_vec(),
+            epoch: 2
+        })
+    );
+    assert_eq!(b.current_epoch().await.unwrap(), 2);
+
+    // Between a candidate becoming the lowest and its claim of the next epoch, nobody
+    // leads: never the new leader with the old epoch (the record names another candidate).
+    let unclaimed = serde_json::to_vec(&EpochRecord {
+        epoch: 2,
+        candidate: "c-not-claimed-yet".into(),
+    })
+    .unwrap();
+    b.put(LEADER_NODE, &unclaimed, Expect::Any).await.unwrap();
+    assert_eq!(b.leader().await.unwrap(), None);
     assert_eq!(b.current_epoch().await.unwrap(), 2);
 
     // Resigning hands over at once: a new candidate leads with epoch 3.

@@ -13,9 +13,11 @@ pub(super) async fn get_leader(
     api: &AdminApi,
     _: Request<GetLeaderRequest>,
 ) -> Result<Response<LeaderInfo>, Status> {
-    let coord = api.coord()?;
-    let leader = api.leader().await?;
-    let epoch = coord.current_epoch().await.map_err(internal)?;
+    let (leader, epoch) = match api.leader().await? {
+        Some((l, epoch)) => (Some(l), epoch),
+        // An election under way: the epoch of the last leader, and nobody named.
+        None => (None, api.coord()?.current_epoch().await.map_err(internal)?),
+    };
     Ok(Response::new(LeaderInfo {
         leader_id: leader.as_ref().map(|l| l.id.clone()).unwrap_or_default(),
         leader_addr: leader.map(|l| l.addr).unwrap_or_default(),

@@ -58,13 +58,13 @@ impl AdminApi {
             .ok_or_else(|| Status::unavailable("not connected to ZooKeeper yet"))
     }
 
-    pub(super) async fn leader(&self) -> Result<Option<CenterRecord>, Status> {
+    /// The leading center's record and its epoch, or `None` while nobody leads.
+    pub(super) async fn leader(&self) -> Result<Option<(CenterRecord, u64)>, Status> {
         let coord = self.coord()?;
-        Ok(coord
-            .leader_info()
-            .await
-            .map_err(internal)?
-            .and_then(|b| serde_json::from_slice(&b).ok()))
+        Ok(coord.leader().await.map_err(internal)?.and_then(|l| {
+            let record = serde_json::from_slice(&l.info).ok()?;
+            Some((record, l.epoch))
+        }))
     }
 
     /// The epoch to write at, or the leader's address for the caller to go to.
@@ -72,7 +72,7 @@ impl AdminApi {
         if let Some(epoch) = self.shared.leading_epoch() {
             return Ok(epoch);
         }
-        let Some(l) = self.leader().await? else {
+        let Some((l, _)) = self.leader().await? else {
             return Err(Status::unavailable(
                 "no center leads right now; retry shortly",
             ));
