@@ -291,6 +291,34 @@ impl Service {
         }
     }
 
+    /// When the service first logged a line holding every one of `needles`: seconds since
+    /// midnight UTC, read from the line's timestamp.
+    pub fn first_logged(&self, needles: &[&str]) -> Option<f64> {
+        let log = fs::read_to_string(&self.log).unwrap_or_default();
+        let line = log
+            .lines()
+            .find(|l| needles.iter().all(|n| l.contains(n)))?;
+        // `2026-11-28T05:54:11.035167Z ...`, in colour escapes (`ESC[2m`) or not.
+        let mut plain = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' {
+                chars.by_ref().find(|c| *c == 'm');
+            } else {
+                plain.push(c);
+            }
+        }
+        let clock = plain.split_whitespace().next()?.split('T').nth(1)?;
+        let clock = clock.trim_end_matches('Z');
+        let mut parts = clock.split(':');
+        let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(
+            h.parse::<f64>().ok()? * 3600.0
+                + m.parse::<f64>().ok()? * 60.0
+                + s.parse::<f64>().ok()?,
+        )
+    }
+
     /// What the service logged after `mark` ([`Service::log_mark`]).
     pub fn log_since(&self, mark: usize) -> String {
         let log = fs::read_to_string(&self.log).unwrap_or_default();

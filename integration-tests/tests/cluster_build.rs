@@ -281,10 +281,25 @@ async fn a_reset_build_leaves_the_alias_alone_and_its_index_goes() {
     // The next build takes a new version and completes, in the topic the reset build
     // left its documents in; the etl, consuming that topic all along, changes neither its
     // topics nor its partitions to start or end it.
-    cluster
+    // Topics created as the etl subscribes (the build topic) are consumed within moments
+    // of it, not at its next regular look, 10 s on.
+    let subscribed = cluster
         .etl
-        .logged_since(0, &["etl consuming"])
+        .first_logged(&["etl consuming"])
         .expect("the etl says so when it subscribes (what the assertion below looks for)");
+    let build_topic = format!(
+        "(\"{}\", 0)",
+        sluice_kafka::TopicConfig::default().build_topic(&alias)
+    );
+    let taken = cluster
+        .etl
+        .first_logged(&["partitions taken", &build_topic])
+        .unwrap_or_else(|| panic!("the etl never took {build_topic}:\n{}", cluster.logs()));
+    assert!(
+        (0.0..3.0).contains(&(taken - subscribed)),
+        "the build topic's partitions were taken {:.1} s after subscribing",
+        taken - subscribed
+    );
     let mark = cluster.etl.log_mark();
     let started = cluster
         .ctl(&["pipelines", "build", &alias, "--chunk-rows", "1000"])

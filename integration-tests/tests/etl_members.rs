@@ -170,3 +170,62 @@ async fn etl_members_share_the_partitions_take_over_a_dead_ones_and_add_a_pipeli
     drop(cluster);
     ctx.cleanup().await;
 }
+
+/// A feed takes the partitions of the topics the cluster's metadata shows and names those
+/// it does not show yet: a topic created as the etl subscribes (a build's topic) reaches
+/// the metadata a moment later, and the etl then looks again at once instead of at its
+/// next regular look, 10 s on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_not_in_the_metadata_yet_is_named_and_taken_once_it_is() {
+    let ctx = TestCtx::new("feedmissing").await;
+    let cfg = sluice_kafka::KafkaConfig::new(ctx.kafka_brokers());
+    let (here, later) = (
+        format!("sluice.it.{}.here", ctx.instance),
+        format!("sluice.it.{}.later", ctx.instance),
+    );
+    ctx.clean_up_topic(here.clone());
+    ctx.clean_up_topic(later.clone());
+    sluice_kafka::ensure_topics(&cfg, std::slice::from_ref(&here))
+        .await
+        .unwrap();
+    let feed = sluice_kafka::Feed::new(&cfg, &format!("it-{}", ctx.instance)).unwrap();
+    let topics = BTreeSet::from([here.clone(), later.clone()]);
+    let topics_of = |feed: &sluice_kafka::Feed| -> BTreeSet<String> {
+        feed.held().into_iter().map(|(t, _)| t).collect()
+    };
+
+    eventually(
+        "the existing topic taken, the other named",
+        Duration::from_secs(10),
+        || async {
+            let missing = feed
+                .share(&topics, |_, _| true)
+                .map_err(|e| e.to_string())?;
+            match (missing == [later.clone()], topics_of(&feed)) {
+                (true, held) if held == BTreeSet::from([here.clone()]) => Ok(()),
+                (_, held) => Err(format!("missing {missing:?}, holding {held:?}")),
+            }
+        },
+    )
+    .await;
+
+    sluice_kafka::ensure_topics(&cfg, std::slice::from_ref(&later))
+        .await
+        .unwrap();
+    eventually(
+        "both topics taken once both exist",
+        Duration::from_secs(10),
+        || async {
+            let missing = feed
+                .share(&topics, |_, _| true)
+                .map_err(|e| e.to_string())?;
+            match (missing.is_empty(), topics_of(&feed)) {
+                (true, held) if held == topics => Ok(()),
+                (_, held) => Err(format!("missing {missing:?}, holding {held:?}")),
+            }
+        },
+    )
+    .await;
+    drop(feed);
+    ctx.cleanup().await;
+}

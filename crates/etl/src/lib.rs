@@ -531,9 +531,16 @@ fn reshare(
         changed
     });
     match shared {
-        Ok(()) => {
+        Ok(missing) if missing.is_empty() => {
             backoff.reset();
             Instant::now() + RESHARE_EVERY
+        }
+        Ok(missing) => {
+            // Topics just created: their partitions are taken as soon as the cluster's
+            // metadata shows them, not at the next regular look.
+            let pause = backoff.next_pause();
+            tracing::debug!(topics = ?missing, retry_in = ?pause, "topics not in the cluster's metadata yet");
+            Instant::now() + pause
         }
         Err(e) => {
             let pause = backoff.next_pause();

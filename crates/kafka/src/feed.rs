@@ -69,20 +69,26 @@ impl Feed {
     /// where there is none); partitions kept go on from where they are, without a pause;
     /// partitions given up stop here. Blocks for one metadata request when `topics` is not
     /// empty, and for the committed offsets of the partitions gained.
+    ///
+    /// Returns the topics of `topics` the cluster's metadata does not show yet (a topic
+    /// just created reaches every broker's metadata a moment later): the caller shares
+    /// again soon, or that topic's messages wait for its next look.
     pub fn share(
         &self,
         topics: &BTreeSet<String>,
         owns: impl Fn(&str, i32) -> bool,
-    ) -> Result<(), KafkaError> {
-        let wanted = if topics.is_empty() {
-            BTreeSet::new()
+    ) -> Result<Vec<String>, KafkaError> {
+        let (found, missing) = if topics.is_empty() {
+            (BTreeSet::new(), Vec::new())
         } else {
             self.partitions_of(topics)?
-                .into_iter()
-                .filter(|(topic, partition)| owns(topic, *partition))
-                .collect()
         };
-        self.reassign(&wanted)
+        let wanted = found
+            .into_iter()
+            .filter(|(topic, partition)| owns(topic, *partition))
+            .collect();
+        self.reassign(&wanted)?;
+        Ok(missing)
     }
 
     /// Commits, for each `(topic, partition, offset)`, `offset` as the next message to
@@ -104,15 +110,29 @@ impl Feed {
         self.consumer.commit(&tpl, mode)
     }
 
-    /// Every partition of those of `topics` that exist, from the cluster's metadata.
-    fn partitions_of(&self, topics: &BTreeSet<String>) -> Result<BTreeSet<Partition>, KafkaError> {
+    /// Every partition of those of `topics` that exist, from the cluster's metadata, and
+    /// the topics of `topics` it does not show (or shows with an error, such as no leader
+    /// yet).
+    fn partitions_of(
+        &self,
+        topics: &BTreeSet<String>,
+    ) -> Result<(BTreeSet<Partition>, Vec<String>), KafkaError> {
         let md = blocking(|| self.consumer.fetch_metadata(None, Duration::from_secs(10)))?;
-        Ok(md
+        let shown: Vec<_> = md
             .topics()
             .iter()
             .filter(|t| topics.contains(t.name()) && t.error().is_none())
+            .collect();
+        let missing = topics
+            .iter()
+            .filter(|name| !shown.iter().any(|t| t.name() == name.as_str()))
+            .cloned()
+            .collect();
+        let partitions = shown
+            .iter()
             .flat_map(|t| t.partitions().iter().map(|p| (t.name().to_owned(), p.id())))
-            .collect())
+            .collect();
+        Ok((partitions, missing))
     }
 
     fn reassign(&self, wanted: &BTreeSet<Partition>) -> Result<(), KafkaError> {
