@@ -73,59 +73,17 @@ pub(crate) async fn drive(
     pipelines: &[StoredPipeline],
     live: &[String],
 ) -> Result<bool> {
-    let (coord, epoch) = (term.coord, term.epoch());
     let building: BTreeMap<&str, &StoredPipeline> = pipelines
         .iter()
         .filter(|p| p.building_version > 0)
         .map(|p| (p.spec.name.as_str(), p))
         .collect();
-    // Leftovers of finished or reset builds.
-    for name in coord.children("builds").await? {
-        let current = building.get(name.as_str()).map(|p| p.building_version);
-        let recorded: Option<BuildRecord> =
-            coord.get_json(&layout::build(&name)).await.ok().flatten();
-        if current.is_none() || recorded.is_some_and(|r| Some(r.version) != current) {
-            term.acting()?;
-            coord.delete(&layout::build(&name), None, true).await?;
-            remove_chunk_tasks(coord, &name).await?;
-        }
-    }
-    let mut all_jobs = jobs(coord, known_jobs).await?;
-    for (job, worker) in all_jobs.clone() {
-        let pipeline = job.split('~').next().unwrap_or_default();
-        let wanted = match building.get(pipeline) {
-            Some(p) => coord
-                .get_json::<JobRecord>(&layout::job(&worker, &job))
-                .await?
-                .is_some_and(|j| j.version == p.building_version),
-            None => false,
-        };
-        if !wanted || !live.contains(&worker) {
-            term.acting()?;
-            let path = layout::job(&worker, &job);
-            let delete = coord.delete(&path, None, false);
-            known_jobs.write(&worker, &job, delete).await?;
-            all_jobs.remove(&job);
-        }
-    }
+    remove_leftover_builds(term, &building).await?;
+    let mut all_jobs = jobs(term.coord, known_jobs).await?;
+    drop_unwanted_jobs(term, known_jobs, &building, live, &mut all_jobs).await?;
     let assigned = all_jobs.clone();
     for p in building.values() {
-        match drive_one(shared, term, p, live, &mut all_jobs).await {
-            Ok(()) => {}
-            Err(e) if e.ends_the_term() => return Err(e),
-            Err(e @ CenterError::Transient(_)) => {
-                tracing::warn!(pipeline = %p.spec.name, error = %e, "build step failed; it is tried again on the next pass");
-            }
-            Err(e) => {
-                // Retrying cannot mend it: the build fails, with the reason, the alias
-                // untouched.
-                let reason = format!("build step failed: {e}");
-                tracing::warn!(pipeline = %p.spec.name, version = p.building_version, %reason, "build failed");
-                term.acting()?;
-                let (name, alias) = (&p.spec.name, &p.spec.alias);
-                shared.meta.fail_build(epoch, name, alias, &reason).await?;
-            }
-        }
+        step(shared, term, p, live, &mut all_jobs).await?;
     }
     // The builds' steps added and removed jobs: only their workers' directories are
     // read again at the next look (each list sets a watch, which stays until it fires).
@@ -151,6 +109,86 @@ pub(crate) async fn drive(
     let existing: Vec<&str> = pipelines.iter().map(|p| p.spec.name.as_str()).collect();
     delete_doomed(shared, term, &existing).await?;
     Ok(!building.is_empty())
+}
+
+/// Removes the records (and chunk tasks) of builds finished or reset: those of no
+/// pipeline `building`, or of another version than the one it builds.
+async fn remove_leftover_builds(
+    term: &Term<'_>,
+    building: &BTreeMap<&str, &StoredPipeline>,
+) -> Result<()> {
+    let coord = term.coord;
+    for name in coord.children("builds").await? {
+        let current = building.get(name.as_str()).map(|p| p.building_version);
+        let recorded: Option<BuildRecord> =
+            coord.get_json(&layout::build(&name)).await.ok().flatten();
+        if current.is_none() || recorded.is_some_and(|r| Some(r.version) != current) {
+            term.acting()?;
+            coord.delete(&layout::build(&name), None, true).await?;
+            remove_chunk_tasks(coord, &name).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the jobs of no build under way (or of an older version) and those of workers
+/// no longer live, from ZooKeeper and from `all_jobs`.
+async fn drop_unwanted_jobs(
+    term: &Term<'_>,
+    known_jobs: &mut Dirs<()>,
+    building: &BTreeMap<&str, &StoredPipeline>,
+    live: &[String],
+    all_jobs: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    let coord = term.coord;
+    for (job, worker) in all_jobs.clone() {
+        let pipeline = job.split('~').next().unwrap_or_default();
+        let wanted = match building.get(pipeline) {
+            Some(p) => coord
+                .get_json::<JobRecord>(&layout::job(&worker, &job))
+                .await?
+                .is_some_and(|j| j.version == p.building_version),
+            None => false,
+        };
+        if !wanted || !live.contains(&worker) {
+            term.acting()?;
+            let path = layout::job(&worker, &job);
+            let delete = coord.delete(&path, None, false);
+            known_jobs.write(&worker, &job, delete).await?;
+            all_jobs.remove(&job);
+        }
+    }
+    Ok(())
+}
+
+/// One step of `p`'s build. A transient failure is tried again on the next pass; a
+/// definite one fails the build, with the reason, the alias untouched.
+async fn step(
+    shared: &Shared,
+    term: &Term<'_>,
+    p: &StoredPipeline,
+    live: &[String],
+    all_jobs: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    match drive_one(shared, term, p, live, all_jobs).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.ends_the_term() => Err(e),
+        Err(e @ CenterError::Transient(_)) => {
+            tracing::warn!(pipeline = %p.spec.name, error = %e, "build step failed; it is tried again on the next pass");
+            Ok(())
+        }
+        Err(e) => {
+            let reason = format!("build step failed: {e}");
+            tracing::warn!(pipeline = %p.spec.name, version = p.building_version, %reason, "build failed");
+            term.acting()?;
+            let (name, alias) = (&p.spec.name, &p.spec.alias);
+            shared
+                .meta
+                .fail_build(term.epoch(), name, alias, &reason)
+                .await?;
+            Ok(())
+        }
+    }
 }
 
 async fn remove_chunk_tasks(coord: &Coordinator, pipeline: &str) -> Result<()> {
