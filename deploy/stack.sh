@@ -58,8 +58,16 @@ local_port() {
   esac
 }
 # Seconds to become healthy / to stop. A database's first start includes creating its files;
-# OpenSearch's JVM takes 20 s on an idle machine and much longer beside a cargo build.
-start_deadline() { case $1 in mariadb | mysql) echo 90 ;; opensearch | elasticsearch) echo 240 ;; *) echo 90 ;; esac; }
+# OpenSearch's JVM takes 20 s on an idle machine and much longer beside a cargo build. A
+# Kafka restarted over thousands of partitions (a developer's stack after many test runs)
+# loads each partition's log before it answers: 90 s was seen to be too short.
+start_deadline() {
+  case $1 in
+    mariadb | mysql | zookeeper) echo 90 ;;
+    kafka | opensearch | elasticsearch) echo 240 ;;
+    *) echo 90 ;;
+  esac
+}
 stop_deadline() { case $1 in mariadb | mysql | opensearch | elasticsearch) echo 60 ;; *) echo 30 ;; esac; }
 # What the process' command line must contain: a pid file left from before a reboot may
 # name an unrelated process by now.
