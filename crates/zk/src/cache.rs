@@ -178,26 +178,40 @@ impl Coordinator {
     }
 
     /// The children of `dir`, with a watch that marks the list stale; none when `dir` does
-    /// not exist (its parent's list says when it does).
+    /// not exist, with a watch on its creation instead (a list that fails leaves no watch).
     async fn names_watched(
         &self,
         dir: &str,
         stale: &Arc<Mutex<Stale>>,
     ) -> Result<Vec<String>, ZkError> {
         let path = self.path(dir);
-        let stale = Arc::clone(stale);
-        let watch = move |_| stale.lock().unwrap_or_else(|e| e.into_inner()).names = true;
+        let marks = |stale: &Arc<Mutex<Stale>>| {
+            let stale = Arc::clone(stale);
+            move |_| stale.lock().unwrap_or_else(|e| e.into_inner()).names = true
+        };
         match self
-            .call(Op::Children, &path, self.zk().get_children_w(&path, watch))
+            .call(
+                Op::Children,
+                &path,
+                self.zk().get_children_w(&path, marks(stale)),
+            )
             .await
         {
-            Ok(names) => Ok(names),
+            Ok(names) => return Ok(names),
             Err(ZkError::Zk {
                 source: ZkCode::NoNode,
                 ..
-            }) => Ok(Vec::new()),
-            Err(e) => Err(e),
+            }) => {}
+            Err(e) => return Err(e),
         }
+        let exists = self
+            .call(Op::Exists, &path, self.zk().exists_w(&path, marks(stale)))
+            .await?;
+        if exists.is_some() {
+            // Created between the two requests: listed at the next look.
+            stale.lock().unwrap_or_else(|e| e.into_inner()).names = true;
+        }
+        Ok(Vec::new())
     }
 
     /// Child `name` of `dir`, with a watch that marks it stale; `None` when it is gone.

@@ -793,3 +793,43 @@ async fn a_cached_directory_reads_what_changed_and_everything_after_a_reconnect(
     a.close().await;
     fx.cleanup().await;
 }
+
+/// A directory that does not exist yet is cached as empty, and its creation and first
+/// children reach the cache through a watch (a list of a missing node leaves none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_directory_that_did_not_exist_sees_its_children_once_it_does() {
+    let fx = Fixture::new().await;
+    let a = connect(&fx.cfg(&zookeeper())).await;
+    let mut cache: sluice_zk::DirCache<u64> = sluice_zk::DirCache::new("later");
+    a.refresh(&mut cache).await.unwrap();
+    assert!(cache.names().is_empty());
+    let reads = cache.reads();
+    a.refresh(&mut cache).await.unwrap();
+    assert_eq!(cache.reads(), reads, "nothing changed: nothing read");
+
+    // Created behind its back, with a child: no write of the cache's own to name it.
+    fx.raw
+        .create(
+            &format!("{}/later", fx.root),
+            Vec::new(),
+            zookeeper_async::Acl::open_unsafe().clone(),
+            zookeeper_async::CreateMode::Persistent,
+        )
+        .await
+        .unwrap();
+    fx.raw
+        .create(
+            &format!("{}/later/w", fx.root),
+            b"7".to_vec(),
+            zookeeper_async::Acl::open_unsafe().clone(),
+            zookeeper_async::CreateMode::Persistent,
+        )
+        .await
+        .unwrap();
+    refresh_until(&a, &mut cache, "later/w seen", |c| {
+        cached_number(c, "w") == Some(7)
+    })
+    .await;
+    a.close().await;
+    fx.cleanup().await;
+}
