@@ -77,8 +77,8 @@ impl TestCtx {
             n,
             port,
             &format!(
-                "[api]\nauth = \"token\"\ntoken = \"{}\"\nworker_token = \"{}\"\n",
-                self.secrets.api_token, self.secrets.worker_token
+                "[api]\nauth = \"token\"\ntoken = \"{}\"\nworker_token = \"{}\"\nadmin_password = \"{}\"\n",
+                self.secrets.api_token, self.secrets.worker_token, self.secrets.admin_password
             ),
         )
     }
@@ -330,6 +330,11 @@ impl Cluster {
 
     /// Runs `sluicectl --output json ARGS` against every live center; the parsed output.
     pub fn ctl(&self, args: &[&str]) -> Result<Value, String> {
+        self.ctl_with(&self.token, args)
+    }
+
+    /// [`Cluster::ctl`] with another bearer token (a user's).
+    pub fn ctl_with(&self, token: &str, args: &[&str]) -> Result<Value, String> {
         let centers: Vec<String> = self
             .addrs
             .iter()
@@ -343,7 +348,7 @@ impl Cluster {
             .arg("--output")
             .arg("json")
             .args(args)
-            .env("SLUICECTL_TOKEN", &self.token)
+            .env("SLUICECTL_TOKEN", token)
             .output()
             .map_err(|e| format!("cannot run sluicectl: {e}"))?;
         if !out.status.success() {

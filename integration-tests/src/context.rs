@@ -25,6 +25,8 @@ pub struct Secrets {
     pub worker_token: String,
     /// ZooKeeper's digest credential, `user:password`: the nodes admit it alone.
     pub zk_auth: String,
+    /// The first admin's password (`api.admin_password`, user `admin`).
+    pub admin_password: String,
 }
 
 impl Secrets {
@@ -34,6 +36,7 @@ impl Secrets {
             api_token: word("tok"),
             worker_token: word("wtok"),
             zk_auth: format!("sluice-it:{}", word("zk")),
+            admin_password: word("pw"),
         }
     }
 
@@ -41,7 +44,12 @@ impl Secrets {
     /// user name is no secret).
     pub fn values(&self) -> Vec<&str> {
         let zk_password = self.zk_auth.split_once(':').map_or("", |(_, p)| p);
-        vec![&self.api_token, &self.worker_token, zk_password]
+        vec![
+            &self.api_token,
+            &self.worker_token,
+            zk_password,
+            &self.admin_password,
+        ]
     }
 }
 

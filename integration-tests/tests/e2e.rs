@@ -4,6 +4,7 @@
 //! still runs every test in its own process, so `cargo nextest run -E 'test(/^delayed::/)'`
 //! picks one scenario's tests.
 
+mod access;
 mod big_transaction;
 mod cluster_admin;
 mod cluster_api;

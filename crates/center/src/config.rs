@@ -168,6 +168,57 @@ pub struct ApiSection {
     /// CA that signs client certificates (`mtls`).
     #[serde(default)]
     pub client_ca: Option<PathBuf>,
+    /// The user the configured `token` (and, with `mtls`, a client certificate) acts as,
+    /// with the admin role; and the name of the first admin made from `admin_password`.
+    #[serde(default = "default_admin_user")]
+    pub admin_user: String,
+    /// The first admin's password (for the console): at start the user `admin_user` is
+    /// created with it unless a user of that name exists. Prefer `admin_password_file` or
+    /// `SLUICE_API__ADMIN_PASSWORD`.
+    #[serde(default)]
+    pub admin_password: Option<Secret>,
+    #[serde(default)]
+    pub admin_password_file: Option<PathBuf>,
+}
+
+fn default_admin_user() -> String {
+    "admin".into()
+}
+
+impl ApiSection {
+    /// What is wrong with `[api]`, each naming its key.
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if let Err(e) = crate::credentials::check_user_name(&self.admin_user) {
+            p.push(format!("api.admin_user: {e}"));
+        }
+        if self.admin_password.is_some() && self.admin_password_file.is_some() {
+            p.push("api.admin_password: set at most one of api.admin_password and api.admin_password_file".into());
+        }
+        match self.auth {
+            AuthMode::Token => {
+                if self.token.is_none() == self.token_file.is_none() {
+                    p.push("api.token: with auth = \"token\" set exactly one of api.token and api.token_file".into());
+                }
+            }
+            AuthMode::Mtls => {
+                for (key, v) in [
+                    ("api.tls_cert", &self.tls_cert),
+                    ("api.tls_key", &self.tls_key),
+                    ("api.client_ca", &self.client_ca),
+                ] {
+                    if v.is_none() {
+                        p.push(format!("{key}: required with auth = \"mtls\""));
+                    }
+                }
+            }
+            AuthMode::None => {}
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            p.push("api.tls_key: set api.tls_cert and api.tls_key together".into());
+        }
+        p
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -270,28 +321,7 @@ impl CenterConfig {
                 self.meta.database
             ));
         }
-        match self.api.auth {
-            AuthMode::Token => {
-                if self.api.token.is_none() == self.api.token_file.is_none() {
-                    p.push("api.token: with auth = \"token\" set exactly one of api.token and api.token_file".into());
-                }
-            }
-            AuthMode::Mtls => {
-                for (key, v) in [
-                    ("api.tls_cert", &self.api.tls_cert),
-                    ("api.tls_key", &self.api.tls_key),
-                    ("api.client_ca", &self.api.client_ca),
-                ] {
-                    if v.is_none() {
-                        p.push(format!("{key}: required with auth = \"mtls\""));
-                    }
-                }
-            }
-            AuthMode::None => {}
-        }
-        if self.api.tls_cert.is_some() != self.api.tls_key.is_some() {
-            p.push("api.tls_key: set api.tls_cert and api.tls_key together".into());
-        }
+        p.extend(self.api.problems());
         if self.balance.threshold == 0 {
             p.push(
                 "balance.threshold: must be at least 1 (0 would move tasks back and forth)".into(),

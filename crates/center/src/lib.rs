@@ -9,12 +9,14 @@
 //! fenced by it (meta database transactions), so a deposed leader's late writes are
 //! ignored or rejected.
 
+pub mod access;
 pub mod api;
 pub mod balance;
 mod build;
 mod check;
 mod chunked;
 pub mod config;
+pub mod credentials;
 mod delayed;
 pub mod dict;
 pub mod dlq;

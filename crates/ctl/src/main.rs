@@ -10,6 +10,7 @@ mod dlq;
 mod pipelines;
 mod progress;
 mod sources;
+mod users;
 
 use std::time::Duration;
 
@@ -91,6 +92,25 @@ enum Command {
     /// Changes of delayed relations: recorded as they stream in, applied by a job.
     #[command(subcommand)]
     Delayed(delayed::DelayedCmd),
+    /// The user and role the center sees these calls as.
+    Whoami,
+    /// Users and their roles (admins).
+    #[command(subcommand)]
+    Users(users::UserCmd),
+    /// API tokens: each user's credentials for sluicectl and gRPC clients.
+    #[command(subcommand)]
+    Tokens(users::TokenCmd),
+    /// The audit log: every change, allowed or refused, with who, when and from where.
+    Audit {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Only this user's calls.
+        #[arg(long, default_value = "")]
+        user: String,
+        /// Only calls of this method (e.g. `PutSource`).
+        #[arg(long, default_value = "")]
+        method: String,
+    },
 }
 
 type Client = AdminClient<InterceptedService<Channel, Bearer>>;
@@ -291,6 +311,14 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Dlq(cmd) => dlq::run(&mut conn, out, cmd).await?,
         Command::Dict(cmd) => dict::run(&mut conn, out, cmd).await?,
         Command::Delayed(cmd) => delayed::run(&mut conn, out, cmd).await?,
+        Command::Whoami => users::whoami(&mut conn, out).await?,
+        Command::Users(cmd) => users::users(&mut conn, out, cmd).await?,
+        Command::Tokens(cmd) => users::tokens(&mut conn, out, cmd).await?,
+        Command::Audit {
+            limit,
+            user,
+            method,
+        } => users::audit(&mut conn, out, *limit, user, method).await?,
     }
     Ok(())
 }

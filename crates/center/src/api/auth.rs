@@ -3,21 +3,21 @@
 
 use std::sync::Arc;
 
-use subtle::ConstantTimeEq as _;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
+use super::guard::Gate;
 use crate::config::AuthMode;
+use crate::credentials::constant_time_eq;
 use crate::error::{CenterError, Result as CenterResult};
 
-/// Bearer-token check (mTLS is enforced by the TLS layer itself). The admin token opens
-/// both services; the workers' token only the reports.
+/// The reports service's bearer-token check (mTLS is enforced by the TLS layer itself):
+/// the workers' token or the admin token. The admin service has its own gate
+/// ([`super::guard::Gate`]), which knows users and roles.
 #[derive(Clone)]
 pub(super) struct Auth {
     admin: Option<Arc<str>>,
     worker: Option<Arc<str>>,
-    /// Whether this guards the reports service (else the admin service).
-    reports: bool,
 }
 
 /// A token from its value or its file, named by `key` in errors; `None` when neither is set.
@@ -43,8 +43,11 @@ pub(super) fn token(
 }
 
 impl Auth {
-    /// The admin service's guard and the reports service's.
-    pub(super) fn from_config(cfg: &crate::CenterConfig) -> CenterResult<(Self, Self)> {
+    /// The admin service's gate and the reports service's guard.
+    pub(super) fn from_config(
+        cfg: &crate::CenterConfig,
+        meta: crate::meta::Meta,
+    ) -> CenterResult<(Gate, Self)> {
         let api = &cfg.api;
         let (admin, worker) = match api.auth {
             AuthMode::Token => {
@@ -61,12 +64,14 @@ impl Auth {
             }
             AuthMode::Mtls | AuthMode::None => (None, None),
         };
-        let guard = |reports| Auth {
+        let gate = Gate {
+            mode: api.auth,
             admin: admin.clone(),
             worker: worker.clone(),
-            reports,
+            admin_user: api.admin_user.clone(),
+            meta,
         };
-        Ok((guard(false), guard(true)))
+        Ok((gate, Auth { admin, worker }))
     }
 }
 
@@ -81,44 +86,36 @@ impl Interceptor for Auth {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
-        if constant_time_eq(given.as_bytes(), admin.as_bytes()) {
-            return Ok(req);
-        }
-        match &self.worker {
-            Some(w) if constant_time_eq(given.as_bytes(), w.as_bytes()) => {
-                if self.reports {
-                    Ok(req)
-                } else {
-                    Err(Status::permission_denied(
-                        "this is the workers' token: it can only report, not administer",
-                    ))
-                }
-            }
-            _ => Err(Status::unauthenticated(
+        let matches = |t: &str| constant_time_eq(given.as_bytes(), t.as_bytes());
+        if matches(admin) || self.worker.as_deref().is_some_and(matches) {
+            Ok(req)
+        } else {
+            Err(Status::unauthenticated(
                 "missing or wrong bearer token (header `authorization: Bearer <token>`)",
-            )),
+            ))
         }
     }
 }
 
-/// Whether a given token equals a configured one, in a time that does not depend on
-/// where they differ.
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.ct_eq(b).into()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    pub(super) fn tokens_match_only_when_equal_in_full() {
-        assert!(constant_time_eq(b"s3cret-token", b"s3cret-token"));
-        assert!(!constant_time_eq(b"s3cret-token", b"s3cret-tokeN"));
-        assert!(
-            !constant_time_eq(b"s3cret", b"s3cret-token"),
-            "a prefix is not the token"
-        );
-        assert!(!constant_time_eq(b"", b"s3cret-token"));
+/// Creates the first admin from the configuration (`api.admin_user` with
+/// `api.admin_password`), unless a user of that name exists.
+pub(super) async fn first_admin(
+    cfg: &crate::CenterConfig,
+    meta: &crate::meta::Meta,
+) -> CenterResult<()> {
+    let api = &cfg.api;
+    let Some(password) = token(
+        &api.admin_password,
+        &api.admin_password_file,
+        "admin_password",
+    )?
+    else {
+        return Ok(());
+    };
+    let hash = crate::credentials::hash_password(&password)
+        .map_err(|e| CenterError::definite(format!("api.admin_password: {e}")))?;
+    if meta.ensure_admin(&api.admin_user, &hash).await? {
+        tracing::info!(user = %api.admin_user, "created the first admin from the configuration");
     }
+    Ok(())
 }

@@ -22,19 +22,23 @@ use crate::Shared;
 mod auth;
 mod cluster;
 mod common;
+mod guard;
 mod letters;
 mod pipelines;
 mod runs;
 mod sources;
+mod users;
 mod words;
 
 use auth::Auth;
 use common::*;
+use guard::Guarded;
 
 /// Serves until `shutdown`.
 pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterResult<()> {
     let api = &shared.cfg.api;
-    let (admin_auth, reports_auth) = Auth::from_config(&shared.cfg)?;
+    let (gate, reports_auth) = Auth::from_config(&shared.cfg, shared.meta.clone())?;
+    auth::first_admin(&shared.cfg, &shared.meta).await?;
     let (health, health_service) = tonic_health::server::health_reporter();
     let probes = tokio::spawn(crate::probe::dependencies(
         shared.clone(),
@@ -72,7 +76,10 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterRe
     let served = server
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(AdminServer::with_interceptor(service.clone(), admin_auth))
+        .add_service(Guarded::new(
+            AdminServer::new(service.clone()),
+            Arc::new(gate),
+        ))
         .add_service(WorkerReportsServer::with_interceptor(service, reports_auth))
         .serve_with_shutdown(listen, shutdown.clone().cancelled_owned())
         .await
@@ -327,6 +334,56 @@ impl Admin for AdminApi {
         req: Request<WordsRequest>,
     ) -> Result<Response<ListWordsResponse>, Status> {
         words::delete_words(self, req).await
+    }
+
+    async fn who_am_i(&self, req: Request<WhoAmIRequest>) -> Result<Response<Caller>, Status> {
+        users::who_am_i(req).await
+    }
+
+    async fn list_users(
+        &self,
+        req: Request<ListUsersRequest>,
+    ) -> Result<Response<ListUsersResponse>, Status> {
+        users::list_users(self, req).await
+    }
+
+    async fn put_user(&self, req: Request<PutUserRequest>) -> Result<Response<User>, Status> {
+        users::put_user(self, req).await
+    }
+
+    async fn delete_user(
+        &self,
+        req: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        users::delete_user(self, req).await
+    }
+
+    async fn create_token(
+        &self,
+        req: Request<CreateTokenRequest>,
+    ) -> Result<Response<CreatedToken>, Status> {
+        users::create_token(self, req).await
+    }
+
+    async fn list_tokens(
+        &self,
+        req: Request<ListTokensRequest>,
+    ) -> Result<Response<ListTokensResponse>, Status> {
+        users::list_tokens(self, req).await
+    }
+
+    async fn revoke_token(
+        &self,
+        req: Request<RevokeTokenRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        users::revoke_token(self, req).await
+    }
+
+    async fn list_audit(
+        &self,
+        req: Request<ListAuditRequest>,
+    ) -> Result<Response<ListAuditResponse>, Status> {
+        users::list_audit(self, req).await
     }
 }
 

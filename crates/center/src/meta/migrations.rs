@@ -210,4 +210,40 @@ pub(super) const MIGRATIONS: &[(u32, &[&str])] = &[
         12,
         &["ALTER TABLE builds ADD COLUMN verify BOOL NOT NULL DEFAULT FALSE, ADD COLUMN swap_by VARCHAR(64) NULL"],
     ),
+    // Users and their roles (`crate::access`), their API tokens (a SHA-256 of each
+    // secret, never the secret) and the audit log of every mutating call.
+    (
+        13,
+        &[
+            "CREATE TABLE users (
+                name VARCHAR(64) PRIMARY KEY,
+                role VARCHAR(16) NOT NULL,
+                password_hash VARCHAR(255) NULL,
+                created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+            )",
+            "CREATE TABLE api_tokens (
+                id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+                user VARCHAR(64) NOT NULL,
+                name VARCHAR(128) NOT NULL,
+                secret_sha256 BINARY(32) NOT NULL,
+                created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+                last_used_at TIMESTAMP(3) NULL,
+                UNIQUE KEY secret (secret_sha256),
+                KEY user (user)
+            )",
+            "CREATE TABLE audit (
+                id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+                at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+                user VARCHAR(255) NOT NULL,
+                role VARCHAR(16) NOT NULL,
+                method VARCHAR(64) NOT NULL,
+                target VARCHAR(255) NOT NULL,
+                peer VARCHAR(255) NOT NULL,
+                outcome VARCHAR(32) NOT NULL,
+                detail TEXT NOT NULL,
+                KEY user (user, id),
+                KEY method (method, id)
+            )",
+        ],
+    ),
 ];

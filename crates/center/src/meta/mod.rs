@@ -20,12 +20,14 @@ mod migrations;
 mod pipelines;
 mod runs;
 mod sources;
+mod users;
 
 pub use delayed::Pending;
 use events::insert_event;
 pub use events::TaskStatus;
 pub use pipelines::{BuildSettings, StoredPipeline};
 pub use runs::{ChunkedRun, NewRun};
+pub use users::{Audited, StoredToken, StoredUser};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {

@@ -1,0 +1,225 @@
+//! The admin service's gate: every call is recognised as a user with a role, checked
+//! against the role its method needs ([`crate::access`]), and — when it changes
+//! anything, allowed or refused, and when it is refused — recorded in the audit log with
+//! how it ended.
+//!
+//! It wraps the whole service, below the generated code, so no method can be added that
+//! skips it: a method the role table does not know is refused.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::codegen::{http, BoxFuture, Service};
+use tonic::server::NamedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::Status;
+
+use crate::access::{self, Role};
+use crate::config::AuthMode;
+use crate::credentials::{self, constant_time_eq};
+use crate::meta::{Audited, Meta};
+
+/// Who is calling, as the gate recognised them; in every admin request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Caller {
+    pub user: String,
+    pub role: Role,
+    /// `token`, `config`, `certificate`, `session` or `open` (see the API's `Caller`).
+    pub via: &'static str,
+}
+
+/// What a call was about, for its audit entry: set by the method (a source's or a
+/// pipeline's name) through the request's extensions, read by the gate once it answered.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct About(Arc<Mutex<String>>);
+
+impl About {
+    pub(crate) fn set(&self, target: &str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = target.to_owned();
+    }
+
+    fn get(&self) -> String {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// How callers are recognised (`api.auth` and its credentials).
+pub(super) struct Gate {
+    pub(super) mode: AuthMode,
+    /// The configured admin token, acting as `admin_user`.
+    pub(super) admin: Option<Arc<str>>,
+    /// The workers' token: refused here with a message saying what it is.
+    pub(super) worker: Option<Arc<str>>,
+    pub(super) admin_user: String,
+    pub(super) meta: Meta,
+}
+
+impl Gate {
+    /// The caller of a request with these headers, or why it is not let in.
+    async fn caller(&self, headers: &http::HeaderMap) -> Result<Caller, Status> {
+        let as_admin = |user: &str, via| Caller {
+            user: user.to_owned(),
+            role: Role::Admin,
+            via,
+        };
+        match self.mode {
+            AuthMode::None => return Ok(as_admin("anonymous", "open")),
+            // The TLS layer admitted only certificates the CA signed.
+            AuthMode::Mtls => return Ok(as_admin(&self.admin_user, "certificate")),
+            AuthMode::Token => {}
+        }
+        let given = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if self
+            .admin
+            .as_deref()
+            .is_some_and(|a| constant_time_eq(given.as_bytes(), a.as_bytes()))
+        {
+            return Ok(as_admin(&self.admin_user, "config"));
+        }
+        if self
+            .worker
+            .as_deref()
+            .is_some_and(|w| constant_time_eq(given.as_bytes(), w.as_bytes()))
+        {
+            return Err(Status::permission_denied(
+                "this is the workers' token: it can only report, not administer",
+            ));
+        }
+        if given.starts_with(credentials::TOKEN_PREFIX) {
+            let digest = credentials::token_digest(given);
+            return match self.meta.token_user(&digest).await {
+                Ok(Some((user, role))) => Ok(Caller {
+                    user,
+                    role,
+                    via: "token",
+                }),
+                Ok(None) => Err(Status::unauthenticated(
+                    "unknown or revoked token: ask an admin for a new one (`sluicectl tokens create`)",
+                )),
+                Err(e) => Err(Status::unavailable(format!(
+                    "cannot check the token now: {e}"
+                ))),
+            };
+        }
+        Err(Status::unauthenticated(
+            "missing or wrong bearer token (header `authorization: Bearer <token>`)",
+        ))
+    }
+
+    /// Records `entry`; a failure to record is logged, not the call's failure.
+    async fn record(&self, entry: Audited) {
+        if let Err(e) = self.meta.record_audit(&entry).await {
+            tracing::error!(error = %e, user = %entry.user, method = %entry.method, outcome = %entry.outcome, "cannot record an audit entry");
+        }
+    }
+}
+
+/// A service behind the [`Gate`].
+#[derive(Clone)]
+pub(super) struct Guarded<S> {
+    inner: S,
+    gate: Arc<Gate>,
+}
+
+impl<S> Guarded<S> {
+    pub(super) fn new(inner: S, gate: Arc<Gate>) -> Self {
+        Guarded { inner, gate }
+    }
+}
+
+impl<S: NamedService> NamedService for Guarded<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<Body>> for Guarded<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        // The clone that was made ready answers this call (tower's rule).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+            let mut entry = Audited {
+                method: method.to_owned(),
+                peer: peer(req.extensions()),
+                ..Audited::default()
+            };
+            let audited = access::need(method).is_none_or(|n| n.mutating);
+            let caller = match gate.caller(req.headers()).await {
+                Ok(c) => c,
+                Err(refused) => {
+                    if audited {
+                        entry.user = "(not recognised)".into();
+                        gate.record(outcome(entry, Some(&refused))).await;
+                    }
+                    return Ok(refused.into_http());
+                }
+            };
+            entry.user = caller.user.clone();
+            entry.role = caller.role.to_string();
+            if let Err(why) = access::allows(caller.role, method) {
+                let refused = Status::permission_denied(why);
+                gate.record(outcome(entry, Some(&refused))).await;
+                return Ok(refused.into_http());
+            }
+            let about = About::default();
+            req.extensions_mut().insert(caller);
+            req.extensions_mut().insert(about.clone());
+            let answer = inner.call(req).await?;
+            // A follower's "not the leader" is followed by sluicectl to the leader, which
+            // records the call itself.
+            let redirected = answer.headers().contains_key("sluice-leader");
+            if audited && !redirected {
+                entry.target = about.get();
+                let failed = answer.extensions().get::<Status>();
+                gate.record(outcome(entry, failed)).await;
+            }
+            Ok(answer)
+        })
+    }
+}
+
+/// `entry` with the call's outcome: `ok`, or the code and message of `failed`.
+fn outcome(mut entry: Audited, failed: Option<&Status>) -> Audited {
+    match failed {
+        None => entry.outcome = "ok".into(),
+        Some(s) => {
+            entry.outcome = format!("{:?}", s.code());
+            entry.detail = s.message().to_owned();
+        }
+    }
+    entry
+}
+
+/// The caller's address, as the connection gives it.
+fn peer(ext: &http::Extensions) -> String {
+    let addr = ext
+        .get::<TcpConnectInfo>()
+        .and_then(|i| i.remote_addr())
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.get_ref().remote_addr())
+        });
+    addr.map(|a| a.to_string()).unwrap_or_default()
+}

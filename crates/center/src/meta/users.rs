@@ -1,0 +1,298 @@
+//! Users, their API tokens and the audit log. Not fenced by the leader's epoch: any
+//! replica records the calls it answers, and users are not derived from the layout.
+
+use mysql_async::prelude::*;
+
+use super::{Meta, MetaError};
+use crate::access::Role;
+
+/// A user as the meta database holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredUser {
+    pub name: String,
+    pub role: Role,
+    pub created_at_ms: i64,
+    pub has_password: bool,
+}
+
+/// An API token, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredToken {
+    pub id: u64,
+    pub user: String,
+    pub name: String,
+    pub created_at_ms: i64,
+    /// 0: never used.
+    pub last_used_at_ms: i64,
+}
+
+/// One entry of the audit log: a mutating call, allowed or not, and how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Audited {
+    /// 0 until recorded.
+    pub id: u64,
+    pub at_ms: i64,
+    pub user: String,
+    pub role: String,
+    pub method: String,
+    pub target: String,
+    pub peer: String,
+    /// `ok` or the gRPC code of the refusal or failure.
+    pub outcome: String,
+    pub detail: String,
+}
+
+fn role_of(s: &str) -> Result<Role, MetaError> {
+    s.parse()
+        .map_err(|e| MetaError::Corrupt(format!("users.role: {e}")))
+}
+
+const USER_COLUMNS: &str =
+    "name, role, CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED), password_hash IS NOT NULL";
+
+type UserRow = (String, String, i64, bool);
+
+fn user_of((name, role, created_at_ms, has_password): UserRow) -> Result<StoredUser, MetaError> {
+    Ok(StoredUser {
+        role: role_of(&role)?,
+        name,
+        created_at_ms,
+        has_password,
+    })
+}
+
+impl Meta {
+    pub async fn users(&self) -> Result<Vec<StoredUser>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<UserRow> = conn
+            .query(format!("SELECT {USER_COLUMNS} FROM users ORDER BY name"))
+            .await?;
+        rows.into_iter().map(user_of).collect()
+    }
+
+    /// A user's role and password hash, for a login.
+    pub async fn password_of(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Role, Option<String>)>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let row: Option<(String, Option<String>)> = conn
+            .exec_first(
+                "SELECT role, password_hash FROM users WHERE name = ?",
+                (name,),
+            )
+            .await?;
+        row.map(|(role, hash)| Ok((role_of(&role)?, hash)))
+            .transpose()
+    }
+
+    /// Creates `name` or changes its role, and its password when `password_hash` is given.
+    /// Refuses to leave no admin.
+    pub async fn put_user(
+        &self,
+        name: &str,
+        role: Role,
+        password_hash: Option<&str>,
+    ) -> Result<StoredUser, MetaError> {
+        let mut tx = self.pool.start_transaction(Default::default()).await?;
+        if role != Role::Admin {
+            refuse_if_last_admin(&mut tx, name, "change the role of").await?;
+        }
+        tx.exec_drop(
+            "INSERT INTO users (name, role, password_hash) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE role = VALUES(role),
+               password_hash = COALESCE(VALUES(password_hash), password_hash)",
+            (name, role.as_str(), password_hash),
+        )
+        .await?;
+        let row: Option<UserRow> = tx
+            .exec_first(
+                format!("SELECT {USER_COLUMNS} FROM users WHERE name = ?"),
+                (name,),
+            )
+            .await?;
+        tx.commit().await?;
+        user_of(row.ok_or_else(|| MetaError::Corrupt(format!("user {name} not there")))?)
+    }
+
+    /// Creates `name` as an admin unless a user of that name exists (the first admin, from
+    /// the center's configuration); says whether it did.
+    pub async fn ensure_admin(&self, name: &str, password_hash: &str) -> Result<bool, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "INSERT IGNORE INTO users (name, role, password_hash) VALUES (?, 'admin', ?)",
+            (name, password_hash),
+        )
+        .await?;
+        Ok(conn.affected_rows() == 1)
+    }
+
+    /// Removes `name` and its tokens; says whether it existed. Refuses the last admin.
+    pub async fn delete_user(&self, name: &str) -> Result<bool, MetaError> {
+        let mut tx = self.pool.start_transaction(Default::default()).await?;
+        refuse_if_last_admin(&mut tx, name, "remove").await?;
+        tx.exec_drop("DELETE FROM api_tokens WHERE user = ?", (name,))
+            .await?;
+        tx.exec_drop("DELETE FROM users WHERE name = ?", (name,))
+            .await?;
+        let existed = tx.affected_rows() == 1;
+        tx.commit().await?;
+        Ok(existed)
+    }
+
+    /// Keeps a new token of `user` (who must exist), by its secret's digest.
+    pub async fn create_token(
+        &self,
+        user: &str,
+        name: &str,
+        digest: &[u8; 32],
+    ) -> Result<StoredToken, MetaError> {
+        let mut tx = self.pool.start_transaction(Default::default()).await?;
+        let exists: Option<String> = tx
+            .exec_first("SELECT name FROM users WHERE name = ? FOR UPDATE", (user,))
+            .await?;
+        if exists.is_none() {
+            return Err(MetaError::Refused(format!("no user {user}")));
+        }
+        tx.exec_drop(
+            "INSERT INTO api_tokens (user, name, secret_sha256) VALUES (?, ?, ?)",
+            (user, name, digest.as_slice()),
+        )
+        .await?;
+        let id = tx.last_insert_id().unwrap_or(0);
+        tx.commit().await?;
+        let mine = self.tokens(Some(user)).await?;
+        mine.into_iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| MetaError::Corrupt(format!("token {id} not there")))
+    }
+
+    /// The user a token's digest belongs to, with their role, noting the token's use.
+    pub async fn token_user(&self, digest: &[u8; 32]) -> Result<Option<(String, Role)>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let row: Option<(u64, String, String)> = conn
+            .exec_first(
+                "SELECT t.id, u.name, u.role FROM api_tokens t JOIN users u ON u.name = t.user
+                 WHERE t.secret_sha256 = ?",
+                (digest.as_slice(),),
+            )
+            .await?;
+        let Some((id, user, role)) = row else {
+            return Ok(None);
+        };
+        conn.exec_drop(
+            "UPDATE api_tokens SET last_used_at = CURRENT_TIMESTAMP(3) WHERE id = ?",
+            (id,),
+        )
+        .await?;
+        Ok(Some((user, role_of(&role)?)))
+    }
+
+    /// The tokens of `user`, or everyone's.
+    pub async fn tokens(&self, user: Option<&str>) -> Result<Vec<StoredToken>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<(u64, String, String, i64, Option<i64>)> = conn
+            .exec(
+                "SELECT id, user, name, CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED),
+                   CAST(UNIX_TIMESTAMP(last_used_at) * 1000 AS SIGNED)
+                 FROM api_tokens WHERE (? IS NULL OR user = ?) ORDER BY id",
+                (user, user),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, user, name, created_at_ms, used)| StoredToken {
+                id,
+                user,
+                name,
+                created_at_ms,
+                last_used_at_ms: used.unwrap_or(0),
+            })
+            .collect())
+    }
+
+    /// Revokes token `id` (of `user` only, when given); says whether there was one.
+    pub async fn revoke_token(&self, id: u64, user: Option<&str>) -> Result<bool, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "DELETE FROM api_tokens WHERE id = ? AND (? IS NULL OR user = ?)",
+            (id, user, user),
+        )
+        .await?;
+        Ok(conn.affected_rows() == 1)
+    }
+
+    pub async fn record_audit(&self, entry: &Audited) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "INSERT INTO audit (user, role, method, target, peer, outcome, detail)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                &entry.user,
+                &entry.role,
+                &entry.method,
+                &entry.target,
+                &entry.peer,
+                &entry.outcome,
+                &entry.detail,
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The audit log, newest first: the last `limit` entries, of `user` and `method` when
+    /// they are not empty.
+    pub async fn audit(
+        &self,
+        limit: u32,
+        user: &str,
+        method: &str,
+    ) -> Result<Vec<Audited>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<mysql_async::Row> = conn
+            .exec(
+                "SELECT id, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED), user, role, method,
+                   target, peer, outcome, detail
+                 FROM audit WHERE (? = '' OR user = ?) AND (? = '' OR method = ?)
+                 ORDER BY id DESC LIMIT ?",
+                (user, user, method, method, limit.clamp(1, 10_000)),
+            )
+            .await?;
+        rows.into_iter()
+            .map(|row| {
+                let (id, at_ms, user, role, method, target, peer, outcome, detail) =
+                    mysql_async::from_row_opt(row)
+                        .map_err(|e| MetaError::Corrupt(format!("audit: {e}")))?;
+                Ok(Audited {
+                    id,
+                    at_ms,
+                    user,
+                    role,
+                    method,
+                    target,
+                    peer,
+                    outcome,
+                    detail,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Refuses (`what` says to do what) when `name` is the only admin left.
+async fn refuse_if_last_admin(
+    tx: &mut mysql_async::Transaction<'_>,
+    name: &str,
+    what: &str,
+) -> Result<(), MetaError> {
+    let admins: Vec<String> = tx
+        .query("SELECT name FROM users WHERE role = 'admin' FOR UPDATE")
+        .await?;
+    if admins == [name] {
+        return Err(MetaError::Refused(format!(
+            "cannot {what} {name}: it is the last admin (make another admin first)"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! Users, roles and the audit log (README, "Operating": Users, roles and the audit log):
+//! each role may make only its own calls, through sluicectl or any gRPC client; every
+//! change, allowed or refused, is recorded with who made it, from where and how it ended;
+//! passwords and tokens are kept only as hashes.
+
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use serde_json::Value;
+use sluice_integration_tests::TestCtx;
+
+/// The audit entries as (user, method, target, outcome), oldest first.
+fn entries(audit: &Value) -> Vec<(String, String, String, String)> {
+    let mut out: Vec<_> = audit
+        .as_array()
+        .expect("audit entries")
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("user"), s("method"), s("target"), s("outcome"))
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+fn entry(
+    user: &str,
+    method: &str,
+    target: &str,
+    outcome: &str,
+) -> (String, String, String, String) {
+    (user.into(), method.into(), target.into(), outcome.into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_makes_only_its_own_calls_and_every_change_is_audited() {
+    let ctx = TestCtx::new("roles").await;
+    let cluster = ctx.start_cluster(1, 0).await;
+    cluster.wait_leader(Duration::from_secs(10), None).await;
+
+    // The configured token acts as the configured admin, who was created at start.
+    let me = cluster.ctl(&["whoami"]).unwrap();
+    assert_eq!(
+        (me["user"].as_str(), me["role"].as_str(), me["via"].as_str()),
+        (Some("admin"), Some("admin"), Some("config"))
+    );
+    let users = cluster.ctl(&["users", "list"]).unwrap();
+    assert_eq!(users[0]["name"], "admin", "{users}");
+    assert_eq!(users[0]["has_password"], true, "{users}");
+
+    for (user, role) in [("vera", "viewer"), ("otto", "operator")] {
+        cluster
+            .ctl(&["users", "put", user, "--role", role])
+            .unwrap();
+    }
+    let token = |user: &str| {
+        let made = cluster
+            .ctl(&["tokens", "create", "e2e", "--user", user])
+            .unwrap();
+        let secret = made["secret"].as_str().unwrap().to_owned();
+        (made["token"]["id"].as_u64().unwrap(), secret)
+    };
+    let ((viewer_id, viewer), (_, operator)) = (token("vera"), token("otto"));
+
+    // A viewer reads and changes nothing.
+    let me = cluster.ctl_with(&viewer, &["whoami"]).unwrap();
+    assert_eq!(
+        (me["user"].as_str(), me["role"].as_str(), me["via"].as_str()),
+        (Some("vera"), Some("viewer"), Some("token"))
+    );
+    cluster.ctl_with(&viewer, &["sources", "list"]).unwrap();
+    let refused = cluster.ctl_with(&viewer, &["rebalance"]).unwrap_err();
+    assert!(
+        refused.contains("PermissionDenied")
+            && refused.contains("Rebalance needs the operator role"),
+        "{refused}"
+    );
+    // An operator runs the work, and changes no source.
+    cluster.ctl_with(&operator, &["rebalance"]).unwrap();
+    let refused = cluster
+        .ctl_with(&operator, &["sources", "delete", "nosuch"])
+        .unwrap_err();
+    assert!(
+        refused.contains("DeleteSource needs the admin role"),
+        "{refused}"
+    );
+    let refused = cluster.ctl_with(&operator, &["users", "list"]).unwrap_err();
+    assert!(refused.contains("PermissionDenied"), "{refused}");
+    // An operator's own tokens are theirs; another user's are not.
+    let refused = cluster
+        .ctl_with(&operator, &["tokens", "create", "x", "--user", "vera"])
+        .unwrap_err();
+    assert!(refused.contains("only an admin"), "{refused}");
+    // The admin does.
+    cluster.ctl(&["sources", "delete", "nosuch"]).unwrap();
+
+    // A revoked token, and one never made, let nothing in; the attempt to change is
+    // recorded all the same.
+    cluster
+        .ctl(&["tokens", "revoke", &viewer_id.to_string()])
+        .unwrap();
+    let refused = cluster.ctl_with(&viewer, &["whoami"]).unwrap_err();
+    assert!(
+        refused.contains("Unauthenticated") && refused.contains("revoked"),
+        "{refused}"
+    );
+    let refused = cluster
+        .ctl_with("sluice_made-up", &["rebalance"])
+        .unwrap_err();
+    assert!(refused.contains("Unauthenticated"), "{refused}");
+    let refused = cluster
+        .ctl_with(&ctx.secrets.worker_token, &["rebalance"])
+        .unwrap_err();
+    assert!(refused.contains("workers' token"), "{refused}");
+
+    // The last admin stays one.
+    let refused = cluster.ctl(&["users", "delete", "admin"]).unwrap_err();
+    assert!(refused.contains("last admin"), "{refused}");
+    let refused = cluster
+        .ctl(&["users", "put", "admin", "--role", "viewer"])
+        .unwrap_err();
+    assert!(refused.contains("last admin"), "{refused}");
+
+    let audit = cluster.ctl(&["audit", "--limit", "100"]).unwrap();
+    let seen = entries(&audit);
+    assert_eq!(
+        seen,
+        [
+            entry("admin", "PutUser", "vera", "ok"),
+            entry("admin", "PutUser", "otto", "ok"),
+            entry("admin", "CreateToken", "vera", "ok"),
+            entry("admin", "CreateToken", "otto", "ok"),
+            entry("vera", "Rebalance", "", "PermissionDenied"),
+            entry("otto", "Rebalance", "", "ok"),
+            entry("otto", "DeleteSource", "", "PermissionDenied"),
+            entry("otto", "ListUsers", "", "PermissionDenied"),
+            entry("otto", "CreateToken", "vera", "PermissionDenied"),
+            entry("admin", "DeleteSource", "nosuch", "ok"),
+            entry("admin", "RevokeToken", &format!("token {viewer_id}"), "ok"),
+            entry("(not recognised)", "Rebalance", "", "Unauthenticated"),
+            entry("(not recognised)", "Rebalance", "", "PermissionDenied"),
+            entry("admin", "DeleteUser", "admin", "FailedPrecondition"),
+            entry("admin", "PutUser", "admin", "FailedPrecondition"),
+        ],
+        "reads let in are not recorded; every change is, however it ended, and every refusal:\n{audit:#}"
+    );
+    let first = &audit.as_array().unwrap()[0];
+    assert!(
+        first["peer"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("127.0.0.1:"),
+        "where the call came from: {first}"
+    );
+    let only_otto = cluster
+        .ctl(&["audit", "--user", "otto", "--method", "Rebalance"])
+        .unwrap();
+    assert_eq!(entries(&only_otto), [entry("otto", "Rebalance", "", "ok")]);
+
+    // Kept as hashes: no password, no token secret in the meta database.
+    let mut conn = ctx.stack.conn().await;
+    let hash: String = conn
+        .query_first(format!(
+            "SELECT password_hash FROM `{}`.users WHERE name = 'admin'",
+            ctx.meta_db()
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    assert!(!hash.contains(&ctx.secrets.admin_password));
+    let secrets: Vec<Vec<u8>> = conn
+        .query(format!(
+            "SELECT secret_sha256 FROM `{}`.api_tokens",
+            ctx.meta_db()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(secrets.len(), 1, "otto's token is left");
+    assert!(secrets
+        .iter()
+        .all(|s| s.len() == 32 && *s != operator.as_bytes()));
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
