@@ -13,6 +13,7 @@ work="$(cd "$(dirname "$0")/.." && pwd)/.work/cluster"
 source "$(dirname "$0")/common.sh"
 token_file="$work/admin.token"
 worker_token_file="$work/worker.token"
+admin_password_file="$work/admin.password"
 ports=(17070 17071 17072)
 
 ctl() { SLUICECTL_TOKEN="$(cat "$token_file")" "$bin/sluicectl" \
@@ -27,7 +28,7 @@ esac
 
 stop_started
 run_id="cluster-$(date +%s)"
-for f in "$token_file" "$worker_token_file"; do
+for f in "$token_file" "$worker_token_file" "$admin_password_file"; do
   [ -s "$f" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$f"
   chmod 600 "$f"
 done
@@ -49,6 +50,7 @@ listen = "127.0.0.1:$((9470 + n))"
 id = "center-$n"
 listen = "127.0.0.1:${ports[$n]}"
 dictionary_listen = "127.0.0.1:$((9460 + n))"
+console_listen = "127.0.0.1:$((9450 + n))"
 [zookeeper]
 connect = "$ZOOKEEPER"
 root = "/sluice-local/$run_id"
@@ -64,6 +66,7 @@ allow_public_key_retrieval = true
 auth = "token"
 token_file = "$token_file"
 worker_token_file = "$worker_token_file"
+admin_password_file = "$admin_password_file"
 [kafka]
 brokers = "$KAFKA_BROKERS"
 [topics]
@@ -139,6 +142,9 @@ say "sluicectl workers"; ctl workers
 say "sluicectl tasks"; ctl tasks
 say "sluicectl events --limit 8"; ctl events --limit 8
 cat <<EOF
+
+The console: http://127.0.0.1:9450 (each center serves one: 9450, 9451, 9452)
+  log in as admin with the password in .work/cluster/admin.password
 
 The cluster keeps running. Try:
   deploy/cluster.sh ctl tasks            # who runs what, position, lag

@@ -9,7 +9,8 @@
 #                     pipelines' mappings use (parent-join, mapper-extras, analysis-common)
 #   Elasticsearch     7.17's minimal distribution from Maven Central, with parent-join and
 #                     mapper-extras (the Elasticsearch lane of the sink's tests)
-#   tools             cargo-nextest, helm, the confluent-kafka wheel (stack health checks)
+#   tools             cargo-nextest, helm, the confluent-kafka wheel (stack health checks),
+#                     Chromium and playwright-core (the console's browser tests)
 #
 # Servers go to $SLUICE_TOOLS (default /opt/sluice as root, ~/.local/lib/sluice otherwise),
 # one directory per name and version, each with a stamp written last: a half-finished
@@ -51,6 +52,9 @@ apt_packages() {
   command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+  # The console's browser tests: Debian's Chromium, driven by playwright-core from npm.
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
   # OpenSSL headers: librdkafka with TLS (security.protocol SSL / SASL_SSL).
   [ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev pkg-config)
   # librdkafka (bundled by rdkafka-sys) includes curl/curl.h even when built without curl.
@@ -287,10 +291,22 @@ PY
   log "helm -> $helm"
 }
 
+# playwright-core (no browser of its own: it drives /usr/bin/chromium) for the console's
+# browser tests, in integration-tests/browser/node_modules.
+install_playwright() {
+  local dir="$ROOT/integration-tests/browser"
+  if [ -f "$dir/node_modules/playwright-core/package.json" ]; then
+    log "playwright-core present"
+    return
+  fi
+  (cd "$dir" && npm install --no-audit --no-fund --loglevel=error)
+  log "playwright-core -> $dir/node_modules"
+}
+
 # What to install: everything (the default), only the Debian packages the build needs, or
 # the servers `make demo` runs (it compiles meanwhile: see the Makefile).
 case "${1:-all}" in
-  all) steps=(packages mysql kafka opensearch elasticsearch user nextest confluent helm) ;;
+  all) steps=(packages mysql kafka opensearch elasticsearch user nextest confluent helm playwright) ;;
   packages) steps=(packages) ;;
   demo) steps=(mysql kafka opensearch user) ;;
   *) die "usage: deploy/install.sh [all|packages|demo]" ;;
@@ -308,6 +324,7 @@ for s in "${steps[@]}"; do
     nextest) step "cargo-nextest" install_nextest ;;
     confluent) step "confluent-kafka" install_confluent_kafka ;;
     helm) step "helm" install_helm ;;
+    playwright) step "playwright-core" install_playwright ;;
   esac
 done
 log "done in $(( ($(now_ms) - t_all) / 1000 )) s"

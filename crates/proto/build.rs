@@ -7,6 +7,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out.join("sluice_descriptor.bin"))
         // Maps in a stable order (the pipelines' field overrides print and compare alike).
         .btree_map(".")
+        // The console speaks the same messages as JSON (absent fields: their defaults).
+        .message_attribute(
+            ".",
+            "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
+        )
         .compile_protos(&[file], &[root])?;
     Ok(())
 }

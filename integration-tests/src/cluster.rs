@@ -17,7 +17,7 @@ use tonic::service::interceptor::{InterceptedService, Interceptor};
 use tonic::transport::Channel;
 
 use crate::context::TestCtx;
-use crate::ports::{dictionary_port, free_center_port};
+use crate::ports::{console_port, dictionary_port, free_center_port};
 use crate::process::Service;
 use crate::{check_table, eventually, CheckOptions, Pipeline};
 
@@ -97,8 +97,9 @@ impl TestCtx {
             .unwrap_or_else(|| self.stack.mysql_url.clone());
         let opts = mysql_async::Opts::from_url(&url).expect("a mysql:// URL");
         let center = format!(
-            "[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\ndictionary_listen = \"127.0.0.1:{}\"\n",
-            dictionary_port(port)
+            "[center]\nid = \"c{n}\"\nlisten = \"127.0.0.1:{port}\"\ndictionary_listen = \"127.0.0.1:{}\"\nconsole_listen = \"127.0.0.1:{}\"\n",
+            dictionary_port(port),
+            console_port(port)
         );
         let meta = format!(
             "[meta]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\npassword = \"{}\"\ndatabase = \"{}\"\n",
@@ -333,8 +334,27 @@ impl Cluster {
         self.ctl_with(&self.token, args)
     }
 
+    /// The web console of center `n`.
+    pub fn console_url(&self, n: usize) -> String {
+        let port: u16 = self.addrs[n]
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a center's port");
+        format!("http://127.0.0.1:{}", console_port(port))
+    }
+
+    /// [`Cluster::ctl`] with `envs` set for sluicectl (a password it reads from one).
+    pub fn ctl_env(&self, args: &[&str], envs: &[(&str, &str)]) -> Result<Value, String> {
+        self.ctl_run(&self.token, args, envs)
+    }
+
     /// [`Cluster::ctl`] with another bearer token (a user's).
     pub fn ctl_with(&self, token: &str, args: &[&str]) -> Result<Value, String> {
+        self.ctl_run(token, args, &[])
+    }
+
+    fn ctl_run(&self, token: &str, args: &[&str], envs: &[(&str, &str)]) -> Result<Value, String> {
         let centers: Vec<String> = self
             .addrs
             .iter()
@@ -349,6 +369,7 @@ impl Cluster {
             .arg("json")
             .args(args)
             .env("SLUICECTL_TOKEN", token)
+            .envs(envs.iter().copied())
             .output()
             .map_err(|e| format!("cannot run sluicectl: {e}"))?;
         if !out.status.success() {

@@ -18,9 +18,16 @@ pub fn dictionary_port(api_port: u16) -> u16 {
     api_port.wrapping_add(1)
 }
 
-/// A port for a center's API whose [`dictionary_port`] is free and reserved as well.
+/// Where the test center whose API listens on `api_port` serves its console: two ports
+/// above it ([`free_center_port`] reserves it too).
+pub fn console_port(api_port: u16) -> u16 {
+    api_port.wrapping_add(2)
+}
+
+/// A port for a center's API whose [`dictionary_port`] and [`console_port`] are free and
+/// reserved as well.
 pub fn free_center_port() -> u16 {
-    free_ports(2)
+    free_ports(3)
 }
 
 /// The first of `count` consecutive ports, each free when asked and reserved for this

@@ -13,6 +13,7 @@ mod cluster_failover;
 mod cluster_mapping;
 mod config_errors;
 mod consistency;
+mod console;
 mod ddl;
 mod ddl_rewrites;
 mod dead_letter;

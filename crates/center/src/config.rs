@@ -55,6 +55,9 @@ pub struct CenterSection {
     /// Where the IK dictionaries are served over HTTP (`/dict/ext`, `/dict/stop`).
     #[serde(default = "default_dictionary_listen")]
     pub dictionary_listen: SocketAddr,
+    /// Where the web console is served over HTTP (README, "Console").
+    #[serde(default = "default_console_listen")]
+    pub console_listen: SocketAddr,
     /// First pause before retrying what failed (reaching ZooKeeper or the meta database,
     /// a campaign, a reconcile pass, recording delayed changes); it doubles, with jitter,
     /// up to `retry_backoff_max`.
@@ -72,6 +75,7 @@ impl Default for CenterSection {
             listen: default_listen(),
             advertise: None,
             dictionary_listen: default_dictionary_listen(),
+            console_listen: default_console_listen(),
             retry_backoff: default_retry_backoff(),
             retry_backoff_max: default_retry_backoff_max(),
         }
@@ -113,6 +117,10 @@ fn default_listen() -> SocketAddr {
 
 fn default_dictionary_listen() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 7071))
+}
+
+fn default_console_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 7072))
 }
 
 /// The MySQL meta database (sources, pipelines, assignment history, events). The center

@@ -99,6 +99,7 @@ username = {{ . | toJson }}
 [center]
 listen = {{ printf "0.0.0.0:%v" .Values.center.grpcPort | toJson }}
 dictionary_listen = {{ printf "0.0.0.0:%v" .Values.center.dictionaryPort | toJson }}
+console_listen = {{ printf "0.0.0.0:%v" .Values.center.consolePort | toJson }}
 
 {{ include "sluice.commonToml" . }}
 

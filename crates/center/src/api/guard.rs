@@ -112,12 +112,74 @@ impl Gate {
         ))
     }
 
+    /// Lets a call of `method` by `caller` (or by whoever was not recognised: the user
+    /// they `claimed` to be, if they named one) in, or refuses it; a refusal is recorded
+    /// at once.
+    pub(super) async fn admit(
+        &self,
+        method: &str,
+        peer: String,
+        caller: Result<Caller, Status>,
+        claimed: Option<&str>,
+    ) -> Result<Pass, Status> {
+        let mut entry = Audited {
+            method: method.to_owned(),
+            peer,
+            ..Audited::default()
+        };
+        let audited = access::need(method).is_none_or(|n| n.mutating);
+        let caller = match caller {
+            Ok(c) => c,
+            Err(refused) => {
+                if audited {
+                    entry.user = claimed.unwrap_or("(not recognised)").to_owned();
+                    self.record(outcome(entry, Some(&refused))).await;
+                }
+                return Err(refused);
+            }
+        };
+        entry.user = caller.user.clone();
+        entry.role = caller.role.to_string();
+        if let Err(why) = access::allows(caller.role, method) {
+            let refused = Status::permission_denied(why);
+            self.record(outcome(entry, Some(&refused))).await;
+            return Err(refused);
+        }
+        Ok(Pass {
+            caller,
+            about: About::default(),
+            entry,
+            audited,
+        })
+    }
+
+    /// Records how a call let in ended (`failed`: its error), when it is one to record.
+    /// A follower's "not the leader" (`redirected`) is not: sluicectl and the console
+    /// make the call again at the leader, which records it.
+    pub(super) async fn close(&self, pass: Pass, failed: Option<&Status>, redirected: bool) {
+        if pass.audited && !redirected {
+            let mut entry = pass.entry;
+            entry.target = pass.about.get();
+            self.record(outcome(entry, failed)).await;
+        }
+    }
+
     /// Records `entry`; a failure to record is logged, not the call's failure.
     async fn record(&self, entry: Audited) {
         if let Err(e) = self.meta.record_audit(&entry).await {
             tracing::error!(error = %e, user = %entry.user, method = %entry.method, outcome = %entry.outcome, "cannot record an audit entry");
         }
     }
+}
+
+/// A call let in by the [`Gate`]: who makes it, and its audit entry to finish.
+pub(super) struct Pass {
+    pub(super) caller: Caller,
+    /// What the call is about, set by its method.
+    pub(super) about: About,
+    entry: Audited,
+    /// Whether its end is recorded (it changes something).
+    audited: bool,
 }
 
 /// A service behind the [`Gate`].
@@ -160,41 +222,18 @@ where
         let gate = self.gate.clone();
         Box::pin(async move {
             let method = req.uri().path().rsplit('/').next().unwrap_or_default();
-            let mut entry = Audited {
-                method: method.to_owned(),
-                peer: peer(req.extensions()),
-                ..Audited::default()
+            let peer = peer(req.extensions());
+            let caller = gate.caller(req.headers()).await;
+            let pass = match gate.admit(method, peer, caller, None).await {
+                Ok(pass) => pass,
+                Err(refused) => return Ok(refused.into_http()),
             };
-            let audited = access::need(method).is_none_or(|n| n.mutating);
-            let caller = match gate.caller(req.headers()).await {
-                Ok(c) => c,
-                Err(refused) => {
-                    if audited {
-                        entry.user = "(not recognised)".into();
-                        gate.record(outcome(entry, Some(&refused))).await;
-                    }
-                    return Ok(refused.into_http());
-                }
-            };
-            entry.user = caller.user.clone();
-            entry.role = caller.role.to_string();
-            if let Err(why) = access::allows(caller.role, method) {
-                let refused = Status::permission_denied(why);
-                gate.record(outcome(entry, Some(&refused))).await;
-                return Ok(refused.into_http());
-            }
-            let about = About::default();
-            req.extensions_mut().insert(caller);
-            req.extensions_mut().insert(about.clone());
+            req.extensions_mut().insert(pass.caller.clone());
+            req.extensions_mut().insert(pass.about.clone());
             let answer = inner.call(req).await?;
-            // A follower's "not the leader" is followed by sluicectl to the leader, which
-            // records the call itself.
             let redirected = answer.headers().contains_key("sluice-leader");
-            if audited && !redirected {
-                entry.target = about.get();
-                let failed = answer.extensions().get::<Status>();
-                gate.record(outcome(entry, failed)).await;
-            }
+            gate.close(pass, answer.extensions().get::<Status>(), redirected)
+                .await;
             Ok(answer)
         })
     }

@@ -22,6 +22,7 @@ use crate::Shared;
 mod auth;
 mod cluster;
 mod common;
+mod console;
 mod guard;
 mod letters;
 mod pipelines;
@@ -54,6 +55,13 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterRe
     let service = AdminApi {
         shared: shared.clone(),
     };
+    let gate = Arc::new(gate);
+    let console = console::serve(
+        console::bind(shared.cfg.center.console_listen).await?,
+        service.clone(),
+        gate.clone(),
+        shutdown.clone(),
+    );
     let mut server = Server::builder();
     if let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) {
         let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
@@ -76,14 +84,14 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterRe
     let served = server
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(Guarded::new(
-            AdminServer::new(service.clone()),
-            Arc::new(gate),
-        ))
+        .add_service(Guarded::new(AdminServer::new(service.clone()), gate))
         .add_service(WorkerReportsServer::with_interceptor(service, reports_auth))
-        .serve_with_shutdown(listen, shutdown.clone().cancelled_owned())
-        .await
-        .map_err(|e| CenterError::definite(format!("gRPC API on {listen}: {e}")));
+        .serve_with_shutdown(listen, shutdown.clone().cancelled_owned());
+    // Either one failing ends the center.
+    let served = tokio::select! {
+        served = served => served.map_err(|e| CenterError::definite(format!("gRPC API on {listen}: {e}"))),
+        served = console => served,
+    };
     shutdown.cancel();
     let _ = readiness.await;
     let _ = probes.await;

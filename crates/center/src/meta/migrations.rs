@@ -246,4 +246,18 @@ pub(super) const MIGRATIONS: &[(u32, &[&str])] = &[
             )",
         ],
     ),
+    // The console's sessions: a SHA-256 of each session's cookie, never the cookie, and
+    // the CSRF token its page sends back with every change.
+    (
+        14,
+        &["CREATE TABLE console_sessions (
+            id_sha256 BINARY(32) PRIMARY KEY,
+            user VARCHAR(64) NOT NULL,
+            csrf VARCHAR(64) NOT NULL,
+            created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+            expires_at TIMESTAMP(3) NOT NULL,
+            KEY user (user),
+            KEY expires (expires_at)
+        )"],
+    ),
 ];

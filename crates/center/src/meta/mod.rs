@@ -27,7 +27,7 @@ use events::insert_event;
 pub use events::TaskStatus;
 pub use pipelines::{BuildSettings, StoredPipeline};
 pub use runs::{ChunkedRun, NewRun};
-pub use users::{Audited, StoredToken, StoredUser};
+pub use users::{Audited, StoredSession, StoredToken, StoredUser};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {

@@ -133,6 +133,8 @@ impl Meta {
         refuse_if_last_admin(&mut tx, name, "remove").await?;
         tx.exec_drop("DELETE FROM api_tokens WHERE user = ?", (name,))
             .await?;
+        tx.exec_drop("DELETE FROM console_sessions WHERE user = ?", (name,))
+            .await?;
         tx.exec_drop("DELETE FROM users WHERE name = ?", (name,))
             .await?;
         let existed = tx.affected_rows() == 1;
@@ -277,6 +279,67 @@ impl Meta {
                 })
             })
             .collect()
+    }
+}
+
+/// A console session as the meta database holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    pub user: String,
+    pub role: Role,
+    pub csrf: String,
+}
+
+impl Meta {
+    /// Keeps a new session of `user` for `lasts` (expired ones are dropped meanwhile).
+    pub async fn open_session(
+        &self,
+        id_digest: &[u8; 32],
+        user: &str,
+        csrf: &str,
+        lasts: std::time::Duration,
+    ) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.query_drop("DELETE FROM console_sessions WHERE expires_at < CURRENT_TIMESTAMP(3)")
+            .await?;
+        conn.exec_drop(
+            "INSERT INTO console_sessions (id_sha256, user, csrf, expires_at)
+             VALUES (?, ?, ?, CURRENT_TIMESTAMP(3) + INTERVAL ? SECOND)",
+            (id_digest.as_slice(), user, csrf, lasts.as_secs()),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The live session of a cookie's digest, with its user's role now (a user removed
+    /// or demoted since the login is seen at once).
+    pub async fn session(&self, id_digest: &[u8; 32]) -> Result<Option<StoredSession>, MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        let row: Option<(String, String, String)> = conn
+            .exec_first(
+                "SELECT s.user, u.role, s.csrf FROM console_sessions s JOIN users u ON u.name = s.user
+                 WHERE s.id_sha256 = ? AND s.expires_at > CURRENT_TIMESTAMP(3)",
+                (id_digest.as_slice(),),
+            )
+            .await?;
+        row.map(|(user, role, csrf)| {
+            Ok(StoredSession {
+                user,
+                role: role_of(&role)?,
+                csrf,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn close_session(&self, id_digest: &[u8; 32]) -> Result<(), MetaError> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "DELETE FROM console_sessions WHERE id_sha256 = ?",
+            (id_digest.as_slice(),),
+        )
+        .await?;
+        Ok(())
     }
 }
 

@@ -1,0 +1,239 @@
+// The Sluice console: a page over the center's admin API (POST /api/<Method>, JSON),
+// with the session's CSRF token on every call. Whatever comes from the API — names,
+// messages, audit entries — is put in the page as text (textContent), never as markup.
+"use strict";
+
+const RANK = { viewer: 0, operator: 1, admin: 2 };
+const state = { user: "", role: "", csrf: "", roles: {} };
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function say(text, isError) {
+  const m = document.getElementById("message");
+  m.textContent = text || "";
+  m.className = isError ? "error" : "";
+}
+
+// Whether the logged-in user's role may call `method`.
+function may(method) {
+  const need = state.roles[method];
+  return !!need && RANK[state.role] >= RANK[need.role];
+}
+
+async function request(path, body) {
+  const r = await fetch(path, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-csrf-token": state.csrf },
+    body: JSON.stringify(body || {}),
+    credentials: "same-origin",
+  });
+  const answer = await r.json().catch(() => ({}));
+  if (!r.ok) {
+    if (r.status === 401) showLogin();
+    const leader = answer.leader ? ` (the leader is ${answer.leader})` : "";
+    throw new Error(`${answer.code || r.status}: ${answer.message || r.statusText}${leader}`);
+  }
+  return answer;
+}
+
+const api = (method, body) => request(`/api/${method}`, body);
+
+function table(headers, rows) {
+  return el("table", {},
+    el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows.map((row) => el("tr", {}, ...row.map((c) => el("td", {}, c))))));
+}
+
+function ago(ms) {
+  if (!ms) return "-";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  return s < 120 ? `${s}s ago` : s < 7200 ? `${Math.round(s / 60)}m ago` : `${Math.round(s / 3600)}h ago`;
+}
+
+// A button that calls `method` with `body`, says how it went and shows the screen again.
+function action(label, method, body, confirmText) {
+  if (!may(method)) return null;
+  return el("button", {
+    type: "button",
+    "data-method": method,
+    onclick: async () => {
+      if (confirmText && !window.confirm(confirmText)) return;
+      try {
+        await api(method, body);
+        say(`${label}: done`);
+        await show(current);
+      } catch (e) {
+        say(`${label}: ${e.message}`, true);
+      }
+    },
+  }, label);
+}
+
+const SCREENS = {
+  async overview() {
+    const [leader, workers, tasks, pipelines] = await Promise.all([
+      api("GetLeader"), api("ListWorkers"), api("ListTasks"), api("ListPipelines")]);
+    return [
+      el("h2", {}, "Overview"),
+      el("p", { id: "leader" }, `Leader ${leader.leader_id || "-"} at epoch ${leader.epoch}, answered by ${leader.answered_by}`),
+      el("h3", {}, "Workers"),
+      table(["worker", "address", "version", "tasks"], (workers.workers || []).map((w) =>
+        [w.id, w.addr, w.version, (w.tasks || []).join(", ") || "-"])),
+      el("h3", {}, "Tasks"),
+      table(["task", "running on", "position", "state", "lag"], (tasks.tasks || []).map((t) =>
+        [t.source, t.running_on || "-", t.position || "-", t.state || "-", `${(t.lag_seconds || 0).toFixed(1)}s`])),
+      el("h3", {}, "Pipelines"),
+      table(["pipeline", "alias", "state", "live"], (pipelines.pipelines || []).map((p) =>
+        [p.name, p.alias, p.state, p.live_version ? `v${p.live_version}` : "-"])),
+      action("Rebalance", "Rebalance", {}),
+    ];
+  },
+
+  async sources() {
+    const r = await api("ListSources");
+    return [
+      el("h2", {}, "Sources"),
+      table(["source", "server", "tables", ""], (r.sources || []).map((s) =>
+        [s.name, `${s.host}:${s.port}`, (s.tables || []).join(", "),
+          action("Delete", "DeleteSource", { name: s.name }, `Delete source ${s.name}?`) || ""])),
+    ];
+  },
+
+  async pipelines() {
+    const r = await api("ListPipelines");
+    return [
+      el("h2", {}, "Pipelines"),
+      table(["pipeline", "table", "alias", "state", "live", "building", ""], (r.pipelines || []).map((p) =>
+        [p.name, `${p.database}.${p.table}`, p.alias, p.state,
+          p.live_version ? `v${p.live_version}` : "-", p.building_version ? `v${p.building_version}` : "-",
+          el("span", {},
+            action("Build", "BuildPipeline", { name: p.name }),
+            action("Check", "StartCheck", { pipeline: p.name }),
+            action("Delete", "DeletePipeline", { name: p.name }, `Delete pipeline ${p.name} and its indexes?`))])),
+    ];
+  },
+
+  async users() {
+    const r = await api("ListUsers");
+    const form = el("form", { class: "inline", id: "put-user" },
+      el("label", {}, "User ", el("input", { name: "name", required: "" })),
+      el("label", {}, "Role ", el("select", { name: "role" },
+        el("option", {}, "viewer"), el("option", {}, "operator"), el("option", {}, "admin"))),
+      el("label", {}, "Password ", el("input", { name: "password", type: "password", autocomplete: "new-password" })),
+      el("button", { type: "submit" }, "Save user"));
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const f = new FormData(form);
+      try {
+        await api("PutUser", { name: f.get("name"), role: f.get("role"), password: f.get("password") });
+        say(`user ${f.get("name")} saved`);
+        await show("users");
+      } catch (e) {
+        say(`Save user: ${e.message}`, true);
+      }
+    });
+    return [
+      el("h2", {}, "Users"),
+      table(["user", "role", "password", "created", ""], (r.users || []).map((u) =>
+        [u.name, u.role, u.has_password ? "set" : "-", ago(u.created_at_ms),
+          action("Delete", "DeleteUser", { name: u.name }, `Remove user ${u.name}?`) || ""])),
+      may("PutUser") ? form : null,
+    ];
+  },
+
+  async audit() {
+    const r = await api("ListAudit", { limit: 200 });
+    return [
+      el("h2", {}, "Audit log"),
+      table(["when", "user", "role", "call", "about", "from", "outcome", "detail"], (r.entries || []).map((e) =>
+        [ago(e.at_ms), e.user, e.role || "-", e.method, e.target || "-", e.peer || "-", e.outcome, e.detail || "-"])),
+    ];
+  },
+};
+
+// Each screen and the call it needs: a screen the user cannot read is not offered.
+const NAV = [
+  ["overview", "Overview", "ListPipelines"],
+  ["sources", "Sources", "ListSources"],
+  ["pipelines", "Pipelines", "ListPipelines"],
+  ["users", "Users", "ListUsers"],
+  ["audit", "Audit", "ListAudit"],
+];
+
+let current = "overview";
+
+// The screens this user may read.
+const offered = () => NAV.filter(([, , need]) => may(need)).map(([screen]) => screen);
+
+async function show(name) {
+  current = offered().includes(name) ? name : "overview";
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.className = a.dataset.screen === current ? "current" : "";
+  }
+  const screen = document.getElementById("screen");
+  try {
+    const parts = await SCREENS[current]();
+    screen.replaceChildren(...parts.filter((p) => p));
+    screen.dataset.screen = current;
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+function showLogin() {
+  document.getElementById("login").hidden = false;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("who").hidden = true;
+  document.getElementById("screen").replaceChildren();
+}
+
+function enter(session) {
+  Object.assign(state, session);
+  document.getElementById("login").hidden = true;
+  document.getElementById("who-name").textContent = `${state.user} (${state.role})`;
+  document.getElementById("who").hidden = false;
+  const nav = document.getElementById("nav");
+  nav.replaceChildren(...NAV.filter(([screen]) => offered().includes(screen)).map(([screen, label]) =>
+    el("a", { href: `#${screen}`, "data-screen": screen }, label)));
+  nav.hidden = false;
+  show((location.hash || "#overview").slice(1));
+}
+
+async function start() {
+  state.roles = await (await fetch("/roles")).json();
+  document.getElementById("login").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    try {
+      const session = await request("/login", { user: f.get("user"), password: f.get("password") });
+      ev.target.reset();
+      say("");
+      enter(session);
+    } catch (e) {
+      say(e.message, true);
+    }
+  });
+  document.getElementById("logout").addEventListener("click", async () => {
+    await request("/logout").catch(() => {});
+    Object.assign(state, { user: "", role: "", csrf: "" });
+    say("logged out");
+    showLogin();
+  });
+  window.addEventListener("hashchange", () => state.user && show(location.hash.slice(1)));
+  const r = await fetch("/session", { credentials: "same-origin" });
+  if (r.ok) enter(await r.json());
+  else showLogin();
+}
+
+start();

@@ -1,0 +1,401 @@
+//! The web console every center serves (`center.console_listen`): a page and its script,
+//! embedded in the binary, and a JSON door to the admin service behind the same gate as
+//! gRPC callers ([`super::guard`]) — same roles, same audit log.
+//!
+//! A browser logs in with a user's password and gets a session: a random cookie
+//! (`HttpOnly`, `Secure`, `SameSite=Strict`; the meta database keeps its SHA-256) and a
+//! CSRF token the page sends back in `x-csrf-token` with every call. A new session is made
+//! at each login, so a cookie planted before it is worth nothing. Failed logins are
+//! limited per user and per address ([`limit`]).
+
+mod dispatch;
+mod limit;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Status};
+
+use super::common::AdminApi;
+use super::guard::{Caller, Gate};
+use crate::credentials::{self, constant_time_eq};
+use crate::error::{CenterError, Result as CenterResult};
+
+/// How long a session lasts after its login.
+const SESSION_LASTS: Duration = Duration::from_secs(12 * 3600);
+const COOKIE: &str = "sluice_session";
+
+/// The page, its script and its style: written by hand, no build step, nothing fetched
+/// from elsewhere (the Content-Security-Policy allows this origin alone).
+const INDEX: &str = include_str!("../../../console/index.html");
+const SCRIPT: &str = include_str!("../../../console/app.js");
+const STYLE: &str = include_str!("../../../console/app.css");
+
+struct Console {
+    api: AdminApi,
+    gate: Arc<Gate>,
+    limiter: Mutex<limit::Limiter>,
+}
+
+type Shared = State<Arc<Console>>;
+
+/// Binds `center.console_listen`.
+pub(crate) async fn bind(listen: SocketAddr) -> CenterResult<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        CenterError::definite(format!(
+            "center.console_listen: cannot listen on {listen}: {e}"
+        ))
+    })
+}
+
+/// Serves the console until `shutdown`.
+pub(super) async fn serve(
+    listener: tokio::net::TcpListener,
+    api: AdminApi,
+    gate: Arc<Gate>,
+    shutdown: CancellationToken,
+) -> CenterResult<()> {
+    let console = Arc::new(Console {
+        api,
+        gate,
+        limiter: Mutex::default(),
+    });
+    let app = axum::Router::new()
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX) }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .route(
+            "/app.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
+        .route("/roles", get(roles))
+        .route("/session", get(session))
+        .route("/login", post(login))
+        .route("/logout", post(logout))
+        .route("/api/{method}", post(call))
+        .with_state(console);
+    let addr = listener.local_addr().ok();
+    tracing::info!(addr = ?addr, "serving the console");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+    .map_err(|e| CenterError::definite(format!("console: {e}")))
+}
+
+/// Headers every answer carries: nothing of another origin may run or frame the page.
+fn guarded(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    let csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+               connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(csp),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    guarded(([(header::CONTENT_TYPE, kind)], body).into_response())
+}
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    guarded(
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response(),
+    )
+}
+
+/// A refusal or failure as the page shows it: the gRPC code and message, and the
+/// leader's address when this center is not it.
+fn failure(s: &Status) -> Response {
+    let status = match s.code() {
+        Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::FailedPrecondition | Code::AlreadyExists => StatusCode::CONFLICT,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let leader = s
+        .metadata()
+        .get("sluice-leader")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    answer(
+        status,
+        json!({"code": format!("{:?}", s.code()), "message": s.message(), "leader": leader}),
+    )
+}
+
+/// The session cookie's value, if the request has one.
+fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v)
+}
+
+/// The caller of a request with a live session, and the session's CSRF token.
+async fn from_session(c: &Console, headers: &HeaderMap) -> Result<(Caller, String), Status> {
+    let Some(id) = cookie(headers) else {
+        return Err(Status::unauthenticated("not logged in"));
+    };
+    match c.gate.meta.session(&credentials::token_digest(id)).await {
+        Ok(Some(s)) => Ok((
+            Caller {
+                user: s.user,
+                role: s.role,
+                via: "session",
+            },
+            s.csrf,
+        )),
+        Ok(None) => Err(Status::unauthenticated(
+            "the session ended (logged out, expired, or its user removed): log in again",
+        )),
+        Err(e) => Err(Status::unavailable(format!("cannot read the session: {e}"))),
+    }
+}
+
+/// Whether the request carries the session's CSRF token.
+fn csrf_ok(headers: &HeaderMap, csrf: &str) -> bool {
+    headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), csrf.as_bytes()))
+}
+
+fn csrf_refused() -> Status {
+    Status::permission_denied("missing or wrong x-csrf-token: reload the console")
+}
+
+/// What each method needs, for the page to show only the controls its user may use.
+async fn roles() -> Response {
+    let table: serde_json::Map<String, Value> = dispatch::METHODS
+        .iter()
+        .filter_map(|m| {
+            let need = crate::access::need(m)?;
+            Some((
+                (*m).to_owned(),
+                json!({"role": need.role.as_str(), "mutating": need.mutating}),
+            ))
+        })
+        .collect();
+    answer(StatusCode::OK, Value::Object(table))
+}
+
+async fn session(State(c): Shared, headers: HeaderMap) -> Response {
+    match from_session(&c, &headers).await {
+        Ok((caller, csrf)) => answer(
+            StatusCode::OK,
+            json!({"user": caller.user, "role": caller.role.as_str(), "csrf": csrf}),
+        ),
+        Err(s) => failure(&s),
+    }
+}
+
+/// `POST /login` `{"user", "password"}`: a new session, or why not.
+async fn login(
+    State(c): Shared,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
+    let form: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let user = form["user"].as_str().unwrap_or_default().to_owned();
+    let password = form["password"].as_str().unwrap_or_default();
+    let keys = [format!("user:{user}"), format!("addr:{}", peer.ip())];
+    let refused_for = c
+        .limiter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .refused_for(&keys, Instant::now());
+    let outcome = match refused_for {
+        Some(wait) => Err(Status::resource_exhausted(format!(
+            "too many failed logins: try again in {} s",
+            wait.as_secs().max(1)
+        ))),
+        None => check_password(&c, &user, password).await,
+    };
+    let caller = outcome.clone().map(|role| Caller {
+        user: user.clone(),
+        role,
+        via: "session",
+    });
+    // Recorded like every call that changes something: a login is one.
+    let claimed = Some(user.as_str());
+    let pass = match c
+        .gate
+        .admit("Login", peer.to_string(), caller, claimed)
+        .await
+    {
+        Ok(pass) => pass,
+        Err(s) => {
+            if s.code() == Code::Unauthenticated {
+                let mut limiter = c.limiter.lock().unwrap_or_else(|e| e.into_inner());
+                limiter.failed(&keys, Instant::now());
+            }
+            return failure(&s);
+        }
+    };
+    pass.about.set(&user);
+    let opened = open_session(&c, &user).await;
+    c.gate.close(pass, opened.as_ref().err(), false).await;
+    let (id, csrf) = match opened {
+        Ok(v) => v,
+        Err(s) => return failure(&s),
+    };
+    c.limiter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .succeeded(&keys[0]);
+    let role = outcome.map(|r| r.as_str()).unwrap_or_default();
+    let mut r = answer(
+        StatusCode::OK,
+        json!({"user": user, "role": role, "csrf": csrf}),
+    );
+    let set = format!(
+        "{COOKIE}={id}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
+        SESSION_LASTS.as_secs()
+    );
+    if let Ok(v) = HeaderValue::from_str(&set) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The role of `user` when `password` is theirs.
+async fn check_password(
+    c: &Console,
+    user: &str,
+    password: &str,
+) -> Result<crate::access::Role, Status> {
+    let wrong = || Status::unauthenticated("wrong user name or password");
+    match c.gate.meta.password_of(user).await {
+        Ok(Some((role, Some(hash)))) => {
+            let password = password.to_owned();
+            // Argon2 takes tens of milliseconds of CPU: off the async threads.
+            let matches =
+                tokio::task::spawn_blocking(move || credentials::verify_password(&password, &hash))
+                    .await
+                    .unwrap_or(false);
+            if matches {
+                Ok(role)
+            } else {
+                Err(wrong())
+            }
+        }
+        Ok(_) => Err(wrong()),
+        Err(e) => Err(Status::unavailable(format!(
+            "cannot check the password now: {e}"
+        ))),
+    }
+}
+
+/// A new session of `user`: the cookie's value and the CSRF token.
+async fn open_session(c: &Console, user: &str) -> Result<(String, String), Status> {
+    let (id, digest) = credentials::new_token();
+    let (csrf, _) = credentials::new_token();
+    c.gate
+        .meta
+        .open_session(&digest, user, &csrf, SESSION_LASTS)
+        .await
+        .map_err(|e| Status::unavailable(format!("cannot open a session now: {e}")))?;
+    Ok((id, csrf))
+}
+
+async fn logout(State(c): Shared, headers: HeaderMap) -> Response {
+    let (_, csrf) = match from_session(&c, &headers).await {
+        Ok(s) => s,
+        Err(s) => return failure(&s),
+    };
+    if !csrf_ok(&headers, &csrf) {
+        return failure(&csrf_refused());
+    }
+    if let Some(id) = cookie(&headers) {
+        if let Err(e) = c
+            .gate
+            .meta
+            .close_session(&credentials::token_digest(id))
+            .await
+        {
+            return failure(&Status::unavailable(e.to_string()));
+        }
+    }
+    let mut r = answer(StatusCode::OK, json!({}));
+    let clear = format!("{COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0");
+    if let Ok(v) = HeaderValue::from_str(&clear) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// `POST /api/{method}`: an admin call as the session's user.
+async fn call(
+    State(c): Shared,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(method): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let session = from_session(&c, &headers).await;
+    let caller = match &session {
+        Ok((_, csrf)) if !csrf_ok(&headers, csrf) => Err(csrf_refused()),
+        Ok((caller, _)) => Ok(caller.clone()),
+        Err(s) => Err(s.clone()),
+    };
+    let claimed = session.as_ref().ok().map(|(c, _)| c.user.as_str());
+    let pass = match c
+        .gate
+        .admit(&method, peer.to_string(), caller, claimed)
+        .await
+    {
+        Ok(pass) => pass,
+        Err(s) => return failure(&s),
+    };
+    let mut extensions = tonic::Extensions::new();
+    extensions.insert(pass.caller.clone());
+    extensions.insert(pass.about.clone());
+    let answered = dispatch::call(&c.api, &method, &body, extensions).await;
+    let failed = answered.as_ref().err();
+    let redirected = failed.is_some_and(|s| s.metadata().get("sluice-leader").is_some());
+    c.gate.close(pass, failed, redirected).await;
+    match answered {
+        Ok(json) => guarded(([(header::CONTENT_TYPE, "application/json")], json).into_response()),
+        Err(s) => failure(&s),
+    }
+}

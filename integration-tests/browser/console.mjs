@@ -1,0 +1,144 @@
+// Drives a center's console in Debian's headless Chromium, as an admin, a viewer and an
+// operator (integration-tests/tests/console.rs starts the cluster and runs this).
+// Environment: CONSOLE_URL, ADMIN_PASSWORD, VIEWER_PASSWORD, OPERATOR_PASSWORD, SOURCE,
+// PIPELINE, SHOTS (the screenshots' directory). Exits non-zero, saying why, on the first
+// check that fails.
+import { chromium } from "playwright-core";
+import { mkdirSync } from "node:fs";
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`${k} is not set`);
+  return v;
+};
+const url = env("CONSOLE_URL");
+const shots = env("SHOTS");
+mkdirSync(shots, { recursive: true });
+const WAIT = 15000;
+const XSS = "<script>alert(1)</script>";
+
+function check(ok, what) {
+  if (!ok) throw new Error(`check failed: ${what}`);
+  console.log(`ok: ${what}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+const dialogs = [];
+page.on("dialog", async (d) => {
+  dialogs.push(d.message());
+  await d.dismiss();
+});
+const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+
+async function login(user, password) {
+  await page.locator("#login input[name=user]").fill(user);
+  await page.locator("#login input[name=password]").fill(password);
+  await page.locator("#login button[type=submit]").click();
+  await page.locator("#who-name").filter({ hasText: user }).waitFor({ timeout: WAIT });
+  check(await page.locator("#login").isHidden(), `${user} logged in: the login form is gone`);
+}
+
+async function logout() {
+  await page.locator("#logout").click();
+  await page.locator("#login").waitFor({ state: "visible", timeout: WAIT });
+}
+
+async function screen(name) {
+  await page.goto(`${url}/#${name}`);
+  await page.locator(`#screen[data-screen=${name}]`).waitFor({ timeout: WAIT });
+}
+
+const navLinks = () => page.locator("#nav a").allTextContents();
+
+try {
+  await page.goto(url);
+  await page.locator("#login").waitFor({ state: "visible", timeout: WAIT });
+  await shot("login");
+
+  // --- an admin -------------------------------------------------------------------------
+  await login("admin", env("ADMIN_PASSWORD"));
+  await page.locator("#leader").filter({ hasText: "Leader c0" }).waitFor({ timeout: WAIT });
+  check(true, "the overview names the leader");
+  await shot("overview");
+
+  await screen("sources");
+  await page.locator("td", { hasText: env("SOURCE") }).first().waitFor({ timeout: WAIT });
+  check(true, "the sources screen lists the source");
+  await shot("sources");
+
+  await screen("users");
+  const form = page.locator("#put-user");
+  await form.locator("input[name=name]").fill("olga");
+  await form.locator("select[name=role]").selectOption("operator");
+  await form.locator("input[name=password]").fill(env("OPERATOR_PASSWORD"));
+  await form.locator("button[type=submit]").click();
+  await page.locator("td", { hasText: /^olga$/ }).waitFor({ timeout: WAIT });
+  check(true, "an admin adds an operator through the form");
+  // A name that is markup: refused, and shown as text wherever it appears.
+  await form.locator("input[name=name]").fill(XSS);
+  await form.locator("input[name=password]").fill("");
+  await form.locator("button[type=submit]").click();
+  await page.locator("#message.error", { hasText: "InvalidArgument" }).waitFor({ timeout: WAIT });
+  check((await page.locator("#message").textContent()).includes(XSS), "the refusal shows the name as text");
+  await shot("users");
+
+  await screen("audit");
+  await page.locator("td", { hasText: XSS }).first().waitFor({ timeout: WAIT });
+  check(await page.locator("#screen script").count() === 0, "the audit log shows markup as text, no script element");
+  await shot("audit");
+  await logout();
+
+  // --- a viewer -------------------------------------------------------------------------
+  await login("vera", env("VIEWER_PASSWORD"));
+  // The admin's last screen (the audit log) is not one a viewer may read: the overview
+  // shows instead, and nothing was refused.
+  await page.locator("#screen[data-screen=overview]").waitFor({ timeout: WAIT });
+  check(!(await page.locator("#message").textContent()).includes("PermissionDenied"),
+    "a viewer's console asks nothing it would be refused");
+  const viewerNav = await navLinks();
+  check(!viewerNav.includes("Users") && !viewerNav.includes("Audit"),
+    `a viewer is offered no users or audit screen (${viewerNav})`);
+  await screen("pipelines");
+  await page.locator("td", { hasText: env("PIPELINE") }).first().waitFor({ timeout: WAIT });
+  check(await page.locator("#screen button").count() === 0, "a viewer sees no control that changes anything");
+  await screen("overview");
+  check(await page.locator("#screen button").count() === 0, "not even Rebalance");
+  const direct = await page.evaluate(async () => {
+    const r = await fetch("/api/Rebalance", {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-csrf-token": state.csrf },
+      body: "{}",
+    });
+    return { status: r.status, body: await r.json() };
+  });
+  check(direct.status === 403 && direct.body.code === "PermissionDenied",
+    `the API refuses a viewer's call made directly (${JSON.stringify(direct)})`);
+  await shot("viewer");
+  await logout();
+
+  // --- an operator ----------------------------------------------------------------------
+  await login("olga", env("OPERATOR_PASSWORD"));
+  await screen("pipelines");
+  const build = page.locator("button[data-method=BuildPipeline]").first();
+  await build.click();
+  await page.locator("#message", { hasText: "Build: done" }).waitFor({ timeout: WAIT });
+  check(true, "an operator starts a build");
+  check(await page.locator("button[data-method=DeletePipeline]").count() === 0,
+    "an operator is offered no pipeline deletion");
+  await shot("pipelines");
+  await logout();
+
+  check(dialogs.length === 0, `no dialog opened (${dialogs})`);
+  console.log("all browser checks passed");
+} catch (e) {
+  await shot("failure").catch(() => {});
+  console.error(e.stack || String(e));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,315 @@
+//! The web console (README, "Console"): driven in Debian's headless Chromium by
+//! Playwright as an admin, a viewer and an operator (`integration-tests/browser/
+//! console.mjs`, screenshots under `target/console-screenshots/`), and its sessions
+//! checked from outside a browser: the cookie's flags, CSRF, session fixation, logout,
+//! and failed logins limited.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::header::{self, HeaderValue};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sluice_integration_tests::{paths, TestCtx};
+
+/// The browser's test directory, with playwright-core installed, or a panic saying how.
+fn browser_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser");
+    assert!(
+        dir.join("node_modules/playwright-core/package.json")
+            .exists()
+            && Path::new("/usr/bin/chromium").exists(),
+        "the console's browser tests need Chromium and playwright-core: run `deploy/install.sh` \
+         (or `make install`), which installs Debian's chromium and runs npm install in {}",
+        dir.display()
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_uses_the_console_in_a_real_browser() {
+    let dir = browser_dir();
+    let ctx = TestCtx::new("console").await;
+    ctx.items_table(200).await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    cluster.wait_leader(Duration::from_secs(10), None).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    cluster
+        .wait_running(&[&items], Duration::from_secs(30))
+        .await;
+    let (viewer_pw, operator_pw) = ("vera-password-1", "olga-password-1");
+    cluster
+        .ctl_env(
+            &[
+                "users",
+                "put",
+                "vera",
+                "--role",
+                "viewer",
+                "--password-env",
+                "PW",
+            ],
+            &[("PW", viewer_pw)],
+        )
+        .unwrap();
+
+    let shots = paths::target_dir().join("console-screenshots");
+    let out = Command::new("node")
+        .arg(dir.join("console.mjs"))
+        .current_dir(&dir)
+        .env("CONSOLE_URL", cluster.console_url(0))
+        .env("ADMIN_PASSWORD", &ctx.secrets.admin_password)
+        .env("VIEWER_PASSWORD", viewer_pw)
+        .env("OPERATOR_PASSWORD", operator_pw)
+        .env("SOURCE", &items.name)
+        .env("PIPELINE", &items.pipeline.alias)
+        .env("SHOTS", &shots)
+        .output()
+        .expect("run node (deploy/install.sh installs it)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the browser checks failed (screenshots in {}):\n{said}\n{}",
+        shots.display(),
+        cluster.logs()
+    );
+    for screen in [
+        "login",
+        "overview",
+        "sources",
+        "users",
+        "audit",
+        "viewer",
+        "pipelines",
+    ] {
+        assert!(
+            shots.join(format!("{screen}.png")).exists(),
+            "no screenshot of {screen}"
+        );
+    }
+
+    // The build the operator started in the browser runs to its alias swap.
+    cluster
+        .wait_built(&items.pipeline.alias, Duration::from_secs(120))
+        .await;
+    // Everything the browser changed or was refused is in the audit log, by its user.
+    let audit = cluster.ctl(&["audit", "--limit", "200"]).unwrap();
+    let has = |user: &str, method: &str, outcome: &str| {
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["user"] == user && e["method"] == method && e["outcome"] == outcome)
+    };
+    for (user, method, outcome) in [
+        ("admin", "Login", "ok"),
+        ("admin", "PutUser", "ok"),
+        ("admin", "PutUser", "InvalidArgument"),
+        ("vera", "Login", "ok"),
+        ("vera", "Rebalance", "PermissionDenied"),
+        ("olga", "Login", "ok"),
+        ("olga", "BuildPipeline", "ok"),
+    ] {
+        assert!(
+            has(user, method, outcome),
+            "no audit entry {user} {method} {outcome}:\n{audit:#}"
+        );
+    }
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+/// A browser's view of one console: its cookie kept by hand.
+struct Browser {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Browser {
+    async fn post(
+        &self,
+        path: &str,
+        cookie: Option<&str>,
+        csrf: Option<&str>,
+        body: Value,
+    ) -> reqwest::Response {
+        let mut req = self.http.post(format!("{}{path}", self.url)).json(&body);
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, format!("sluice_session={c}"));
+        }
+        if let Some(t) = csrf {
+            req = req.header("x-csrf-token", t);
+        }
+        req.send().await.expect("the console answers")
+    }
+
+    /// Logs in; the session cookie's value and the CSRF token.
+    async fn login(&self, planted: Option<&str>, user: &str, password: &str) -> (String, String) {
+        let r = self
+            .post(
+                "/login",
+                planted,
+                None,
+                json!({"user": user, "password": password}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK, "login of {user}");
+        let set = r
+            .headers()
+            .get(header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .expect("a session cookie")
+            .to_owned();
+        for flag in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
+            assert!(set.contains(flag), "the cookie is {flag}: {set}");
+        }
+        let value = set
+            .split(';')
+            .next()
+            .and_then(|kv| kv.strip_prefix("sluice_session="))
+            .expect("the cookie's value")
+            .to_owned();
+        let body: Value = r.json().await.unwrap();
+        (value, body["csrf"].as_str().unwrap().to_owned())
+    }
+
+    async fn session_status(&self, cookie: &str) -> StatusCode {
+        self.http
+            .get(format!("{}/session", self.url))
+            .header(header::COOKIE, format!("sluice_session={cookie}"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resist_csrf_fixation_and_guessing() {
+    let ctx = TestCtx::new("consolesec").await;
+    let cluster = ctx.start_cluster(1, 0).await;
+    cluster.wait_leader(Duration::from_secs(10), None).await;
+    let b = Browser {
+        http: reqwest::Client::new(),
+        url: cluster.console_url(0),
+    };
+    let admin_pw = ctx.secrets.admin_password.clone();
+
+    // The page forbids anything but its own origin.
+    let page = b.http.get(&b.url).send().await.unwrap();
+    let csp = page
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(
+        page.headers().get(header::X_CONTENT_TYPE_OPTIONS),
+        Some(&HeaderValue::from_static("nosniff"))
+    );
+
+    // A cookie planted before the login is not the session the login makes, and opens
+    // nothing.
+    let (cookie, csrf) = b.login(Some("sluice_planted"), "admin", &admin_pw).await;
+    assert_ne!(cookie, "sluice_planted");
+    assert_eq!(
+        b.session_status("sluice_planted").await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(b.session_status(&cookie).await, StatusCode::OK);
+
+    // A change without the session's CSRF token, or with another, is refused.
+    let r = b
+        .post("/api/Rebalance", Some(&cookie), None, json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let said: Value = r.json().await.unwrap();
+    assert!(
+        said["message"].as_str().unwrap().contains("x-csrf-token"),
+        "{said}"
+    );
+    let r = b
+        .post(
+            "/api/Rebalance",
+            Some(&cookie),
+            Some("sluice_other"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = b
+        .post("/api/Rebalance", Some(&cookie), Some(&csrf), json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+
+    // Logged out, the cookie opens nothing.
+    let r = b
+        .post("/logout", Some(&cookie), Some(&csrf), json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(b.session_status(&cookie).await, StatusCode::UNAUTHORIZED);
+
+    // Wrong passwords: refused, then limited, even with the right one.
+    for _ in 0..5 {
+        let r = b
+            .post(
+                "/login",
+                None,
+                None,
+                json!({"user": "admin", "password": "guess-guess"}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
+    let r = b
+        .post(
+            "/login",
+            None,
+            None,
+            json!({"user": "admin", "password": admin_pw}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let said: Value = r.json().await.unwrap();
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many failed logins"),
+        "{said}"
+    );
+
+    let audit = cluster.ctl(&["audit", "--limit", "50"]).unwrap();
+    let outcomes: Vec<(String, String, String)> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("user"), s("method"), s("outcome"))
+        })
+        .collect();
+    let row = |u: &str, m: &str, o: &str| (u.to_owned(), m.to_owned(), o.to_owned());
+    let mut expected = vec![
+        row("admin", "Login", "ok"),
+        row("admin", "Rebalance", "PermissionDenied"),
+        row("admin", "Rebalance", "PermissionDenied"),
+        row("admin", "Rebalance", "ok"),
+    ];
+    expected.extend((0..5).map(|_| row("admin", "Login", "Unauthenticated")));
+    expected.push(row("admin", "Login", "ResourceExhausted"));
+    assert_eq!(outcomes, expected, "{audit:#}");
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
