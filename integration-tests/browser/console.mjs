@@ -119,6 +119,16 @@ try {
   check(direct.status === 403 && direct.body.code === "PermissionDenied",
     `the API refuses a viewer's call made directly (${JSON.stringify(direct)})`);
   await shot("viewer");
+  await screen("events");
+  await page.locator("#screen td", { hasText: "pipeline put" }).first().waitFor({ timeout: WAIT });
+  await page.locator("#event-filter input[name=subject]").fill(env("PIPELINE"));
+  await page.locator("#event-filter button").click();
+  await page.waitForFunction((p) => {
+    const cells = [...document.querySelectorAll("#screen tbody tr td:nth-child(4)")];
+    return cells.length > 0 && cells.every((c) => c.textContent === p);
+  }, env("PIPELINE"), { timeout: WAIT });
+  check(true, "a viewer reads the events, filtered by subject");
+  await shot("events");
   await logout();
 
   // --- an operator ----------------------------------------------------------------------
@@ -131,6 +141,41 @@ try {
   check(await page.locator("button[data-method=DeletePipeline]").count() === 0,
     "an operator is offered no pipeline deletion");
   await shot("pipelines");
+  // The build's progress, looked at again until the alias has moved to it.
+  const deadline = Date.now() + 120000;
+  let phases = new Set();
+  for (;;) {
+    await page.evaluate(() => show("pipelines"));
+    for (const p of await page.locator("#screen table:nth-of-type(2) tbody tr td:nth-child(3)").allTextContents()) {
+      phases.add(p);
+    }
+    const live = await page.locator("#screen table").first().locator("tbody tr td:nth-child(5)").first().textContent();
+    if (live === "v2") break;
+    if (Date.now() > deadline) throw new Error(`the build never went live (phases seen: ${[...phases]})`);
+    await page.waitForTimeout(200);
+  }
+  check(true, `the pipelines screen follows the build to its swap (phases seen: ${[...phases].join(", ") || "none in time"})`);
+  await shot("build-done");
+
+  await screen("dictionary");
+  const word = page.locator("#add-word");
+  await word.locator("input[name=word]").fill("sluicecanal");
+  await word.locator("button[type=submit]").click();
+  const row = page.locator("tr", { hasText: "sluicecanal" });
+  await row.locator("td", { hasText: /^draft$/ }).waitFor({ timeout: WAIT });
+  await row.locator("button[data-method=PublishWords]").click();
+  await page.locator("tr", { hasText: "sluicecanal" }).locator("td", { hasText: /^published$/ }).waitFor({ timeout: WAIT });
+  check(true, "an operator adds a dictionary word and publishes it");
+  await shot("dictionary");
+
+  await screen("checks");
+  await page.locator("button[data-method=StartCheck]").first().click();
+  await page.locator("#screen td", { hasText: env("PIPELINE") }).first().waitFor({ timeout: WAIT });
+  check(true, "an operator starts a check and repair, listed on the checks screen");
+  await shot("checks");
+
+  await screen("letters");
+  await shot("letters");
   await logout();
 
   check(dialogs.length === 0, `no dialog opened (${dialogs})`);

@@ -112,6 +112,8 @@ const SCREENS = {
 
   async pipelines() {
     const r = await api("ListPipelines");
+    const building = (r.pipelines || []).filter((p) => p.building_version);
+    const builds = await Promise.all(building.map((p) => api("GetBuild", { name: p.name })));
     return [
       el("h2", {}, "Pipelines"),
       table(["pipeline", "table", "alias", "state", "live", "building", ""], (r.pipelines || []).map((p) =>
@@ -121,6 +123,84 @@ const SCREENS = {
             action("Build", "BuildPipeline", { name: p.name }),
             action("Check", "StartCheck", { pipeline: p.name }),
             action("Delete", "DeletePipeline", { name: p.name }, `Delete pipeline ${p.name} and its indexes?`))])),
+      builds.length ? el("h3", {}, "Builds under way") : null,
+      builds.length ? table(["pipeline", "version", "phase", "chunks", "rows", "rows/s", "message", ""], builds.map((b) =>
+        [b.pipeline, `v${b.version}`, b.phase, `${b.chunks_done}/${b.chunks}`,
+          `${b.rows_done} of ~${b.rows_estimated}`, Math.round(b.rows_per_sec || 0), b.message || "-",
+          action("Reset", "ResetPipeline", { name: b.pipeline }, `Abandon the build of ${b.pipeline}?`) || ""])) : null,
+      builds.length ? el("p", {}, el("button", { type: "button", id: "refresh", onclick: () => show("pipelines") }, "Refresh")) : null,
+    ];
+  },
+
+  async checks() {
+    const r = await api("ListPipelines");
+    const lists = await Promise.all((r.pipelines || []).map((p) => api("ListChecks", { pipeline: p.name, limit: 10 })));
+    const checks = lists.flatMap((l) => l.checks || []);
+    return [
+      el("h2", {}, "Checks and repairs"),
+      table(["id", "pipeline", "kind", "state", "chunks", "keys", "missing", "extra", "different", "repaired", "started"],
+        checks.map((c) => [c.id, c.pipeline, c.kind, c.state, `${c.chunks_done}/${c.chunks}`, c.keys,
+          c.missing, c.extra, c.different, c.repaired, ago(c.started_at_ms)])),
+      el("p", {}, ...(r.pipelines || []).map((p) =>
+        action(`Check and repair ${p.name}`, "StartCheck", { pipeline: p.name, repair: true }))),
+    ];
+  },
+
+  async events() {
+    const subject = new URLSearchParams(location.hash.split("?")[1] || "").get("subject") || "";
+    const r = await api("ListEvents", { limit: 200, subject });
+    const form = el("form", { class: "inline", id: "event-filter" },
+      el("label", {}, "Subject ", el("input", { name: "subject", value: subject })),
+      el("button", { type: "submit" }, "Filter"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      location.hash = `events?subject=${encodeURIComponent(new FormData(form).get("subject"))}`;
+    });
+    return [
+      el("h2", {}, "Events"),
+      form,
+      table(["when", "origin", "kind", "subject", "message"], (r.events || []).map((e) =>
+        [ago(e.at_ms), e.origin, e.kind, e.subject, e.message])),
+    ];
+  },
+
+  async letters() {
+    const r = await api("ListDeadLetters", { limit: 200 });
+    return [
+      el("h2", {}, "Dead letters"),
+      table(["id", "when", "pipeline", "table", "key", "reason", ""], (r.letters || []).map((d) =>
+        [d.id, ago(d.at_ms), d.pipeline || "-", d.table, d.key || "-", d.reason,
+          d.not_replayable || action("Replay", "ReplayDeadLetters", { pipeline: d.pipeline, ids: [d.id] }) || ""])),
+    ];
+  },
+
+  async dictionary() {
+    const r = await api("ListWords");
+    const form = el("form", { class: "inline", id: "add-word" },
+      el("label", {}, "Dictionary ", el("select", { name: "dictionary" },
+        el("option", { value: "ext" }, "ext"), el("option", { value: "stop" }, "stop"))),
+      el("label", {}, "Word ", el("input", { name: "word", required: "" })),
+      el("button", { type: "submit" }, "Add word"));
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const f = new FormData(form);
+      try {
+        await api("AddWords", { dictionary: f.get("dictionary"), words: [f.get("word")] });
+        say(`word ${f.get("word")} added as a draft`);
+        await show("dictionary");
+      } catch (e) {
+        say(`Add word: ${e.message}`, true);
+      }
+    });
+    return [
+      el("h2", {}, "IK dictionary"),
+      table(["dictionary", "word", "state", "added", ""], (r.words || []).map((w) => {
+        const req = { dictionary: w.dictionary, words: [w.word] };
+        return [w.dictionary, w.word, w.state, ago(w.added_at_ms), el("span", {},
+          w.state === "published" ? null : action("Publish", "PublishWords", req),
+          action("Delete", "DeleteWords", req, `Delete ${w.word}?`))];
+      })),
+      may("AddWords") ? form : null,
     ];
   },
 
@@ -167,6 +247,10 @@ const NAV = [
   ["overview", "Overview", "ListPipelines"],
   ["sources", "Sources", "ListSources"],
   ["pipelines", "Pipelines", "ListPipelines"],
+  ["checks", "Checks", "ListChecks"],
+  ["events", "Events", "ListEvents"],
+  ["letters", "Dead letters", "ListDeadLetters"],
+  ["dictionary", "Dictionary", "ListWords"],
   ["users", "Users", "ListUsers"],
   ["audit", "Audit", "ListAudit"],
 ];
@@ -177,6 +261,7 @@ let current = "overview";
 const offered = () => NAV.filter(([, , need]) => may(need)).map(([screen]) => screen);
 
 async function show(name) {
+  name = (name || "").split("?")[0];
   current = offered().includes(name) ? name : "overview";
   for (const a of document.querySelectorAll("#nav a")) {
     a.className = a.dataset.screen === current ? "current" : "";
