@@ -114,6 +114,9 @@ async fn each_role_makes_only_its_own_calls_and_every_change_is_audited() {
         .unwrap_err();
     assert!(refused.contains("workers' token"), "{refused}");
 
+    // Names compare byte for byte: `ADMIN` is no one, and removing it leaves `admin`.
+    let gone = cluster.ctl(&["users", "delete", "ADMIN"]).unwrap();
+    assert_eq!(gone["existed"], false, "{gone}");
     // The last admin stays one.
     let refused = cluster.ctl(&["users", "delete", "admin"]).unwrap_err();
     assert!(refused.contains("last admin"), "{refused}");
@@ -138,8 +141,10 @@ async fn each_role_makes_only_its_own_calls_and_every_change_is_audited() {
             entry("otto", "CreateToken", "vera", "PermissionDenied"),
             entry("admin", "DeleteSource", "nosuch", "ok"),
             entry("admin", "RevokeToken", &format!("token {viewer_id}"), "ok"),
+            entry("(not recognised)", "WhoAmI", "", "Unauthenticated"),
             entry("(not recognised)", "Rebalance", "", "Unauthenticated"),
             entry("(not recognised)", "Rebalance", "", "PermissionDenied"),
+            entry("admin", "DeleteUser", "ADMIN", "ok"),
             entry("admin", "DeleteUser", "admin", "FailedPrecondition"),
             entry("admin", "PutUser", "admin", "FailedPrecondition"),
         ],

@@ -222,6 +222,17 @@ async fn sessions_resist_csrf_fixation_and_guessing() {
         Some(&HeaderValue::from_static("nosniff"))
     );
 
+    // A login posted as a form (another site's, say) is refused.
+    let r = b
+        .http
+        .post(format!("{}/login", b.url))
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(json!({"user": "admin", "password": admin_pw}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
     // A cookie planted before the login is not the session the login makes, and opens
     // nothing.
     let (cookie, csrf) = b.login(Some("sluice_planted"), "admin", &admin_pw).await;

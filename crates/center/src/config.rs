@@ -119,8 +119,10 @@ fn default_dictionary_listen() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 7071))
 }
 
+/// Loopback by default: the console speaks plain HTTP, so a password crosses the
+/// network only behind a TLS proxy an operator puts in front of it on purpose.
 fn default_console_listen() -> SocketAddr {
-    SocketAddr::from(([0, 0, 0, 0], 7072))
+    SocketAddr::from(([127, 0, 0, 1], 7072))
 }
 
 /// The MySQL meta database (sources, pipelines, assignment history, events). The center

@@ -14,7 +14,7 @@ use tonic::body::Body;
 use tonic::codegen::{http, BoxFuture, Service};
 use tonic::server::NamedService;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tonic::Status;
+use tonic::{Code, Status};
 
 use crate::access::{self, Role};
 use crate::config::AuthMode;
@@ -130,11 +130,10 @@ impl Gate {
         let audited = access::need(method).is_none_or(|n| n.mutating);
         let caller = match caller {
             Ok(c) => c,
+            // Every refusal is recorded, of a read too.
             Err(refused) => {
-                if audited {
-                    entry.user = claimed.unwrap_or("(not recognised)").to_owned();
-                    self.record(outcome(entry, Some(&refused))).await;
-                }
+                entry.user = claimed.unwrap_or("(not recognised)").to_owned();
+                self.record(outcome(entry, Some(&refused))).await;
                 return Err(refused);
             }
         };
@@ -153,11 +152,14 @@ impl Gate {
         })
     }
 
-    /// Records how a call let in ended (`failed`: its error), when it is one to record.
-    /// A follower's "not the leader" (`redirected`) is not: sluicectl and the console
-    /// make the call again at the leader, which records it.
+    /// Records how a call let in ended (`failed`: its error), when it is one to record: a
+    /// change, or a call its method refused (a read included). A follower's "not the
+    /// leader" (`redirected`) is not: sluicectl makes the call again at the leader, which
+    /// records it (the console shows the leader's address).
     pub(super) async fn close(&self, pass: Pass, failed: Option<&Status>, redirected: bool) {
-        if pass.audited && !redirected {
+        let refused = failed
+            .is_some_and(|s| matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated));
+        if (pass.audited || refused) && !redirected {
             let mut entry = pass.entry;
             entry.target = pass.about.get();
             self.record(outcome(entry, failed)).await;
@@ -202,6 +204,7 @@ impl<S: NamedService> NamedService for Guarded<S> {
 impl<S> Service<http::Request<Body>> for Guarded<S>
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + NamedService
         + Clone
         + Send
         + 'static,
@@ -220,11 +223,20 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
-        Box::pin(async move {
-            let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+        // In a task of its own: a caller's deadline (`grpc-timeout`) or a reset stream drops
+        // the future answering it, and the audit entry of a change already made must not go
+        // with it.
+        let call = async move {
+            let path = req.uri().path();
+            // Exactly `/sluice.v1.Admin/<Method>`; the console's `Login` is no gRPC call.
+            let method = path
+                .strip_prefix(&format!("/{}/", S::NAME))
+                .filter(|m| !m.contains('/') && *m != "Login")
+                .unwrap_or(path)
+                .to_owned();
             let peer = peer(req.extensions());
             let caller = gate.caller(req.headers()).await;
-            let pass = match gate.admit(method, peer, caller, None).await {
+            let pass = match gate.admit(&method, peer, caller, None).await {
                 Ok(pass) => pass,
                 Err(refused) => return Ok(refused.into_http()),
             };
@@ -232,9 +244,21 @@ where
             req.extensions_mut().insert(pass.about.clone());
             let answer = inner.call(req).await?;
             let redirected = answer.headers().contains_key("sluice-leader");
-            gate.close(pass, answer.extensions().get::<Status>(), redirected)
-                .await;
+            // A handler's error is in the answer's extensions; the generated code's own
+            // (an unknown method) only in its `grpc-status` header.
+            let failed = answer
+                .extensions()
+                .get::<Status>()
+                .cloned()
+                .or_else(|| Status::from_header_map(answer.headers()))
+                .filter(|s| s.code() != Code::Ok);
+            gate.close(pass, failed.as_ref(), redirected).await;
             Ok(answer)
+        };
+        Box::pin(async move {
+            tokio::spawn(call).await.unwrap_or_else(|e| {
+                Ok(Status::internal(format!("the call failed: {e}")).into_http())
+            })
         })
     }
 }

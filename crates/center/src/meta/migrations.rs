@@ -260,4 +260,15 @@ pub(super) const MIGRATIONS: &[(u32, &[&str])] = &[
             KEY expires (expires_at)
         )"],
     ),
+    // User names compare byte for byte: under the database's case-insensitive default,
+    // `ADMIN` would be `admin` to MySQL but not to the last-admin rule.
+    (
+        15,
+        &[
+            "ALTER TABLE users MODIFY name VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+            "ALTER TABLE api_tokens MODIFY user VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+            "ALTER TABLE console_sessions MODIFY user VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+            "ALTER TABLE audit MODIFY user VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+        ],
+    ),
 ];

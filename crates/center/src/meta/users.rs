@@ -182,11 +182,19 @@ impl Meta {
         let Some((id, user, role)) = row else {
             return Ok(None);
         };
-        conn.exec_drop(
-            "UPDATE api_tokens SET last_used_at = CURRENT_TIMESTAMP(3) WHERE id = ?",
-            (id,),
-        )
-        .await?;
+        // When it was last used, to the minute: at most one write a minute a token, and
+        // a failure to note it does not fail the call.
+        let noted = conn
+            .exec_drop(
+                "UPDATE api_tokens SET last_used_at = CURRENT_TIMESTAMP(3)
+                 WHERE id = ? AND (last_used_at IS NULL
+                   OR last_used_at < CURRENT_TIMESTAMP(3) - INTERVAL 60 SECOND)",
+                (id,),
+            )
+            .await;
+        if let Err(e) = noted {
+            tracing::warn!(error = %e, token = id, "cannot note a token's use");
+        }
         Ok(Some((user, role_of(&role)?)))
     }
 
@@ -224,7 +232,20 @@ impl Meta {
         Ok(conn.affected_rows() == 1)
     }
 
+    /// Appends `entry`, each field cut to what its column holds (a caller's made-up name
+    /// or path must not make the entry fail).
     pub async fn record_audit(&self, entry: &Audited) -> Result<(), MetaError> {
+        let cut = |s: &str, chars: usize| s.chars().take(chars).collect::<String>();
+        let entry = Audited {
+            user: cut(&entry.user, 255),
+            role: cut(&entry.role, 16),
+            method: cut(&entry.method, 64),
+            target: cut(&entry.target, 255),
+            peer: cut(&entry.peer, 255),
+            outcome: cut(&entry.outcome, 32),
+            detail: cut(&entry.detail, 10_000),
+            ..entry.clone()
+        };
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             "INSERT INTO audit (user, role, method, target, peer, outcome, detail)

@@ -43,6 +43,16 @@ impl Limiter {
             .retain(|_, t| t.back().is_some_and(|t| now.duration_since(*t) < WINDOW));
     }
 
+    /// Takes back the newest failure counted against each of `keys` (an attempt counted
+    /// before it was known to succeed).
+    pub(super) fn forgive(&mut self, keys: &[String]) {
+        for k in keys {
+            if let Some(times) = self.failures.get_mut(k) {
+                times.pop_back();
+            }
+        }
+    }
+
     /// Forgets the user's failures after a login that succeeded (the address keeps its
     /// own: an address guessing for many users is not cleared by one of them).
     pub(super) fn succeeded(&mut self, user_key: &str) {
@@ -86,5 +96,7 @@ mod tests {
         l.failed(&keys, t0);
         assert!(l.refused_for(&["user:ann".to_owned()], t0).is_none());
         assert!(l.refused_for(&["addr:10.0.0.1".to_owned()], t0).is_some());
+        l.forgive(&["addr:10.0.0.1".to_owned()]);
+        assert!(l.refused_for(&["addr:10.0.0.1".to_owned()], t0).is_none());
     }
 }

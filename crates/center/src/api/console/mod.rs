@@ -43,6 +43,8 @@ struct Console {
     api: AdminApi,
     gate: Arc<Gate>,
     limiter: Mutex<limit::Limiter>,
+    /// Password hashes checked at once.
+    hashing: tokio::sync::Semaphore,
 }
 
 type Shared = State<Arc<Console>>;
@@ -67,6 +69,7 @@ pub(super) async fn serve(
         api,
         gate,
         limiter: Mutex::default(),
+        hashing: tokio::sync::Semaphore::new(2),
     });
     let app = axum::Router::new()
         .route(
@@ -233,17 +236,33 @@ async fn session(State(c): Shared, headers: HeaderMap) -> Response {
 async fn login(
     State(c): Shared,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form: Value = serde_json::from_slice(&body).unwrap_or_default();
+    // JSON only: a form another site posts (`text/plain`) cannot log a browser in.
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    let form: Option<Value> = serde_json::from_slice(&body).ok().filter(|_| json_body);
+    let Some(form) = form else {
+        return failure(&Status::invalid_argument(
+            "a login is JSON: {\"user\": …, \"password\": …}",
+        ));
+    };
     let user = form["user"].as_str().unwrap_or_default().to_owned();
     let password = form["password"].as_str().unwrap_or_default();
     let keys = [format!("user:{user}"), format!("addr:{}", peer.ip())];
-    let refused_for = c
-        .limiter
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .refused_for(&keys, Instant::now());
+    // The attempt counts as a failure from the start, so attempts made at once cannot
+    // each pass the limit; a success takes it back.
+    let refused_for = {
+        let mut limiter = c.limiter.lock().unwrap_or_else(|e| e.into_inner());
+        let refused = limiter.refused_for(&keys, Instant::now());
+        if refused.is_none() {
+            limiter.failed(&keys, Instant::now());
+        }
+        refused
+    };
     let outcome = match refused_for {
         Some(wait) => Err(Status::resource_exhausted(format!(
             "too many failed logins: try again in {} s",
@@ -264,13 +283,7 @@ async fn login(
         .await
     {
         Ok(pass) => pass,
-        Err(s) => {
-            if s.code() == Code::Unauthenticated {
-                let mut limiter = c.limiter.lock().unwrap_or_else(|e| e.into_inner());
-                limiter.failed(&keys, Instant::now());
-            }
-            return failure(&s);
-        }
+        Err(s) => return failure(&s),
     };
     pass.about.set(&user);
     let opened = open_session(&c, &user).await;
@@ -279,10 +292,11 @@ async fn login(
         Ok(v) => v,
         Err(s) => return failure(&s),
     };
-    c.limiter
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .succeeded(&keys[0]);
+    {
+        let mut limiter = c.limiter.lock().unwrap_or_else(|e| e.into_inner());
+        limiter.forgive(&keys[1..]);
+        limiter.succeeded(&keys[0]);
+    }
     let role = outcome.map(|r| r.as_str()).unwrap_or_default();
     let mut r = answer(
         StatusCode::OK,
@@ -298,32 +312,45 @@ async fn login(
     r
 }
 
-/// The role of `user` when `password` is theirs.
+/// The role of `user` when `password` is theirs. An unknown user, or one without a
+/// password, costs a hash too: how long a refusal takes says nothing of who exists.
 async fn check_password(
     c: &Console,
     user: &str,
     password: &str,
 ) -> Result<crate::access::Role, Status> {
     let wrong = || Status::unauthenticated("wrong user name or password");
-    match c.gate.meta.password_of(user).await {
-        Ok(Some((role, Some(hash)))) => {
-            let password = password.to_owned();
-            // Argon2 takes tens of milliseconds of CPU: off the async threads.
-            let matches =
-                tokio::task::spawn_blocking(move || credentials::verify_password(&password, &hash))
-                    .await
-                    .unwrap_or(false);
-            if matches {
-                Ok(role)
-            } else {
-                Err(wrong())
-            }
-        }
-        Ok(_) => Err(wrong()),
-        Err(e) => Err(Status::unavailable(format!(
-            "cannot check the password now: {e}"
-        ))),
+    let stored = c
+        .gate
+        .meta
+        .password_of(user)
+        .await
+        .map_err(|e| Status::unavailable(format!("cannot check the password now: {e}")))?;
+    let (role, hash) = match stored {
+        Some((role, Some(hash))) => (Some(role), hash),
+        _ => (None, dummy_hash().to_owned()),
+    };
+    // Argon2 takes tens of milliseconds and 19 MiB: off the async threads, two at once.
+    let _turn = c
+        .hashing
+        .acquire()
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?;
+    let password = password.to_owned();
+    let matches =
+        tokio::task::spawn_blocking(move || credentials::verify_password(&password, &hash))
+            .await
+            .map_err(|e| Status::internal(format!("checking the password failed: {e}")))?;
+    match role {
+        Some(role) if matches => Ok(role),
+        _ => Err(wrong()),
     }
+}
+
+/// A hash no password is checked against but for its cost.
+fn dummy_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| credentials::hash_password("no user has this password").unwrap_or_default())
 }
 
 /// A new session of `user`: the cookie's value and the CSRF token.
