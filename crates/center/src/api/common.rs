@@ -17,6 +17,10 @@ use crate::error::CenterError;
 use crate::meta::{MetaError, StoredPipeline};
 use crate::Shared;
 
+/// The metadata (and header) naming the leader's address in a follower's refusal of a
+/// write: `sluicectl` follows it, the console shows it.
+pub(super) const LEADER_HEADER: &str = "sluice-leader";
+
 #[derive(Clone)]
 pub(super) struct AdminApi {
     pub(super) shared: Arc<Shared>,
@@ -87,7 +91,7 @@ impl AdminApi {
             l.id, l.addr
         ));
         if let Ok(v) = MetadataValue::try_from(l.addr.as_str()) {
-            status.metadata_mut().insert("sluice-leader", v);
+            status.metadata_mut().insert(LEADER_HEADER, v);
         }
         Err(status)
     }

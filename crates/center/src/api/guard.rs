@@ -21,6 +21,8 @@ use crate::config::AuthMode;
 use crate::credentials::{self, constant_time_eq};
 use crate::meta::{Audited, Meta};
 
+use super::common::LEADER_HEADER;
+
 /// Who is calling, as the gate recognised them; in every admin request's extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Caller {
@@ -42,6 +44,13 @@ impl About {
 
     fn get(&self) -> String {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Names what the call of `req` is about in its audit entry.
+pub(super) fn about<T>(req: &tonic::Request<T>, target: &str) {
+    if let Some(a) = req.extensions().get::<About>() {
+        a.set(target);
     }
 }
 
@@ -243,7 +252,7 @@ where
             req.extensions_mut().insert(pass.caller.clone());
             req.extensions_mut().insert(pass.about.clone());
             let answer = inner.call(req).await?;
-            let redirected = answer.headers().contains_key("sluice-leader");
+            let redirected = answer.headers().contains_key(LEADER_HEADER);
             // A handler's error is in the answer's extensions; the generated code's own
             // (an unknown method) only in its `grpc-status` header.
             let failed = answer

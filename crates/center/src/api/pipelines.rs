@@ -22,7 +22,7 @@ pub(super) async fn put_pipeline(
     api: &AdminApi,
     req: Request<Pipeline>,
 ) -> Result<Response<Pipeline>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let spec = validate_pipeline(req.into_inner())?;
     let epoch = api.writable().await?;
     api.check_tables(&spec).await?;
@@ -56,7 +56,7 @@ pub(super) async fn delete_pipeline(
     api: &AdminApi,
     req: Request<DeleteRequest>,
 ) -> Result<Response<DeleteResponse>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let name = req.into_inner().name;
     let epoch = api.writable().await?;
     // Its indexes go too, once no etl writes to them any more.
@@ -94,7 +94,7 @@ pub(super) async fn build_pipeline(
     api: &AdminApi,
     req: Request<BuildRequest>,
 ) -> Result<Response<BuildStatus>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     if api.shared.es.is_none() {
@@ -133,7 +133,7 @@ pub(super) async fn reset_pipeline(
     api: &AdminApi,
     req: Request<ResetRequest>,
 ) -> Result<Response<Pipeline>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let name = req.into_inner().name;
     let epoch = api.writable().await?;
     let p = api.existing(&name).await?;
@@ -150,7 +150,7 @@ pub(super) async fn rollback_pipeline(
     api: &AdminApi,
     req: Request<RollbackRequest>,
 ) -> Result<Response<Pipeline>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     let es = api.shared.es.as_ref().ok_or_else(|| {
@@ -171,7 +171,7 @@ pub(super) async fn swap_pipeline(
     api: &AdminApi,
     req: Request<SwapRequest>,
 ) -> Result<Response<BuildStatus>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     let p = api.existing(&req.name).await?;
@@ -218,7 +218,7 @@ pub(super) async fn drop_version(
     api: &AdminApi,
     req: Request<DropVersionRequest>,
 ) -> Result<Response<Pipeline>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     let p = api.existing(&req.name).await?;

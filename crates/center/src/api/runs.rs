@@ -9,7 +9,7 @@ pub(super) async fn start_check(
     api: &AdminApi,
     req: Request<CheckRequest>,
 ) -> Result<Response<Check>, Status> {
-    super::users::about(&req, &req.get_ref().pipeline);
+    super::guard::about(&req, &req.get_ref().pipeline);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     let p = api.existing(&req.pipeline).await?;
@@ -32,7 +32,7 @@ pub(super) async fn start_compare(
     api: &AdminApi,
     req: Request<CompareRequest>,
 ) -> Result<Response<Check>, Status> {
-    super::users::about(&req, &req.get_ref().pipeline);
+    super::guard::about(&req, &req.get_ref().pipeline);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     let p = api.existing(&req.pipeline).await?;
@@ -108,7 +108,7 @@ pub(super) async fn apply_delayed(
     api: &AdminApi,
     req: Request<ApplyDelayedRequest>,
 ) -> Result<Response<Check>, Status> {
-    super::users::about(&req, &req.get_ref().pipeline);
+    super::guard::about(&req, &req.get_ref().pipeline);
     let req = req.into_inner();
     let epoch = api.writable().await?;
     api.records_delayed()?;

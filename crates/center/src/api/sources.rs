@@ -23,7 +23,7 @@ pub(super) async fn put_source(
     api: &AdminApi,
     req: Request<Source>,
 ) -> Result<Response<Source>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let s = validate_source(req.into_inner())?;
     let epoch = api.writable().await?;
     let existing = api.shared.meta.sources().await.map_err(meta_err)?;
@@ -67,7 +67,7 @@ pub(super) async fn failover_source(
     api: &AdminApi,
     req: Request<FailoverRequest>,
 ) -> Result<Response<Source>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let req = req.into_inner();
     if req.host.is_empty() {
         return Err(Status::invalid_argument("host: required (the new primary)"));
@@ -114,7 +114,7 @@ pub(super) async fn resnapshot_source(
     api: &AdminApi,
     req: Request<ResnapshotRequest>,
 ) -> Result<Response<ResnapshotResponse>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let name = req.into_inner().name;
     let epoch = api.writable().await?;
     let pipelines = api.shared.meta.pipelines().await.map_err(meta_err)?;
@@ -172,7 +172,7 @@ pub(super) async fn delete_source(
     api: &AdminApi,
     req: Request<DeleteRequest>,
 ) -> Result<Response<DeleteResponse>, Status> {
-    super::users::about(&req, &req.get_ref().name);
+    super::guard::about(&req, &req.get_ref().name);
     let name = req.into_inner().name;
     let epoch = api.writable().await?;
     let existed = api

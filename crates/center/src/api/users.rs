@@ -6,7 +6,7 @@ use sluice_proto::v1::{self, *};
 use tonic::{Request, Response, Status};
 
 use super::common::*;
-use super::guard::{About, Caller};
+use super::guard::{about, Caller};
 use crate::access::Role;
 use crate::credentials;
 use crate::meta::{Audited, StoredToken, StoredUser};
@@ -17,13 +17,6 @@ fn caller<T>(req: &Request<T>) -> Result<Caller, Status> {
         .get::<Caller>()
         .cloned()
         .ok_or_else(|| Status::internal("the call did not pass the gate"))
-}
-
-/// Names what the call is about in its audit entry.
-pub(super) fn about<T>(req: &Request<T>, target: &str) {
-    if let Some(a) = req.extensions().get::<About>() {
-        a.set(target);
-    }
 }
 
 fn user_message(u: StoredUser) -> User {

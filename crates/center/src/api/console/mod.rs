@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
-use super::common::AdminApi;
+use super::common::{AdminApi, LEADER_HEADER};
 use super::guard::{Caller, Gate};
 use crate::credentials::{self, constant_time_eq};
 use crate::error::{CenterError, Result as CenterResult};
@@ -153,7 +153,7 @@ fn failure(s: &Status) -> Response {
     };
     let leader = s
         .metadata()
-        .get("sluice-leader")
+        .get(LEADER_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     answer(
@@ -419,7 +419,7 @@ async fn call(
     extensions.insert(pass.about.clone());
     let answered = dispatch::call(&c.api, &method, &body, extensions).await;
     let failed = answered.as_ref().err();
-    let redirected = failed.is_some_and(|s| s.metadata().get("sluice-leader").is_some());
+    let redirected = failed.is_some_and(|s| s.metadata().get(LEADER_HEADER).is_some());
     c.gate.close(pass, failed, redirected).await;
     match answered {
         Ok(json) => guarded(([(header::CONTENT_TYPE, "application/json")], json).into_response()),
