@@ -410,13 +410,6 @@ async fn chunk(
         if cursor.done {
             return Ok(());
         }
-        let plans = compile(b, src).await?;
-        let plan = plans.get(range.kind).ok_or_else(|| {
-            WorkerError::transient(format!(
-                "chunk {n} is of document kind {}, which the pipeline no longer has",
-                range.kind
-            ))
-        })?;
         let epoch = streaming_epoch(jobs, b, source_epoch).await?;
         let topic = jobs.cfg.topics.build_topic(&b.spec.name);
         sluice_kafka::ensure_topics(&jobs.cfg.kafka, std::slice::from_ref(&topic)).await?;
@@ -424,11 +417,9 @@ async fn chunk(
             jobs,
             b,
             n,
-            plan,
+            kind: range.kind,
             epoch,
             topic,
-            // A pipeline whose documents are its rows: the etl maps the index from them.
-            columns: b.spec.is_flat().then(|| plan.root.table.infos.clone()),
             lower,
             upper,
         };
@@ -455,6 +446,14 @@ async fn streaming_epoch(jobs: &Jobs, b: &BuildRecord, source_epoch: u16) -> Res
     Ok(epoch)
 }
 
+/// A batch read: its documents, its snapshot's low watermark and, for a pipeline whose
+/// documents are its rows, the root's columns.
+type BatchRead = (
+    RangeRead,
+    sluice_model::BinlogPosition,
+    Option<Arc<[ColumnInfo]>>,
+);
+
 /// A batch published and not yet confirmed: its deliveries, and the cursor after it.
 struct Published {
     deliveries: Vec<sluice_kafka::Delivery>,
@@ -467,13 +466,12 @@ struct ChunkRead<'a> {
     jobs: &'a Jobs,
     b: &'a BuildRecord,
     n: u32,
-    plan: &'a DocPlan,
+    /// The chunk's document kind (its place among the pipeline's compiled documents).
+    kind: usize,
     /// The source's version epoch, which the documents' versions are under.
     epoch: u16,
     /// The build's topic.
     topic: String,
-    /// The root's columns, for a pipeline whose documents are its rows.
-    columns: Option<Arc<[ColumnInfo]>>,
     lower: Option<Key>,
     upper: Option<Key>,
 }
@@ -507,9 +505,9 @@ impl ChunkRead<'_> {
                 self.settle(lock, published.take())
             );
             settled?;
-            let (read, position) = read?;
+            let (read, position, columns) = read?;
             let version = version_at(self.epoch, &position)?;
-            let deliveries = self.publish(lock, version, read.docs).await?;
+            let deliveries = self.publish(lock, version, columns, read.docs).await?;
             cursor.rows += read.rows as u64;
             cursor.done = read.rows < BATCH_ROWS;
             if let Some(k) = read.last {
@@ -548,22 +546,41 @@ impl ChunkRead<'_> {
         Ok(())
     }
 
-    /// Reads the next batch after `after` in one consistent snapshot, with its position.
-    async fn read_batch(
-        &self,
-        reader: &mut Reader<'_>,
-        after: Option<&Key>,
-    ) -> Result<(RangeRead, sluice_model::BinlogPosition), sluice_mysql::MysqlError> {
+    /// Reads the next batch after `after` in one consistent snapshot: its documents, its
+    /// position and, for a pipeline whose documents are its rows, the root's columns (the
+    /// etl maps the index from them).
+    async fn read_batch(&self, reader: &mut Reader<'_>, after: Option<&Key>) -> Result<BatchRead> {
         async {
             // The documents hold every change logged before the snapshot's low
             // watermark: they are versioned with it.
             let position = reader.begin_snapshot().await?.low;
-            let read = self
-                .plan
-                .read_range(reader, after, self.upper.as_ref(), BATCH_ROWS)
-                .await;
+            // Compiled in the snapshot, against the tables' shape it reads: a plan
+            // compiled earlier would miss a column added (and filled) in between, and
+            // stamp rows without it with a version newer than the change that filled it.
+            let read = async {
+                let plans = reader.compile(&self.b.spec).await?.map_err(|problems| {
+                    WorkerError::definite(format!(
+                        "pipeline {} does not fit its tables: {}",
+                        self.b.spec.name,
+                        problems.join("; ")
+                    ))
+                })?;
+                let plan = plans.get(self.kind).ok_or_else(|| {
+                    WorkerError::transient(format!(
+                        "chunk {} is of document kind {}, which the pipeline no longer has",
+                        self.n, self.kind
+                    ))
+                })?;
+                let read = plan
+                    .read_range(reader, after, self.upper.as_ref(), BATCH_ROWS)
+                    .await?;
+                let columns = self.b.spec.is_flat().then(|| plan.root.table.infos.clone());
+                Ok::<_, WorkerError>((read, columns))
+            }
+            .await;
             reader.end().await?;
-            Ok((read?, position))
+            let (read, columns) = read?;
+            Ok((read, position, columns))
         }
         .instrument(tracing::info_span!("worker.snapshot_batch", pipeline = %self.b.spec.name, chunk = self.n))
         .await
@@ -574,6 +591,7 @@ impl ChunkRead<'_> {
         &self,
         lock: &TaskLock,
         version: u64,
+        columns: Option<Arc<[ColumnInfo]>>,
         docs: Vec<Built>,
     ) -> Result<Vec<sluice_kafka::Delivery>> {
         let producer = self.jobs.producer.get();
@@ -592,7 +610,7 @@ impl ChunkRead<'_> {
                 version,
                 routing: built.routing,
                 doc: built.doc.unwrap_or_default(),
-                columns: self.columns.clone(),
+                columns: columns.clone(),
                 id: built.id,
                 repair: false,
                 deleted: false,

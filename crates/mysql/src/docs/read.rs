@@ -189,6 +189,19 @@ impl<'a> Reader<'a> {
         crate::snapshot::begin_snapshot(self.src, &mut self.conn, &server).await
     }
 
+    /// Describes the tables of `spec` on this reader's connection and compiles it, as
+    /// [`super::load`] does. Called just after a snapshot began, it sees every DDL
+    /// logged before the snapshot, so what the snapshot reads is never cut to a shape
+    /// older than its rows (a later DDL either leaves the old column list readable or
+    /// fails the read, which is then tried again).
+    pub async fn compile(
+        &mut self,
+        spec: &sluice_model::PipelineSpec,
+    ) -> Result<Result<Vec<DocPlan>, Vec<String>>, MysqlError> {
+        let tables = super::describe(self.src, &mut self.conn, spec).await?;
+        Ok(super::compile(spec, &tables))
+    }
+
     pub async fn end(&mut self) -> Result<(), MysqlError> {
         crate::snapshot::end_snapshot(self.src, &mut self.conn).await
     }
