@@ -22,6 +22,7 @@ mod dictionary;
 mod dml;
 mod es_faults;
 mod etl_members;
+mod explain_resync;
 mod failpoints;
 mod helm_chart;
 mod history;

@@ -61,7 +61,7 @@ pub fn need(method: &str) -> Option<Need> {
     let (role, mutating) = match method {
         "GetLeader" | "ListSources" | "ListPipelines" | "GetBuild" | "ListChecks" | "GetCheck"
         | "ListDelayed" | "ListWorkers" | "ListTasks" | "ListEvents" | "ListDeadLetters"
-        | "ListWords" | "WhoAmI" => (Viewer, false),
+        | "ListWords" | "WhoAmI" | "ExplainDocument" => (Viewer, false),
         // Every user manages their own tokens (an admin's call may name another user).
         "ListTokens" => (Viewer, false),
         "CreateToken" | "RevokeToken" => (Viewer, true),
@@ -69,7 +69,7 @@ pub fn need(method: &str) -> Option<Need> {
         "Login" => (Viewer, true),
         "ListAudit" => (Operator, false),
         "BuildPipeline" | "StartCompare" | "SwapPipeline" | "ResetPipeline"
-        | "RollbackPipeline" | "StartCheck" | "ApplyDelayed" | "Rebalance"
+        | "RollbackPipeline" | "StartCheck" | "ApplyDelayed" | "ResyncDocuments" | "Rebalance"
         | "ReplayDeadLetters" | "AddWords" | "EditWord" | "PublishWords" | "DeleteWords" => {
             (Operator, true)
         }
@@ -161,7 +161,10 @@ mod tests {
         assert!(need("ReplayDeadLetters").unwrap().mutating);
         for m in methods() {
             let n = need(m).unwrap();
-            let reads = m.starts_with("List") || m.starts_with("Get") || m == "WhoAmI";
+            let reads = m.starts_with("List")
+                || m.starts_with("Get")
+                || m == "WhoAmI"
+                || m == "ExplainDocument";
             assert_eq!(n.mutating, !reads, "{m}");
         }
     }

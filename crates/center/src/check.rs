@@ -55,6 +55,7 @@ pub(crate) async fn start(
         repair,
         started_by,
         kind: RunKind::Check,
+        scope: None,
     };
     shared
         .meta
@@ -86,6 +87,7 @@ pub(crate) async fn start_compare(
         repair,
         started_by: "operator",
         kind: RunKind::Compare,
+        scope: None,
     };
     shared
         .meta
@@ -216,6 +218,7 @@ mod tests {
             finished_at_ms: 0,
             kind: RunKind::Compare,
             changes: 0,
+            scope: None,
         };
         let drift = CheckTally {
             missing: 1,

@@ -108,6 +108,7 @@ async fn drive_one(
     let Some(rec) = rec.filter(|r| r.id == run.id && r.chunks > 0) else {
         let planned = match run.kind {
             RunKind::Delayed => delayed::chunks(shared, p, run).await,
+            RunKind::Resync => crate::resync::chunks(shared, p, run).await,
             RunKind::Check | RunKind::Compare => check::chunks(shared, p).await,
         };
         let chunks = match planned {
@@ -124,7 +125,7 @@ async fn drive_one(
             }
         };
         if chunks.is_empty() {
-            // A delayed job whose changes reach no document.
+            // A delayed job whose changes reach no document, a resync of no id.
             shared.meta.finish_run(epoch, run, 0, &tally).await?;
             return Ok((name.clone(), gauge(run, 0, &tally, false)));
         }
@@ -200,6 +201,11 @@ async fn publish(
             RunKind::Compare if p.live_version != run.version => p.live_version,
             _ => 0,
         },
+        condition: run
+            .scope
+            .as_ref()
+            .map(|s| s.condition.trim().to_owned())
+            .filter(|c| !c.is_empty()),
     };
     term.acting()?;
     coord.delete(&layout::check(name), None, true).await?;

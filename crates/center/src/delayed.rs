@@ -49,6 +49,7 @@ pub(crate) async fn start(
         repair: true,
         started_by,
         kind: RunKind::Delayed,
+        scope: None,
     };
     shared
         .meta

@@ -29,6 +29,7 @@ mod metrics;
 mod probe;
 mod rebuild;
 mod reconcile;
+mod resync;
 mod rollback;
 mod run;
 mod term;

@@ -84,6 +84,8 @@ pub async fn until_done(conn: &mut Conn<'_>, id: u64, out: Output) -> anyhow::Re
 fn check_label(c: &Check) -> String {
     if c.kind_of() == Some(RunKind::Delayed) {
         format!("delayed job {} of {}", c.id, c.pipeline)
+    } else if c.kind_of() == Some(RunKind::Resync) {
+        format!("resync {} of {} ({})", c.id, c.pipeline, c.scope)
     } else {
         format!("{} {} of {} v{}", c.kind, c.id, c.pipeline, c.version)
     }
@@ -100,6 +102,8 @@ fn check_step(c: &Check) -> Step {
     );
     let detail = if c.kind_of() == Some(RunKind::Delayed) {
         format!("{} changes, {documents}, {} rebuilt", c.changes, c.repaired)
+    } else if c.kind_of() == Some(RunKind::Resync) {
+        format!("{documents}, {} rebuilt", c.repaired)
     } else {
         format!(
             "{documents}, {} missing, {} extra, {} different",
@@ -142,6 +146,8 @@ pub fn print_checks(out: Output, checks: &[Check]) {
                     format!("v{}", c.version),
                     if c.kind_of() == Some(RunKind::Delayed) {
                         format!("{} changes", c.changes)
+                    } else if !c.scope.is_empty() {
+                        c.scope.clone()
                     } else if c.since.is_empty() {
                         "full".into()
                     } else {
@@ -189,7 +195,7 @@ pub fn print_checks(out: Output, checks: &[Check]) {
 
 fn check_json(c: &Check) -> Value {
     json!({
-        "id": c.id, "kind": c.kind, "changes": c.changes, "pipeline": c.pipeline, "version": c.version, "since": c.since,
+        "id": c.id, "kind": c.kind, "scope": c.scope, "changes": c.changes, "pipeline": c.pipeline, "version": c.version, "since": c.since,
         "repair": c.repair, "state": c.state, "trigger": c.trigger,
         "started_at_ms": c.started_at_ms, "finished_at_ms": c.finished_at_ms,
         "chunks": c.chunks, "chunks_done": c.chunks_done, "documents": c.keys,

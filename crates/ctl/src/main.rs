@@ -7,6 +7,7 @@ mod cluster;
 mod delayed;
 mod dict;
 mod dlq;
+mod explain;
 mod pipelines;
 mod progress;
 mod sources;

@@ -107,6 +107,31 @@ pub enum PipelineCmd {
         #[arg(long)]
         wait: bool,
     },
+    /// Rebuild chosen documents through the etl at the version of their read (a newer
+    /// change always wins): the root rows matching a condition, or documents by `_id`.
+    Resync {
+        name: String,
+        /// A condition on the root table, checked like a pipeline filter
+        /// (`"updated_at > '2026-11-01'"`).
+        #[arg(
+            long = "where",
+            required_unless_present = "ids",
+            conflicts_with = "ids"
+        )]
+        condition: Option<String>,
+        /// Documents by `_id`, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        ids: Vec<String>,
+        /// Follow it with a progress bar; exit 1 when it failed.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Why a document looks the way it does: its version and the binlog position it
+    /// stands for, the rows that build it now, and how it differs from what MySQL yields.
+    Explain {
+        name: String,
+        id: String,
+    },
     /// A pipeline's checks, newest first, with examples of what they found.
     Checks {
         name: String,
@@ -327,6 +352,38 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
                 .call_with(req, |mut c, req| async move { c.start_check(req).await })
                 .await?;
             check::started(conn, out, c, *wait).await?;
+        }
+        PipelineCmd::Resync {
+            name,
+            condition,
+            ids,
+            wait,
+        } => {
+            let req = ResyncRequest {
+                pipeline: name.clone(),
+                r#where: condition.clone().unwrap_or_default(),
+                ids: ids.clone(),
+            };
+            let c = conn
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.resync_documents(req).await },
+                )
+                .await?;
+            check::started(conn, out, c, *wait).await?;
+        }
+        PipelineCmd::Explain { name, id } => {
+            let req = ExplainRequest {
+                pipeline: name.clone(),
+                id: id.clone(),
+            };
+            let e = conn
+                .call_with(
+                    req,
+                    |mut c, req| async move { c.explain_document(req).await },
+                )
+                .await?;
+            crate::explain::print(out, &e);
         }
         PipelineCmd::Compare { name, repair, wait } => {
             let req = CompareRequest {

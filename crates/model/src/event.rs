@@ -155,6 +155,25 @@ pub fn id_of<'a>(values: impl IntoIterator<Item = &'a Value>) -> Option<String> 
     Some(id)
 }
 
+/// The key values an `_id` made of `n` values stands for (the inverse of [`id_of`]), each
+/// as text (MySQL compares text with any column type); `None` when it does not split
+/// into `n` parts.
+pub fn id_values(id: &str, n: usize) -> Option<Vec<Value>> {
+    if n <= 1 {
+        return (n == 1).then(|| vec![Value::String(id.to_owned())]);
+    }
+    let mut parts = vec![String::new()];
+    let mut chars = id.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => parts.last_mut()?.push(chars.next()?),
+            ':' => parts.push(String::new()),
+            c => parts.last_mut()?.push(c),
+        }
+    }
+    (parts.len() == n).then(|| parts.into_iter().map(Value::String).collect())
+}
+
 /// A document a build read — a pipeline's tables in one consistent snapshot — on the
 /// build's own topic; the etl writes it into the version being built, and nowhere else.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,6 +238,16 @@ mod tests {
                 "{key:?}"
             );
         }
+    }
+
+    #[test]
+    fn ids_split_back_into_their_key_values() {
+        let values = [json!("x:y\\z"), json!(7)];
+        let id = id_of(&values).unwrap();
+        assert_eq!(id_values(&id, 2), Some(vec![json!("x:y\\z"), json!("7")]));
+        assert_eq!(id_values("42", 1), Some(vec![json!("42")]));
+        assert_eq!(id_values("a:b:c", 2), None);
+        assert_eq!(id_values("a", 0), None);
     }
 
     #[test]

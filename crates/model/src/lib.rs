@@ -8,6 +8,7 @@
 pub mod build;
 pub mod dead_letter;
 pub mod delayed;
+pub mod diff;
 pub mod event;
 pub mod failpoint;
 pub mod mapping;
@@ -32,7 +33,7 @@ pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
 pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
 pub use retry::{Backoff, RetryPolicy};
-pub use run::{RunKind, RunState};
+pub use run::{ResyncScope, RunKind, RunState};
 pub use secret::Secret;
 pub use source::{Coordinates, Restart, SourceSpec};
 pub use task::TaskState;

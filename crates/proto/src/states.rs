@@ -56,7 +56,7 @@ same_variants!(
     [WaitingForLock, Streaming, Retrying, Failed, Stopped]
 );
 same_variants!(RunState, RunState, [Running, Done, Failed]);
-same_variants!(RunKind, RunKind, [Check, Compare, Delayed]);
+same_variants!(RunKind, RunKind, [Check, Compare, Delayed, Resync]);
 
 /// The enum when the peer set it, else the state its name names (a peer that predates
 /// the enum field).

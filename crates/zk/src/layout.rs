@@ -316,6 +316,9 @@ pub struct CheckRecord {
     /// A compare: the live version its documents are also compared with (0: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub against: u32,
+    /// A resync by condition: only root rows matching it (a pipeline filter's syntax).
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -263,6 +263,11 @@ pub(super) fn check_message(c: &crate::meta::ChunkedRun) -> Check {
         error: t.error.clone().unwrap_or_default(),
         kind: c.kind.as_str().to_owned(),
         run_kind: v1::RunKind::from(c.kind).into(),
+        scope: c
+            .scope
+            .as_ref()
+            .map(sluice_model::ResyncScope::describe)
+            .unwrap_or_default(),
         changes: c.changes,
         live: (!t.live.is_empty()).then(|| LiveComparison {
             version: t.live.version,

@@ -23,6 +23,7 @@ mod auth;
 mod cluster;
 mod common;
 mod console;
+mod explain;
 mod guard;
 mod letters;
 mod pipelines;
@@ -254,6 +255,20 @@ impl Admin for AdminApi {
         req: Request<ApplyDelayedRequest>,
     ) -> Result<Response<Check>, Status> {
         runs::apply_delayed(self, req).await
+    }
+
+    async fn resync_documents(
+        &self,
+        req: Request<ResyncRequest>,
+    ) -> Result<Response<Check>, Status> {
+        runs::resync_documents(self, req).await
+    }
+
+    async fn explain_document(
+        &self,
+        req: Request<ExplainRequest>,
+    ) -> Result<Response<Explanation>, Status> {
+        explain::explain_document(self, req).await
     }
 
     async fn drop_version(

@@ -120,3 +120,27 @@ pub(super) async fn apply_delayed(
     api.changed();
     api.check_message(id).await.map(Response::new)
 }
+
+pub(super) async fn resync_documents(
+    api: &AdminApi,
+    req: Request<ResyncRequest>,
+) -> Result<Response<Check>, Status> {
+    super::guard::about(&req, &req.get_ref().pipeline);
+    let req = req.into_inner();
+    let epoch = api.writable().await?;
+    let p = api.existing(&req.pipeline).await?;
+    let scope = sluice_model::ResyncScope {
+        condition: req.r#where.trim().to_owned(),
+        ids: req.ids.iter().map(|id| id.trim().to_owned()).collect(),
+    };
+    crate::resync::validate(&api.shared, &p, &scope)
+        .await
+        .map_err(center_err)?
+        .map_err(Status::invalid_argument)?;
+    let id = crate::resync::start(&api.shared, epoch, &p, &scope, "operator")
+        .await
+        .map_err(center_err)?;
+    tracing::info!(pipeline = %req.pipeline, resync = id, scope = %scope.describe(), "resync started");
+    api.changed();
+    api.check_message(id).await.map(Response::new)
+}

@@ -271,4 +271,9 @@ pub(super) const MIGRATIONS: &[(u32, &[&str])] = &[
             "ALTER TABLE audit MODIFY user VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
         ],
     ),
+    // What a resync rebuilds (a JSON `ResyncScope`: a condition or ids).
+    (
+        16,
+        &["ALTER TABLE checks ADD COLUMN scope_json TEXT NULL"],
+    ),
 ];

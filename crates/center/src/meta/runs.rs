@@ -7,8 +7,7 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::*;
 use mysql_async::Row;
-use sluice_model::RunKind;
-use sluice_model::RunState;
+use sluice_model::{ResyncScope, RunKind, RunState};
 use sluice_zk::layout::CheckTally;
 
 use super::{insert_event, Meta, MetaError};
@@ -16,7 +15,7 @@ use super::{insert_event, Meta, MetaError};
 const COLUMNS: &str = "id, pipeline, version, since, since_ms, repair, state, started_by,
     chunks, chunks_done, tally_json,
     CAST(UNIX_TIMESTAMP(started_at) * 1000 AS SIGNED),
-    CAST(COALESCE(UNIX_TIMESTAMP(finished_at) * 1000, 0) AS SIGNED), kind, changes";
+    CAST(COALESCE(UNIX_TIMESTAMP(finished_at) * 1000, 0) AS SIGNED), kind, changes, scope_json";
 
 /// A check as the meta database keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +39,8 @@ pub struct ChunkedRun {
     pub kind: RunKind,
     /// A delayed job: the recorded changes it applies.
     pub changes: u64,
+    /// A resync: what it rebuilds.
+    pub scope: Option<ResyncScope>,
 }
 
 /// What a new check is to do.
@@ -52,6 +53,8 @@ pub struct NewRun<'a> {
     pub started_by: &'a str,
     /// A delayed job takes every waiting change of the pipeline.
     pub kind: RunKind,
+    /// A resync: what it rebuilds.
+    pub scope: Option<&'a ResyncScope>,
 }
 
 fn run_of(mut row: Row) -> Result<ChunkedRun, MetaError> {
@@ -90,6 +93,13 @@ fn run_of(mut row: Row) -> Result<ChunkedRun, MetaError> {
                 .ok_or_else(|| MetaError::Corrupt(format!("check {id}: kind `{kind}`")))?
         },
         changes: take(&mut row, 14)?,
+        scope: match take::<Option<String>>(&mut row, 15)? {
+            Some(json) => Some(
+                serde_json::from_str(&json)
+                    .map_err(|e| MetaError::Corrupt(format!("check {id}'s scope: {e}")))?,
+            ),
+            None => None,
+        },
     })
 }
 
@@ -99,6 +109,7 @@ fn noun(kind: RunKind) -> &'static str {
         RunKind::Check => "check",
         RunKind::Compare => "compare",
         RunKind::Delayed => "delayed job",
+        RunKind::Resync => "resync",
     }
 }
 
@@ -107,6 +118,13 @@ impl Meta {
     /// change); refused while the pipeline has any of them running, or for a job when
     /// nothing waits.
     pub async fn start_run(&self, epoch: u64, c: &NewRun<'_>) -> Result<u64, MetaError> {
+        let scope = match c.scope {
+            Some(scope) => Some(
+                serde_json::to_string(scope)
+                    .map_err(|e| MetaError::Corrupt(format!("a resync's scope: {e}")))?,
+            ),
+            None => None,
+        };
         let mut tx = self.fenced(epoch).await?;
         let running: Option<(u64, String)> = tx
             .exec_first(
@@ -123,8 +141,8 @@ impl Meta {
             )));
         }
         tx.exec_drop(
-            "INSERT INTO checks (pipeline, version, since, since_ms, repair, state, started_by, kind) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by, c.kind.as_str()),
+            "INSERT INTO checks (pipeline, version, since, since_ms, repair, state, started_by, kind, scope_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+            (c.pipeline, c.version, c.since, c.since_ms, c.repair, c.started_by, c.kind.as_str(), scope),
         )
         .await?;
         let id = tx.last_insert_id().unwrap_or_default();
@@ -274,6 +292,13 @@ impl Meta {
         let what = noun(run.kind);
         let message = match &tally.error {
             Some(e) => format!("{what} {} failed: {e}", run.id),
+            None if run.kind == RunKind::Resync => format!(
+                "resync {} done ({}): {} documents rebuilt of {} roots read",
+                run.id,
+                run.scope.as_ref().map(ResyncScope::describe).unwrap_or_default(),
+                tally.repaired,
+                tally.keys
+            ),
             None => format!(
                 "{what} {} done: {} documents, {} missing, {} extra, {} different, {} skipped (changed while read){}{}",
                 run.id,

@@ -17,7 +17,7 @@ use serde_json::{Map, Value as Json};
 use sluice_model::pipeline::filter;
 use sluice_model::{FieldOverride, PipelineSpec, Relation, RelationKind};
 
-pub use read::{Built, Floor, RangeRead, Reader};
+pub use read::{Built, Floor, RangeRead, Reader, TracedRows};
 
 use mysql_async::Conn;
 

@@ -86,6 +86,19 @@ pub struct Reader<'a> {
     server: Option<Server>,
     /// Statements run so far.
     pub queries: u64,
+    /// While a document is explained: the rows each table gave it.
+    trace: Option<Vec<TracedRows>>,
+}
+
+/// The rows one table of the tree gave the documents read (see [`DocPlan::explain`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracedRows {
+    /// The relation's name; empty for the root.
+    pub node: String,
+    /// `db.table`.
+    pub table: String,
+    /// Each row: the columns the pipeline reads of it.
+    pub rows: Vec<Map<String, Json>>,
 }
 
 /// How long a document read waits for a change to become visible before it goes ahead
@@ -101,6 +114,7 @@ impl<'a> Reader<'a> {
             conn,
             server,
             queries: 0,
+            trace: None,
         }
     }
 
@@ -231,6 +245,20 @@ type Rows = Vec<Vec<Json>>;
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl DocPlan {
+    /// The document of `key` (its id values) and the rows of every table that build
+    /// it, table by table (a relation read for no parent row is absent). Run it inside a
+    /// transaction, as [`DocPlan::read`].
+    pub async fn explain(
+        &self,
+        r: &mut Reader<'_>,
+        key: Vec<Json>,
+    ) -> Result<(Option<Built>, Vec<TracedRows>), MysqlError> {
+        r.trace = Some(Vec::new());
+        let read = self.read(r, &[key]).await;
+        let traced = r.trace.take().unwrap_or_default();
+        Ok((read?.pop(), traced))
+    }
+
     /// The documents of `keys` (id values, in id order): one entry per distinct key
     /// without NULLs, in order. Run it inside a transaction ([`Reader::begin`], or a
     /// build's [`crate::begin_snapshot`]) so every level sees one state.
@@ -259,6 +287,7 @@ impl DocPlan {
             let raw = r.fetch("read documents", text, params).await?;
             rows.extend(decode(r.src, root, &root.select, raw)?);
         }
+        trace(r, root, "", &rows);
         let docs = assemble(self, r, root, &rows).await?;
         let slots: Vec<usize> = self.id.iter().map(|&c| root.slot(c)).collect();
         let mut found: HashMap<String, usize> = HashMap::new();
@@ -536,6 +565,7 @@ async fn related(
             .await?;
         child_rows.extend(decode(r.src, child, &child.select, raw)?);
     }
+    trace(r, child, &child.name, &child_rows);
     let child_docs = assemble(plan, r, child, &child_rows).await?;
     let child_slots: Vec<usize> = link.child.iter().map(|&c| child.slot(c)).collect();
     let mut grouped: HashMap<String, Vec<Map<String, Json>>> = HashMap::new();
@@ -559,6 +589,31 @@ async fn related(
             }
         })
         .collect())
+}
+
+/// Notes `rows` of `node` while a document is explained.
+fn trace(r: &mut Reader<'_>, node: &Node, name: &str, rows: &Rows) {
+    let Some(trace) = r.trace.as_mut() else {
+        return;
+    };
+    trace.push(TracedRows {
+        node: name.to_owned(),
+        table: format!("{}.{}", node.table.db, node.table.table),
+        rows: rows
+            .iter()
+            .map(|row| {
+                node.select
+                    .iter()
+                    .map(|&c| {
+                        (
+                            node.table.columns[c].name.clone(),
+                            row[node.slot(c)].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect(),
+    });
 }
 
 /// The parameters for an `IN` list of `keys` over `cols`, padded as the statement is.

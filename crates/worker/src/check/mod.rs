@@ -38,7 +38,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value as Json};
 use sluice_elastic::{versioned_index, EsClient, Hit};
 use sluice_kafka::SharedProducer;
-use sluice_model::{BuildDocument, RunKind, ENVELOPE_VERSION};
+use sluice_model::{BuildDocument, ENVELOPE_VERSION};
 use sluice_mysql::docs::{Built, DocPlan, Reader};
 use sluice_mysql::{Key, Watermarks};
 use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, SourceRecord};
@@ -211,21 +211,9 @@ fn judge(mysql: Option<&Map<String, Json>>, read_at: u64, index: Option<&Hit>) -
 
 /// The first few fields whose values differ.
 fn differing_fields(a: &Map<String, Json>, b: &Map<String, Json>) -> String {
-    let mut names: Vec<&String> = a
-        .iter()
-        .filter(|(k, v)| b.get(*k) != Some(v))
-        .map(|(k, _)| k)
-        .chain(b.keys().filter(|k| !a.contains_key(*k)))
-        .collect();
-    names.sort();
-    names.dedup();
+    let names = sluice_model::diff::differing_fields(a, b);
     let more = names.len().saturating_sub(3);
-    let mut s = names
-        .iter()
-        .take(3)
-        .map(|n| n.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut s = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
     if more > 0 {
         s.push_str(&format!(" and {more} more"));
     }
@@ -251,7 +239,13 @@ async fn check_chunk(
     let epoch = confirmed(&c.coord, &rec.spec.source)
         .await?
         .map_or(0, |cp| cp.epoch);
-    if rec.kind == RunKind::Delayed {
+    if rec.kind.rebuilds() {
+        if chunk.keys.is_empty() {
+            let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
+            let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
+            let range = (lower.as_ref(), upper.as_ref());
+            return rebuild_range(c, rec, &plan, &src, epoch, range).await;
+        }
         return rebuild(c, rec, &plan, &src, epoch, &chunk.keys).await;
     }
     let ctx = Ctx {
@@ -326,6 +320,9 @@ async fn chunk_plan(
     if let Some(since) = rec.since_ms {
         restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
     }
+    if let Some(condition) = &rec.condition {
+        narrow(&mut plan, format!("({condition})"));
+    }
     Ok((chunk, src, plan))
 }
 
@@ -374,29 +371,73 @@ async fn rebuild(
         let built = plan.read(&mut reader, part).await;
         reader.end().await?;
         let version = version_at(epoch, &position)?;
-        let docs = built?
-            .into_iter()
-            .map(|b| BuildDocument {
-                v: ENVELOPE_VERSION,
-                pipeline: rec.spec.name.clone(),
-                build: 0,
-                id: b.id,
-                routing: b.routing,
-                version,
-                deleted: b.doc.is_none(),
-                doc: b.doc.unwrap_or_default(),
-                columns: None,
-                repair: true,
-            })
-            .collect();
+        let docs = rebuilt(rec, built?, version);
         tally.repaired += repair(c, &rec.spec.name, docs).await?;
     }
     reader.close().await;
     tracing::info!(
         pipeline = %rec.spec.name, job = rec.id, documents = tally.repaired,
-        took_ms = started.elapsed().as_millis() as u64, "delayed chunk rebuilt"
+        took_ms = started.elapsed().as_millis() as u64, "chunk of keys rebuilt"
     );
     Ok(tally)
+}
+
+/// A resync's range chunk: the root rows in `(lower, upper]` that match the plan's
+/// (narrowed) root filter, read batch by batch, each batch in a consistent snapshot, and
+/// their documents sent through the etl at the snapshot's version.
+async fn rebuild_range(
+    c: &Checks,
+    rec: &CheckRecord,
+    plan: &DocPlan,
+    src: &sluice_mysql::SourceConfig,
+    epoch: u16,
+    (lower, upper): (Option<&Key>, Option<&Key>),
+) -> Result<CheckTally> {
+    let started = Instant::now();
+    let mut reader = Reader::connect(src).await?;
+    let mut tally = CheckTally::default();
+    let mut after = lower.cloned();
+    loop {
+        let position = reader.begin_snapshot().await?.low;
+        let read = plan
+            .read_range(&mut reader, after.as_ref(), upper, BATCH)
+            .await;
+        reader.end().await?;
+        let read = read?;
+        tally.keys += read.rows as u64;
+        let docs = rebuilt(rec, read.docs, version_at(epoch, &position)?);
+        tally.repaired += repair(c, &rec.spec.name, docs).await?;
+        if read.rows < BATCH {
+            break;
+        }
+        after = read.last;
+    }
+    reader.close().await;
+    tracing::info!(
+        pipeline = %rec.spec.name, job = rec.id, documents = tally.repaired,
+        took_ms = started.elapsed().as_millis() as u64, "range chunk rebuilt"
+    );
+    Ok(tally)
+}
+
+/// Documents read again, as the etl takes them: to every version it writes, at
+/// `version` (a root that is gone or filtered out: a delete).
+fn rebuilt(rec: &CheckRecord, built: Vec<Built>, version: u64) -> Vec<BuildDocument> {
+    built
+        .into_iter()
+        .map(|b| BuildDocument {
+            v: ENVELOPE_VERSION,
+            pipeline: rec.spec.name.clone(),
+            build: 0,
+            id: b.id,
+            routing: b.routing,
+            version,
+            deleted: b.doc.is_none(),
+            doc: b.doc.unwrap_or_default(),
+            columns: None,
+            repair: true,
+        })
+        .collect()
 }
 
 /// Narrows the root to rows changed at or after `since_ms` (`check.updated_column`).
@@ -413,11 +454,16 @@ fn restrict_to_recent(plan: &mut DocPlan, column: &str, since_ms: i64) -> Result
         since_ms.div_euclid(1000),
         since_ms.rem_euclid(1000)
     );
+    narrow(plan, cond);
+    Ok(())
+}
+
+/// Narrows the root to rows that also match `cond`.
+fn narrow(plan: &mut DocPlan, cond: String) {
     plan.root.filter = Some(match plan.root.filter.take() {
         Some(f) => format!("({f}) AND {cond}"),
         None => cond,
     });
-    Ok(())
 }
 
 /// Round one: the chunk from MySQL, batch by batch, and the index over the same keys.

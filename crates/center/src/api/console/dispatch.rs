@@ -84,6 +84,8 @@ methods! {
     "GetCheck" => get_check,
     "ListDelayed" => list_delayed,
     "ApplyDelayed" => apply_delayed,
+    "ExplainDocument" => explain_document,
+    "ResyncDocuments" => resync_documents,
     "ListWorkers" => list_workers,
     "ListTasks" => list_tasks,
     "Rebalance" => rebalance,
