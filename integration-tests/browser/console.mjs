@@ -1,7 +1,7 @@
 // Drives a center's console in Debian's headless Chromium, as an admin, a viewer and an
 // operator (integration-tests/tests/console.rs starts the cluster and runs this).
-// Environment: CONSOLE_URL, ADMIN_PASSWORD, VIEWER_PASSWORD, OPERATOR_PASSWORD, SOURCE,
-// PIPELINE, SHOTS (the screenshots' directory). Exits non-zero, saying why, on the first
+// Environment: CONSOLE_URL, ES_URL, ADMIN_PASSWORD, VIEWER_PASSWORD, OPERATOR_PASSWORD,
+// SOURCE, PIPELINE, SHOTS (the screenshots' directory). Exits non-zero, saying why, on the first
 // check that fails.
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
@@ -54,6 +54,28 @@ async function screen(name) {
 }
 
 const navLinks = () => page.locator("#nav a").allTextContents();
+
+// Changes document `id` behind Sluice's back, straight in the index `alias` points to (one
+// version above its own, so the write is taken).
+async function tamper(alias, id) {
+  const es = env("ES_URL");
+  const got = await (await fetch(`${es}/${alias}/_doc/${id}`)).json();
+  const source = { ...got._source, name: "tampered in the index" };
+  const put = await fetch(
+    `${es}/${got._index}/_doc/${id}?version=${got._version + 1}&version_type=external&refresh=true`,
+    { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(source) });
+  check(put.ok, `document ${id} tampered with in ${got._index} (${put.status})`);
+}
+
+// Explains document `id` of `pipeline` on the documents screen; the verdict shown.
+async function explain(pipeline, id) {
+  const form = page.locator("#explain");
+  await form.locator("select[name=pipeline]").selectOption(pipeline);
+  await form.locator("input[name=id]").fill(id);
+  await page.evaluate(() => { document.getElementById("verdict")?.remove(); });
+  await form.locator("button[type=submit]").click();
+  return page.locator("#verdict").textContent({ timeout: WAIT });
+}
 
 try {
   await page.goto(url);
@@ -156,6 +178,27 @@ try {
   }
   check(true, `the pipelines screen follows the build to its swap (phases seen: ${[...phases].join(", ") || "none in time"})`);
   await shot("build-done");
+
+  // A document changed behind Sluice's back: explain shows the field, resync puts it right.
+  await tamper(env("PIPELINE"), "7");
+  await screen("documents");
+  const verdict = await explain(env("PIPELINE"), "7");
+  check(verdict.includes("differs"), `explain finds the tampered document (${verdict})`);
+  const differing = await page.locator("#differences tbody td:first-child").allTextContents();
+  check(differing.length === 1 && differing[0] === "name", `explain names the field (${differing})`);
+  check((await page.locator("#screen h3", { hasText: /^root: / }).count()) === 1, "explain lists the root row");
+  await shot("explain");
+  await page.locator("button[data-method=ResyncDocuments]").click();
+  await page.locator("#message", { hasText: "Resync this document: done" }).waitFor({ timeout: WAIT });
+  const resynced = Date.now() + 60000;
+  for (;;) {
+    const now = await explain(env("PIPELINE"), "7");
+    if (now.includes("equals")) break;
+    if (Date.now() > resynced) throw new Error(`the resync never put document 7 right (${now})`);
+    await page.waitForTimeout(200);
+  }
+  check(true, "a resync from the explanation puts the document right");
+  await shot("resync");
 
   await screen("dictionary");
   const word = page.locator("#add-word");

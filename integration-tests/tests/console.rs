@@ -60,6 +60,7 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         .arg(dir.join("console.mjs"))
         .current_dir(&dir)
         .env("CONSOLE_URL", cluster.console_url(0))
+        .env("ES_URL", &ctx.stack.es_url)
         .env("ADMIN_PASSWORD", &ctx.secrets.admin_password)
         .env("VIEWER_PASSWORD", viewer_pw)
         .env("OPERATOR_PASSWORD", operator_pw)
@@ -88,6 +89,8 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         "audit",
         "viewer",
         "pipelines",
+        "explain",
+        "resync",
     ] {
         assert!(
             shots.join(format!("{screen}.png")).exists(),
@@ -116,6 +119,7 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         ("vera", "Rebalance", "PermissionDenied"),
         ("olga", "Login", "ok"),
         ("olga", "BuildPipeline", "ok"),
+        ("olga", "ResyncDocuments", "ok"),
         ("olga", "AddWords", "ok"),
         ("olga", "PublishWords", "ok"),
         ("olga", "StartCheck", "ok"),

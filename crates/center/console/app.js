@@ -80,6 +80,59 @@ function action(label, method, body, confirmText) {
   }, label);
 }
 
+// An explanation of one document: where its version stands in the binlog, whether it
+// equals what MySQL yields now (and how not), and the rows of every table behind it.
+function explained(e) {
+  const verdict = e.newer_than_read
+    ? "The indexed copy was written for a change after the read: explain it again."
+    : e.equal ? "The index equals what MySQL yields now."
+      : !e.indexed ? "The index does not hold it, but MySQL yields it."
+        : !e.in_mysql ? "The index holds it, but MySQL yields no document for it."
+          : "The index differs from what MySQL yields now.";
+  const out = [
+    el("h3", {}, `Document ${e.id} of ${e.pipeline}`),
+    el("p", { id: "verdict", class: e.equal ? "" : "error" }, verdict),
+    table(["index", "version", "epoch", "binlog position", "MySQL read at"],
+      [[e.index, e.indexed ? e.version : "-", e.indexed ? e.version_epoch : "-", e.position || "-", e.read_at]]),
+  ];
+  if ((e.differences || []).length) {
+    out.push(el("h3", {}, "Differences"), el("div", { id: "differences" },
+      table(["field", "index", "MySQL"], e.differences.map((d) => [d.field, d.index || "(absent)", d.mysql || "(absent)"]))));
+    const fix = action("Resync this document", "ResyncDocuments", { pipeline: e.pipeline, ids: [e.id] });
+    if (fix) out.push(el("p", {}, fix));
+  }
+  for (const t of e.rows || []) {
+    const rows = t.rows.map((r) => JSON.parse(r));
+    const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+    out.push(el("h3", {}, `${t.node || "root"}: ${t.table} (${rows.length} rows)`),
+      table(cols, rows.map((r) => cols.map((c) => JSON.stringify(r[c]) ?? ""))));
+  }
+  out.push(el("h3", {}, "Indexed"), el("pre", { id: "indexed" }, e.document || "-"),
+    el("h3", {}, "From MySQL now"), el("pre", { id: "built" }, e.built || "-"));
+  return out;
+}
+
+// Rebuilds the documents a condition on the root table, or a list of ids, names.
+function resyncForm(pipelines) {
+  const form = el("form", { class: "inline", id: "resync" },
+    el("label", {}, "Pipeline ", pipelines),
+    el("label", {}, "Rows where ", el("input", { name: "where", placeholder: "id < 100" })),
+    el("label", {}, "or ids ", el("input", { name: "ids", placeholder: "1,2,3" })),
+    el("button", { type: "submit" }, "Resync"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    const ids = String(f.get("ids") || "").split(",").map((i) => i.trim()).filter((i) => i);
+    try {
+      const run = await api("ResyncDocuments", { pipeline: f.get("pipeline"), where: f.get("where"), ids });
+      say(`Resync ${run.id} started (${run.scope}): its progress is on the checks screen`);
+    } catch (e) {
+      say(`Resync: ${e.message}`, true);
+    }
+  });
+  return el("div", {}, el("h3", {}, "Resync documents"), form);
+}
+
 const SCREENS = {
   async overview() {
     const [leader, workers, tasks, pipelines] = await Promise.all([
@@ -138,12 +191,37 @@ const SCREENS = {
     const checks = lists.flatMap((l) => l.checks || []);
     return [
       el("h2", {}, "Checks and repairs"),
-      table(["id", "pipeline", "kind", "state", "chunks", "keys", "missing", "extra", "different", "repaired", "started"],
-        checks.map((c) => [c.id, c.pipeline, c.kind, c.state, `${c.chunks_done}/${c.chunks}`, c.keys,
-          c.missing, c.extra, c.different, c.repaired, ago(c.started_at_ms)])),
+      table(["id", "pipeline", "kind", "scope", "state", "chunks", "keys", "missing", "extra", "different", "repaired", "started"],
+        checks.map((c) => [c.id, c.pipeline, c.kind, c.scope || (c.since ? `since ${c.since}` : "-"), c.state,
+          `${c.chunks_done}/${c.chunks}`, c.keys, c.missing, c.extra, c.different, c.repaired, ago(c.started_at_ms)])),
       el("p", {}, ...(r.pipelines || []).map((p) =>
         action(`Check and repair ${p.name}`, "StartCheck", { pipeline: p.name, repair: true }))),
     ];
+  },
+
+  async documents() {
+    const params = new URLSearchParams(location.hash.split("?")[1] || "");
+    const r = await api("ListPipelines");
+    const names = (r.pipelines || []).map((p) => p.name);
+    const chosen = params.get("pipeline") || names[0] || "";
+    const id = params.get("id") || "";
+    const pick = (name) => el("select", { name },
+      ...names.map((n) => n === chosen ? el("option", { selected: "" }, n) : el("option", {}, n)));
+    const form = el("form", { class: "inline", id: "explain" },
+      el("label", {}, "Pipeline ", pick("pipeline")),
+      el("label", {}, "Document id ", el("input", { name: "id", required: "", value: id })),
+      el("button", { type: "submit" }, "Explain"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const f = new FormData(form);
+      const next = `documents?pipeline=${encodeURIComponent(f.get("pipeline"))}&id=${encodeURIComponent(f.get("id"))}`;
+      if (location.hash === `#${next}`) show(next);
+      else location.hash = next;
+    });
+    const parts = [el("h2", {}, "Documents"), form];
+    if (chosen && id) parts.push(...explained(await api("ExplainDocument", { pipeline: chosen, id })));
+    if (may("ResyncDocuments")) parts.push(resyncForm(pick("pipeline")));
+    return parts;
   },
 
   async events() {
@@ -248,6 +326,7 @@ const NAV = [
   ["sources", "Sources", "ListSources"],
   ["pipelines", "Pipelines", "ListPipelines"],
   ["checks", "Checks", "ListChecks"],
+  ["documents", "Documents", "ExplainDocument"],
   ["events", "Events", "ListEvents"],
   ["letters", "Dead letters", "ListDeadLetters"],
   ["dictionary", "Dictionary", "ListWords"],
