@@ -36,7 +36,7 @@ fn entry(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_role_makes_only_its_own_calls_and_every_change_is_audited() {
     let ctx = TestCtx::new("roles").await;
-    let cluster = ctx.start_cluster(1, 0).await;
+    let mut cluster = ctx.start_cluster(1, 0).await;
     cluster.wait_leader(Duration::from_secs(10), None).await;
 
     // The configured token acts as the configured admin, who was created at start.
@@ -186,6 +186,24 @@ async fn each_role_makes_only_its_own_calls_and_every_change_is_audited() {
     assert!(secrets
         .iter()
         .all(|s| s.len() == 32 && *s != operator.as_bytes()));
+
+    // The configured first admin is made only while there is no admin: removed once
+    // another admin exists, a restart does not bring it back.
+    cluster
+        .ctl(&["users", "put", "ada", "--role", "admin"])
+        .unwrap();
+    cluster.ctl(&["users", "delete", "admin"]).unwrap();
+    cluster.centers[0].terminate(Duration::from_secs(10));
+    cluster.centers[0].start();
+    cluster.wait_leader(Duration::from_secs(30), None).await;
+    let names = |users: &Value| -> Vec<String> {
+        let list = users.as_array().unwrap();
+        list.iter()
+            .map(|u| u["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let users = cluster.ctl(&["users", "list"]).unwrap();
+    assert_eq!(names(&users), ["ada", "otto", "vera"], "{users}");
 
     drop(cluster);
     ctx.cleanup().await;

@@ -278,6 +278,31 @@ async fn sessions_resist_csrf_fixation_and_guessing() {
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(b.session_status(&cookie).await, StatusCode::UNAUTHORIZED);
 
+    // A new password ends the sessions opened with the old one.
+    let put_pat = |pw: &str| {
+        let args = [
+            "users",
+            "put",
+            "pat",
+            "--role",
+            "viewer",
+            "--password-env",
+            "PW",
+        ];
+        cluster.ctl_env(&args, &[("PW", pw)]).unwrap();
+    };
+    put_pat("pat-password-1");
+    let (old, _) = b.login(None, "pat", "pat-password-1").await;
+    assert_eq!(b.session_status(&old).await, StatusCode::OK);
+    put_pat("pat-password-2");
+    assert_eq!(
+        b.session_status(&old).await,
+        StatusCode::UNAUTHORIZED,
+        "a session opened with the old password"
+    );
+    let (new, _) = b.login(None, "pat", "pat-password-2").await;
+    assert_eq!(b.session_status(&new).await, StatusCode::OK);
+
     // Wrong passwords: refused, then limited, even with the right one.
     for _ in 0..5 {
         let r = b
@@ -325,6 +350,10 @@ async fn sessions_resist_csrf_fixation_and_guessing() {
         row("admin", "Rebalance", "PermissionDenied"),
         row("admin", "Rebalance", "PermissionDenied"),
         row("admin", "Rebalance", "ok"),
+        row("admin", "PutUser", "ok"),
+        row("pat", "Login", "ok"),
+        row("admin", "PutUser", "ok"),
+        row("pat", "Login", "ok"),
     ];
     expected.extend((0..5).map(|_| row("admin", "Login", "Unauthenticated")));
     expected.push(row("admin", "Login", "ResourceExhausted"));

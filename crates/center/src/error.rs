@@ -82,7 +82,9 @@ impl From<MetaError> for CenterError {
         match e {
             MetaError::Deposed { .. } => CenterError::Deposed(e.to_string()),
             MetaError::Db(_) => CenterError::Transient(e.to_string()),
-            MetaError::Corrupt(_) | MetaError::Refused(_) => CenterError::Definite(e.to_string()),
+            MetaError::Corrupt(_) | MetaError::Refused(_) | MetaError::NotFound(_) => {
+                CenterError::Definite(e.to_string())
+            }
         }
     }
 }

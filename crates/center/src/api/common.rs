@@ -51,6 +51,7 @@ pub(super) fn meta_err(e: MetaError) -> Status {
         MetaError::Deposed { .. } | MetaError::Refused(_) => {
             Status::failed_precondition(e.to_string())
         }
+        MetaError::NotFound(_) => Status::not_found(e.to_string()),
         e => Status::unavailable(e.to_string()),
     }
 }

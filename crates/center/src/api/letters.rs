@@ -38,6 +38,12 @@ pub(super) async fn replay_dead_letters(
     api: &AdminApi,
     req: Request<ReplayDeadLettersRequest>,
 ) -> Result<Response<ReplayDeadLettersResponse>, Status> {
+    let target = match (&req.get_ref().pipeline, req.get_ref().all) {
+        (_, true) => "every letter".to_owned(),
+        (p, _) if !p.is_empty() => p.clone(),
+        _ => format!("letters {:?}", req.get_ref().ids),
+    };
+    super::guard::about(&req, &target);
     let req = req.into_inner();
     if req.pipeline.is_empty() && req.ids.is_empty() && !req.all {
         return Err(Status::invalid_argument(

@@ -35,6 +35,10 @@ async fn change_words(
     req: Request<WordsRequest>,
     change: impl AsyncFnOnce(Meta, u64, Dictionary, Vec<String>) -> Result<Vec<dict::Word>, MetaError>,
 ) -> Result<Response<ListWordsResponse>, Status> {
+    super::guard::about(
+        &req,
+        &audit_target(&req.get_ref().dictionary, &req.get_ref().words),
+    );
     let (dictionary, words) = words_request(req.into_inner())?;
     let epoch = api.writable().await?;
     let changed = change(api.shared.meta.clone(), epoch, dictionary, words).await;
@@ -45,6 +49,10 @@ pub(super) async fn edit_word(
     api: &AdminApi,
     req: Request<EditWordRequest>,
 ) -> Result<Response<Word>, Status> {
+    super::guard::about(
+        &req,
+        &audit_target(&req.get_ref().dictionary, &[req.get_ref().word.clone()]),
+    );
     let req = req.into_inner();
     let dictionary = Dictionary::parse(&req.dictionary).map_err(Status::invalid_argument)?;
     let [word, replacement] = [&req.word, &req.replacement]
@@ -74,6 +82,11 @@ pub(super) async fn delete_words(
         meta.delete_words(epoch, dictionary, &words).await
     })
     .await
+}
+
+/// How the audit log names a change of `words` in `dictionary`: `dict/<name>: <words>`.
+fn audit_target(dictionary: &str, words: &[String]) -> String {
+    format!("dict/{}: {}", dictionary.trim(), words.join(", "))
 }
 
 pub(super) fn words_request(req: WordsRequest) -> Result<(Dictionary, Vec<String>), Status> {

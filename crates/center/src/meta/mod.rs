@@ -42,6 +42,9 @@ pub enum MetaError {
     /// not allow connecting as configured.
     #[error("{0}")]
     Refused(String),
+    /// What the call names is not there (a user, a token).
+    #[error("{0}")]
+    NotFound(String),
 }
 
 #[derive(Clone)]

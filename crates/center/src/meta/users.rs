@@ -105,6 +105,11 @@ impl Meta {
             (name, role.as_str(), password_hash),
         )
         .await?;
+        if password_hash.is_some() {
+            // A new password ends the sessions opened with the old one.
+            tx.exec_drop("DELETE FROM console_sessions WHERE user = ?", (name,))
+                .await?;
+        }
         let row: Option<UserRow> = tx
             .exec_first(
                 format!("SELECT {USER_COLUMNS} FROM users WHERE name = ?"),
@@ -115,12 +120,15 @@ impl Meta {
         user_of(row.ok_or_else(|| MetaError::Corrupt(format!("user {name} not there")))?)
     }
 
-    /// Creates `name` as an admin unless a user of that name exists (the first admin, from
-    /// the center's configuration); says whether it did.
+    /// Creates `name` as an admin while there is no admin at all (the first admin, from the
+    /// center's configuration); says whether it did. Once admins manage the users, a
+    /// restart recreates none they removed.
     pub async fn ensure_admin(&self, name: &str, password_hash: &str) -> Result<bool, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
-            "INSERT IGNORE INTO users (name, role, password_hash) VALUES (?, 'admin', ?)",
+            "INSERT IGNORE INTO users (name, role, password_hash)
+             SELECT ?, 'admin', ? FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM users WHERE role = 'admin')",
             (name, password_hash),
         )
         .await?;
@@ -154,7 +162,7 @@ impl Meta {
             .exec_first("SELECT name FROM users WHERE name = ? FOR UPDATE", (user,))
             .await?;
         if exists.is_none() {
-            return Err(MetaError::Refused(format!("no user {user}")));
+            return Err(MetaError::NotFound(format!("no user {user}")));
         }
         tx.exec_drop(
             "INSERT INTO api_tokens (user, name, secret_sha256) VALUES (?, ?, ?)",
