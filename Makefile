@@ -91,14 +91,14 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 # The main job on the local stack with sample data: see deploy/demo.sh. It compiles the
-# worker and the etl while the servers it needs are installed and started (their output
+# services and sluicectl while the servers it needs are installed and started (their output
 # is shown once both are done), so a fresh machine waits for the longer of the two.
 DEMO_SERVICES = $(if $(filter mariadb,$(DEMO_SOURCE)),mariadb,mysql) zookeeper kafka opensearch
 demo:
 	deploy/install.sh packages
 	mkdir -p .work
 	{ deploy/install.sh demo && deploy/stack.sh up $(DEMO_SERVICES); } >.work/demo-stack.log 2>&1 & \
-	  stack=$$!; cargo build -p sluice-worker -p sluice-etl; built=$$?; \
+	  stack=$$!; cargo build -p sluice-worker -p sluice-etl -p sluice-center -p sluicectl; built=$$?; \
 	  wait $$stack; up=$$?; cat .work/demo-stack.log; [ $$built = 0 ] && [ $$up = 0 ]
 	deploy/demo.sh
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The main job on a local stack with sample data:
-#   a shop (`products`, their `brands` and `skus`), sluice-worker streaming its binlog into
-#   Kafka, sluice-etl building one document per product — its brand as an object, its
-#   SKUs nested — behind the alias `products`; 1000 sample products shown arriving, then a
-#   live change to one SKU's price timed from COMMIT until it is visible inside its
-#   product's document.
+#   a shop (`products`, their `brands` and `skus`) added with sluicectl to a center (which
+#   serves the console), sluice-worker streaming its binlog into Kafka, sluice-etl
+#   building one document per product — its brand as an object, its SKUs nested — behind
+#   the alias `products`; 1000 sample products shown arriving, then a live change to one
+#   SKU's price timed from COMMIT until it is visible inside its product's document; last,
+#   the console's address and a login.
 # The source is Oracle MySQL (MYSQL_URL, an admin) or, with DEMO_SOURCE=mariadb,
 # MariaDB (MARIADB_URL); ZOOKEEPER, KAFKA_BROKERS, ES_URL as for the tests.
-# `deploy/demo.sh stop` stops the demo's worker and etl (the stack keeps running).
+# `deploy/demo.sh stop` stops the demo's center, worker and etl (the stack keeps running).
 set -euo pipefail
 work="$(cd "$(dirname "$0")/.." && pwd)/.work/demo"
 source "$(dirname "$0")/common.sh"
@@ -25,74 +26,107 @@ sql -e "DROP DATABASE IF EXISTS shop; CREATE DATABASE shop;
 curl -fsS -X DELETE "$ES_URL/products_v1" >/dev/null 2>&1 || true
 
 run_id="demo-$(date +%s)"
-# The source: the worker streams it, the etl reads documents back from it.
-source_toml="[[sources]]
-name = \"demo\"
-host = \"$db_host\"
-port = $db_port
-user = \"$SOURCE_USER\"
-password = \"$SOURCE_PASSWORD\"
-server_id = 4242
-tables = [\"shop.*\"]
+token_file="$work/admin.token"
+worker_token_file="$work/worker.token"
+admin_password_file="$work/admin.password"
+for f in "$token_file" "$worker_token_file" "$admin_password_file"; do
+  [ -s "$f" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$f"
+  chmod 600 "$f"
+done
+ctl() { SLUICECTL_TOKEN="$(cat "$token_file")" "$bin/sluicectl" --center http://127.0.0.1:17060 "$@"; }
+task_running() { ctl -o json tasks | python3 -c 'import json,sys; t=json.load(sys.stdin); sys.exit(0 if t and t[0]["running_on"] else 1)'; }
+sql -e "DROP DATABASE IF EXISTS sluice_meta_demo"
+
+# One center (its console included), one worker and the etl, all following ZooKeeper.
+common_toml="[zookeeper]
+connect = \"$ZOOKEEPER\"
+root = \"/sluice-demo/$run_id\"
+[kafka]
+brokers = \"$KAFKA_BROKERS\"
+[topics]
+rows = \"sluice.$run_id.{db}.{table}\""
+cat > "$work/center.toml" <<TOML
 # A local demo over loopback without TLS: MySQL 9's caching_sha2_password then sends the
 # password encrypted with the server's RSA key, which this allows (configure tls instead
 # where the network is not yours).
-allow_public_key_retrieval = true"
+source_public_key_retrieval = true
+[telemetry]
+listen = "127.0.0.1:9466"
+[center]
+id = "demo-center"
+listen = "127.0.0.1:17060"
+dictionary_listen = "127.0.0.1:9467"
+console_listen = "127.0.0.1:9440"
+[meta]
+host = "$db_host"
+port = $db_port
+user = "$db_user"
+password = "$db_password"
+database = "sluice_meta_demo"
+allow_public_key_retrieval = true
+[api]
+auth = "token"
+token_file = "$token_file"
+worker_token_file = "$worker_token_file"
+admin_password_file = "$admin_password_file"
+$common_toml
+TOML
 cat > "$work/worker.toml" <<TOML
+source_public_key_retrieval = true
 [telemetry]
 listen = "127.0.0.1:9464"
 [worker]
 id = "demo-worker"
 confirm_interval = "200ms"
-[zookeeper]
-connect = "$ZOOKEEPER"
-root = "/sluice-demo/$run_id"
-[kafka]
-brokers = "$KAFKA_BROKERS"
-[topics]
-rows = "sluice.$run_id.{db}.{table}"
-$source_toml
+[center]
+token_file = "$worker_token_file"
+$common_toml
 TOML
 cat > "$work/etl.toml" <<TOML
+source_public_key_retrieval = true
 [telemetry]
 listen = "127.0.0.1:9465"
 [etl]
 group_id = "sluice-etl-$run_id"
 instance_id = "demo-etl"
 linger = "50ms"
-[kafka]
-brokers = "$KAFKA_BROKERS"
-[topics]
-rows = "sluice.$run_id.{db}.{table}"
 [elasticsearch]
 url = "$ES_URL"
-[[pipelines]]
+$common_toml
+TOML
+# The pipeline: one document per product, its brand an object, its SKUs nested.
+cat > "$work/products.toml" <<TOML
 name = "products"
 source = "demo"
 database = "shop"
 table = "products"
 replicas = 0
-[[pipelines.relations]]
+[[relations]]
 name = "brand"
 kind = "one_to_one"
 table = "brands"
 on = { brand_id = "id" }
-[[pipelines.relations]]
+[[relations]]
 name = "skus"
 kind = "one_to_many"
 table = "skus"
 on = { id = "product_id" }
 columns = ["code", "price", "stock"]
 order_by = ["price"]
-# The etl reads each product's document back from the source.
-$source_toml
 TOML
 
-say "starting sluice-worker and sluice-etl (logs in .work/demo/)"
-launch worker "$bin/sluice-worker" --config "$work/worker.toml"
-wait_for "the worker to start streaming" 60 grep -q "streaming" "$work/worker.log"
-launch etl "$bin/sluice-etl" --config "$work/etl.toml"
-wait_for "the etl to consume" 60 grep -q "etl consuming" "$work/etl.log"
+say "starting sluice-center, sluice-worker and sluice-etl (logs in .work/demo/)"
+SOURCE_PASSWORD="$SOURCE_PASSWORD" launch center "$bin/sluice-center" --config "$work/center.toml"
+wait_for "the center to lead" 60 ctl leader
+SOURCE_PASSWORD="$SOURCE_PASSWORD" launch worker "$bin/sluice-worker" --config "$work/worker.toml"
+SOURCE_PASSWORD="$SOURCE_PASSWORD" launch etl "$bin/sluice-etl" --config "$work/etl.toml"
+
+say "adding the source and the products pipeline with sluicectl"
+ctl sources put demo --host "$db_host" --port "$db_port" --user "$SOURCE_USER" \
+  --password-ref env:SOURCE_PASSWORD --server-id 4242 --tables 'shop.*'
+ctl pipelines put products --spec "$work/products.toml"
+wait_for "the worker to stream the source" 60 task_running
+wait_for "the etl to follow the pipeline" 60 grep -q "etl consuming" "$work/etl.log"
 
 say "writing 10 brands, 1000 products, 3000 SKUs"
 {
@@ -158,4 +192,10 @@ wait_for "the delete" 30 bash -c "! curl -fsS '$ES_URL/products/_doc/7' >/dev/nu
 wait_for "999 documents" 30 has_docs products 999
 echo "product 7 is gone from Elasticsearch; documents: $(doc_count products)"
 
-say "demo done; worker and etl keep running (make demo-stop stops them, make stack-down the stack)"
+say "demo done; the center, worker and etl keep running (make demo-stop stops them, make stack-down the stack)"
+cat <<EOF
+
+The console: http://127.0.0.1:9440
+  log in as admin, password $(cat "$admin_password_file") (kept in .work/demo/admin.password)
+  sluicectl: SLUICECTL_TOKEN=\$(cat .work/demo/admin.token) target/debug/sluicectl --center http://127.0.0.1:17060 pipelines list
+EOF
