@@ -91,6 +91,33 @@ try {
   await screen("sources");
   await page.locator("td", { hasText: env("SOURCE") }).first().waitFor({ timeout: WAIT });
   check(true, "the sources screen lists the source");
+  // A new source through the form: tested first (the server, no problem, its tables with
+  // their columns, a table named as markup shown as text), then added.
+  const add = page.locator("#put-source");
+  await add.locator("input[name=name]").fill(env("NEW_SOURCE"));
+  await add.locator("input[name=host]").fill(env("SOURCE_HOST"));
+  await add.locator("input[name=port]").fill(env("SOURCE_PORT"));
+  await add.locator("input[name=user]").fill(env("SOURCE_USER"));
+  await add.locator("input[name=password_ref]").fill(env("SOURCE_PASSWORD_REF"));
+  await add.locator("input[name=server_id]").fill(env("SOURCE_SERVER_ID"));
+  await add.locator("input[name=tables]").fill(`${env("DATABASE")}.*`);
+  await add.locator("#test-source").click();
+  const ready = await page.locator("#test-verdict").textContent({ timeout: WAIT });
+  check(ready.startsWith("Ready: "), `the connection test finds the server ready (${ready})`);
+  const tested = page.locator("#source-test");
+  await tested.locator("td", { hasText: `${env("DATABASE")}.items` }).waitFor({ timeout: WAIT });
+  const columns = await tested.locator("tr", { hasText: `${env("DATABASE")}.items` }).locator("td").nth(2).textContent();
+  check(columns.includes("id bigint") && columns.includes("name varchar"), `the test lists the table's columns (${columns})`);
+  await tested.locator("td", { hasText: `${env("DATABASE")}.${XSS}` }).waitFor({ timeout: WAIT });
+  check(await page.locator("#screen script").count() === 0, "a table and a column named as markup are shown as text");
+  await shot("source-test");
+  await add.locator("button[type=submit]").click();
+  await page.locator("#message", { hasText: `source ${env("NEW_SOURCE")} saved` }).waitFor({ timeout: WAIT });
+  await page.locator("#screen td", { hasText: env("NEW_SOURCE") }).first().waitFor({ timeout: WAIT });
+  check(true, "an admin adds a source through the form");
+  await page.locator("tr", { hasText: env("NEW_SOURCE") }).locator("a", { hasText: "Tables" }).click();
+  await page.locator("#source-tables td", { hasText: `${env("DATABASE")}.items` }).waitFor({ timeout: WAIT });
+  check(true, "a source's tables are listed with their columns");
   await shot("sources");
 
   await screen("users");

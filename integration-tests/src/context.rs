@@ -177,7 +177,7 @@ impl TestCtx {
     }
 
     /// Where services reach the source's MySQL: the route's, or the test's server.
-    pub(crate) fn source_endpoint(&self) -> (String, u16) {
+    pub fn source_endpoint(&self) -> (String, u16) {
         (self.routes().mysql)
             .unwrap_or_else(|| (self.stack.mysql_host.clone(), self.stack.mysql_port))
     }

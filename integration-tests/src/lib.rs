@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use checker::{check_table, CheckOptions};
-pub use cluster::{time_until, Cluster, ClusterSource, TaskView};
+pub use cluster::{time_until, Cluster, ClusterSource, TaskView, PASSWORD_VAR};
 pub use context::{Pipeline, TestCtx};
 pub use documents::check_documents;
 pub use load::Load;

@@ -7,8 +7,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use sluice_integration_tests::cluster::Bearer;
+use sluice_integration_tests::on_sources;
 use sluice_integration_tests::ports::free_center_port;
-use sluice_integration_tests::{eventually, Service, TestCtx};
+use sluice_integration_tests::{eventually, Service, TestCtx, PASSWORD_VAR};
 use sluice_proto::v1::admin_client::AdminClient;
 use sluice_proto::v1::Source;
 use tokio_stream::StreamExt as _;
@@ -316,5 +317,82 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
         "a client the CA did not sign was admitted"
     );
     drop(center);
+    ctx.cleanup().await;
+}
+
+on_sources!(a_source_is_tested_before_it_is_saved_and_its_tables_listed_with_their_columns: mariadb, mysql);
+/// `sources test` connects as the workers would without saving anything: ready, with the
+/// server and the tables its patterns capture (columns, primary key marked); with a
+/// password that is wrong, the problem is named and it exits non-zero. `sources tables`
+/// lists a saved source's tables the same way.
+async fn a_source_is_tested_before_it_is_saved_and_its_tables_listed_with_their_columns() {
+    let ctx = TestCtx::new("srctest").await;
+    ctx.items_table(10).await;
+    let cluster = ctx.start_cluster(1, 0).await;
+    let (host, port) = ctx.source_endpoint();
+    let (port, server_id) = (port.to_string(), (ctx.server_id + 3).to_string());
+    let tables = format!("{}.*", ctx.db);
+    let password_ref = format!("env:{PASSWORD_VAR}");
+    let args = |name: &'static str, password_ref: &str| -> Vec<String> {
+        [
+            "sources",
+            "test",
+            name,
+            "--host",
+            &host,
+            "--port",
+            &port,
+            "--user",
+            &ctx.stack.source_user,
+            "--password-ref",
+            password_ref,
+            "--server-id",
+            &server_id,
+            "--tables",
+            &tables,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let run = |a: Vec<String>| cluster.ctl(&a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let ready = run(args("probe", &password_ref)).unwrap();
+    assert_eq!(ready["problems"], serde_json::json!([]), "{ready}");
+    assert!(
+        ready["server"]
+            .as_str()
+            .is_some_and(|s| s.contains("MySQL") || s.contains("MariaDB")),
+        "{ready}"
+    );
+    let items = &ready["tables"][0];
+    assert_eq!(items["table"], "items", "{ready}");
+    assert_eq!(items["columns"][0]["name"], "id", "{ready}");
+    assert_eq!(items["columns"][0]["key"], true, "{ready}");
+    assert_eq!(items["columns"][1]["key"], false, "{ready}");
+    assert_eq!(
+        cluster.ctl(&["sources", "list"]).unwrap(),
+        serde_json::json!([]),
+        "nothing saved"
+    );
+
+    // A password the server refuses: the problem says so, and nothing is saved.
+    let wrong_pw = ctx.dir.join("wrong.password");
+    std::fs::write(&wrong_pw, "not-the-password").unwrap();
+    let wrong = run(args("probe", &format!("file:{}", wrong_pw.display()))).unwrap_err();
+    assert!(
+        wrong.contains("cannot stream as given") && wrong.to_lowercase().contains("denied"),
+        "{wrong}"
+    );
+
+    // A saved source's tables.
+    let source = ctx.put_source(&cluster, "items", 1);
+    let listed = cluster.ctl(&["sources", "tables", &source.name]).unwrap();
+    assert_eq!(listed[0]["table"], "items", "{listed}");
+    assert_eq!(
+        listed[0]["columns"].as_array().map(Vec::len),
+        Some(3),
+        "{listed}"
+    );
+    drop(cluster);
     ctx.cleanup().await;
 }

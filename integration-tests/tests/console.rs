@@ -54,6 +54,11 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         )
         .unwrap();
 
+    // A table and a column named as markup: the console shows them as text.
+    ctx.exec("CREATE TABLE `<script>alert(1)</script>` (id INT PRIMARY KEY, `<script>alert(1)</script>` INT)")
+        .await;
+    let (host, port) = ctx.source_endpoint();
+
     let shots = paths::target_dir().join("console-screenshots");
     let _ = std::fs::remove_dir_all(&shots);
     let out = Command::new("node")
@@ -65,6 +70,16 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         .env("VIEWER_PASSWORD", viewer_pw)
         .env("OPERATOR_PASSWORD", operator_pw)
         .env("SOURCE", &items.name)
+        .env("NEW_SOURCE", format!("{}-console", ctx.instance))
+        .env("SOURCE_HOST", &host)
+        .env("SOURCE_PORT", port.to_string())
+        .env("SOURCE_USER", &ctx.stack.source_user)
+        .env(
+            "SOURCE_PASSWORD_REF",
+            format!("env:{}", sluice_integration_tests::PASSWORD_VAR),
+        )
+        .env("SOURCE_SERVER_ID", (ctx.server_id + 9).to_string())
+        .env("DATABASE", &ctx.db)
         .env("PIPELINE", &items.pipeline.alias)
         .env("SHOTS", &shots)
         .output()
@@ -85,6 +100,7 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         "login",
         "overview",
         "sources",
+        "source-test",
         "users",
         "audit",
         "viewer",
@@ -115,6 +131,7 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         ("admin", "Login", "ok"),
         ("admin", "PutUser", "ok"),
         ("admin", "PutUser", "InvalidArgument"),
+        ("admin", "PutSource", "ok"),
         ("vera", "Login", "ok"),
         ("vera", "Rebalance", "PermissionDenied"),
         ("olga", "Login", "ok"),

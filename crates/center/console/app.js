@@ -133,6 +133,87 @@ function resyncForm(pipelines) {
   return el("div", {}, el("h3", {}, "Resync documents"), form);
 }
 
+// Tables with their columns (the primary key's marked), as MySQL describes them now.
+function tablesOf(tables) {
+  return table(["table", "rows (estimated)", "columns"], tables.map((t) =>
+    [`${t.database}.${t.table}`, t.rows_estimated,
+      el("span", {}, ...t.columns.map((c, i) => el("span", { class: c.key ? "key" : "" },
+        `${i ? ", " : ""}${c.name} ${c.type}${c.nullable ? "" : " not null"}`)))]));
+}
+
+// A new source (or a changed one): tested first, without saving, then added.
+function sourceForm() {
+  const field = (label, name, attrs) => el("label", {}, `${label} `, el("input", { name, ...attrs }));
+  const result = el("div", { id: "source-test" });
+  const form = el("form", { class: "grid", id: "put-source" },
+    el("h3", {}, "Add a source"),
+    field("Name", "name", { required: "" }),
+    field("Host", "host", { required: "" }),
+    field("Port", "port", { value: "3306", inputmode: "numeric" }),
+    field("User", "user", { required: "" }),
+    field("Password from", "password_ref", { required: "", placeholder: "env:NAME or file:/path" }),
+    field("Server id", "server_id", { required: "", inputmode: "numeric" }),
+    field("Tables", "tables", { placeholder: "shop.*, crm.customers (empty: every table)" }),
+    el("span", {},
+      el("button", { type: "button", id: "test-source" }, "Test connection"),
+      el("button", { type: "submit" }, "Add source")));
+  const source = () => {
+    const f = new FormData(form);
+    return {
+      name: f.get("name"), host: f.get("host"), port: Number(f.get("port") || 3306), user: f.get("user"),
+      password_ref: f.get("password_ref"), server_id: Number(f.get("server_id") || 0),
+      tables: String(f.get("tables") || "").split(",").map((t) => t.trim()).filter((t) => t),
+    };
+  };
+  form.querySelector("#test-source").addEventListener("click", async () => {
+    result.replaceChildren(el("p", {}, "testing…"));
+    try {
+      const t = await api("TestSource", source());
+      const problems = t.problems || [];
+      result.replaceChildren(
+        el("p", { id: "test-verdict", class: problems.length ? "error" : "" },
+          problems.length ? `${problems.length} problem(s) stop it from streaming:` : `Ready: ${t.server}.`),
+        problems.length ? el("ul", {}, ...problems.map((p) => el("li", {}, p))) : "",
+        (t.tables || []).length ? tablesOf(t.tables) : el("p", {}, "No table matches."));
+    } catch (e) {
+      result.replaceChildren(el("p", { id: "test-verdict", class: "error" }, e.message));
+    }
+  });
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const s = await api("PutSource", source());
+      say(`source ${s.name} saved`);
+      await show("sources");
+    } catch (e) {
+      say(`Add source: ${e.message}`, true);
+    }
+  });
+  return el("div", {}, form, result);
+}
+
+// Moves a source to a new primary: its task resumes there from its confirmed GTID state.
+function failoverForm(sources) {
+  const form = el("form", { class: "inline", id: "failover" },
+    el("label", {}, "Fail over ", el("select", { name: "name" }, ...sources.map((s) => el("option", {}, s.name)))),
+    el("label", {}, "to host ", el("input", { name: "host", required: "" })),
+    el("label", {}, "port ", el("input", { name: "port", inputmode: "numeric", placeholder: "same" })),
+    el("button", { type: "submit" }, "Fail over"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    if (!window.confirm(`Move ${f.get("name")} to ${f.get("host")}?`)) return;
+    try {
+      await api("FailoverSource", { name: f.get("name"), host: f.get("host"), port: Number(f.get("port") || 0) });
+      say(`source ${f.get("name")} failed over`);
+      await show("sources");
+    } catch (e) {
+      say(`Fail over: ${e.message}`, true);
+    }
+  });
+  return form;
+}
+
 const SCREENS = {
   async overview() {
     const [leader, workers, tasks, pipelines] = await Promise.all([
@@ -154,13 +235,26 @@ const SCREENS = {
   },
 
   async sources() {
+    const params = new URLSearchParams(location.hash.split("?")[1] || "");
     const r = await api("ListSources");
-    return [
+    const parts = [
       el("h2", {}, "Sources"),
-      table(["source", "server", "tables", ""], (r.sources || []).map((s) =>
-        [s.name, `${s.host}:${s.port}`, (s.tables || []).join(", "),
-          action("Delete", "DeleteSource", { name: s.name }, `Delete source ${s.name}?`) || ""])),
+      table(["source", "server", "user", "password", "server id", "tables", "epoch", ""], (r.sources || []).map((s) =>
+        [s.name, `${s.host}:${s.port}`, s.user, s.password_ref, s.server_id, (s.tables || []).join(", ") || "every table", s.epoch,
+          el("span", {},
+            el("a", { href: `#sources?tables=${encodeURIComponent(s.name)}`, class: "button" }, "Tables"),
+            action("Re-snapshot", "ResnapshotSource", { name: s.name },
+              `Start ${s.name} again at its server's end and build each of its pipelines anew?`),
+            action("Delete", "DeleteSource", { name: s.name }, `Delete source ${s.name}?`))])),
     ];
+    const shown = params.get("tables");
+    if (shown) {
+      const t = await api("ListTables", { source: shown });
+      parts.push(el("h3", {}, `Tables of ${shown}`), el("div", { id: "source-tables" }, tablesOf(t.tables || [])));
+    }
+    if (may("PutSource")) parts.push(sourceForm());
+    if (may("FailoverSource") && (r.sources || []).length) parts.push(failoverForm(r.sources));
+    return parts;
   },
 
   async pipelines() {

@@ -61,7 +61,7 @@ pub fn need(method: &str) -> Option<Need> {
     let (role, mutating) = match method {
         "GetLeader" | "ListSources" | "ListPipelines" | "GetBuild" | "ListChecks" | "GetCheck"
         | "ListDelayed" | "ListWorkers" | "ListTasks" | "ListEvents" | "ListDeadLetters"
-        | "ListWords" | "WhoAmI" | "ExplainDocument" => (Viewer, false),
+        | "ListWords" | "WhoAmI" | "ExplainDocument" | "ListTables" => (Viewer, false),
         // Every user manages their own tokens (an admin's call may name another user).
         "ListTokens" => (Viewer, false),
         "CreateToken" | "RevokeToken" => (Viewer, true),
@@ -75,7 +75,7 @@ pub fn need(method: &str) -> Option<Need> {
         }
         "PutSource" | "DeleteSource" | "FailoverSource" | "ResnapshotSource" | "PutPipeline"
         | "DeletePipeline" | "DropVersion" | "PutUser" | "DeleteUser" => (Admin, true),
-        "ListUsers" => (Admin, false),
+        "ListUsers" | "TestSource" => (Admin, false),
         _ => return None,
     };
     Some(Need { role, mutating })
@@ -164,7 +164,8 @@ mod tests {
             let reads = m.starts_with("List")
                 || m.starts_with("Get")
                 || m == "WhoAmI"
-                || m == "ExplainDocument";
+                || m == "ExplainDocument"
+                || m == "TestSource";
             assert_eq!(n.mutating, !reads, "{m}");
         }
     }

@@ -11,6 +11,13 @@ pub enum SourceCmd {
     List,
     /// Create or replace a source.
     Put(SourceArgs),
+    /// Connect to a source as the workers would, without saving it: the server, what the
+    /// preflight finds in the way, and the tables it would capture (exit 1 on a problem).
+    Test(SourceArgs),
+    /// The tables a source captures, with their columns (`*` marks the primary key).
+    Tables {
+        name: String,
+    },
     Delete {
         name: String,
     },
@@ -55,6 +62,16 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::R
     match cmd {
         SourceCmd::List => list(conn, out).await?,
         SourceCmd::Put(a) => put(conn, out, a).await?,
+        SourceCmd::Test(a) => test(conn, out, a).await?,
+        SourceCmd::Tables { name } => {
+            let req = ListTablesRequest {
+                source: name.clone(),
+            };
+            let r = conn
+                .call_with(req, |mut c, req| async move { c.list_tables(req).await })
+                .await?;
+            print_tables(out, &r.tables);
+        }
         SourceCmd::Failover { name, host, port } => failover(conn, out, name, host, *port).await?,
         SourceCmd::Resnapshot { name } => resnapshot(conn, out, name).await?,
         SourceCmd::Delete { name } => {
@@ -106,17 +123,92 @@ async fn list(conn: &mut Conn<'_>, out: Output) -> anyhow::Result<()> {
 }
 
 /// `sources put`: creates or replaces a source.
+impl SourceArgs {
+    fn message(&self) -> Source {
+        Source {
+            name: self.name.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            user: self.user.clone(),
+            password_ref: self.password_ref.clone(),
+            server_id: self.server_id,
+            tables: self.tables.clone(),
+            epoch: 0,
+        }
+    }
+}
+
+/// `sources test`: fails (exit 1) when the preflight found a problem.
+async fn test(conn: &mut Conn<'_>, out: Output, a: &SourceArgs) -> anyhow::Result<()> {
+    let t = conn
+        .call_with(
+            a.message(),
+            |mut c, s| async move { c.test_source(s).await },
+        )
+        .await?;
+    if out == Output::Json {
+        let tables = tables_json(&t.tables);
+        let v = json!({"server": t.server, "problems": t.problems, "tables": tables});
+        println!("{v}");
+    } else {
+        println!(
+            "server: {}",
+            if t.server.is_empty() { "-" } else { &t.server }
+        );
+        for p in &t.problems {
+            println!("problem: {p}");
+        }
+        print_tables(out, &t.tables);
+    }
+    if !t.problems.is_empty() {
+        anyhow::bail!(
+            "source {} cannot stream as given: {}",
+            a.name,
+            t.problems.join("; ")
+        );
+    }
+    Ok(())
+}
+
+fn print_tables(out: Output, tables: &[Table]) {
+    print(
+        out,
+        &["table", "rows (est.)", "columns"],
+        tables
+            .iter()
+            .map(|t| {
+                let columns: Vec<String> = t
+                    .columns
+                    .iter()
+                    .map(|c| format!("{}{} {}", c.name, if c.key { "*" } else { "" }, c.r#type))
+                    .collect();
+                vec![
+                    format!("{}.{}", t.database, t.table),
+                    t.rows_estimated.to_string(),
+                    columns.join(", "),
+                ]
+            })
+            .collect(),
+        Value::Array(tables_json(tables)),
+    );
+}
+
+fn tables_json(tables: &[Table]) -> Vec<Value> {
+    tables
+        .iter()
+        .map(|t| {
+            json!({
+                "database": t.database, "table": t.table, "rows_estimated": t.rows_estimated,
+                "columns": t.columns.iter().map(|c| json!({
+                    "name": c.name, "type": c.r#type, "key": c.key, "nullable": c.nullable,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
 async fn put(conn: &mut Conn<'_>, out: Output, a: &SourceArgs) -> anyhow::Result<()> {
-    let s = Source {
-        name: a.name.clone(),
-        host: a.host.clone(),
-        port: a.port,
-        user: a.user.clone(),
-        password_ref: a.password_ref.clone(),
-        server_id: a.server_id,
-        tables: a.tables.clone(),
-        epoch: 0,
-    };
+    let s = a.message();
     let s = conn
         .call_with(s, |mut c, s| async move { c.put_source(s).await })
         .await?;

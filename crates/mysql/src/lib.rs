@@ -4,6 +4,7 @@
 //! Knows nothing of Kafka or ZooKeeper.
 
 pub mod auth;
+pub mod catalog;
 pub mod ddl;
 pub mod decode;
 pub mod docs;

@@ -257,6 +257,17 @@ impl Admin for AdminApi {
         runs::apply_delayed(self, req).await
     }
 
+    async fn test_source(&self, req: Request<Source>) -> Result<Response<SourceTest>, Status> {
+        sources::test_source(self, req).await
+    }
+
+    async fn list_tables(
+        &self,
+        req: Request<ListTablesRequest>,
+    ) -> Result<Response<ListTablesResponse>, Status> {
+        sources::list_tables(self, req).await
+    }
+
     async fn resync_documents(
         &self,
         req: Request<ResyncRequest>,

@@ -187,3 +187,64 @@ pub(super) async fn delete_source(
     api.changed();
     Ok(Response::new(DeleteResponse { existed }))
 }
+
+pub(super) async fn test_source(
+    api: &AdminApi,
+    req: Request<Source>,
+) -> Result<Response<SourceTest>, Status> {
+    let spec = validate_source(req.into_inner())?;
+    let src = sluice_mysql::SourceConfig::from_spec(&spec, &api.shared.cfg.source_access())
+        .map_err(Status::invalid_argument)?;
+    let mut test = SourceTest::default();
+    match sluice_mysql::preflight(&src, None).await {
+        Ok(info) => test.server = info.server.to_string(),
+        Err(sluice_mysql::MysqlError::Preflight { problems, .. }) => test.problems = problems,
+        Err(e) => {
+            test.problems = vec![e.to_string()];
+            return Ok(Response::new(test));
+        }
+    }
+    match sluice_mysql::catalog::tables(&src).await {
+        Ok(tables) => test.tables = tables.iter().map(table_message).collect(),
+        Err(e) => test.problems.push(e.to_string()),
+    }
+    Ok(Response::new(test))
+}
+
+pub(super) async fn list_tables(
+    api: &AdminApi,
+    req: Request<ListTablesRequest>,
+) -> Result<Response<ListTablesResponse>, Status> {
+    let name = req.into_inner().source;
+    let sources = api.shared.meta.sources().await.map_err(meta_err)?;
+    let spec = sources
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| Status::not_found(format!("no source `{name}`")))?;
+    let src = sluice_mysql::SourceConfig::from_spec(spec, &api.shared.cfg.source_access())
+        .map_err(Status::failed_precondition)?;
+    let tables = sluice_mysql::catalog::tables(&src)
+        .await
+        .map_err(|e| center_err(e.into()))?;
+    Ok(Response::new(ListTablesResponse {
+        tables: tables.iter().map(table_message).collect(),
+    }))
+}
+
+fn table_message(t: &sluice_mysql::catalog::TableShape) -> Table {
+    Table {
+        database: t.db.clone(),
+        table: t.table.clone(),
+        columns: t
+            .columns
+            .iter()
+            .map(|c| Column {
+                name: c.name.clone(),
+                r#type: c.column_type.clone(),
+                key: c.key,
+                nullable: c.nullable,
+            })
+            .collect(),
+        rows_estimated: t.rows_estimated,
+    }
+}

@@ -66,6 +66,8 @@ methods! {
     "GetLeader" => get_leader,
     "ListSources" => list_sources,
     "PutSource" => put_source,
+    "TestSource" => test_source,
+    "ListTables" => list_tables,
     "DeleteSource" => delete_source,
     "FailoverSource" => failover_source,
     "ResnapshotSource" => resnapshot_source,
