@@ -27,11 +27,14 @@ pub struct ColumnShape {
     pub nullable: bool,
 }
 
+/// Schema, table, column, `COLUMN_TYPE`, `COLUMN_KEY`, `IS_NULLABLE`, `TABLE_ROWS`.
+type ColumnRow = (String, String, String, String, String, String, Option<u64>);
+
 /// Every base table of the source that its table patterns capture, with its columns,
 /// ordered by database and name.
 pub async fn tables(cfg: &SourceConfig) -> Result<Vec<TableShape>, MysqlError> {
     let mut conn = crate::preflight::connect(cfg).await?;
-    let rows: Result<Vec<(String, String, String, String, String, String, Option<u64>)>, _> = conn
+    let rows: Result<Vec<ColumnRow>, _> = conn
         .query(
             "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, c.COLUMN_KEY,
                     c.IS_NULLABLE, t.TABLE_ROWS
