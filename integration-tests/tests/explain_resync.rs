@@ -103,6 +103,45 @@ async fn explain_finds_a_tampered_document_and_resync_puts_right_only_what_it_na
     assert_eq!(promotions.len(), 1, "{e}");
     assert_eq!(promotions[0]["brand_id"], 1, "{e}");
 
+    // The spec previewed (not saved): the same document for a root id, with its rows,
+    // and the mapping it generates; a relation joined on a missing column is refused at
+    // its key.
+    let spec_file = ctx.dir.join(format!("{name}.json"));
+    let spec_file = spec_file.to_str().unwrap();
+    let preview = cluster
+        .ctl(&[
+            "pipelines",
+            "preview",
+            &name,
+            "--spec",
+            spec_file,
+            "--document",
+            "10",
+        ])
+        .unwrap();
+    assert_eq!(preview["problems"], json!([]), "{preview}");
+    assert_eq!(preview["document"], e["built"], "{preview}");
+    assert_eq!(preview["rows"], e["rows"], "{preview}");
+    assert_eq!(preview["mapping"]["skus"]["type"], "nested", "{preview}");
+    let mut wrong: Value =
+        serde_json::from_str(&std::fs::read_to_string(spec_file).unwrap()).unwrap();
+    wrong["relations"][1]["on"] = json!({"id": "sku"});
+    let wrong_file = ctx.dir.join("wrong.json");
+    std::fs::write(&wrong_file, wrong.to_string()).unwrap();
+    let refused = cluster
+        .ctl(&[
+            "pipelines",
+            "preview",
+            &name,
+            "--spec",
+            wrong_file.to_str().unwrap(),
+        ])
+        .unwrap_err();
+    assert!(
+        refused.contains("relations.skus.on: `sku` is not a column of"),
+        "{refused}"
+    );
+
     // Tampered behind Sluice's back: explain names the field and both values.
     let tampered = |id: &str| (id.to_owned(), Tamper::Set("title", json!("tampered")));
     ctx.tamper(

@@ -75,7 +75,7 @@ pub fn need(method: &str) -> Option<Need> {
         }
         "PutSource" | "DeleteSource" | "FailoverSource" | "ResnapshotSource" | "PutPipeline"
         | "DeletePipeline" | "DropVersion" | "PutUser" | "DeleteUser" => (Admin, true),
-        "ListUsers" | "TestSource" => (Admin, false),
+        "ListUsers" | "TestSource" | "PreviewPipeline" => (Admin, false),
         _ => return None,
     };
     Some(Need { role, mutating })
@@ -165,7 +165,8 @@ mod tests {
                 || m.starts_with("Get")
                 || m == "WhoAmI"
                 || m == "ExplainDocument"
-                || m == "TestSource";
+                || m == "TestSource"
+                || m == "PreviewPipeline";
             assert_eq!(n.mutating, !reads, "{m}");
         }
     }

@@ -17,6 +17,16 @@ pub enum PipelineCmd {
     List,
     /// Create or replace a pipeline (`--spec FILE` for one with relations).
     Put(Box<PipelineArgs>),
+    /// Check a pipeline without saving it: its problems (each at its key), the mapping
+    /// it generates and, with --document, the document it would build for that `_id`,
+    /// read from MySQL now (exit 1 on a problem).
+    Preview {
+        #[command(flatten)]
+        args: Box<PipelineArgs>,
+        /// The `_id` of a document to build.
+        #[arg(long)]
+        document: Option<String>,
+    },
     /// One pipeline: its tables as a tree (`-o json`: its whole spec and state).
     Get {
         name: String,
@@ -253,18 +263,7 @@ impl PipelineArgs {
 fn read_spec(path: &std::path::Path) -> anyhow::Result<PipelineSpec> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("--spec {}", path.display()))?;
-    let json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
-    let value: Value = if json {
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?
-    } else {
-        let table: toml::Table =
-            toml::from_str(&text).with_context(|| format!("{}: not TOML", path.display()))?;
-        serde_json::to_value(table)?
-    };
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let key = e.path().to_string();
-        anyhow::anyhow!("{}: `{key}`: {}", path.display(), e.into_inner())
-    })
+    sluice_proto::spec_text::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// `COLUMN:KEY=VALUE[,KEY=VALUE...]` as a column's field mapping override.
@@ -444,6 +443,9 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &PipelineCmd) -> anyhow:
         }
         PipelineCmd::List => list(conn, out).await?,
         PipelineCmd::Put(a) => put(conn, out, a).await?,
+        PipelineCmd::Preview { args, document } => {
+            preview(conn, out, args, document.as_deref()).await?
+        }
         PipelineCmd::Get { name } => get(conn, out, name).await?,
         PipelineCmd::Delete { name } => {
             crate::delete(conn, out, name, crate::Deleting::Pipeline).await?;
@@ -531,6 +533,65 @@ async fn put(conn: &mut Conn<'_>, out: Output, a: &PipelineArgs) -> anyhow::Resu
         ]],
         pipeline_json(&p),
     );
+    Ok(())
+}
+
+/// `pipelines preview`: fails (exit 1) when the spec has a problem.
+async fn preview(
+    conn: &mut Conn<'_>,
+    out: Output,
+    a: &PipelineArgs,
+    id: Option<&str>,
+) -> anyhow::Result<()> {
+    let req = PreviewRequest {
+        pipeline: Some(sluice_proto::convert::pipeline(
+            &a.spec()?,
+            &Default::default(),
+        )),
+        text: String::new(),
+        id: id.unwrap_or_default().to_owned(),
+    };
+    let p = conn
+        .call_with(
+            req,
+            |mut c, req| async move { c.preview_pipeline(req).await },
+        )
+        .await?;
+    let parse = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
+    if out == Output::Json {
+        let v = json!({
+            "problems": p.problems.iter().map(|q| json!({"key": q.key, "message": q.message})).collect::<Vec<_>>(),
+            "mapping": parse(&p.mapping),
+            "document": parse(&p.document),
+            "rows": p.rows.iter().map(|t| json!({
+                "node": t.node, "table": t.table,
+                "rows": t.rows.iter().map(|r| parse(r)).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        for q in &p.problems {
+            println!(
+                "problem: {}: {}",
+                if q.key.is_empty() { "spec" } else { &q.key },
+                q.message
+            );
+        }
+        if !p.mapping.is_empty() {
+            println!("mapping properties:\n{}", p.mapping);
+        }
+        if !p.document.is_empty() {
+            println!("document: {}", p.document);
+        }
+    }
+    if !p.problems.is_empty() {
+        let each: Vec<String> = p
+            .problems
+            .iter()
+            .map(|q| format!("{}: {}", q.key, q.message))
+            .collect();
+        anyhow::bail!("the spec has problems: {}", each.join("; "));
+    }
     Ok(())
 }
 

@@ -17,7 +17,6 @@ mod flight;
 mod follow;
 mod index;
 mod land;
-mod mapping;
 mod metrics;
 mod pipeline;
 mod plan;
@@ -37,8 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::EtlConfig;
 pub use error::EtlError;
-pub use mapping::{field_mapping, index_body, IndexSettings};
 pub use share::owns;
+pub use sluice_mapping as mapping;
+pub use sluice_mapping::{field_mapping, index_body, IndexSettings};
 
 use batch::{collect, Bounds};
 use flight::Flight;

@@ -3,6 +3,7 @@
 //! conversions between its messages and the shared definitions ([`convert`]).
 
 pub mod convert;
+pub mod spec_text;
 pub mod states;
 
 #[allow(clippy::all, rust_2018_idioms)]

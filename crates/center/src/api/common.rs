@@ -176,16 +176,25 @@ impl AdminApi {
     /// names. The center reaches the source as the etl does (its password reference
     /// resolved in this center's environment).
     pub(super) async fn check_tables(&self, spec: &PipelineSpec) -> Result<(), Status> {
+        match self.compiled(spec).await? {
+            Ok(_) => Ok(()),
+            Err(problems) => invalid(problems),
+        }
+    }
+
+    /// `spec` compiled against its source's tables as they are now, with the source: the
+    /// inner error lists what does not fit, each naming its key.
+    pub(super) async fn compiled(
+        &self,
+        spec: &PipelineSpec,
+    ) -> Result<Result<(SourceConfig, Vec<sluice_mysql::docs::DocPlan>), Vec<String>>, Status> {
         let sources = self.shared.meta.sources().await.map_err(meta_err)?;
-        let source = sources
-            .iter()
-            .find(|s| s.name == spec.source)
-            .ok_or_else(|| {
-                Status::invalid_argument(format!(
-                    "source: no source `{}` (add it first: sluicectl sources put)",
-                    spec.source
-                ))
-            })?;
+        let Some(source) = sources.iter().find(|s| s.name == spec.source) else {
+            return Ok(Err(vec![format!(
+                "source: no source `{}` (add it first: sluicectl sources put)",
+                spec.source
+            )]));
+        };
         let cannot = |why: String| {
             Status::failed_precondition(format!(
                 "cannot check the pipeline against the tables of source {}: {why}",
@@ -203,10 +212,7 @@ impl AdminApi {
             Status::unavailable(format!("source {} did not answer within 15 s", spec.source))
         })?
         .map_err(|e| Status::unavailable(e.to_string()))?;
-        match checked {
-            Ok(_) => Ok(()),
-            Err(problems) => invalid(problems),
-        }
+        Ok(checked.map(|plans| (src, plans)))
     }
 
     /// The pipeline named, as the API shows it.

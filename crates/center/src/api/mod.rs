@@ -27,6 +27,7 @@ mod explain;
 mod guard;
 mod letters;
 mod pipelines;
+mod preview;
 mod runs;
 mod sources;
 mod users;
@@ -255,6 +256,13 @@ impl Admin for AdminApi {
         req: Request<ApplyDelayedRequest>,
     ) -> Result<Response<Check>, Status> {
         runs::apply_delayed(self, req).await
+    }
+
+    async fn preview_pipeline(
+        &self,
+        req: Request<PreviewRequest>,
+    ) -> Result<Response<PipelinePreview>, Status> {
+        preview::preview_pipeline(self, req).await
     }
 
     async fn test_source(&self, req: Request<Source>) -> Result<Response<SourceTest>, Status> {

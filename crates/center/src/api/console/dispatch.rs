@@ -73,6 +73,7 @@ methods! {
     "ResnapshotSource" => resnapshot_source,
     "ListPipelines" => list_pipelines,
     "PutPipeline" => put_pipeline,
+    "PreviewPipeline" => preview_pipeline,
     "DeletePipeline" => delete_pipeline,
     "BuildPipeline" => build_pipeline,
     "StartCompare" => start_compare,

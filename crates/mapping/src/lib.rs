@@ -1,4 +1,6 @@
-//! Elasticsearch mappings generated from the MySQL column types the change events carry.
+//! Elasticsearch mappings generated from the MySQL column types the change events carry,
+//! and from a pipeline's compiled documents: what the etl creates an index with, and what
+//! the center shows an operator before a spec is saved.
 
 use std::collections::BTreeMap;
 
