@@ -58,6 +58,11 @@ async fn each_role_uses_the_console_in_a_real_browser() {
     ctx.exec("CREATE TABLE `<script>alert(1)</script>` (id INT PRIMARY KEY, `<script>alert(1)</script>` INT)")
         .await;
     let (host, port) = ctx.source_endpoint();
+    // A second table, for a pipeline of two levels made in the spec editor.
+    ctx.exec("CREATE TABLE item_notes (id INT PRIMARY KEY, item_id BIGINT NOT NULL, note VARCHAR(40), KEY (item_id))")
+        .await;
+    ctx.exec("INSERT INTO item_notes VALUES (1, 7, 'first note of 7'), (2, 7, 'second note of 7'), (3, 8, 'a note of 8')")
+        .await;
 
     let shots = paths::target_dir().join("console-screenshots");
     let _ = std::fs::remove_dir_all(&shots);
@@ -101,6 +106,7 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         "overview",
         "sources",
         "source-test",
+        "editor",
         "users",
         "audit",
         "viewer",
@@ -132,6 +138,7 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         ("admin", "PutUser", "ok"),
         ("admin", "PutUser", "InvalidArgument"),
         ("admin", "PutSource", "ok"),
+        ("admin", "PutPipeline", "ok"),
         ("vera", "Login", "ok"),
         ("vera", "Rebalance", "PermissionDenied"),
         ("olga", "Login", "ok"),

@@ -267,9 +267,11 @@ const SCREENS = {
         [p.name, `${p.database}.${p.table}`, p.alias, p.state,
           p.live_version ? `v${p.live_version}` : "-", p.building_version ? `v${p.building_version}` : "-",
           el("span", {},
+            may("PreviewPipeline") ? el("a", { href: `#editor?name=${encodeURIComponent(p.name)}`, class: "button" }, "Edit") : null,
             action("Build", "BuildPipeline", { name: p.name }),
             action("Check", "StartCheck", { pipeline: p.name }),
             action("Delete", "DeletePipeline", { name: p.name }, `Delete pipeline ${p.name} and its indexes?`))])),
+      may("PutPipeline") ? el("p", {}, el("a", { href: "#editor?fresh=1", id: "new-pipeline", class: "button" }, "New pipeline")) : null,
       builds.length ? el("h3", {}, "Builds under way") : null,
       builds.length ? table(["pipeline", "version", "phase", "chunks", "rows", "rows/s", "message", ""], builds.map((b) =>
         [b.pipeline, `v${b.version}`, b.phase, `${b.chunks_done}/${b.chunks}`,
@@ -435,7 +437,10 @@ const offered = () => NAV.filter(([, , need]) => may(need)).map(([screen]) => sc
 
 async function show(name) {
   name = (name || "").split("?")[0];
-  current = offered().includes(name) ? name : "overview";
+  const next = offered().includes(name) ? name : "overview";
+  // What was said about another screen does not stay on this one.
+  if (next !== current) say("");
+  current = next;
   for (const a of document.querySelectorAll("#nav a")) {
     a.className = a.dataset.screen === current ? "current" : "";
   }
@@ -494,4 +499,5 @@ async function start() {
   else showLogin();
 }
 
-start();
+// After every script of the page (editor.js adds a screen) has run.
+document.addEventListener("DOMContentLoaded", start);

@@ -17,6 +17,9 @@ pub enum SourceCmd {
     /// The tables a source captures, with their columns (`*` marks the primary key).
     Tables {
         name: String,
+        /// Every table of its server, not only those it captures.
+        #[arg(long)]
+        all: bool,
     },
     Delete {
         name: String,
@@ -63,9 +66,10 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &SourceCmd) -> anyhow::R
         SourceCmd::List => list(conn, out).await?,
         SourceCmd::Put(a) => put(conn, out, a).await?,
         SourceCmd::Test(a) => test(conn, out, a).await?,
-        SourceCmd::Tables { name } => {
+        SourceCmd::Tables { name, all } => {
             let req = ListTablesRequest {
                 source: name.clone(),
+                all: *all,
             };
             let r = conn
                 .call_with(req, |mut c, req| async move { c.list_tables(req).await })

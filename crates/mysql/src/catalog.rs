@@ -30,9 +30,9 @@ pub struct ColumnShape {
 /// Schema, table, column, `COLUMN_TYPE`, `COLUMN_KEY`, `IS_NULLABLE`, `TABLE_ROWS`.
 type ColumnRow = (String, String, String, String, String, String, Option<u64>);
 
-/// Every base table of the source that its table patterns capture, with its columns,
-/// ordered by database and name.
-pub async fn tables(cfg: &SourceConfig) -> Result<Vec<TableShape>, MysqlError> {
+/// Every base table of the source that its table patterns capture (with `all`, of its
+/// server but the system schemas), with its columns, ordered by database and name.
+pub async fn tables(cfg: &SourceConfig, all: bool) -> Result<Vec<TableShape>, MysqlError> {
     let mut conn = crate::preflight::connect(cfg).await?;
     let rows: Result<Vec<ColumnRow>, _> = conn
         .query(
@@ -51,7 +51,7 @@ pub async fn tables(cfg: &SourceConfig) -> Result<Vec<TableShape>, MysqlError> {
     let filter = cfg.filter();
     let mut out: Vec<TableShape> = Vec::new();
     for (db, table, name, column_type, key, nullable, estimated) in rows {
-        if !filter.includes(&db, &table) {
+        if !all && !filter.includes(&db, &table) {
             continue;
         }
         let column = ColumnShape {

@@ -204,7 +204,7 @@ pub(super) async fn test_source(
             return Ok(Response::new(test));
         }
     }
-    match sluice_mysql::catalog::tables(&src).await {
+    match sluice_mysql::catalog::tables(&src, false).await {
         Ok(tables) => test.tables = tables.iter().map(table_message).collect(),
         Err(e) => test.problems.push(e.to_string()),
     }
@@ -215,7 +215,7 @@ pub(super) async fn list_tables(
     api: &AdminApi,
     req: Request<ListTablesRequest>,
 ) -> Result<Response<ListTablesResponse>, Status> {
-    let name = req.into_inner().source;
+    let ListTablesRequest { source: name, all } = req.into_inner();
     let sources = api.shared.meta.sources().await.map_err(meta_err)?;
     let spec = sources
         .iter()
@@ -223,7 +223,7 @@ pub(super) async fn list_tables(
         .ok_or_else(|| Status::not_found(format!("no source `{name}`")))?;
     let src = sluice_mysql::SourceConfig::from_spec(spec, &api.shared.cfg.source_access())
         .map_err(Status::failed_precondition)?;
-    let tables = sluice_mysql::catalog::tables(&src)
+    let tables = sluice_mysql::catalog::tables(&src, all)
         .await
         .map_err(|e| center_err(e.into()))?;
     Ok(Response::new(ListTablesResponse {

@@ -37,6 +37,7 @@ const COOKIE: &str = "sluice_session";
 /// from elsewhere (the Content-Security-Policy allows this origin alone).
 const INDEX: &str = include_str!("../../../console/index.html");
 const SCRIPT: &str = include_str!("../../../console/app.js");
+const EDITOR: &str = include_str!("../../../console/editor.js");
 const STYLE: &str = include_str!("../../../console/app.css");
 
 struct Console {
@@ -79,6 +80,10 @@ pub(super) async fn serve(
         .route(
             "/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .route(
+            "/editor.js",
+            get(|| async { asset("text/javascript; charset=utf-8", EDITOR) }),
         )
         .route(
             "/app.css",
