@@ -28,8 +28,15 @@ const browser = await chromium.launch({
     "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+// Confirmations: the one a step expects is accepted; any other is dismissed and counted.
 const dialogs = [];
+let expectedDialog = null;
 page.on("dialog", async (d) => {
+  if (expectedDialog && d.message().startsWith(expectedDialog)) {
+    expectedDialog = null;
+    await d.accept();
+    return;
+  }
   dialogs.push(d.message());
   await d.dismiss();
 });
@@ -54,6 +61,19 @@ async function screen(name) {
 }
 
 const navLinks = () => page.locator("#nav a").allTextContents();
+
+// Shows the current screen again until `ready()` holds, for at most two minutes (a
+// screen is a snapshot: it is looked at again, as an operator would press Refresh).
+async function until(what, ready) {
+  const deadline = Date.now() + 120000;
+  for (;;) {
+    await page.evaluate(() => show(current));
+    if (await ready().catch(() => false)) break;
+    if (Date.now() > deadline) throw new Error(`not in time: ${what}`);
+    await page.waitForTimeout(200);
+  }
+  check(true, what);
+}
 
 // Changes document `id` behind Sluice's back, straight in the index `alias` points to (one
 // version above its own, so the write is taken).
@@ -86,6 +106,8 @@ try {
   await login("admin", env("ADMIN_PASSWORD"));
   await page.locator("#leader").filter({ hasText: "Leader c0" }).waitFor({ timeout: WAIT });
   check(true, "the overview names the leader");
+  const attention = await page.locator("#attention").textContent();
+  check(attention.includes(`pipeline ${env("PIPELINE")} was never built`), `the overview says what wants attention (${attention})`);
   await shot("overview");
 
   await screen("sources");
@@ -212,12 +234,15 @@ try {
   await screen("events");
   await page.locator("#screen td", { hasText: "pipeline put" }).first().waitFor({ timeout: WAIT });
   await page.locator("#event-filter input[name=subject]").fill(env("PIPELINE"));
+  await page.locator("#event-filter input[name=kind]").fill("pipeline");
+  await page.locator("#event-filter select[name=within]").selectOption("1h");
   await page.locator("#event-filter button").click();
   await page.waitForFunction((p) => {
-    const cells = [...document.querySelectorAll("#screen tbody tr td:nth-child(4)")];
-    return cells.length > 0 && cells.every((c) => c.textContent === p);
+    const rows = [...document.querySelectorAll("#screen tbody tr")];
+    const cell = (r, n) => r.querySelector(`td:nth-child(${n})`).textContent;
+    return rows.length > 0 && rows.every((r) => cell(r, 4) === p && cell(r, 3) === "pipeline");
   }, env("PIPELINE"), { timeout: WAIT });
-  check(true, "a viewer reads the events, filtered by subject");
+  check(true, "a viewer reads the events, filtered by subject, kind and time");
   await shot("events");
   await logout();
 
@@ -246,6 +271,33 @@ try {
   }
   check(true, `the pipelines screen follows the build to its swap (phases seen: ${[...phases].join(", ") || "none in time"})`);
   await shot("build-done");
+
+  // A verified build: held once caught up, compared (equal to MySQL), swapped; then the
+  // alias rolled back to the version it left, kept current.
+  await screen("pipelines");
+  // The row of the pipeline itself (not of the one the admin named after it).
+  const rowOf = (table) => table.locator("tr").filter({
+    has: page.locator("td:nth-child(1)", { hasText: new RegExp(`^${env("PIPELINE")}$`) }),
+  });
+  const items = rowOf(page.locator("#screen table").first());
+  await items.locator("button", { hasText: "Build, hold to verify" }).click();
+  await page.locator("#message", { hasText: "Build, hold to verify: done" }).waitFor({ timeout: WAIT });
+  const builds = () => rowOf(page.locator("#screen table:nth-of-type(2)"));
+  await until("the build is held", async () => (await builds().locator("td:nth-child(3)").textContent()) === "held");
+  await builds().locator("button[data-method=StartCompare]").click();
+  await until("the compare finds the held version equal to MySQL", async () =>
+    (await builds().locator("td:nth-child(8)").textContent()).startsWith("equal to MySQL"));
+  await shot("verified");
+  await builds().locator("button[data-method=SwapPipeline]").click();
+  const live = () => rowOf(page.locator("#screen table").first()).locator("td:nth-child(5)").textContent();
+  await until("the alias moves to v3", async () => (await live()) === "v3");
+  const kept = await rowOf(page.locator("#screen table").first()).locator("td:nth-child(7)").textContent();
+  check(kept.includes("v2 (current)"), `the version it left is kept current (${kept})`);
+  expectedDialog = "Move ";
+  await page.locator("button[data-method=RollbackPipeline]", { hasText: "Roll back to v2" }).click();
+  await until("the alias rolls back to v2", async () => (await live()) === "v2");
+  check(true, "an operator verifies a build, swaps it and rolls it back in the console");
+  await shot("rollback");
 
   // A document changed behind Sluice's back: explain shows the field, resync puts it right.
   await tamper(env("PIPELINE"), "7");

@@ -222,7 +222,11 @@ fn certificates(dir: &Path) {
     )
     .unwrap();
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for (name, ext) in [("server", "server.ext"), ("client", "client.ext")] {
+    for (name, ext) in [
+        ("server", "server.ext"),
+        ("client", "client.ext"),
+        ("stranger", "client.ext"),
+    ] {
         let (key, csr, pem) = (
             format!("{name}.key"),
             format!("{name}.csr"),
@@ -260,20 +264,20 @@ fn certificates(dir: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutual_tls_admits_only_clients_the_ca_signed() {
+async fn mutual_tls_admits_only_clients_the_ca_signed_each_as_the_user_its_cn_names() {
     let ctx = TestCtx::new("mtls").await;
     let dir = ctx.dir.join("tls");
     std::fs::create_dir_all(&dir).unwrap();
     certificates(&dir);
     let port = free_center_port();
     let api = format!(
-        "[api]\nauth = \"mtls\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\nclient_ca = \"{d}/sluice-it-ca.pem\"\n",
+        "[api]\nauth = \"mtls\"\nadmin_user = \"sluice-it-client\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\nclient_ca = \"{d}/sluice-it-ca.pem\"\n",
         d = dir.display()
     );
     let mut center = ctx.center_with_api(0, port, &api);
     center.start();
     let d = dir.display().to_string();
-    let ctl = |cert: &str| {
+    let ctl = |cert: &str, args: &[&str]| {
         Command::new(Service::binary("sluicectl"))
             .args([
                 "--center",
@@ -288,7 +292,7 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
                 "--key",
                 &format!("{d}/{cert}.key"),
             ])
-            .arg("leader")
+            .args(args)
             .env_remove("SLUICECTL_TOKEN")
             .output()
             .unwrap()
@@ -297,7 +301,7 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
         "the center answers a signed client",
         Duration::from_secs(30),
         || async {
-            let out = ctl("client");
+            let out = ctl("client", &["leader"]);
             if out.status.success() {
                 Ok(String::from_utf8_lossy(&out.stdout).into_owned())
             } else {
@@ -311,10 +315,42 @@ async fn mutual_tls_admits_only_clients_the_ca_signed() {
     )
     .await;
     assert!(answered.contains("\"leader_id\": \"c0\""), "{answered}");
-    let intruder = ctl("intruder");
+    let intruder = ctl("intruder", &["leader"]);
     assert!(
         !intruder.status.success(),
         "a client the CA did not sign was admitted"
+    );
+    // A certificate acts as the user its CN names: the configured first admin, or a user
+    // an admin added; a CN that names nobody is refused, naming the fix.
+    let said = |out: std::process::Output| {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = said(ctl("client", &["whoami"]));
+    assert!(
+        ok && text.contains("sluice-it-client") && text.contains("certificate"),
+        "{text}"
+    );
+    let (ok, text) = said(ctl("stranger", &["leader"]));
+    assert!(
+        !ok && text.contains("CN `sluice-it-stranger` names no user") && text.contains("users put"),
+        "{text}"
+    );
+    let (ok, text) = said(ctl(
+        "client",
+        &["users", "put", "sluice-it-stranger", "--role", "viewer"],
+    ));
+    assert!(ok, "{text}");
+    let (ok, text) = said(ctl("stranger", &["leader"]));
+    assert!(ok, "a viewer reads: {text}");
+    let (ok, text) = said(ctl("stranger", &["rebalance"]));
+    assert!(
+        !ok && text.contains("operator"),
+        "a viewer changes nothing: {text}"
     );
     drop(center);
     ctx.cleanup().await;

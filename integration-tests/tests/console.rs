@@ -113,6 +113,8 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         "pipelines",
         "explain",
         "resync",
+        "verified",
+        "rollback",
     ] {
         assert!(
             shots.join(format!("{screen}.png")).exists(),
@@ -144,6 +146,9 @@ async fn each_role_uses_the_console_in_a_real_browser() {
         ("olga", "Login", "ok"),
         ("olga", "BuildPipeline", "ok"),
         ("olga", "ResyncDocuments", "ok"),
+        ("olga", "StartCompare", "ok"),
+        ("olga", "SwapPipeline", "ok"),
+        ("olga", "RollbackPipeline", "ok"),
         ("olga", "AddWords", "ok"),
         ("olga", "PublishWords", "ok"),
         ("olga", "StartCheck", "ok"),
@@ -383,6 +388,74 @@ async fn sessions_resist_csrf_fixation_and_guessing() {
     expected.push(row("admin", "Login", "ResourceExhausted"));
     assert_eq!(outcomes, expected, "{audit:#}");
 
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_console_sends_changes_to_the_leader() {
+    let ctx = TestCtx::new("consolefollow").await;
+    let cluster = ctx.start_cluster(2, 0).await;
+    let (leader, _) = cluster.wait_leader(Duration::from_secs(10), None).await;
+    let follower = Browser {
+        http: reqwest::Client::new(),
+        url: cluster.console_url(1 - leader),
+    };
+    let (cookie, csrf) = follower
+        .login(None, "admin", &ctx.secrets.admin_password)
+        .await;
+    // Read where it is asked; a change made on the leader, answered through the follower.
+    let r = follower
+        .post("/api/ListUsers", Some(&cookie), Some(&csrf), json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = follower
+        .post(
+            "/api/PutUser",
+            Some(&cookie),
+            Some(&csrf),
+            json!({"name": "fiona", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+    let users = cluster.ctl(&["users", "list"]).unwrap();
+    assert!(
+        users
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["name"] == "fiona"),
+        "{users}"
+    );
+    // A wrong CSRF token is refused by the leader as by anyone.
+    let r = follower
+        .post(
+            "/api/PutUser",
+            Some(&cookie),
+            Some("sluice_wrong"),
+            json!({"name": "gus", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // Recorded once, by the leader.
+    let audit = cluster.ctl(&["audit", "--method", "PutUser"]).unwrap();
+    let entries: Vec<(String, String)> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("target"), s("outcome"))
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("".to_owned(), "PermissionDenied".to_owned()),
+            ("fiona".to_owned(), "ok".to_owned())
+        ],
+        "{audit:#}"
+    );
     drop(cluster);
     ctx.cleanup().await;
 }

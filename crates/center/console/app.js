@@ -214,13 +214,48 @@ function failoverForm(sources) {
   return form;
 }
 
+// A pipeline's kept versions: each a rollback target while kept current, and droppable.
+function history(p) {
+  const kept = p.history || [];
+  if (!kept.length) return "-";
+  const current = p.current_history || [];
+  return el("span", {}, ...kept.map((v) => el("span", { class: "version" },
+    `v${v}${current.includes(v) ? " (current)" : ""} `,
+    current.includes(v) ? action(`Roll back to v${v}`, "RollbackPipeline", { name: p.name, to_version: v },
+      `Move ${p.alias} back to v${v}?`) : null,
+    action(`Drop v${v}`, "DropVersion", { name: p.name, version: v }, `Drop v${v} of ${p.name} and its index?`))));
+}
+
+// The newest compare of a held build: clean, or what differs.
+function compared(c, version) {
+  if (!c || c.version !== version) return "not compared";
+  if (c.state === "running") return `running (${c.chunks_done}/${c.chunks})`;
+  if (c.state === "failed") return `failed: ${c.error}`;
+  const drift = c.missing + c.extra + c.different;
+  const live = c.live ? `; vs live v${c.live.version}: ${c.live.same} same, ${c.live.only_new} only new, ${c.live.only_live} only live, ${c.live.different} different` : "";
+  return drift ? `${drift} differ from MySQL (${c.missing} missing, ${c.extra} extra, ${c.different} different)${live}`
+    : `equal to MySQL${live}`;
+}
+
 const SCREENS = {
   async overview() {
     const [leader, workers, tasks, pipelines] = await Promise.all([
       api("GetLeader"), api("ListWorkers"), api("ListTasks"), api("ListPipelines")]);
+    // What wants attention, as the shipped alert rules see it: tasks not streaming or
+    // lagging, no live worker, pipelines needing a rebuild or never built.
+    const attention = [
+      ...(workers.workers || []).length ? [] : ["no worker is alive"],
+      ...(tasks.tasks || []).filter((t) => t.state && t.state !== "streaming").map((t) => `task ${t.source} is ${t.state}`),
+      ...(tasks.tasks || []).filter((t) => (t.lag_seconds || 0) > 60).map((t) => `task ${t.source} lags ${Math.round(t.lag_seconds)} s`),
+      ...(pipelines.pipelines || []).filter((p) => p.needs_rebuild).map((p) => `pipeline ${p.name} needs a rebuild: ${p.needs_rebuild}`),
+      ...(pipelines.pipelines || []).filter((p) => !p.live_version && !p.building_version).map((p) => `pipeline ${p.name} was never built`),
+    ];
     return [
       el("h2", {}, "Overview"),
       el("p", { id: "leader" }, `Leader ${leader.leader_id || "-"} at epoch ${leader.epoch}, answered by ${leader.answered_by}`),
+      el("h3", {}, "Attention"),
+      attention.length ? el("ul", { id: "attention" }, ...attention.map((a) => el("li", { class: "error" }, a)))
+        : el("p", { id: "attention" }, "Nothing needs attention."),
       el("h3", {}, "Workers"),
       table(["worker", "address", "version", "tasks"], (workers.workers || []).map((w) =>
         [w.id, w.addr, w.version, (w.tasks || []).join(", ") || "-"])),
@@ -259,26 +294,55 @@ const SCREENS = {
 
   async pipelines() {
     const r = await api("ListPipelines");
-    const building = (r.pipelines || []).filter((p) => p.building_version);
-    const builds = await Promise.all(building.map((p) => api("GetBuild", { name: p.name })));
+    const pipelines = r.pipelines || [];
+    const building = pipelines.filter((p) => p.building_version);
+    const [builds, compares] = await Promise.all([
+      Promise.all(building.map((p) => api("GetBuild", { name: p.name }))),
+      Promise.all(building.map((p) => api("ListChecks", { pipeline: p.name, kind: "compare", limit: 1 }))),
+    ]);
     return [
       el("h2", {}, "Pipelines"),
-      table(["pipeline", "table", "alias", "state", "live", "building", ""], (r.pipelines || []).map((p) =>
+      table(["pipeline", "table", "alias", "state", "live", "building", "kept", ""], pipelines.map((p) =>
         [p.name, `${p.database}.${p.table}`, p.alias, p.state,
           p.live_version ? `v${p.live_version}` : "-", p.building_version ? `v${p.building_version}` : "-",
+          history(p),
           el("span", {},
             may("PreviewPipeline") ? el("a", { href: `#editor?name=${encodeURIComponent(p.name)}`, class: "button" }, "Edit") : null,
             action("Build", "BuildPipeline", { name: p.name }),
+            action("Build, hold to verify", "BuildPipeline", { name: p.name, verify: true }),
             action("Check", "StartCheck", { pipeline: p.name }),
             action("Delete", "DeletePipeline", { name: p.name }, `Delete pipeline ${p.name} and its indexes?`))])),
       may("PutPipeline") ? el("p", {}, el("a", { href: "#editor?fresh=1", id: "new-pipeline", class: "button" }, "New pipeline")) : null,
       builds.length ? el("h3", {}, "Builds under way") : null,
-      builds.length ? table(["pipeline", "version", "phase", "chunks", "rows", "rows/s", "message", ""], builds.map((b) =>
+      builds.length ? table(["pipeline", "version", "phase", "chunks", "rows", "rows/s", "message", "compare", ""], builds.map((b, i) =>
         [b.pipeline, `v${b.version}`, b.phase, `${b.chunks_done}/${b.chunks}`,
           `${b.rows_done} of ~${b.rows_estimated}`, Math.round(b.rows_per_sec || 0), b.message || "-",
-          action("Reset", "ResetPipeline", { name: b.pipeline }, `Abandon the build of ${b.pipeline}?`) || ""])) : null,
+          compared((compares[i].checks || [])[0], b.version),
+          el("span", {},
+            b.phase === "held" ? action("Compare", "StartCompare", { pipeline: b.pipeline }) : null,
+            b.phase === "held" ? action("Swap", "SwapPipeline", { name: b.pipeline }) : null,
+            action("Reset", "ResetPipeline", { name: b.pipeline }, `Abandon the build of ${b.pipeline}?`))])) : null,
       builds.length ? el("p", {}, el("button", { type: "button", id: "refresh", onclick: () => show("pipelines") }, "Refresh")) : null,
     ];
+  },
+
+  async delayed() {
+    const r = await api("ListPipelines");
+    const delayed = (r.pipelines || []).filter((p) => JSON.stringify(p.relations || []).includes('"delayed":true'));
+    const lists = await Promise.all(delayed.map((p) => api("ListDelayed", { pipeline: p.name, limit: 100 })));
+    const runs = await Promise.all(delayed.map((p) => api("ListChecks", { pipeline: p.name, kind: "delayed", limit: 5 })));
+    const parts = [el("h2", {}, "Delayed changes")];
+    if (!delayed.length) parts.push(el("p", {}, "No pipeline has a delayed relation."));
+    delayed.forEach((p, i) => {
+      const l = lists[i];
+      parts.push(el("h3", {}, `${p.name}: ${l.pending} waiting, ${l.applying} being applied`),
+        table(["relation", "row", "changes", "first seen", "last seen", "job"], (l.changes || []).map((c) =>
+          [c.node, c.values, c.changes, ago(c.first_seen_ms), ago(c.last_seen_ms), c.job || "waiting"])),
+        el("p", {}, action(`Apply ${p.name}'s changes now`, "ApplyDelayed", { pipeline: p.name })),
+        table(["job", "state", "changes", "chunks", "rebuilt", "started"], (runs[i].checks || []).map((c) =>
+          [c.id, c.state, c.changes, `${c.chunks_done}/${c.chunks}`, c.repaired, ago(c.started_at_ms)])));
+    });
+    return parts;
   },
 
   async checks() {
@@ -287,9 +351,10 @@ const SCREENS = {
     const checks = lists.flatMap((l) => l.checks || []);
     return [
       el("h2", {}, "Checks and repairs"),
-      table(["id", "pipeline", "kind", "scope", "state", "chunks", "keys", "missing", "extra", "different", "repaired", "started"],
+      table(["id", "pipeline", "kind", "scope", "state", "chunks", "keys", "missing", "extra", "different", "repaired", "started", "examples"],
         checks.map((c) => [c.id, c.pipeline, c.kind, c.scope || (c.since ? `since ${c.since}` : "-"), c.state,
-          `${c.chunks_done}/${c.chunks}`, c.keys, c.missing, c.extra, c.different, c.repaired, ago(c.started_at_ms)])),
+          `${c.chunks_done}/${c.chunks}`, c.keys, c.missing, c.extra, c.different, c.repaired, ago(c.started_at_ms),
+          c.error || (c.examples || []).map((e) => `${e.kind} ${e.id}${e.detail ? `: ${e.detail}` : ""}`).join("; ") || "-"])),
       el("p", {}, ...(r.pipelines || []).map((p) =>
         action(`Check and repair ${p.name}`, "StartCheck", { pipeline: p.name, repair: true }))),
     ];
@@ -321,14 +386,24 @@ const SCREENS = {
   },
 
   async events() {
-    const subject = new URLSearchParams(location.hash.split("?")[1] || "").get("subject") || "";
-    const r = await api("ListEvents", { limit: 200, subject });
+    const params = new URLSearchParams(location.hash.split("?")[1] || "");
+    const subject = params.get("subject") || "";
+    const kind = params.get("kind") || "";
+    const within = params.get("within") || "";
+    const WITHIN = { "": "any time", "1h": "the last hour", "24h": "the last day", "7d": "the last week" };
+    const HOURS = { "1h": 1, "24h": 24, "7d": 168 };
+    const since_ms = HOURS[within] ? Date.now() - HOURS[within] * 3600000 : 0;
+    const r = await api("ListEvents", { limit: 200, subject, kind, since_ms });
     const form = el("form", { class: "inline", id: "event-filter" },
       el("label", {}, "Subject ", el("input", { name: "subject", value: subject })),
+      el("label", {}, "Kind ", el("input", { name: "kind", value: kind, placeholder: "pipeline, build, task_failed…" })),
+      el("label", {}, "Within ", el("select", { name: "within" }, ...Object.entries(WITHIN).map(([v, label]) =>
+        v === within ? el("option", { value: v, selected: "" }, label) : el("option", { value: v }, label)))),
       el("button", { type: "submit" }, "Filter"));
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
-      location.hash = `events?subject=${encodeURIComponent(new FormData(form).get("subject"))}`;
+      const f = new URLSearchParams([...new FormData(form)].filter(([, v]) => v));
+      location.hash = `events?${f}`;
     });
     return [
       el("h2", {}, "Events"),
@@ -423,6 +498,7 @@ const NAV = [
   ["pipelines", "Pipelines", "ListPipelines"],
   ["checks", "Checks", "ListChecks"],
   ["documents", "Documents", "ExplainDocument"],
+  ["delayed", "Delayed", "ListDelayed"],
   ["events", "Events", "ListEvents"],
   ["letters", "Dead letters", "ListDeadLetters"],
   ["dictionary", "Dictionary", "ListWords"],

@@ -58,6 +58,11 @@ pub struct CenterSection {
     /// Where the web console is served over HTTP (README, "Console").
     #[serde(default = "default_console_listen")]
     pub console_listen: SocketAddr,
+    /// The address other centers reach this one's console at (a follower's console sends
+    /// changes to the leader's). Default: `console_listen`, or when that listens on every
+    /// address, the host of `advertise` with the console's port.
+    #[serde(default)]
+    pub console_advertise: Option<String>,
     /// First pause before retrying what failed (reaching ZooKeeper or the meta database,
     /// a campaign, a reconcile pass, recording delayed changes); it doubles, with jitter,
     /// up to `retry_backoff_max`.
@@ -76,6 +81,7 @@ impl Default for CenterSection {
             advertise: None,
             dictionary_listen: default_dictionary_listen(),
             console_listen: default_console_listen(),
+            console_advertise: None,
             retry_backoff: default_retry_backoff(),
             retry_backoff_max: default_retry_backoff_max(),
         }
@@ -100,6 +106,19 @@ impl CenterSection {
         self.advertise
             .clone()
             .unwrap_or_else(|| self.listen.to_string())
+    }
+
+    /// Where other centers reach this one's console (see `console_advertise`).
+    pub fn console_advertised(&self) -> String {
+        if let Some(a) = &self.console_advertise {
+            return a.clone();
+        }
+        if !self.console_listen.ip().is_unspecified() {
+            return self.console_listen.to_string();
+        }
+        let api = self.advertised();
+        let host = api.rsplit_once(':').map_or(api.as_str(), |(host, _)| host);
+        format!("{host}:{}", self.console_listen.port())
     }
 }
 

@@ -79,6 +79,24 @@ fn random<const N: usize>() -> [u8; N] {
     bytes
 }
 
+/// The user a client certificate (DER) acts as: its subject's common name (CN). The
+/// error says why it names none.
+pub fn certificate_user(der: &[u8]) -> Result<String, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| format!("the client certificate cannot be read: {e}"))?;
+    let cn = cert.subject().iter_common_name().next().ok_or_else(|| {
+        format!(
+            "the client certificate's subject ({}) has no CN",
+            cert.subject()
+        )
+    })?;
+    let name = cn
+        .as_str()
+        .map_err(|e| format!("the client certificate's CN is not text: {e}"))?;
+    check_user_name(name).map_err(|e| format!("the client certificate's CN `{name}`: {e}"))?;
+    Ok(name.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +146,24 @@ mod tests {
         for bad in ["", "<script>", "a b", &"x".repeat(65)] {
             assert!(check_user_name(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Self-signed test certificates (made with openssl, valid for a century): subjects
+    /// `O=Sluice tests, CN=alice` and `O=Sluice tests` (no CN).
+    const ALICE: &str = "MIIBpTCCAUugAwIBAgIUCfqYWnK5hV65XO982UOqFWOjWgcwCgYIKoZIzj0EAwIwJzEVMBMGA1UECgwMU2x1aWNlIHRlc3RzMQ4wDAYDVQQDDAVhbGljZTAgFw0yNjExMjgxMDUyNTBaGA8yMTI2MTEwNDEwNTI1MFowJzEVMBMGA1UECgwMU2x1aWNlIHRlc3RzMQ4wDAYDVQQDDAVhbGljZTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABDz9MOk7USpPEE52X8AYJxV0iJraONRq2xSzuuJhJpGgxdws7PsQV1B7wUNAuLRDeyUMtJrwPeOdO3b1BUmN3fqjUzBRMB0GA1UdDgQWBBQ0Tvvxh86hPndxkBMHFL8JO1pskzAfBgNVHSMEGDAWgBQ0Tvvxh86hPndxkBMHFL8JO1pskzAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gAMEUCIErJI2ZnD4R+Pw2c7ftYQanbZl5z8IJ+bBUU8RwCLkD9AiEAk7Qo5ug/zlrdjabNt3165lPyKF2OorcftsEn1roHN30=";
+    const NO_CN: &str = "MIIBhTCCASugAwIBAgIUBW59mBEQWZy06M68CbsVkP29gn8wCgYIKoZIzj0EAwIwFzEVMBMGA1UECgwMU2x1aWNlIHRlc3RzMCAXDTI2MTEyODEwNTI1MFoYDzIxMjYxMTA0MTA1MjUwWjAXMRUwEwYDVQQKDAxTbHVpY2UgdGVzdHMwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAATren5/rQEbNAr/b97a9T9TgRYyimMN+fcVQrDdctmtp22BVbal+yyW+Hxaqu84ZqfSBQZDXrc+KSslFeDM2M0ao1MwUTAdBgNVHQ4EFgQUAcY7CbcimugT8Fs1j3xWHNn1hcUwHwYDVR0jBBgwFoAUAcY7CbcimugT8Fs1j3xWHNn1hcUwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEAhZC/Lv3L4gWoNj6JWOI7RGZVmvuFTlt5MlQs2Dkno+oCIGVw51nHyliCdxOIXX+2wReRIiKHuVDyvDKo9LjapABM";
+
+    #[test]
+    fn a_certificate_acts_as_the_user_its_cn_names() {
+        use base64::Engine as _;
+        let der = |b64: &str| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap()
+        };
+        assert_eq!(certificate_user(&der(ALICE)), Ok("alice".to_owned()));
+        let why = certificate_user(&der(NO_CN)).unwrap_err();
+        assert!(why.contains("has no CN"), "{why}");
+        assert!(certificate_user(b"not a certificate").is_err());
     }
 }

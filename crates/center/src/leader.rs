@@ -32,6 +32,7 @@ pub(crate) async fn campaign_forever(
     let me = CenterRecord {
         id: shared.cfg.center.id.clone(),
         addr: shared.cfg.center.advertised(),
+        console: shared.cfg.center.console_advertised(),
     };
     let info = serde_json::to_vec(&me).expect("center record serializes");
     let retry = shared.cfg.center.retry();

@@ -86,13 +86,8 @@ pub async fn rebalance(conn: &mut Conn<'_>, out: Output) -> anyhow::Result<()> {
 pub async fn events(
     conn: &mut Conn<'_>,
     out: Output,
-    limit: u32,
-    subject: &str,
+    req: ListEventsRequest,
 ) -> anyhow::Result<()> {
-    let req = ListEventsRequest {
-        limit,
-        subject: subject.to_owned(),
-    };
     let r = conn
         .call_with(req, |mut c, req| async move { c.list_events(req).await })
         .await?;

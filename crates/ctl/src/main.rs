@@ -83,6 +83,12 @@ enum Command {
         /// Only events about this source, pipeline or worker.
         #[arg(long, default_value = "")]
         subject: String,
+        /// Only events of this kind (`pipeline`, `build`, `task_failed`, …).
+        #[arg(long, default_value = "")]
+        kind: String,
+        /// Only events this recent (`1h`, `2d`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
     },
     /// Dead letters: events the etl could not apply, rows a worker could not decode.
     #[command(subcommand)]
@@ -304,8 +310,20 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Workers => cluster::workers(&mut conn, out).await?,
         Command::Tasks => cluster::tasks(&mut conn, out).await?,
         Command::Rebalance => cluster::rebalance(&mut conn, out).await?,
-        Command::Events { limit, subject } => {
-            cluster::events(&mut conn, out, *limit, subject).await?
+        Command::Events {
+            limit,
+            subject,
+            kind,
+            since,
+        } => {
+            let req = ListEventsRequest {
+                limit: *limit,
+                subject: subject.clone(),
+                kind: kind.clone(),
+                since_ms: since.map_or(0, |d| sluice_model::now_ms() - d.as_millis() as i64),
+                until_ms: 0,
+            };
+            cluster::events(&mut conn, out, req).await?
         }
         Command::Sources(cmd) => sources::run(&mut conn, out, cmd).await?,
         Command::Pipelines(cmd) => pipelines::run(&mut conn, out, cmd).await?,

@@ -12,6 +12,9 @@ pub struct CenterRecord {
     pub id: String,
     /// Where its gRPC API listens.
     pub addr: String,
+    /// Where its web console is reached (`host:port`); empty from centers that predate it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub console: String,
 }
 
 /// `workers/<id>` (ephemeral): a live worker.

@@ -97,24 +97,28 @@ impl Interceptor for Auth {
     }
 }
 
-/// Creates the first admin from the configuration (`api.admin_user` with
-/// `api.admin_password`), unless a user of that name exists.
+/// Creates the first admin from the configuration while there is no admin:
+/// `api.admin_user`, with `api.admin_password` when one is set; in mTLS mode without one
+/// (a client certificate whose subject CN is that name acts as it).
 pub(super) async fn first_admin(
     cfg: &crate::CenterConfig,
     meta: &crate::meta::Meta,
 ) -> CenterResult<()> {
     let api = &cfg.api;
-    let Some(password) = token(
+    let password = token(
         &api.admin_password,
         &api.admin_password_file,
         "admin_password",
-    )?
-    else {
-        return Ok(());
+    )?;
+    let hash = match password {
+        Some(password) => Some(
+            crate::credentials::hash_password(&password)
+                .map_err(|e| CenterError::definite(format!("api.admin_password: {e}")))?,
+        ),
+        None if api.auth == AuthMode::Mtls => None,
+        None => return Ok(()),
     };
-    let hash = crate::credentials::hash_password(&password)
-        .map_err(|e| CenterError::definite(format!("api.admin_password: {e}")))?;
-    if meta.ensure_admin(&api.admin_user, &hash).await? {
+    if meta.ensure_admin(&api.admin_user, hash.as_deref()).await? {
         tracing::info!(user = %api.admin_user, "created the first admin from the configuration");
     }
     Ok(())

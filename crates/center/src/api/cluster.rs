@@ -151,10 +151,16 @@ pub(super) async fn list_events(
 ) -> Result<Response<ListEventsResponse>, Status> {
     let req = req.into_inner();
     let limit = if req.limit == 0 { 50 } else { req.limit };
+    let filter = crate::meta::EventFilter {
+        subject: req.subject.trim(),
+        kind: req.kind.trim(),
+        since_ms: (req.since_ms > 0).then_some(req.since_ms),
+        until_ms: (req.until_ms > 0).then_some(req.until_ms),
+    };
     let events = api
         .shared
         .meta
-        .events(limit, &req.subject)
+        .events(limit, &filter)
         .await
         .map_err(meta_err)?;
     Ok(Response::new(ListEventsResponse { events }))

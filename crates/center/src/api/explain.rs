@@ -62,14 +62,16 @@ pub(super) async fn explain_document(
 }
 
 /// What MySQL yields for the document now.
-struct MysqlRead {
-    built: Option<sluice_mysql::docs::Built>,
-    rows: Vec<TracedRows>,
+pub(super) struct MysqlRead {
+    pub(super) built: Option<sluice_mysql::docs::Built>,
+    pub(super) rows: Vec<TracedRows>,
     /// The snapshot's high watermark: nothing logged after it is in the read.
     high: sluice_model::BinlogPosition,
 }
 
-async fn read_mysql(
+/// The document of `key` as MySQL yields it now, with the rows of every table that build
+/// it, read in one consistent snapshot (`PreviewPipeline` reads the same way).
+pub(super) async fn read_mysql(
     src: &sluice_mysql::SourceConfig,
     plan: &sluice_mysql::docs::DocPlan,
     key: Vec<Json>,
@@ -139,19 +141,7 @@ fn explanation(
         built: mysql_doc
             .map(|d| Json::Object(d.clone()).to_string())
             .unwrap_or_default(),
-        rows: read
-            .rows
-            .into_iter()
-            .map(|t| ExplainedRows {
-                node: t.node,
-                table: t.table,
-                rows: t
-                    .rows
-                    .into_iter()
-                    .map(|r| Json::Object(r).to_string())
-                    .collect(),
-            })
-            .collect(),
+        rows: rows_message(read.rows),
         equal,
         differences,
         read_at: read.high.to_string(),
@@ -163,4 +153,19 @@ fn explanation(
 fn position_of(v: ExternalVersion, like: &str) -> String {
     let base = like.rsplit_once('.').map_or(like, |(base, _)| base);
     format!("{base}.{:06}:{}", v.file_seq(), v.offset())
+}
+
+/// Traced rows as the API carries them: each row as a JSON object.
+pub(super) fn rows_message(rows: Vec<TracedRows>) -> Vec<ExplainedRows> {
+    rows.into_iter()
+        .map(|t| ExplainedRows {
+            node: t.node,
+            table: t.table,
+            rows: t
+                .rows
+                .into_iter()
+                .map(|r| Json::Object(r).to_string())
+                .collect(),
+        })
+        .collect()
 }

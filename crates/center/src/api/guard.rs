@@ -25,10 +25,10 @@ use super::common::LEADER_HEADER;
 
 /// Who is calling, as the gate recognised them; in every admin request's extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Caller {
+pub(crate) struct Identity {
     pub user: String,
     pub role: Role,
-    /// `token`, `config`, `certificate`, `session` or `open` (see the API's `Caller`).
+    /// `token`, `config`, `certificate`, `session` or `open` (see the API's `Identity`).
     pub via: &'static str,
 }
 
@@ -66,17 +66,23 @@ pub(super) struct Gate {
 }
 
 impl Gate {
-    /// The caller of a request with these headers, or why it is not let in.
-    async fn caller(&self, headers: &http::HeaderMap) -> Result<Caller, Status> {
-        let as_admin = |user: &str, via| Caller {
+    /// The caller of a request with these headers (and, in mTLS mode, the client
+    /// certificate among its extensions), or why it is not let in.
+    async fn caller(
+        &self,
+        headers: &http::HeaderMap,
+        ext: &http::Extensions,
+    ) -> Result<Identity, Status> {
+        let as_admin = |user: &str, via| Identity {
             user: user.to_owned(),
             role: Role::Admin,
             via,
         };
         match self.mode {
             AuthMode::None => return Ok(as_admin("anonymous", "open")),
-            // The TLS layer admitted only certificates the CA signed.
-            AuthMode::Mtls => return Ok(as_admin(&self.admin_user, "certificate")),
+            // The TLS layer admitted only certificates the CA signed; each acts as the
+            // user its subject's CN names.
+            AuthMode::Mtls => return self.certificate_caller(ext).await,
             AuthMode::Token => {}
         }
         let given = headers
@@ -103,7 +109,7 @@ impl Gate {
         if given.starts_with(credentials::TOKEN_PREFIX) {
             let digest = credentials::token_digest(given);
             return match self.meta.token_user(&digest).await {
-                Ok(Some((user, role))) => Ok(Caller {
+                Ok(Some((user, role))) => Ok(Identity {
                     user,
                     role,
                     via: "token",
@@ -121,6 +127,29 @@ impl Gate {
         ))
     }
 
+    /// The user the client certificate names, with their role.
+    async fn certificate_caller(&self, ext: &http::Extensions) -> Result<Identity, Status> {
+        let leaf = ext
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(|i| i.peer_certs())
+            .and_then(|certs| certs.first().cloned())
+            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+        let user = credentials::certificate_user(leaf.as_ref()).map_err(Status::unauthenticated)?;
+        match self.meta.password_of(&user).await {
+            Ok(Some((role, _))) => Ok(Identity {
+                user,
+                role,
+                via: "certificate",
+            }),
+            Ok(None) => Err(Status::unauthenticated(format!(
+                "the client certificate's CN `{user}` names no user: an admin adds it (`sluicectl users put {user} --role viewer|operator|admin`)"
+            ))),
+            Err(e) => Err(Status::unavailable(format!(
+                "cannot look the certificate's user up now: {e}"
+            ))),
+        }
+    }
+
     /// Lets a call of `method` by `caller` (or by whoever was not recognised: the user
     /// they `claimed` to be, if they named one) in, or refuses it; a refusal is recorded
     /// at once.
@@ -128,7 +157,7 @@ impl Gate {
         &self,
         method: &str,
         peer: String,
-        caller: Result<Caller, Status>,
+        caller: Result<Identity, Status>,
         claimed: Option<&str>,
     ) -> Result<Pass, Status> {
         let mut entry = Audited {
@@ -185,7 +214,7 @@ impl Gate {
 
 /// A call let in by the [`Gate`]: who makes it, and its audit entry to finish.
 pub(super) struct Pass {
-    pub(super) caller: Caller,
+    pub(super) caller: Identity,
     /// What the call is about, set by its method.
     pub(super) about: About,
     entry: Audited,
@@ -244,7 +273,7 @@ where
                 .unwrap_or(path)
                 .to_owned();
             let peer = peer(req.extensions());
-            let caller = gate.caller(req.headers()).await;
+            let caller = gate.caller(req.headers(), req.extensions()).await;
             let pass = match gate.admit(&method, peer, caller, None).await {
                 Ok(pass) => pass,
                 Err(refused) => return Ok(refused.into_http()),

@@ -4,7 +4,7 @@
 
 use serde_json::Value as Json;
 use sluice_model::PipelineSpec;
-use sluice_mysql::docs::{DocPlan, Reader};
+use sluice_mysql::docs::DocPlan;
 use sluice_proto::convert::{self, PipelineState};
 use sluice_proto::spec_text;
 use sluice_proto::v1::*;
@@ -55,26 +55,15 @@ pub(super) async fn preview_pipeline(
     if !id.is_empty() {
         let (kind, key) = crate::resync::key_of_id(&plans, id)
             .map_err(|why| Status::invalid_argument(why.replacen("ids:", "id:", 1)))?;
-        let read = document(&src, &plans[kind], key)
+        let read = super::explain::read_mysql(&src, &plans[kind], key)
             .await
             .map_err(|e| center_err(e.into()))?;
-        let (built, rows) = read;
-        out.document = built
+        out.document = read
+            .built
             .and_then(|b| b.doc)
             .map(|d| Json::Object(d).to_string())
             .unwrap_or_default();
-        out.rows = rows
-            .into_iter()
-            .map(|t| ExplainedRows {
-                node: t.node,
-                table: t.table,
-                rows: t
-                    .rows
-                    .into_iter()
-                    .map(|r| Json::Object(r).to_string())
-                    .collect(),
-            })
-            .collect();
+        out.rows = super::explain::rows_message(read.rows);
     }
     Ok(Response::new(out))
 }
@@ -91,26 +80,6 @@ fn mapping(
         return Ok(props);
     }
     sluice_mapping::tree_properties(plans).map(|m| m.properties)
-}
-
-/// The document of `key` and the rows behind it, in one consistent snapshot.
-async fn document(
-    src: &sluice_mysql::SourceConfig,
-    plan: &DocPlan,
-    key: Vec<Json>,
-) -> Result<
-    (
-        Option<sluice_mysql::docs::Built>,
-        Vec<sluice_mysql::docs::TracedRows>,
-    ),
-    sluice_mysql::MysqlError,
-> {
-    let mut reader = Reader::connect(src).await?;
-    reader.begin_snapshot().await?;
-    let read = plan.explain(&mut reader, key).await;
-    reader.end().await?;
-    reader.close().await;
-    read
 }
 
 /// A problem as the spec's checks word it (`key: message`), split at its key.

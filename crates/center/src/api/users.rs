@@ -6,15 +6,15 @@ use sluice_proto::v1::{self, *};
 use tonic::{Request, Response, Status};
 
 use super::common::*;
-use super::guard::{about, Caller};
+use super::guard::{about, Identity};
 use crate::access::Role;
 use crate::credentials;
 use crate::meta::{Audited, StoredToken, StoredUser};
 
 /// The caller the gate let in.
-fn caller<T>(req: &Request<T>) -> Result<Caller, Status> {
+fn caller<T>(req: &Request<T>) -> Result<Identity, Status> {
     req.extensions()
-        .get::<Caller>()
+        .get::<Identity>()
         .cloned()
         .ok_or_else(|| Status::internal("the call did not pass the gate"))
 }

@@ -86,14 +86,26 @@ impl Meta {
         Ok(true)
     }
 
-    pub async fn events(&self, limit: u32, subject: &str) -> Result<Vec<Event>, MetaError> {
+    /// The newest events (at most `limit`) that `filter` lets through, newest first.
+    pub async fn events(
+        &self,
+        limit: u32,
+        filter: &EventFilter<'_>,
+    ) -> Result<Vec<Event>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let limit = limit.clamp(1, 10_000);
+        let (subject, kind) = (filter.subject, filter.kind);
+        // The bounds as seconds: `at` compares with FROM_UNIXTIME in the session's zone.
+        let since = filter.since_ms.map(|ms| ms as f64 / 1000.0);
+        let until = filter.until_ms.map(|ms| ms as f64 / 1000.0);
         let rows: Vec<(u64, i64, String, String, String, String)> = conn
             .exec(
                 "SELECT id, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED), origin, kind, subject, message
-                 FROM events WHERE (? = '' OR subject = ?) ORDER BY id DESC LIMIT ?",
-                (subject, subject, limit),
+                 FROM events
+                 WHERE (? = '' OR subject = ?) AND (? = '' OR kind = ?)
+                   AND (? IS NULL OR at >= FROM_UNIXTIME(?)) AND (? IS NULL OR at < FROM_UNIXTIME(?))
+                 ORDER BY id DESC LIMIT ?",
+                (subject, subject, kind, kind, since, since, until, until, limit),
             )
             .await?;
         Ok(rows
@@ -225,4 +237,13 @@ pub(super) async fn insert_event(
     .await?;
     crate::metrics::EVENTS.add(1, &[opentelemetry::KeyValue::new("kind", kind.to_owned())]);
     Ok(())
+}
+
+/// Which events to list: each part that is set narrows.
+#[derive(Debug, Default)]
+pub struct EventFilter<'a> {
+    pub subject: &'a str,
+    pub kind: &'a str,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
 }

@@ -24,7 +24,7 @@ mod users;
 
 pub use delayed::Pending;
 use events::insert_event;
-pub use events::TaskStatus;
+pub use events::{EventFilter, TaskStatus};
 pub use pipelines::{BuildSettings, StoredPipeline};
 pub use runs::{ChunkedRun, NewRun};
 pub use users::{Audited, StoredSession, StoredToken, StoredUser};

@@ -123,7 +123,11 @@ impl Meta {
     /// Creates `name` as an admin while there is no admin at all (the first admin, from the
     /// center's configuration); says whether it did. Once admins manage the users, a
     /// restart recreates none they removed.
-    pub async fn ensure_admin(&self, name: &str, password_hash: &str) -> Result<bool, MetaError> {
+    pub async fn ensure_admin(
+        &self,
+        name: &str,
+        password_hash: Option<&str>,
+    ) -> Result<bool, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             "INSERT IGNORE INTO users (name, role, password_hash)

@@ -10,6 +10,7 @@
 
 mod dispatch;
 mod limit;
+mod proxy;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
 use super::common::{AdminApi, LEADER_HEADER};
-use super::guard::{Caller, Gate};
+use super::guard::{Gate, Identity};
 use crate::credentials::{self, constant_time_eq};
 use crate::error::{CenterError, Result as CenterResult};
 
@@ -43,6 +44,8 @@ const STYLE: &str = include_str!("../../../console/app.css");
 struct Console {
     api: AdminApi,
     gate: Arc<Gate>,
+    /// Sends a follower's changes to the leader's console.
+    http: reqwest::Client,
     limiter: Mutex<limit::Limiter>,
     /// Password hashes checked at once.
     hashing: tokio::sync::Semaphore,
@@ -69,6 +72,10 @@ pub(super) async fn serve(
     let console = Arc::new(Console {
         api,
         gate,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| CenterError::definite(format!("the console's HTTP client: {e}")))?,
         limiter: Mutex::default(),
         hashing: tokio::sync::Semaphore::new(2),
     });
@@ -180,13 +187,13 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The caller of a request with a live session, and the session's CSRF token.
-async fn from_session(c: &Console, headers: &HeaderMap) -> Result<(Caller, String), Status> {
+async fn from_session(c: &Console, headers: &HeaderMap) -> Result<(Identity, String), Status> {
     let Some(id) = cookie(headers) else {
         return Err(Status::unauthenticated("not logged in"));
     };
     match c.gate.meta.session(&credentials::token_digest(id)).await {
         Ok(Some(s)) => Ok((
-            Caller {
+            Identity {
                 user: s.user,
                 role: s.role,
                 via: "session",
@@ -275,7 +282,7 @@ async fn login(
         ))),
         None => check_password(&c, &user, password).await,
     };
-    let caller = outcome.clone().map(|role| Caller {
+    let caller = outcome.clone().map(|role| Identity {
         user: user.clone(),
         role,
         via: "session",
@@ -426,6 +433,11 @@ async fn call(
     let failed = answered.as_ref().err();
     let redirected = failed.is_some_and(|s| s.metadata().get(LEADER_HEADER).is_some());
     c.gate.close(pass, failed, redirected).await;
+    if redirected {
+        if let Some(r) = proxy::to_leader(&c.api, &c.http, &method, &headers, &body).await {
+            return r;
+        }
+    }
     match answered {
         Ok(json) => guarded(([(header::CONTENT_TYPE, "application/json")], json).into_response()),
         Err(s) => failure(&s),
