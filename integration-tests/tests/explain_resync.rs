@@ -215,6 +215,32 @@ async fn explain_finds_a_tampered_document_and_resync_puts_right_only_what_it_na
     assert_eq!(e_version(&e), ahead, "{e}");
     assert_eq!(e["differences"][0]["index"], "from the future", "{e}");
 
+    // The resyncs' events, listed by kind among the pipeline's others.
+    let all = cluster.ctl(&["events", "--subject", &name]).unwrap();
+    let kinds = |events: &Value| -> Vec<String> {
+        let list = events.as_array().unwrap();
+        list.iter()
+            .map(|e| e["kind"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert!(kinds(&all).iter().any(|k| k != "resync"), "{all}");
+    let resyncs = cluster
+        .ctl(&[
+            "events",
+            "--subject",
+            &name,
+            "--kind",
+            "resync",
+            "--since",
+            "1h",
+        ])
+        .unwrap();
+    let resync_kinds = kinds(&resyncs);
+    assert!(
+        resync_kinds.len() >= 4 && resync_kinds.iter().all(|k| k == "resync"),
+        "{resyncs}"
+    );
+
     // A viewer may explain, not resync.
     cluster
         .ctl(&["users", "put", "vera", "--role", "viewer"])
