@@ -406,39 +406,23 @@ async fn a_followers_console_sends_changes_to_the_leader() {
         .await;
     // Read where it is asked; a change made on the leader, answered through the follower.
     let r = follower
-        .post("/api/ListUsers", Some(&cookie), Some(&csrf), json!({}))
+        .post("/api/ListWords", Some(&cookie), Some(&csrf), json!({}))
         .await;
     assert_eq!(r.status(), StatusCode::OK);
+    let words = json!({"dictionary": "ext", "words": ["followerword"]});
     let r = follower
-        .post(
-            "/api/PutUser",
-            Some(&cookie),
-            Some(&csrf),
-            json!({"name": "fiona", "role": "viewer"}),
-        )
+        .post("/api/AddWords", Some(&cookie), Some(&csrf), words.clone())
         .await;
     assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
-    let users = cluster.ctl(&["users", "list"]).unwrap();
-    assert!(
-        users
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|u| u["name"] == "fiona"),
-        "{users}"
-    );
-    // A wrong CSRF token is refused by the leader as by anyone.
+    let listed = cluster.ctl(&["dict", "list"]).unwrap();
+    assert!(listed.to_string().contains("followerword"), "{listed}");
+    // A wrong CSRF token is refused as anywhere.
     let r = follower
-        .post(
-            "/api/PutUser",
-            Some(&cookie),
-            Some("sluice_wrong"),
-            json!({"name": "gus", "role": "viewer"}),
-        )
+        .post("/api/AddWords", Some(&cookie), Some("sluice_wrong"), words)
         .await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    // Recorded once, by the leader.
-    let audit = cluster.ctl(&["audit", "--method", "PutUser"]).unwrap();
+    // Recorded once, by the leader, and the refusal by the follower.
+    let audit = cluster.ctl(&["audit", "--method", "AddWords"]).unwrap();
     let entries: Vec<(String, String)> = audit
         .as_array()
         .unwrap()
@@ -448,11 +432,12 @@ async fn a_followers_console_sends_changes_to_the_leader() {
             (s("target"), s("outcome"))
         })
         .collect();
+    let entry = |t: &str, o: &str| (t.to_owned(), o.to_owned());
     assert_eq!(
         entries,
         [
-            ("".to_owned(), "PermissionDenied".to_owned()),
-            ("fiona".to_owned(), "ok".to_owned())
+            entry("", "PermissionDenied"),
+            entry("dict/ext: followerword", "ok")
         ],
         "{audit:#}"
     );

@@ -163,16 +163,20 @@ impl Meta {
             tx.commit().await?;
             return Ok(id);
         }
-        let what = if c.since.is_empty() {
-            "every row".to_owned()
-        } else {
-            format!("roots changed in the last {}", c.since)
+        let what = match c.scope {
+            Some(scope) => scope.describe(),
+            None if c.since.is_empty() => "every row".to_owned(),
+            None => format!("roots changed in the last {}", c.since),
         };
         let message = format!(
             "{} {id} of version {} started ({what}{}; by {})",
             noun(c.kind),
             c.version,
-            if c.repair { ", repairing" } else { "" },
+            if c.repair && c.kind != RunKind::Resync {
+                ", repairing"
+            } else {
+                ""
+            },
             c.started_by
         );
         insert_event(&mut tx, &self.origin, c.kind.as_str(), c.pipeline, &message).await?;
