@@ -11,6 +11,7 @@ use std::time::Duration;
 use reqwest::header::{self, HeaderValue};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use sluice_integration_tests::ports::{console_port, free_center_port};
 use sluice_integration_tests::{paths, TestCtx};
 
 /// The browser's test directory, with playwright-core installed, or a panic saying how.
@@ -442,5 +443,57 @@ async fn a_followers_console_sends_changes_to_the_leader() {
         "{audit:#}"
     );
     drop(cluster);
+    ctx.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_certificate_the_console_is_served_over_https() {
+    let ctx = TestCtx::new("consoletls").await;
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.work/stack/tls");
+    assert!(
+        tls.join("server.pem").exists(),
+        "no certificates in {}: start the local stack with `make stack-up`",
+        tls.display()
+    );
+    let port = free_center_port();
+    let api = format!(
+        "[api]\nauth = \"token\"\ntoken = \"console-tls-token-0123456789\"\nadmin_password = \"{}\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\n",
+        ctx.secrets.admin_password,
+        d = tls.display()
+    );
+    let mut center = ctx.center_with_api(0, port, &api);
+    center.start();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(tls.join("ca.pem")).unwrap()).unwrap();
+    let b = Browser {
+        http: reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .build()
+            .unwrap(),
+        url: format!("https://127.0.0.1:{}", console_port(port)),
+    };
+    let page = sluice_integration_tests::eventually(
+        "the console answers over HTTPS",
+        Duration::from_secs(30),
+        || async {
+            match b.http.get(&b.url).send().await {
+                Ok(r) if r.status() == StatusCode::OK => Ok(r.text().await.unwrap_or_default()),
+                other => Err(format!("{other:?}\n{}", center.log_tail())),
+            }
+        },
+    )
+    .await;
+    assert!(page.contains("/app.js"), "{page}");
+    let (cookie, csrf) = b.login(None, "admin", &ctx.secrets.admin_password).await;
+    let r = b
+        .post("/api/ListUsers", Some(&cookie), Some(&csrf), json!({}))
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // Plain HTTP to it gets no page.
+    let plain = reqwest::get(format!("http://127.0.0.1:{}/", console_port(port))).await;
+    assert!(
+        plain.map_or(true, |r| r.status() != StatusCode::OK),
+        "the console answered plain HTTP"
+    );
+    drop(center);
     ctx.cleanup().await;
 }

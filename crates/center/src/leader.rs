@@ -32,7 +32,15 @@ pub(crate) async fn campaign_forever(
     let me = CenterRecord {
         id: shared.cfg.center.id.clone(),
         addr: shared.cfg.center.advertised(),
-        console: shared.cfg.center.console_advertised(),
+        console: format!(
+            "{}://{}",
+            if shared.cfg.api.tls_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            },
+            shared.cfg.center.console_advertised()
+        ),
     };
     let info = serde_json::to_vec(&me).expect("center record serializes");
     let retry = shared.cfg.center.retry();

@@ -12,7 +12,8 @@ pub struct CenterRecord {
     pub id: String,
     /// Where its gRPC API listens.
     pub addr: String,
-    /// Where its web console is reached (`host:port`); empty from centers that predate it.
+    /// Where its web console is reached (`https://host:port`); empty from centers that
+    /// predate it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub console: String,
 }

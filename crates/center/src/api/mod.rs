@@ -62,6 +62,7 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterRe
         console::bind(shared.cfg.center.console_listen).await?,
         service.clone(),
         gate.clone(),
+        console::tls_of(api)?,
         shutdown.clone(),
     );
     let mut server = Server::builder();

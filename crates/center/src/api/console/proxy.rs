@@ -12,6 +12,28 @@ use tonic::Status;
 use super::super::common::AdminApi;
 use super::{failure, guarded};
 
+/// The client a follower sends changes to the leader's console with. Over HTTPS the
+/// leader's certificate must name the address it advertises and be signed by a CA in
+/// `api.client_ca`, in the chain of `api.tls_cert`, or among the system's.
+pub(super) fn client(api: &crate::config::ApiSection) -> crate::error::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60));
+    for (key, path) in [
+        ("api.client_ca", &api.client_ca),
+        ("api.tls_cert", &api.tls_cert),
+    ] {
+        let Some(path) = path else { continue };
+        let pem = std::fs::read(path).map_err(|e| {
+            crate::error::CenterError::definite(format!("{key}: {}: {e}", path.display()))
+        })?;
+        for cert in reqwest::Certificate::from_pem_bundle(&pem).unwrap_or_default() {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().map_err(|e| {
+        crate::error::CenterError::definite(format!("the console's client of the leader: {e}"))
+    })
+}
+
 /// The header a call sent on by a follower carries: that follower's id.
 pub(super) const SENT_ON_BY: &str = "x-sluice-sent-on-by";
 
@@ -34,7 +56,7 @@ pub(super) async fn to_leader(
         return None;
     }
     let mut req = http
-        .post(format!("http://{}/api/{method}", leader.console))
+        .post(format!("{}/api/{method}", leader.console))
         .header(SENT_ON_BY, me.as_str())
         .body(body.to_vec());
     for name in [header::COOKIE, header::CONTENT_TYPE] {
