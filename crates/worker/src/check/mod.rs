@@ -244,9 +244,9 @@ async fn check_chunk(
             let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
             let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
             let range = (lower.as_ref(), upper.as_ref());
-            return rebuild_range(c, rec, &plan, &src, epoch, range).await;
+            return rebuild_range(c, rec, chunk.kind, &src, epoch, range).await;
         }
-        return rebuild(c, rec, &plan, &src, epoch, &chunk.keys).await;
+        return rebuild(c, rec, chunk.kind, &src, epoch, &chunk.keys).await;
     }
     let ctx = Ctx {
         rec,
@@ -307,23 +307,46 @@ async fn chunk_plan(
         .map_err(WorkerError::transient)?;
     let plans = sluice_mysql::docs::load(&src, &rec.spec)
         .await?
-        .map_err(|problems| {
-            WorkerError::definite(format!(
-                "the pipeline does not fit its tables: {}",
-                problems.join("; ")
-            ))
-        })?;
-    let mut plan = plans
-        .get(chunk.kind)
-        .cloned()
-        .ok_or_else(|| WorkerError::definite(format!("document kind {} is gone", chunk.kind)))?;
+        .map_err(unfit)?;
+    let plan = narrowed(rec, plans, chunk.kind)?;
+    Ok((chunk, src, plan))
+}
+
+fn unfit(problems: Vec<String>) -> WorkerError {
+    WorkerError::definite(format!(
+        "the pipeline does not fit its tables: {}",
+        problems.join("; ")
+    ))
+}
+
+/// Document kind `kind` of `plans`, its root narrowed as the run asks (a window, a
+/// resync's condition).
+fn narrowed(rec: &CheckRecord, mut plans: Vec<DocPlan>, kind: usize) -> Result<DocPlan> {
+    if kind >= plans.len() {
+        return Err(WorkerError::definite(format!(
+            "document kind {kind} is gone"
+        )));
+    }
+    let mut plan = plans.swap_remove(kind);
     if let Some(since) = rec.since_ms {
         restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
     }
     if let Some(condition) = &rec.condition {
         narrow(&mut plan, format!("({condition})"));
     }
-    Ok((chunk, src, plan))
+    Ok(plan)
+}
+
+/// The plan of document kind `kind`, compiled against the tables as the snapshot open on
+/// `reader` sees them — a DDL between the chunk's start and this read cannot cut columns
+/// from documents stamped newer than it — and narrowed as the run asks.
+async fn plan_in_snapshot(
+    reader: &mut Reader<'_>,
+    rec: &CheckRecord,
+    kind: usize,
+) -> Result<DocPlan> {
+    let plans = reader.compile(&rec.spec).await?.map_err(unfit)?;
+    narrowed(rec, plans, kind)
 }
 
 /// The surveyed keys whose copies differ; those the stream touched count as skipped.
@@ -349,7 +372,7 @@ fn suspects(pairs: &BTreeMap<String, Pair>, tally: &mut CheckTally) -> Vec<Strin
 async fn rebuild(
     c: &Checks,
     rec: &CheckRecord,
-    plan: &DocPlan,
+    kind: usize,
     src: &sluice_mysql::SourceConfig,
     epoch: u16,
     keys: &[Json],
@@ -368,7 +391,11 @@ async fn rebuild(
     for part in keys.chunks(BATCH) {
         // Written with the low watermark: what it read holds every change before it.
         let position = reader.begin_snapshot().await?.low;
-        let built = plan.read(&mut reader, part).await;
+        let built = async {
+            let plan = plan_in_snapshot(&mut reader, rec, kind).await?;
+            Ok::<_, WorkerError>(plan.read(&mut reader, part).await?)
+        }
+        .await;
         reader.end().await?;
         let version = version_at(epoch, &position)?;
         let docs = rebuilt(rec, built?, version);
@@ -388,7 +415,7 @@ async fn rebuild(
 async fn rebuild_range(
     c: &Checks,
     rec: &CheckRecord,
-    plan: &DocPlan,
+    kind: usize,
     src: &sluice_mysql::SourceConfig,
     epoch: u16,
     (lower, upper): (Option<&Key>, Option<&Key>),
@@ -399,9 +426,14 @@ async fn rebuild_range(
     let mut after = lower.cloned();
     loop {
         let position = reader.begin_snapshot().await?.low;
-        let read = plan
-            .read_range(&mut reader, after.as_ref(), upper, BATCH)
-            .await;
+        let read = async {
+            let plan = plan_in_snapshot(&mut reader, rec, kind).await?;
+            Ok::<_, WorkerError>(
+                plan.read_range(&mut reader, after.as_ref(), upper, BATCH)
+                    .await?,
+            )
+        }
+        .await;
         reader.end().await?;
         let read = read?;
         tally.keys += read.rows as u64;
