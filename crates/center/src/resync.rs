@@ -126,14 +126,14 @@ pub(crate) async fn chunks(
 fn keys_of_ids(plans: &[DocPlan], ids: &[String]) -> std::result::Result<Vec<Vec<Json>>, String> {
     let mut out = vec![Vec::new(); plans.len()];
     for id in ids {
-        let (kind, values) = key_of_id(plans, id)?;
+        let (kind, values) = key_of_id(plans, id).map_err(|why| format!("ids: {why}"))?;
         out[kind].push(Json::Array(values));
     }
     Ok(out)
 }
 
 /// The document kind of `_id` and its id values: a child document of a parent-child
-/// pipeline is `<kind>#<id>`. `Err` says why it fits no kind.
+/// pipeline is `<kind>#<id>`. `Err` says why it fits no kind (the caller names its field).
 pub(crate) fn key_of_id(
     plans: &[DocPlan],
     id: &str,
@@ -147,7 +147,7 @@ pub(crate) fn key_of_id(
     let (kind, rest) = child.unwrap_or((0, id));
     let n = plans[kind].id.len();
     let values = sluice_model::event::id_values(rest, n).ok_or_else(|| {
-        format!("ids: `{id}` is not an id of this pipeline's documents ({n} values joined by `:`)")
+        format!("`{id}` is not an id of this pipeline's documents ({n} values joined by `:`)")
     })?;
     Ok((kind, values))
 }

@@ -31,7 +31,7 @@ pub(super) async fn explain_document(
         .await
         .map_err(center_err)?;
     let (kind, key) = crate::resync::key_of_id(&plans, id)
-        .map_err(|why| Status::invalid_argument(why.replacen("ids:", "id:", 1)))?;
+        .map_err(|why| Status::invalid_argument(format!("id: {why}")))?;
     let read = read_mysql(&src, &plans[kind], key)
         .await
         .map_err(|e| center_err(e.into()))?;

@@ -54,7 +54,7 @@ pub(super) async fn preview_pipeline(
     let id = req.id.trim();
     if !id.is_empty() {
         let (kind, key) = crate::resync::key_of_id(&plans, id)
-            .map_err(|why| Status::invalid_argument(why.replacen("ids:", "id:", 1)))?;
+            .map_err(|why| Status::invalid_argument(format!("id: {why}")))?;
         let read = super::explain::read_mysql(&src, &plans[kind], key)
             .await
             .map_err(|e| center_err(e.into()))?;
