@@ -100,9 +100,13 @@ impl Interceptor for Auth {
 /// Creates the first admin from the configuration while there is no admin:
 /// `api.admin_user`, with `api.admin_password` when one is set; in mTLS mode without one
 /// (a client certificate whose subject CN is that name acts as it).
-pub(super) async fn first_admin(
+/// Centers starting together on a fresh meta database race to insert it (InnoDB may
+/// end the race with a deadlock): a transient failure is tried again under the center's
+/// retry policy.
+pub async fn first_admin(
     cfg: &crate::CenterConfig,
     meta: &crate::meta::Meta,
+    shutdown: &tokio_util::sync::CancellationToken,
 ) -> CenterResult<()> {
     let api = &cfg.api;
     let password = token(
@@ -118,8 +122,24 @@ pub(super) async fn first_admin(
         None if api.auth == AuthMode::Mtls => None,
         None => return Ok(()),
     };
-    if meta.ensure_admin(&api.admin_user, hash.as_deref()).await? {
-        tracing::info!(user = %api.admin_user, "created the first admin from the configuration");
+    let mut backoff = cfg.center.retry().backoff();
+    loop {
+        match meta.ensure_admin(&api.admin_user, hash.as_deref()).await {
+            Ok(created) => {
+                if created {
+                    tracing::info!(user = %api.admin_user, "created the first admin from the configuration");
+                }
+                return Ok(());
+            }
+            Err(e) => match CenterError::from(e) {
+                CenterError::Transient(why) => {
+                    tracing::warn!(error = %why, "cannot create the first admin yet; retrying");
+                    if !sluice_runtime::shutdown::pause(backoff.next_pause(), shutdown).await {
+                        return Err(CenterError::transient(why));
+                    }
+                }
+                other => return Err(other),
+            },
+        }
     }
-    Ok(())
 }

@@ -33,6 +33,7 @@ mod sources;
 mod users;
 mod words;
 
+pub use auth::first_admin;
 use auth::Auth;
 use common::*;
 use guard::Guarded;
@@ -41,7 +42,7 @@ use guard::Guarded;
 pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterResult<()> {
     let api = &shared.cfg.api;
     let (gate, reports_auth) = Auth::from_config(&shared.cfg, shared.meta.clone())?;
-    auth::first_admin(&shared.cfg, &shared.meta).await?;
+    auth::first_admin(&shared.cfg, &shared.meta, &shutdown).await?;
     let (health, health_service) = tonic_health::server::health_reporter();
     let probes = tokio::spawn(crate::probe::dependencies(
         shared.clone(),
