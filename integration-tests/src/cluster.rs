@@ -83,6 +83,14 @@ impl TestCtx {
         )
     }
 
+    /// Adds `toml` (whole sections) to the config of every center configured from now on.
+    pub fn center_section(&self, toml: &str) {
+        self.center_sections
+            .lock()
+            .expect("sections")
+            .push_str(toml);
+    }
+
     /// A center's config with `api` as its `[api]` section.
     pub fn center_with_api(&self, n: usize, port: u16, api: &str) -> Service {
         {
@@ -110,6 +118,7 @@ impl TestCtx {
             self.meta_db(),
         );
         let balance = "[balance]\nsettle = \"1s\"\nresync = \"2s\"\n";
+        let more = self.center_sections.lock().expect("sections").clone();
         self.service(
             "sluice-center",
             &format!("center-{n}"),
@@ -119,6 +128,7 @@ impl TestCtx {
                 &meta,
                 api,
                 balance,
+                &more,
                 &self.elasticsearch_section(),
                 &self.kafka_section(),
                 &self.topics_section(),

@@ -79,6 +79,8 @@ pub struct TestCtx {
     /// server's RSA key (`allow_public_key_retrieval`): on the MySQL lane, unless a test
     /// says otherwise.
     public_key_retrieval: std::sync::atomic::AtomicBool,
+    /// More TOML for centers configured from now on (a `[search]` section).
+    pub(crate) center_sections: std::sync::Mutex<String>,
 }
 
 /// Where services configured from now on reach MySQL, Kafka and Elasticsearch, when not
@@ -134,6 +136,7 @@ impl TestCtx {
             zk: tokio::sync::OnceCell::new(),
             tables: Default::default(),
             extra: Default::default(),
+            center_sections: Default::default(),
             cleaned: Default::default(),
             routes: Default::default(),
             env: Default::default(),

@@ -37,6 +37,7 @@ mod relations_cluster;
 mod replay;
 mod restarts;
 mod rotation;
+mod search_api;
 mod secrets;
 mod soak;
 mod source_faults;

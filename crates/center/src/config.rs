@@ -38,6 +38,9 @@ pub struct CenterConfig {
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_runtime::telemetry::TelemetrySection,
+    /// The search API for applications (README, "Searching from applications").
+    #[serde(default)]
+    pub search: sluice_search::SearchSection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -351,6 +354,10 @@ impl CenterConfig {
             ));
         }
         p.extend(self.api.problems());
+        p.extend(self.search.problems("search"));
+        if self.search.listen.is_some() && self.elasticsearch.is_none() {
+            p.push("search.listen: the search API needs an [elasticsearch] section".into());
+        }
         if self.balance.threshold == 0 {
             p.push(
                 "balance.threshold: must be at least 1 (0 would move tasks back and forth)".into(),

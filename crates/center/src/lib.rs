@@ -32,6 +32,7 @@ mod reconcile;
 mod resync;
 mod rollback;
 mod run;
+mod search;
 mod term;
 
 use std::path::Path;
@@ -108,17 +109,28 @@ pub async fn run(
         ready,
     });
     let dictionaries = dict::bind(shared.cfg.center.dictionary_listen).await?;
+    let searches = search::bind(&shared).await?;
     let mut server = {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let dictionaries = dict::serve(shared.meta.clone(), dictionaries, shutdown.clone());
-            let api = api::serve(shared, shutdown);
-            tokio::pin!(api, dictionaries);
-            // Either endpoint failing ends the center; at shutdown the API drains last.
+            let searches = async {
+                match searches {
+                    Some(l) => search::serve(shared.clone(), l, shutdown.clone()).await,
+                    None => Ok(()),
+                }
+            };
+            let api = api::serve(shared.clone(), shutdown.clone());
+            tokio::pin!(api, dictionaries, searches);
+            // Any endpoint failing ends the center; at shutdown the API drains last.
+            let others = async {
+                tokio::try_join!(&mut dictionaries, &mut searches)?;
+                Ok(())
+            };
             tokio::select! {
                 served = &mut api => served,
-                served = &mut dictionaries => match served {
+                served = others => match served {
                     Ok(()) => api.await,
                     Err(e) => Err(e),
                 },

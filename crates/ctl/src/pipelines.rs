@@ -474,6 +474,7 @@ async fn list(conn: &mut Conn<'_>, out: Output) -> anyhow::Result<()> {
             "shards",
             "replicas",
             "rebuild",
+            "applied",
         ],
         r.pipelines
             .iter()
@@ -500,6 +501,7 @@ async fn list(conn: &mut Conn<'_>, out: Output) -> anyhow::Result<()> {
                         "needed"
                     }
                     .into(),
+                    applied_cell(&p.applied),
                 ]
             })
             .collect(),
@@ -763,6 +765,18 @@ fn print_versions(out: Output, p: &Pipeline) {
     );
 }
 
+/// How far the etl applied each source: its position, and how old that knowledge is.
+fn applied_cell(applied: &[PipelineApplied]) -> String {
+    if applied.is_empty() {
+        return "-".into();
+    }
+    applied
+        .iter()
+        .map(|a| format!("{} ({:.1}s ago)", a.position, a.lag_ms as f64 / 1000.0))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn pipeline_json(p: &Pipeline) -> Value {
     let mut v = match sluice_proto::convert::pipeline_spec(p.clone()) {
         Ok(spec) => serde_json::to_value(spec).expect("a spec serializes"),
@@ -775,6 +789,17 @@ fn pipeline_json(p: &Pipeline) -> Value {
         ("history", json!(p.history)),
         ("current_history", json!(p.current_history)),
         ("needs_rebuild", json!(p.needs_rebuild)),
+        (
+            "applied",
+            json!(p
+                .applied
+                .iter()
+                .map(
+                    |a| json!({"source": a.source, "position": a.position, "gtid": a.gtid,
+                    "epoch": a.epoch, "lag_ms": a.lag_ms})
+                )
+                .collect::<Vec<_>>()),
+        ),
     ] {
         v[key] = value;
     }

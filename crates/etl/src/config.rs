@@ -82,6 +82,11 @@ pub struct EtlSection {
     /// connections of the source at once, each chunk in a snapshot of its own.
     #[serde(default = "default_read_concurrency")]
     pub read_concurrency: usize,
+    /// How often how far each pipeline is applied is looked at and published
+    /// (`applied/<pipeline>` in ZooKeeper): what an application reading its own write
+    /// waits for, at most this much more.
+    #[serde(default = "default_applied_interval", with = "humantime_serde")]
+    pub applied_interval: Duration,
 }
 
 impl EtlSection {
@@ -104,6 +109,7 @@ impl Default for EtlSection {
             retry_backoff_max: default_retry_backoff_max(),
             max_in_flight: default_max_in_flight(),
             read_concurrency: default_read_concurrency(),
+            applied_interval: default_applied_interval(),
         }
     }
 }
@@ -125,6 +131,9 @@ fn default_max_in_flight() -> usize {
 }
 fn default_read_concurrency() -> usize {
     4
+}
+fn default_applied_interval() -> Duration {
+    Duration::from_millis(50)
 }
 fn default_retry_backoff() -> Duration {
     Duration::from_millis(200)
@@ -176,6 +185,9 @@ impl EtlConfig {
         }
         if self.etl.max_batch_docs == 0 {
             p.push("etl.max_batch_docs: must be at least 1".into());
+        }
+        if self.etl.applied_interval.is_zero() {
+            p.push("etl.applied_interval: must be above zero".into());
         }
         if self.etl.max_in_flight == 0 {
             p.push("etl.max_in_flight: must be at least 1".into());

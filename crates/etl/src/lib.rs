@@ -8,6 +8,7 @@
 //! Several batches are written at once and commit in the order they were consumed
 //! ([`flight`]).
 
+mod applied;
 mod batch;
 pub mod config;
 mod ddl;
@@ -270,7 +271,7 @@ fn follow_pipelines(
     let (notes, notes_rx) = tokio::sync::mpsc::unbounded_channel();
     let (members_tx, members) = watch::channel(None::<Vec<String>>);
     let follower = match &cfg.zookeeper {
-        Some(zk) => Some(tokio::spawn(follow::keep_in_step(
+        Some(zk) => Some(tokio::spawn(follow_and_track(
             follow::Follow {
                 zk: zk.clone(),
                 retry: cfg.etl.retry(),
@@ -284,6 +285,17 @@ fn follow_pipelines(
                 applied: applied_rx,
                 verdicts: verdicts_rx,
                 notes: notes_rx,
+            },
+            applied::Tracking {
+                zk: zk.clone(),
+                kafka: cfg.kafka.clone(),
+                topics: cfg.topics.clone(),
+                retry: cfg.etl.retry(),
+                group: cfg.etl.group_id.clone(),
+                member: me.to_owned(),
+                interval: cfg.etl.applied_interval,
+                pipelines: pipelines.clone(),
+                members: members.clone(),
             },
             shutdown.clone(),
         ))),
@@ -301,6 +313,18 @@ fn follow_pipelines(
         notes,
     };
     (follower, links)
+}
+
+/// Follows the pipelines and publishes how far they are applied, until `shutdown`.
+async fn follow_and_track(
+    follow: follow::Follow,
+    tracking: applied::Tracking,
+    shutdown: CancellationToken,
+) {
+    tokio::join!(
+        follow::keep_in_step(follow, shutdown.clone()),
+        applied::track(tracking, shutdown)
+    );
 }
 
 /// The pipelines in force, the topics they read and the partitions of them this member

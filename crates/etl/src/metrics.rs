@@ -9,7 +9,9 @@
 //! (documents read back from MySQL, and the queries that found and read them), and
 //! `sluice_etl_consumer_lag_messages{topic,partition}`, `sluice_etl_bulks_in_flight` and
 //! `sluice_etl_bulk_concurrency` (batches being written at once, and how many may be),
-//! `sluice_etl_batches_waiting` (batches written and waiting for an older one to land). The stages of commit to searchable
+//! `sluice_etl_batches_waiting` (batches written and waiting for an older one to land),
+//! `sluice_etl_applied_lag_seconds{pipeline}` (how old the source position known to be
+//! applied is: what an application reading its own write may wait). The stages of commit to searchable
 //! after the worker's: `sluice_etl_consume_latency_seconds` (Kafka's timestamp of a
 //! batch's first message to its consumption) and `sluice_etl_index_latency_seconds`
 //! (a batch's first message consumed to Elasticsearch acknowledging all of it).
@@ -34,6 +36,15 @@ pub(crate) struct Metrics {
     pub documents_read: Counter<u64>,
     pub source_queries: Counter<u64>,
     pub delayed_changes: Counter<u64>,
+    pub applied_lag: Gauge<f64>,
+}
+
+/// How old the position published as applied for `pipeline` is (`ms`).
+pub(crate) fn applied_lag(pipeline: &str, ms: i64) {
+    METRICS.applied_lag.record(
+        ms.max(0) as f64 / 1000.0,
+        &[KeyValue::new("pipeline", pipeline.to_owned())],
+    );
 }
 
 /// Made on first use, which must come after the service's telemetry is installed.
@@ -120,6 +131,11 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         delayed_changes: m
             .u64_counter("sluice.etl.delayed.changes")
             .with_description("Changes of delayed relations handed to the center for the delayed job, by pipeline")
+            .build(),
+        applied_lag: m
+            .f64_gauge("sluice.etl.applied.lag")
+            .with_unit("s")
+            .with_description("How old the source position known to be applied is, by pipeline")
             .build(),
     }
 });

@@ -370,6 +370,45 @@ impl GroupOffsets {
     }
 }
 
+impl GroupOffsets {
+    /// Each partition of `topics` (those that exist) as `(topic, partition, end)`: the
+    /// offset the next message written there will have. Every message Kafka acknowledged
+    /// before the call is below its partition's end.
+    pub async fn ends(&self, topics: &[String]) -> Result<Vec<(String, i32, i64)>, KafkaError> {
+        let consumer = self.consumer.clone();
+        let topics = topics.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::new();
+            for topic in &topics {
+                let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+                for t in md.topics().iter().filter(|t| t.error().is_none()) {
+                    for p in t.partitions() {
+                        // The newest offset: a ListOffsets request asking for the "latest".
+                        tpl.add_partition_offset(t.name(), p.id(), Offset::End)?;
+                    }
+                }
+            }
+            if tpl.count() == 0 {
+                return Ok(Vec::new());
+            }
+            let found = consumer.offsets_for_times(tpl, Duration::from_secs(10))?;
+            found
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => Ok((e.topic().to_owned(), e.partition(), o)),
+                    _ => Err(e
+                        .error()
+                        .err()
+                        .unwrap_or(KafkaError::OffsetFetch(RDKafkaErrorCode::Fail))),
+                })
+                .collect()
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)?
+    }
+}
+
 /// One topic read from offsets the caller keeps, without a consumer group: no rebalance
 /// ever stalls it, and the caller can store where it is in the same transaction as what
 /// it made of the messages (the center keeps the delayed topic's offsets in its meta

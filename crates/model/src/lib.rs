@@ -31,7 +31,7 @@ pub use event::{
 pub use failpoint::failpoint;
 pub use mapping::FieldOverride;
 pub use pipeline::{PipelineSpec, Relation, RelationKind};
-pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError};
+pub use position::{BinlogPosition, Checkpoint, GtidSet, PositionError, SourcePoint};
 pub use retry::{Backoff, RetryPolicy};
 pub use run::{ResyncScope, RunKind, RunState};
 pub use secret::Secret;

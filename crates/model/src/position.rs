@@ -221,6 +221,66 @@ impl GtidSet {
     }
 }
 
+impl GtidSet {
+    /// Whether every transaction `other` names is in `self`: each of its MySQL intervals,
+    /// or each of its MariaDB domains at `other`'s sequence number or past it. Sets of
+    /// different flavours never hold each other's transactions.
+    pub fn contains(&self, other: &GtidSet) -> bool {
+        match (self, other) {
+            (GtidSet::MySql(_), GtidSet::MySql(_)) => other.missing_from(self).is_empty(),
+            (GtidSet::MariaDb(mine), GtidSet::MariaDb(theirs)) => theirs
+                .values()
+                .all(|g| mine.get(&g.domain).is_some_and(|h| h.seq >= g.seq)),
+            _ => other.is_empty(),
+        }
+    }
+}
+
+/// A point of a source's history that an application names after its commit, to read
+/// its own write: its transaction's GTID (MySQL's `uuid:N`, MariaDB's `@@last_gtid`), a
+/// server's whole GTID set, or, on a server without GTIDs, `SERVER_ID@FILE:POS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourcePoint {
+    Gtids(GtidSet),
+    Binlog {
+        server_id: u32,
+        position: BinlogPosition,
+    },
+}
+
+impl FromStr for SourcePoint {
+    type Err = PositionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some((server, position)) = s.split_once('@') {
+            let server_id = server
+                .parse()
+                .map_err(|_| PositionError::Position(s.to_owned()))?;
+            return Ok(SourcePoint::Binlog {
+                server_id,
+                position: position.parse()?,
+            });
+        }
+        let gtids: GtidSet = s.parse()?;
+        if gtids.is_empty() {
+            return Err(PositionError::Gtid(s.to_owned()));
+        }
+        Ok(SourcePoint::Gtids(gtids))
+    }
+}
+
+impl fmt::Display for SourcePoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourcePoint::Gtids(g) => write!(f, "{g}"),
+            SourcePoint::Binlog {
+                server_id,
+                position,
+            } => write!(f, "{server_id}@{position}"),
+        }
+    }
+}
+
 /// Adds the closed range `a..=b` to sorted, disjoint, non-adjacent closed intervals.
 fn insert_interval(intervals: &mut Vec<(u64, u64)>, a: u64, b: u64) {
     intervals.push((a, b));
@@ -365,6 +425,19 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// Whether every transaction up to `point` is at or before this checkpoint: its GTIDs
+    /// are in the checkpoint's set, or its binlog position (of the same server) is not
+    /// past the checkpoint's.
+    pub fn covers(&self, point: &SourcePoint) -> bool {
+        match point {
+            SourcePoint::Gtids(g) => self.gtid.as_ref().is_some_and(|mine| mine.contains(g)),
+            SourcePoint::Binlog {
+                server_id,
+                position,
+            } => self.server_id == Some(*server_id) && *position <= self.position,
+        }
+    }
+
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("checkpoint serializes")
     }
@@ -378,6 +451,45 @@ impl Checkpoint {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_checkpoint_covers_the_transactions_its_gtids_or_position_reach() {
+        let cp = |gtid: Option<&str>, at: &str| Checkpoint {
+            position: at.parse().unwrap(),
+            gtid: gtid.map(|g| g.parse().unwrap()),
+            epoch: 0,
+            ts_ms: 0,
+            server_id: Some(7),
+        };
+        let point = |s: &str| s.parse::<SourcePoint>().unwrap();
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mysql = cp(Some(&format!("{uuid}:1-20:22")), "binlog.000002:900");
+        assert!(mysql.covers(&point(&format!("{uuid}:20"))));
+        assert!(mysql.covers(&point(&format!("{}:1-5", uuid.to_uppercase()))));
+        assert!(!mysql.covers(&point(&format!("{uuid}:21"))));
+        assert!(!mysql.covers(&point(&format!("{uuid}:23"))));
+        let other = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert!(!mysql.covers(&point(&format!("{other}:1"))));
+        let maria = cp(Some("0-1-120,1-1-7"), "mariadb-bin.000003:4000");
+        assert!(maria.covers(&point("0-1-120")));
+        assert!(maria.covers(&point("0-2-100,1-1-7")));
+        assert!(!maria.covers(&point("0-1-121")));
+        assert!(!maria.covers(&point("2-1-1")));
+        assert!(!maria.covers(&point(&format!("{uuid}:1"))));
+        // Without GTIDs: a position of the same server only.
+        let plain = cp(None, "mysql-bin.000010:500");
+        assert!(plain.covers(&point("7@mysql-bin.000010:500")));
+        assert!(plain.covers(&point("7@mysql-bin.000009:90000")));
+        assert!(!plain.covers(&point("7@mysql-bin.000010:501")));
+        assert!(!plain.covers(&point("8@mysql-bin.000001:4")));
+        assert!(!plain.covers(&point("0-1-1")));
+        assert_eq!(
+            point("7@mysql-bin.000010:500").to_string(),
+            "7@mysql-bin.000010:500"
+        );
+        assert!("".parse::<SourcePoint>().is_err());
+        assert!("x@mysql-bin.000010:500".parse::<SourcePoint>().is_err());
+    }
 
     #[test]
     fn position_orders_by_file_number_then_offset() {

@@ -401,6 +401,29 @@ async fn current_end(
     Ok((end, g.and_then(|g| g.parse().ok())))
 }
 
+/// Where the source stands now: its GTID set, or on a server without GTIDs its
+/// `server_id` and binlog end. A transaction committed before the call is at or before it.
+pub async fn current_point(cfg: &SourceConfig) -> Result<sluice_model::SourcePoint, MysqlError> {
+    let mut conn = connect(cfg).await?;
+    let server = server_of(&mut conn, cfg).await?;
+    let (end, gtids) = current_end(&mut conn, cfg, &server).await?;
+    let point = match gtids.filter(|g| !g.is_empty()) {
+        Some(g) => sluice_model::SourcePoint::Gtids(g),
+        None => {
+            let server_id: Option<u32> = conn
+                .query_first("SELECT @@server_id")
+                .await
+                .map_err(query_err(cfg, "read server_id"))?;
+            sluice_model::SourcePoint::Binlog {
+                server_id: server_id.unwrap_or_default(),
+                position: end,
+            }
+        }
+    };
+    let _ = conn.disconnect().await;
+    Ok(point)
+}
+
 /// How many binlog bytes the server has written past `at`: the rest of `at`'s file plus
 /// every later file (`SHOW BINARY LOGS`). `None` when `at`'s file is no longer listed.
 pub async fn bytes_behind(

@@ -18,6 +18,16 @@ pub struct PipelineState {
     pub current_history: Vec<u32>,
     /// Why the live (or building) version needs a rebuild; empty: it does not.
     pub needs_rebuild: String,
+    /// Per source, how far the etl applied the pipeline.
+    pub applied: Vec<Applied>,
+}
+
+/// A source's position up to which the etl applied a pipeline, and how long ago it knew.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub source: String,
+    pub checkpoint: sluice_model::Checkpoint,
+    pub lag_ms: u64,
 }
 
 impl PipelineState {
@@ -64,6 +74,22 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
         delayed: (!spec.delayed.is_empty()).then(|| v1::PipelineDelayed {
             daily_at: spec.delayed.daily_at.clone(),
         }),
+        applied: state
+            .applied
+            .iter()
+            .map(|a| v1::PipelineApplied {
+                source: a.source.clone(),
+                position: a.checkpoint.position.to_string(),
+                gtid: a
+                    .checkpoint
+                    .gtid
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                epoch: u32::from(a.checkpoint.epoch),
+                lag_ms: a.lag_ms,
+            })
+            .collect(),
     }
 }
 

@@ -529,6 +529,29 @@ pub fn checkpoint(task: &str) -> String {
     format!("tasks/{task}/checkpoint")
 }
 
+/// `applied/<pipeline>`: how far the etl has applied a pipeline, written by one etl
+/// member (the one the pipeline's name hashes to) and read by the centers.
+pub fn applied(pipeline: &str) -> String {
+    format!("applied/{pipeline}")
+}
+
+/// What `applied/<pipeline>` holds: per source, the position below which nothing of
+/// the pipeline's tables is pending.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedRecord {
+    pub sources: std::collections::BTreeMap<String, AppliedPosition>,
+}
+
+/// Every change of the source up to `checkpoint` (a position its worker confirmed) is
+/// in Elasticsearch or dead-lettered, for the pipeline's tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedPosition {
+    pub checkpoint: sluice_model::Checkpoint,
+    /// When the etl read that checkpoint (ms since the epoch): how old what is known to
+    /// be applied is. A source with nothing new is read again, so it stays recent.
+    pub read_at_ms: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

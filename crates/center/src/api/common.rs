@@ -155,8 +155,29 @@ impl AdminApi {
             history: p.history.kept.clone(),
             current_history: p.history.current.clone(),
             needs_rebuild: self.needs_rebuild(p).await?,
+            applied: self.applied(&p.spec.name).await?,
         };
         Ok(convert::pipeline(&p.spec, &state))
+    }
+
+    /// How far the etl has applied pipeline `name`, per source, as it published.
+    pub(super) async fn applied(&self, name: &str) -> Result<Vec<convert::Applied>, Status> {
+        let record: Option<layout::AppliedRecord> = self
+            .coord()?
+            .get_json(&layout::applied(name))
+            .await
+            .map_err(internal)?;
+        let now = sluice_model::now_ms();
+        Ok(record
+            .map(|r| r.sources)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(source, a)| convert::Applied {
+                source,
+                checkpoint: a.checkpoint,
+                lag_ms: u64::try_from(now - a.read_at_ms).unwrap_or(0),
+            })
+            .collect())
     }
 
     /// Why the pipeline's live (or building) version needs a rebuild, as the etl
