@@ -9,13 +9,30 @@ use serde_json::{Map, Value};
 /// A parameterised query: `query` is an Elasticsearch search body in which a JSON
 /// string `"{{name}}"` stands for parameter `name`'s value (of its declared type, never
 /// spliced into text).
+///
+/// `params` and `query` may also be given as JSON text (what a Helm chart renders).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateConfig {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table_or_json")]
     pub params: std::collections::BTreeMap<String, ParamSpec>,
+    #[serde(deserialize_with = "table_or_json")]
     pub query: Value,
+}
+
+/// A value given as itself, or as a string of JSON text.
+fn table_or_json<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Value::deserialize(d)?;
+    let value = match value {
+        Value::String(text) => serde_json::from_str(&text).map_err(serde::de::Error::custom)?,
+        other => other,
+    };
+    serde_json::from_value(value).map_err(serde::de::Error::custom)
 }
 
 /// A parameter's declared type, and its default (which makes it optional).
@@ -227,6 +244,19 @@ mod tests {
             err(json!({"q": "x", "script": "boom"})),
             "params.script: template `by_title` has no such parameter (it has: brands, q, size)"
         );
+    }
+
+    #[test]
+    fn params_and_query_may_come_as_json_text() {
+        let t: TemplateConfig = serde_json::from_value(json!({
+            "name": "t",
+            "params": "{\"q\": {\"type\": \"string\"}}",
+            "query": "{\"query\": {\"match\": {\"title\": \"{{q}}\"}}}"
+        }))
+        .unwrap();
+        assert!(problems(&t, "t").is_empty());
+        let body = render(&t, json!({"q": "x"}).as_object().unwrap()).unwrap();
+        assert_eq!(body, json!({"query": {"match": {"title": "x"}}}));
     }
 
     #[test]

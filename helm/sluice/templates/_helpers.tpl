@@ -119,6 +119,34 @@ client_ca = "/etc/sluice/tls/ca.crt"
 {{- end }}
 {{- end }}
 
+{{- with .Values.center.search }}
+{{- if .enabled }}
+
+[search]
+listen = {{ printf "0.0.0.0:%v" .port | toJson }}
+max_wait = {{ .maxWait | toJson }}
+{{- range .apps }}
+[[search.apps]]
+name = {{ required "center.search.apps[].name is required" .name | toJson }}
+token_sha256 = {{ required "center.search.apps[].tokenSha256 is required" .tokenSha256 | toJson }}
+aliases = {{ .aliases | default list | toJson }}
+templates = {{ .templates | default list | toJson }}
+{{- if .ratePerSec }}
+rate_per_sec = {{ .ratePerSec }}
+{{- end }}
+{{- if .burst }}
+burst = {{ .burst }}
+{{- end }}
+{{- end }}
+{{- range .templates }}
+[[search.templates]]
+name = {{ required "center.search.templates[].name is required" .name | toJson }}
+params = {{ .params | default dict | toJson | toJson }}
+query = {{ required "center.search.templates[].query is required" .query | toJson | toJson }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 [balance]
 threshold = {{ .Values.center.balance.threshold }}
 settle = {{ .Values.center.balance.settle | toJson }}
