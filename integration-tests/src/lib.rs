@@ -15,6 +15,7 @@ pub mod checker;
 pub mod cluster;
 pub mod context;
 pub mod cpu;
+pub mod debezium;
 pub mod documents;
 pub mod figures;
 pub mod kafka;

@@ -17,6 +17,7 @@ mod console;
 mod ddl;
 mod ddl_rewrites;
 mod dead_letter;
+mod debezium_input;
 mod delayed;
 mod dictionary;
 mod dml;

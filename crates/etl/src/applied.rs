@@ -270,6 +270,12 @@ async fn committed(
 /// The topics whose events move a pipeline's documents: each table's change topic and
 /// the source's schema topic (DDL that rewrites rows).
 fn topics_of(spec: &sluice_model::PipelineSpec, topics: &TopicConfig) -> Vec<String> {
+    if !spec.input.is_sluice() {
+        let tables = spec.tables();
+        return (tables.iter())
+            .filter_map(|(db, table)| spec.input.debezium_topic(db, table))
+            .collect();
+    }
     spec.tables()
         .iter()
         .map(|(db, table)| topics.rows_topic(&spec.source, db, table))

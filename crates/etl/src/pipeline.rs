@@ -73,6 +73,8 @@ pub(crate) struct Router {
     by_build: HashMap<String, usize>,
     /// A source's schema topic (its DDL) → the pipelines of that source.
     by_schema: HashMap<String, Arc<[usize]>>,
+    /// Change topics written by Debezium (read in its format).
+    debezium: std::collections::HashSet<String>,
     /// What the last checks of index mappings and settings found, for the center: per
     /// index version, why it needs a rebuild (`None`: it does not).
     pub verdicts: Vec<Verdict>,
@@ -180,7 +182,17 @@ impl Router {
             .map(|(i, p)| (p.build_topic.clone(), i))
             .collect();
         let mut by_schema: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut debezium = std::collections::HashSet::new();
         for (i, p) in pipelines.iter().enumerate() {
+            let spec = &p.cfg.spec;
+            if !spec.input.is_sluice() {
+                debezium.extend(
+                    spec.tables()
+                        .iter()
+                        .filter_map(|(db, table)| spec.input.debezium_topic(db, table)),
+                );
+                continue;
+            }
             by_schema
                 .entry(topics.schema_topic(&p.cfg.spec.source))
                 .or_default()
@@ -192,8 +204,14 @@ impl Router {
             by_topic,
             by_build,
             by_schema,
+            debezium,
             verdicts: Vec::new(),
         }
+    }
+
+    /// Whether `topic`'s messages are Debezium's change events.
+    pub fn is_debezium(&self, topic: &str) -> bool {
+        self.debezium.contains(topic)
     }
 
     /// The pipelines that consume `event`, which arrived on `topic`. Looked up by topic
@@ -205,7 +223,8 @@ impl Router {
         };
         let matches = |&i: &usize| {
             let p = &self.pipelines[i];
-            p.cfg.spec.source == event.source.instance
+            // Debezium names its connector, not the source: its topic says whose it is.
+            (p.cfg.spec.source == event.source.instance || !p.cfg.spec.input.is_sluice())
                 && if p.is_tree() {
                     p.tables
                         .iter()
@@ -451,6 +470,14 @@ impl Pipeline {
     /// builds' (always: a build then starts without a change of the partitions consumed).
     pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
         let spec = &self.cfg.spec;
+        if !spec.input.is_sluice() {
+            return spec
+                .tables()
+                .iter()
+                .filter_map(|(db, table)| spec.input.debezium_topic(db, table))
+                .chain([self.build_topic.clone()])
+                .collect();
+        }
         spec.tables()
             .iter()
             .map(|(db, table)| topics.rows_topic(&spec.source, db, table))

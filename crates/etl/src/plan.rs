@@ -94,8 +94,26 @@ pub(crate) fn route(
             }
             continue;
         }
-        let Some(event) = decode::<ChangeEvent>(msg, i, "change event", None, dead) else {
-            continue;
+        let event = if router.is_debezium(&msg.topic) {
+            match sluice_kafka::debezium::change_event(msg.key.as_deref(), &msg.payload) {
+                Ok(Some(event)) => event,
+                // A tombstone: its delete came before it.
+                Ok(None) => continue,
+                Err(why) => {
+                    dead.push(DeadLetter {
+                        msg: i,
+                        reason: format!("not a Debezium change event: {why}"),
+                        pipeline: None,
+                        index: None,
+                    });
+                    continue;
+                }
+            }
+        } else {
+            let Some(event) = decode::<ChangeEvent>(msg, i, "change event", None, dead) else {
+                continue;
+            };
+            event
         };
         let pipelines = router.pipelines_for(&msg.topic, &event);
         if !pipelines.is_empty() {

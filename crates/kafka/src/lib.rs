@@ -13,6 +13,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 
+pub mod debezium;
 mod feed;
 mod io;
 

@@ -137,6 +137,8 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
             .map_or_else(DelayedSpec::default, |d| DelayedSpec {
                 daily_at: d.daily_at,
             }),
+        // Debezium input is an etl's own pipeline's, for now (README, "Input from Debezium").
+        input: Default::default(),
     })
 }
 

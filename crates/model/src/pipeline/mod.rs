@@ -105,6 +105,47 @@ pub struct PipelineSpec {
     /// When the changes of `delayed` relations are applied (`sluicectl delayed`).
     #[serde(default, skip_serializing_if = "DelayedSpec::is_empty")]
     pub delayed: DelayedSpec,
+    /// Where its changes come from: Sluice's workers, or Debezium's topics.
+    #[serde(default, skip_serializing_if = "InputSpec::is_sluice")]
+    pub input: InputSpec,
+}
+
+/// Where a pipeline's changes come from: Sluice's own workers (the default), or the
+/// topics Debezium's MySQL connector writes (`<topic_prefix>.<database>.<table>`), read
+/// in its JSON envelope with or without schemas.
+///
+/// ```toml
+/// [input]
+/// format = "debezium"
+/// topic_prefix = "dbserver1"      # the connector's `topic.prefix`
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    #[serde(default)]
+    pub format: InputFormat,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub topic_prefix: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFormat {
+    #[default]
+    Sluice,
+    Debezium,
+}
+
+impl InputSpec {
+    pub fn is_sluice(&self) -> bool {
+        self.format == InputFormat::Sluice
+    }
+
+    /// The topic of `database`.`table`'s changes when they come from Debezium.
+    pub fn debezium_topic(&self, database: &str, table: &str) -> Option<String> {
+        (self.format == InputFormat::Debezium)
+            .then(|| format!("{}.{database}.{table}", self.topic_prefix))
+    }
 }
 
 /// When a pipeline's delayed changes are applied: the changes of relations marked
@@ -378,6 +419,7 @@ impl PipelineSpec {
             keep_history: DEFAULT_KEEP_HISTORY,
             check: CheckSpec::default(),
             delayed: DelayedSpec::default(),
+            input: InputSpec::default(),
         }
     }
 
@@ -521,6 +563,12 @@ impl PipelineSpec {
             if v.is_empty() {
                 p.push(format!("{key}: required"));
             }
+        }
+        if !self.input.is_sluice() && self.input.topic_prefix.is_empty() {
+            p.push("input.topic_prefix: required with format = \"debezium\" (the connector's topic.prefix)".into());
+        }
+        if self.input.is_sluice() && !self.input.topic_prefix.is_empty() {
+            p.push("input.topic_prefix: only with format = \"debezium\"".into());
         }
         let alias = self.alias();
         if !is_index_name(&alias) {

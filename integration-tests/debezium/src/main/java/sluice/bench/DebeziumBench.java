@@ -433,13 +433,16 @@ public final class DebeziumBench {
 
     /**
      * A data change event: Debezium's envelope ({"before":...,"after":...,"source":...,
-     * "transaction":...,"op":"c",...}) with op c, u, d or r. Schema changes, heartbeats,
+     * "transaction":...,"op":"c",...}, or that as the payload after its schema) with op c,
+     * u, d or r. Schema changes, heartbeats,
      * transaction markers and tombstones (null values) are not. The envelope's op follows the
      * row images and the source block, and no later field holds text, so its last "op" key
      * is the envelope's.
      */
     static boolean isRowEvent(String value) {
-        if (value == null || !value.startsWith("{\"before\":")) {
+        // Without schemas the envelope is the value; with them, the value's payload.
+        if (value == null || !(value.startsWith("{\"before\":")
+                || (value.startsWith("{\"schema\":") && value.contains(",\"payload\":{\"before\":")))) {
             return false;
         }
         int at = value.lastIndexOf("\"op\":\"");
