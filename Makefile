@@ -83,6 +83,9 @@ test: stack-up
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo build --bins
+	# Debezium's connectors (the Debezium-input tests' producer), once, before tests run at once.
+	integration-tests/debezium/run.sh install mysql
+	integration-tests/debezium/run.sh install mariadb
 	cargo nextest run --workspace
 	ES_URL=$${ELASTICSEARCH_URL:-http://127.0.0.1:19201} cargo nextest run --workspace -E '$(ES_LANE)'
 

@@ -12,7 +12,9 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_integration_tests::debezium::Debezium;
 use sluice_integration_tests::lane::Lane;
-use sluice_integration_tests::{check_table, eventually, on_sources, CheckOptions, TestCtx};
+use sluice_integration_tests::{
+    check_table, eventually, on_sources, CheckOptions, Service, TestCtx,
+};
 
 on_sources!(debezium_topics_build_the_same_documents: mariadb, mysql);
 async fn debezium_topics_build_the_same_documents() {
@@ -62,24 +64,14 @@ async fn debezium_topics_build_the_same_documents() {
     etl.start();
 
     let mut debezium = Debezium::start(&ctx, &prefix, "items", schemas, 1);
-    let equal = |what: &'static str| {
-        let (ctx, alias, etl, dbz) = (&ctx, &alias, &etl, &debezium);
-        async move {
-            eventually(what, Duration::from_secs(120), || async {
-                check_table(ctx, "items", alias, &CheckOptions::default())
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "{e}\n--- etl ---\n{}\n--- debezium ---\n{}",
-                            etl.log_tail(),
-                            dbz.log_tail()
-                        )
-                    })
-            })
-            .await;
-        }
-    };
-    equal("the snapshot's records indexed").await;
+    equal(
+        &ctx,
+        &alias,
+        &etl,
+        &debezium,
+        "the snapshot's records indexed",
+    )
+    .await;
 
     // Changes, streamed from the binlog.
     ctx.exec("UPDATE items SET name = 'renamed', price = 99.99 WHERE id <= 10")
@@ -98,7 +90,14 @@ async fn debezium_topics_build_the_same_documents() {
     // A key change: the old document goes, the new one comes.
     ctx.exec("UPDATE items SET id = 100 WHERE id = 30").await;
     ctx.exec("DELETE FROM items WHERE id = 41").await;
-    equal("the streamed changes applied").await;
+    equal(
+        &ctx,
+        &alias,
+        &etl,
+        &debezium,
+        "the streamed changes applied",
+    )
+    .await;
 
     // A rewind: Debezium starts over (a new snapshot at a newer position), and a second
     // etl group replays every message of the topic, the deletes' and old values' too.
@@ -115,24 +114,7 @@ async fn debezium_topics_build_the_same_documents() {
     replay.start();
     ctx.exec("UPDATE items SET name = 'after the rewind' WHERE id = 2")
         .await;
-    let equal = |what: &'static str| {
-        let (ctx, alias, etl, dbz) = (&ctx, &alias, &replay, &debezium);
-        async move {
-            eventually(what, Duration::from_secs(120), || async {
-                check_table(ctx, "items", alias, &CheckOptions::default())
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "{e}\n--- etl ---\n{}\n--- debezium ---\n{}",
-                            etl.log_tail(),
-                            dbz.log_tail()
-                        )
-                    })
-            })
-            .await;
-        }
-    };
-    equal("equal after the rewind").await;
+    equal(&ctx, &alias, &replay, &debezium, "equal after the rewind").await;
     // Every message was read again, none of it moved a document back.
     let doc = ctx
         .stack
@@ -148,4 +130,20 @@ async fn debezium_topics_build_the_same_documents() {
     debezium.stop();
     replay.terminate(Duration::from_secs(30));
     ctx.cleanup().await;
+}
+
+/// Waits until the index behind `alias` equals the table, row for row.
+async fn equal(ctx: &TestCtx, alias: &str, etl: &Service, dbz: &Debezium, what: &str) {
+    eventually(what, Duration::from_secs(120), || async {
+        check_table(ctx, "items", alias, &CheckOptions::default())
+            .await
+            .map_err(|e| {
+                format!(
+                    "{e}\n--- etl ---\n{}\n--- debezium ---\n{}",
+                    etl.log_tail(),
+                    dbz.log_tail()
+                )
+            })
+    })
+    .await;
 }
