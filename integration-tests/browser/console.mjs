@@ -280,6 +280,10 @@ try {
     has: page.locator("td:nth-child(1)", { hasText: new RegExp(`^${env("PIPELINE")}$`) }),
   });
   const items = rowOf(page.locator("#screen table").first());
+  await until("the pipeline shows how far the etl has applied it", async () => {
+    await page.evaluate(() => show("pipelines"));
+    return /:\d+ \(/.test(await rowOf(page.locator("#screen table").first()).locator("td:nth-child(8)").textContent());
+  });
   await items.locator("button", { hasText: "Build, hold to verify" }).click();
   await page.locator("#message", { hasText: "Build, hold to verify: done" }).waitFor({ timeout: WAIT });
   const builds = () => rowOf(page.locator("#screen table:nth-of-type(2)"));

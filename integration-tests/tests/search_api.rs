@@ -252,6 +252,26 @@ query = {{ query = {{ match_all = {{}} }} }}
     assert_eq!(doc["document"]["v"], 42, "{doc}");
 
     applied_position_is_listed_and_measured(&cluster, &alias, &gtid).await;
+    // The center counts requests by application and outcome, and times the waits.
+    let center = &cluster.centers[0];
+    let count = |app: &'static str, outcome: &'static str| async move {
+        let labels = [("app", app), ("outcome", outcome)];
+        center
+            .metric_sum("sluice_search_requests_total", &labels)
+            .await
+            .unwrap()
+    };
+    assert!(count("shop", "ok").await >= ROUNDS as f64);
+    for outcome in ["template_not_allowed", "bad_request", "not_applied"] {
+        assert!(count("shop", outcome).await >= 1.0, "no {outcome} counted");
+    }
+    assert!(count("reports", "rate_limited").await >= 1.0);
+    assert!(count("-", "unauthenticated").await >= 2.0);
+    let waits = center
+        .metric_sum("sluice_search_wait_seconds_count", &[])
+        .await
+        .unwrap();
+    assert!(waits >= ROUNDS as f64, "{waits} waits timed");
     overhead_over_a_direct_search(&ctx, &api, &token).await;
     drop(cluster);
     ctx.cleanup().await;

@@ -215,6 +215,13 @@ function failoverForm(sources) {
 }
 
 // A pipeline's kept versions: each a rollback target while kept current, and droppable.
+// How far the etl has applied each source of a pipeline, and how old that knowledge is.
+function appliedOf(p) {
+  const applied = p.applied || [];
+  if (!applied.length) return "-";
+  return applied.map((a) => `${a.position} (${(Number(a.lag_ms || 0) / 1000).toFixed(1)}s ago)`).join(", ");
+}
+
 function history(p) {
   const kept = p.history || [];
   if (!kept.length) return "-";
@@ -302,10 +309,10 @@ const SCREENS = {
     ]);
     return [
       el("h2", {}, "Pipelines"),
-      table(["pipeline", "table", "alias", "state", "live", "building", "kept", ""], pipelines.map((p) =>
+      table(["pipeline", "table", "alias", "state", "live", "building", "kept", "applied", ""], pipelines.map((p) =>
         [p.name, `${p.database}.${p.table}`, p.alias, p.state,
           p.live_version ? `v${p.live_version}` : "-", p.building_version ? `v${p.building_version}` : "-",
-          history(p),
+          history(p), appliedOf(p),
           el("span", {},
             may("PreviewPipeline") ? el("a", { href: `#editor?name=${encodeURIComponent(p.name)}`, class: "button" }, "Edit") : null,
             action("Build", "BuildPipeline", { name: p.name }),

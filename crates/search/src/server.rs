@@ -81,8 +81,18 @@ impl<C: Cluster> SearchApi<C> {
             .with_state(self)
     }
 
-    /// The application whose token `headers` carry, once the rate limit lets it in.
+    /// The application whose token `headers` carry, once the rate limit lets it in (a
+    /// refusal counted).
     fn app(&self, headers: &HeaderMap) -> Result<&App, Refusal> {
+        let found = self.authenticated(headers);
+        if let Err(r) = &found {
+            let app = r.body.get("app").and_then(Value::as_str).unwrap_or("-");
+            crate::metrics::request(app, r.code());
+        }
+        found
+    }
+
+    fn authenticated(&self, headers: &HeaderMap) -> Result<&App, Refusal> {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -123,7 +133,8 @@ impl<C: Cluster> SearchApi<C> {
                     wait.as_millis().max(1)
                 ),
             )
-            .with("retry_after_ms", json!(wait.as_millis().max(1) as u64)));
+            .with("retry_after_ms", json!(wait.as_millis().max(1) as u64))
+            .with("app", json!(app.cfg.name)));
         }
         Ok(app)
     }
@@ -184,6 +195,7 @@ impl<C: Cluster> SearchApi<C> {
                 )
             };
             let Standing::Behind { applied, lag_ms } = stands else {
+                crate::metrics::waited(started.elapsed());
                 return Ok(started.elapsed());
             };
             let changed = tokio::time::timeout_at(deadline, views.changed()).await;
@@ -245,6 +257,10 @@ impl Refusal {
         self
     }
 
+    fn code(&self) -> &str {
+        self.body.get("code").and_then(Value::as_str).unwrap_or("-")
+    }
+
     fn search_failed(e: &sluice_elastic::EsError) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, "search_failed", &e.to_string())
     }
@@ -261,6 +277,12 @@ impl IntoResponse for Refusal {
         }
         response
     }
+}
+
+/// `result` as it is, counted for `app` by its outcome.
+fn counted<T>(app: &str, result: Result<T, Refusal>) -> Result<T, Refusal> {
+    crate::metrics::request(app, result.as_ref().map_or_else(Refusal::code, |_| "ok"));
+    result
 }
 
 async fn openapi() -> impl IntoResponse {
@@ -286,7 +308,16 @@ async fn search<C: Cluster>(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, Refusal> {
     let app = api.app(&headers)?;
-    let req: SearchRequest = serde_json::from_slice(&body)
+    counted(&app.cfg.name, searched(&api, app, alias, &body).await)
+}
+
+async fn searched<C: Cluster>(
+    api: &SearchApi<C>,
+    app: &App,
+    alias: String,
+    body: &[u8],
+) -> Result<Json<Value>, Refusal> {
+    let req: SearchRequest = serde_json::from_slice(body)
         .map_err(|e| Refusal::bad(&format!("the request body: {e}")))?;
     let target = api.target(app, &alias, &api.cluster.view().borrow())?;
     if !app.cfg.templates.contains(&req.template) {
@@ -359,6 +390,16 @@ async fn document<C: Cluster>(
     headers: HeaderMap,
 ) -> Result<Json<Value>, Refusal> {
     let app = api.app(&headers)?;
+    counted(&app.cfg.name, read(&api, app, alias, id, q).await)
+}
+
+async fn read<C: Cluster>(
+    api: &SearchApi<C>,
+    app: &App,
+    alias: String,
+    id: String,
+    q: ReadAfter,
+) -> Result<Json<Value>, Refusal> {
     let target = api.target(app, &alias, &api.cluster.view().borrow())?;
     let waited = api.wait_for(&target, q.after.as_deref(), q.wait_ms).await?;
     // A read by id is real-time: no refresh needed.
@@ -388,6 +429,14 @@ async fn position<C: Cluster>(
     headers: HeaderMap,
 ) -> Result<Json<Value>, Refusal> {
     let app = api.app(&headers)?;
+    counted(&app.cfg.name, positioned(&api, app, alias).await)
+}
+
+async fn positioned<C: Cluster>(
+    api: &SearchApi<C>,
+    app: &App,
+    alias: String,
+) -> Result<Json<Value>, Refusal> {
     let target = api.target(app, &alias, &api.cluster.view().borrow())?;
     let point = api.cluster.position_of(&target.source).await.map_err(|e| {
         Refusal::new(
