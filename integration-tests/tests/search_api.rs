@@ -85,7 +85,15 @@ async fn applications_search_through_templates_and_read_their_own_writes() {
         .await;
     let alias = ctx.pipeline("items").alias;
     let others = ctx.pipeline("others").alias;
-    let (token, slow_token) = (random_hex(), random_hex());
+    // `shop`'s token as an operator makes it: `sluicectl app-token` (its digest admits it).
+    let minted = std::process::Command::new(sluice_integration_tests::Service::binary("sluicectl"))
+        .args(["-o", "json", "app-token", "shop"])
+        .output()
+        .expect("sluicectl app-token");
+    let minted: Value = serde_json::from_slice(&minted.stdout).expect("its JSON");
+    let token = minted["token"].as_str().unwrap().to_owned();
+    let shop_digest = minted["token_sha256"].as_str().unwrap().to_owned();
+    let slow_token = random_hex();
     let port = sluice_integration_tests::ports::free_port();
     ctx.center_section(&format!(
         r#"
@@ -113,7 +121,7 @@ query = {{ size = "{{{{size}}}}", query = {{ term = {{ v = "{{{{v}}}}" }} }} }}
 name = "everything"
 query = {{ query = {{ match_all = {{}} }} }}
 "#,
-        digest(&token),
+        shop_digest,
         digest(&slow_token)
     ));
     // An etl slower than the worker confirms positions (its batches linger longer than

@@ -107,6 +107,12 @@ enum Command {
     /// API tokens: each user's credentials for sluicectl and gRPC clients.
     #[command(subcommand)]
     Tokens(users::TokenCmd),
+    /// A new token for an application of the search API and the `[[search.apps]]` entry
+    /// that admits it (made here, sent nowhere: the centers' config holds only its digest).
+    AppToken {
+        /// The application's name.
+        name: String,
+    },
     /// The audit log: every change, allowed or refused, with who, when and from where.
     Audit {
         #[arg(long, default_value_t = 50)]
@@ -293,6 +299,28 @@ fn version(v: u32) -> String {
     }
 }
 
+/// `app-token NAME`: a random token (256 bits, hex) and its SHA-256.
+fn app_token(name: &str, out: Output) {
+    use sha2::Digest as _;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system's random source answers");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let token = hex(&bytes);
+    let digest = hex(&sha2::Sha256::digest(token.as_bytes()));
+    match out {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({"name": name, "token": token, "token_sha256": digest})
+        ),
+        Output::Table => println!(
+            "token for {name} (give it to the application; it is not kept anywhere):\n{token}\n\n\
+             for the centers' config:\n[[search.apps]]\nname = {}\ntoken_sha256 = \"{digest}\"\n\
+             aliases = []\ntemplates = []",
+            serde_json::Value::String(name.to_owned())
+        ),
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let cli = Cli::parse();
@@ -303,6 +331,10 @@ async fn main() {
 }
 
 async fn run(cli: &Cli) -> anyhow::Result<()> {
+    if let Command::AppToken { name } = &cli.command {
+        app_token(name, cli.output);
+        return Ok(());
+    }
     let mut conn = Conn::open(cli).await?;
     let out = cli.output;
     match &cli.command {
@@ -338,6 +370,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             user,
             method,
         } => users::audit(&mut conn, out, *limit, user, method).await?,
+        Command::AppToken { .. } => unreachable!("answered without a center"),
     }
     Ok(())
 }
