@@ -31,11 +31,17 @@ impl Debezium {
         );
     }
 
-    /// Starts an engine capturing `table` of the test's database into topics
+    /// Starts an engine capturing `tables` of the test's database into topics
     /// `<prefix>.<db>.<table>`: a snapshot of the table first (its records `op: r`), then
     /// its binlog. `schemas`: Debezium's JSON converter with schemas in every message.
     /// `run` numbers the log of this start.
-    pub fn start(ctx: &TestCtx, prefix: &str, table: &str, schemas: bool, run: u32) -> Debezium {
+    pub fn start(
+        ctx: &TestCtx,
+        prefix: &str,
+        tables: &[&str],
+        schemas: bool,
+        run: u32,
+    ) -> Debezium {
         Self::install();
         let work = ctx.dir.join(format!("debezium-{run}"));
         std::fs::create_dir_all(&work).expect("work dir");
@@ -43,6 +49,7 @@ impl Debezium {
         let out = std::fs::File::create(&log).expect("log file");
         let url = mysql_async::Opts::from_url(&ctx.stack.mysql_url).expect("a mysql:// URL");
         let schemas = schemas.to_string();
+        let qualified: Vec<String> = tables.iter().map(|t| format!("{}.{t}", ctx.db)).collect();
         let child = Command::new(script())
             .args(["--connector", connector()])
             .args(["--host", url.ip_or_hostname()])
@@ -50,7 +57,7 @@ impl Debezium {
             .args(["--user", url.user().unwrap_or("root")])
             .args(["--password", url.pass().unwrap_or("")])
             .args(["--database", &ctx.db])
-            .args(["--table", &format!("{}.{table}", ctx.db)])
+            .args(["--table", &qualified.join(",")])
             .args(["--server-id", &(ctx.server_id + 900).to_string()])
             .args([
                 "--topic-prefix",
@@ -63,6 +70,16 @@ impl Debezium {
             .args(["--events", "1", "--timeout-s", "3600", "--hold"])
             .args(["--set", "snapshot.mode=initial"])
             .args(["--set", "snapshot.locking.mode=none"])
+            // Only the captured tables' DDL: other tests create and drop databases on
+            // the same server meanwhile, which a snapshot of every schema trips over.
+            .args([
+                "--set",
+                "schema.history.internal.store.only.captured.tables.ddl=true",
+            ])
+            .args([
+                "--set",
+                "schema.history.internal.store.only.captured.databases.ddl=true",
+            ])
             .args(["--set", "decimal.handling.mode=string"])
             .args(["--set", &format!("key.converter.schemas.enable={schemas}")])
             .args([

@@ -63,7 +63,7 @@ async fn debezium_topics_build_the_same_documents() {
     let mut etl = ctx.etl_with(std::slice::from_ref(&spec));
     etl.start();
 
-    let mut debezium = Debezium::start(&ctx, &prefix, "items", schemas, 1);
+    let mut debezium = Debezium::start(&ctx, &prefix, &["items"], schemas, 1);
     equal(
         &ctx,
         &alias,
@@ -104,7 +104,7 @@ async fn debezium_topics_build_the_same_documents() {
     // (A row deleted while Debezium is down, its offsets lost, is a change no snapshot
     // tells: that needs a rebuild, as for any source that lost its position.)
     debezium.stop();
-    let mut debezium = Debezium::start(&ctx, &prefix, "items", schemas, 2);
+    let mut debezium = Debezium::start(&ctx, &prefix, &["items"], schemas, 2);
     etl.terminate(Duration::from_secs(30));
     let group = format!("{}-replay", ctx.group);
     let mut replay = ctx
@@ -132,18 +132,87 @@ async fn debezium_topics_build_the_same_documents() {
     ctx.cleanup().await;
 }
 
+/// The etl's and Debezium's last lines.
+fn logs(etl: &Service, dbz: &Debezium) -> String {
+    format!(
+        "--- etl ---\n{}\n--- debezium ---\n{}",
+        etl.log_tail(),
+        dbz.log_tail()
+    )
+}
+
 /// Waits until the index behind `alias` equals the table, row for row.
 async fn equal(ctx: &TestCtx, alias: &str, etl: &Service, dbz: &Debezium, what: &str) {
     eventually(what, Duration::from_secs(120), || async {
         check_table(ctx, "items", alias, &CheckOptions::default())
             .await
-            .map_err(|e| {
-                format!(
-                    "{e}\n--- etl ---\n{}\n--- debezium ---\n{}",
-                    etl.log_tail(),
-                    dbz.log_tail()
-                )
-            })
+            .map_err(|e| format!("{e}\n{}", logs(etl, dbz)))
     })
     .await;
+}
+
+on_sources!(debezium_topics_build_documents_from_several_tables: mariadb, mysql);
+/// The shop's tree (products → brand, SKUs → prices, tags, promotions) fed by Debezium's
+/// topics of its six tables: documents read back from MySQL as any tree's, versioned by
+/// Debezium's coordinates, equal to what MySQL yields through changes at every level.
+async fn debezium_topics_build_documents_from_several_tables() {
+    let ctx = TestCtx::new("dbztree").await;
+    sluice_integration_tests::shop::schema(&ctx).await;
+    sluice_integration_tests::shop::data(&ctx, 30, 10).await;
+    let tables = [
+        "products",
+        "brands",
+        "skus",
+        "sku_prices",
+        "product_tags",
+        "promotions",
+    ];
+    let prefix = format!("dbz_{}", ctx.suffix);
+    let topics: Vec<String> = tables
+        .iter()
+        .map(|t| format!("{prefix}.{}.{t}", ctx.db))
+        .collect();
+    for t in topics.iter().chain([&prefix]) {
+        ctx.clean_up_topic(t.clone());
+    }
+    sluice_kafka::ensure_topics(
+        &sluice_kafka::KafkaConfig::new(ctx.kafka_brokers()),
+        &topics,
+    )
+    .await
+    .unwrap();
+    let mut spec = sluice_integration_tests::shop::spec(&ctx);
+    spec["input"] = json!({"format": "debezium", "topic_prefix": prefix});
+    let mut etl = ctx.etl_with(std::slice::from_ref(&spec));
+    etl.start();
+    let schemas = matches!(Lane::current().flavor(), Lane::MySql);
+    let mut debezium = Debezium::start(&ctx, &prefix, &tables, schemas, 1);
+    let documents = |what: &'static str| {
+        let (ctx, spec, etl, dbz) = (&ctx, &spec, &etl, &debezium);
+        async move {
+            eventually(what, Duration::from_secs(120), || async {
+                sluice_integration_tests::check_documents(ctx, spec)
+                    .await
+                    .map_err(|e| format!("{e}\n{}", logs(etl, dbz)))
+            })
+            .await
+        }
+    };
+    documents("the snapshot's documents").await;
+    for sql in [
+        "UPDATE brands SET name = 'renamed' WHERE id = 1",
+        "UPDATE skus SET product_id = 2 WHERE id = 30",
+        "DELETE FROM sku_prices WHERE sku_id = 40",
+        "UPDATE products SET deleted = 1 WHERE id = 5",
+        "INSERT INTO product_tags (product_id, tag, created_at) VALUES (7, 'newest', '2030-01-01 00:00:00')",
+        "INSERT INTO promotions (product_id, brand_id, pct) VALUES (12, 2, 15)",
+        "UPDATE products SET title = 'retitled', brand_id = 3 WHERE id = 9",
+    ] {
+        ctx.exec(sql).await;
+    }
+    let n = documents("changes at every level of the tree").await;
+    assert_eq!(n, 29, "30 products, one filtered out");
+    debezium.stop();
+    etl.terminate(Duration::from_secs(30));
+    ctx.cleanup().await;
 }
