@@ -217,22 +217,29 @@ async fn sample(
         .filter(|p| crate::share::owns(&members, &t.member, &node_of(p), 0))
         .collect();
     tracks.retain(|name, _| mine.iter().any(|p| &p.spec.name == name));
+    // Each source's confirmed position, read once a pass (before any end offsets: every
+    // event up to it is then below them).
+    let mut confirmed: HashMap<&str, Option<(Checkpoint, i64)>> = HashMap::new();
     for p in mine {
         let spec = &p.spec;
         let track = tracks.entry(spec.name.clone()).or_default();
         track.source.clone_from(&spec.source);
-        let Some(node) = coord
-            .get(&sluice_zk::layout::checkpoint(&spec.source))
-            .await?
-        else {
-            continue; // the source's task has confirmed nothing yet
-        };
-        let Ok(checkpoint) = Checkpoint::from_json(&node.data) else {
+        if !confirmed.contains_key(spec.source.as_str()) {
+            let node = coord
+                .get(&sluice_zk::layout::checkpoint(&spec.source))
+                .await?;
+            let read = node.and_then(|n| Checkpoint::from_json(&n.data).ok());
+            let read = read.map(|cp| (cp, sluice_model::now_ms()));
+            confirmed.insert(&spec.source, read);
+        }
+        // None: the source's task has confirmed nothing yet.
+        let Some((checkpoint, read_at_ms)) = confirmed[spec.source.as_str()].clone() else {
             continue;
         };
-        let read_at_ms = sluice_model::now_ms();
         if track.is_new(&checkpoint) {
-            let ends = offsets.ends(&topics_of(spec, &t.topics)).await?;
+            let ends = offsets
+                .ends(&crate::pipeline::change_topics(spec, &t.topics))
+                .await?;
             track.sampled(Sample {
                 checkpoint,
                 read_at_ms,
@@ -265,22 +272,6 @@ async fn committed(
         .zip(found)
         .filter_map(|(tp, c)| Some((tp, c?)))
         .collect())
-}
-
-/// The topics whose events move a pipeline's documents: each table's change topic and
-/// the source's schema topic (DDL that rewrites rows).
-fn topics_of(spec: &sluice_model::PipelineSpec, topics: &TopicConfig) -> Vec<String> {
-    if !spec.input.is_sluice() {
-        let tables = spec.tables();
-        return (tables.iter())
-            .filter_map(|(db, table)| spec.input.debezium_topic(db, table))
-            .collect();
-    }
-    spec.tables()
-        .iter()
-        .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
-        .chain([topics.schema_topic(&spec.source)])
-        .collect()
 }
 
 #[cfg(test)]

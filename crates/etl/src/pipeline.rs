@@ -184,13 +184,8 @@ impl Router {
         let mut by_schema: HashMap<String, Vec<usize>> = HashMap::new();
         let mut debezium = std::collections::HashSet::new();
         for (i, p) in pipelines.iter().enumerate() {
-            let spec = &p.cfg.spec;
-            if !spec.input.is_sluice() {
-                debezium.extend(
-                    spec.tables()
-                        .iter()
-                        .filter_map(|(db, table)| spec.input.debezium_topic(db, table)),
-                );
+            if !p.cfg.spec.input.is_sluice() {
+                debezium.extend(change_topics(&p.cfg.spec, topics));
                 continue;
             }
             by_schema
@@ -469,23 +464,29 @@ impl Pipeline {
     /// The topics it consumes: the change topic of each table of its tree, and its
     /// builds' (always: a build then starts without a change of the partitions consumed).
     pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
-        let spec = &self.cfg.spec;
-        if !spec.input.is_sluice() {
-            return spec
-                .tables()
-                .iter()
-                .filter_map(|(db, table)| spec.input.debezium_topic(db, table))
-                .chain([self.build_topic.clone()])
-                .collect();
-        }
-        spec.tables()
-            .iter()
-            .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
-            .chain([self.build_topic.clone()])
-            // DDL that changes rows without row events marks the pipeline.
-            .chain([topics.schema_topic(&spec.source)])
-            .collect()
+        let mut all = change_topics(&self.cfg.spec, topics);
+        all.push(self.build_topic.clone());
+        all
     }
+}
+
+/// The topics whose events move a pipeline's documents: each table's change topic
+/// (Sluice's, or Debezium's for a pipeline fed by Debezium), and for Sluice's input the
+/// source's schema topic (DDL that changes rows without row events marks the pipeline).
+pub(crate) fn change_topics(
+    spec: &sluice_model::PipelineSpec,
+    topics: &TopicConfig,
+) -> Vec<String> {
+    let tables = spec.tables();
+    if !spec.input.is_sluice() {
+        return (tables.iter())
+            .filter_map(|(db, table)| spec.input.debezium_topic(db, table))
+            .collect();
+    }
+    (tables.iter())
+        .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
+        .chain([topics.schema_topic(&spec.source)])
+        .collect()
 }
 
 #[cfg(test)]
