@@ -482,6 +482,50 @@ mod tests {
     }
 
     #[test]
+    fn debezium_topics_are_read_in_debezium_s_format_and_what_is_not_a_change_is_dead_lettered() {
+        let mut spec = PipelineSpec::table("items", "s", "d", "items");
+        spec.input.format = sluice_model::pipeline::InputFormat::Debezium;
+        spec.input.topic_prefix = "dbz".into();
+        let r = router(vec![spec]);
+        let topic = "dbz.d.items".to_owned();
+        // Debezium names its connector, not the source: the topic says whose it is.
+        let update = json!({
+            "before": {"id": 7, "name": "a"}, "after": {"id": 7, "name": "b"},
+            "source": {"name": "dbz", "file": "b.000002", "pos": 900, "row": 0, "db": "d", "table": "items"},
+            "op": "u"
+        });
+        let mut keyed = msg(topic.clone(), update);
+        keyed.key = Some(br#"{"id": 7}"#.to_vec());
+        let mut tombstone = msg(topic.clone(), Value::Null);
+        tombstone.key = Some(br#"{"id": 7}"#.to_vec());
+        tombstone.payload.clear();
+        let truncate = json!({"source": {"file": "b.000002", "pos": 950, "db": "d", "table": "items"}, "op": "t"});
+        let batch = [
+            keyed,
+            tombstone,
+            msg(topic.clone(), truncate),
+            msg(topic, json!("not an event")),
+        ];
+        let mut p = planned(&r, &batch, &Prepared::default());
+        let dead: Vec<(usize, &str)> = p.dead.iter().map(|d| (d.msg, d.reason.as_str())).collect();
+        assert_eq!(
+            dead,
+            [
+                (2, "not a Debezium change event: a TRUNCATE (op t): rebuild the index"),
+                (3, "not a Debezium change event: not a change event (a JSON object): \"not an event\"")
+            ]
+        );
+        let version = sluice_model::version::ExternalVersion::new(0, 2, 900)
+            .unwrap()
+            .get();
+        assert_eq!(
+            writes(&mut p),
+            [("items_v1".to_owned(), "7".to_owned(), version, 0)],
+            "the change written with the version of its binlog coordinates; the tombstone skipped"
+        );
+    }
+
+    #[test]
     fn what_cannot_be_decoded_or_has_no_id_is_dead_lettered_with_why() {
         let r = router(vec![PipelineSpec::table("items", "s", "d", "items")]);
         let build = TopicConfig::default().build_topic("items");

@@ -19,8 +19,9 @@ use sluice_model::event::{ChangeEvent, ColumnInfo, Op, SourceInfo};
 use sluice_model::version::ExternalVersion;
 
 /// The change event a Debezium message stands for; `None` for what changes no row (a
-/// tombstone, which follows each delete, or a message without an `op`). The error says
-/// why the message cannot be applied.
+/// tombstone, which follows each delete). The error says why the message cannot be
+/// applied: a table's topic holds change events and tombstones alone, so anything else is
+/// a dead letter, never skipped.
 pub fn change_event(key: Option<&[u8]>, value: &[u8]) -> Result<Option<ChangeEvent>, String> {
     if value.is_empty() {
         return Ok(None);
@@ -31,9 +32,13 @@ pub fn change_event(key: Option<&[u8]>, value: &[u8]) -> Result<Option<ChangeEve
         return Ok(None);
     }
     let (schema, payload) = unwrap(value);
-    let Some(op) = payload.get("op").and_then(Value::as_str) else {
-        return Ok(None);
-    };
+    if !payload.is_object() {
+        return Err(format!("not a change event (a JSON object): {payload}"));
+    }
+    let op = payload
+        .get("op")
+        .and_then(Value::as_str)
+        .ok_or("no `op`: not a row change")?;
     let op = match op {
         "c" => Op::Create,
         "u" => Op::Update,
@@ -415,6 +420,18 @@ mod tests {
         assert_eq!(civil(11_016), (2000, 2, 29));
         assert_eq!(trimmed(date_time(1_500_000), 3), "1970-01-01T00:00:01.500");
         assert_eq!(date_time(-1), "1969-12-31T23:59:59.999999");
+    }
+
+    #[test]
+    fn what_is_no_change_event_is_refused_not_skipped() {
+        assert_eq!(
+            change_event(None, br#""text""#).unwrap_err(),
+            r#"not a change event (a JSON object): "text""#
+        );
+        assert_eq!(
+            change_event(None, br#"{"ddl": "CREATE TABLE t (id INT)"}"#).unwrap_err(),
+            "no `op`: not a row change"
+        );
     }
 
     #[test]
