@@ -20,23 +20,31 @@ async fn a_crash_after_elasticsearch_acknowledged_and_before_the_offset_commit_o
     let mut worker = ctx.worker();
     worker.start();
     ctx.wait_worker_ready(&worker).await;
-    for chunk in 0..20 {
-        let values: Vec<String> = (0..100)
-            .map(|i| chunk * 100 + i)
-            .map(|id| format!("({id}, 'b{id}')"))
-            .collect();
-        ctx.exec(&format!("INSERT INTO notes VALUES {}", values.join(",")))
-            .await;
-    }
+    let insert = |chunks: std::ops::Range<i32>| {
+        let ctx = &ctx;
+        async move {
+            for chunk in chunks {
+                let values: Vec<String> = (0..100)
+                    .map(|i| chunk * 100 + i)
+                    .map(|id| format!("({id}, 'b{id}')"))
+                    .collect();
+                ctx.exec(&format!("INSERT INTO notes VALUES {}", values.join(",")))
+                    .await;
+            }
+        }
+    };
+    insert(0..5).await;
     ctx.wait_streamed(&worker).await;
 
-    // The first batch (500 documents) is written, acknowledged, and its offsets never
-    // committed. One batch in flight, so that none other is half-written at the crash
-    // and the count below is exactly what is replayed.
+    // The topic holds exactly one batch (500 documents, lingered for up to 10 s until it
+    // is full): it is written, acknowledged, and its offsets never committed. With a
+    // second batch in the topic its bulk could be on its way (a batch whose writes are
+    // done frees its place in the flight before it lands), and the count below would
+    // depend on whether it reached Elasticsearch before the crash.
     let mut etl = ctx
         .etl(std::slice::from_ref(&pipeline))
         .with_env("SLUICE_ETL__MAX_BATCH_DOCS", "500")
-        .with_env("SLUICE_ETL__MAX_IN_FLIGHT", "1")
+        .with_env("SLUICE_ETL__LINGER", "10s")
         .with_env("FAILPOINTS", "etl.before_commit");
     etl.start();
     etl.wait_failpoint("etl.before_commit", Duration::from_secs(90));
@@ -45,7 +53,10 @@ async fn a_crash_after_elasticsearch_acknowledged_and_before_the_offset_commit_o
     let applied = es.count(&pipeline.alias).await.unwrap_or(0);
     assert_eq!(applied, 500, "the batch was applied before the crash");
 
+    insert(5..20).await;
+    ctx.wait_streamed(&worker).await;
     etl.without_env("FAILPOINTS");
+    etl.without_env("SLUICE_ETL__LINGER");
     etl.start();
     let run = Running { worker, etl };
     ctx.converges(&run, &pipeline, Duration::from_secs(90))
