@@ -260,6 +260,15 @@ impl TestCtx {
         ClusterSource { name, pipeline }
     }
 
+    /// Puts `spec` as an operator would: `sluicectl pipelines put NAME --spec FILE`, the
+    /// file a JSON one in the test's directory. sluicectl's JSON answer or its error.
+    pub fn put_spec(&self, cluster: &Cluster, spec: &Value) -> Result<Value, String> {
+        let name = spec["name"].as_str().expect("the spec has a name");
+        let path = self.dir.join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(spec).expect("JSON")).expect("spec file");
+        cluster.ctl(&["pipelines", "put", name, "--spec", &path.to_string_lossy()])
+    }
+
     /// (Re)puts `source`'s pipeline (named like its alias), with `extra` sluicectl
     /// arguments (`--field ...`, `--shards 2`); sluicectl's JSON answer or its error.
     pub fn put_pipeline(

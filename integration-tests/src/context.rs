@@ -212,7 +212,13 @@ impl TestCtx {
     /// A second database of the test's on the same server (which its source does not
     /// capture), dropped with the test's own.
     pub async fn other_database(&self) -> String {
-        let db = format!("{}_other", self.db);
+        self.database("other").await
+    }
+
+    /// Database `<test database>_<suffix>` on the same server, created now and dropped
+    /// with the test's own.
+    pub async fn database(&self, suffix: &str) -> String {
+        let db = format!("{}_{suffix}", self.db);
         self.exec(&format!("CREATE DATABASE `{db}`")).await;
         self.extra.lock().expect("extra").1.push(db.clone());
         db

@@ -45,13 +45,6 @@ fn delayed_spec(ctx: &TestCtx, source: &ClusterSource) -> Value {
     })
 }
 
-fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> {
-    let name = spec["name"].as_str().unwrap();
-    let path = ctx.dir.join(format!("{name}.json"));
-    std::fs::write(&path, serde_json::to_vec_pretty(spec).unwrap()).unwrap();
-    cluster.ctl(&["pipelines", "put", name, "--spec", path.to_str().unwrap()])
-}
-
 /// The category name product `id`'s document holds in `index`, for each of `ids`.
 async fn category_names(ctx: &TestCtx, index: &str, ids: &[u64]) -> Vec<Option<String>> {
     let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
@@ -112,10 +105,10 @@ async fn a_delayed_category_rename_is_applied_by_the_job_not_inline() {
     let mut spec = delayed_spec(&ctx, &source);
     // A schedule that is not a time of day is refused with its key.
     spec["delayed"] = json!({"daily_at": "25:00"});
-    let e = put(&ctx, &cluster, &spec).unwrap_err();
+    let e = ctx.put_spec(&cluster, &spec).unwrap_err();
     assert!(e.contains("delayed.daily_at:"), "{e}");
     spec["delayed"] = json!({"daily_at": "03:00"});
-    let got = put(&ctx, &cluster, &spec).unwrap();
+    let got = ctx.put_spec(&cluster, &spec).unwrap();
     assert_eq!(got["relations"][0]["delayed"], true, "{got}");
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
@@ -286,7 +279,7 @@ async fn a_leader_killed_while_recording_delayed_changes_loses_and_repeats_none(
     let source = ctx.add_source(&cluster, "products", 1).await;
     let name = source.pipeline.alias.clone();
     let spec = delayed_spec(&ctx, &source);
-    put(&ctx, &cluster, &spec).unwrap();
+    ctx.put_spec(&cluster, &spec).unwrap();
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
         .await;

@@ -40,6 +40,7 @@ mod restarts;
 mod rotation;
 mod search_api;
 mod secrets;
+mod sharded;
 mod soak;
 mod source_faults;
 mod source_lifecycle;

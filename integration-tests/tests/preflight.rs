@@ -33,6 +33,7 @@ async fn a_source_that_cannot_be_streamed_is_told_every_fix() {
         password: sluice_model::Secret::new("thin"),
         server_id: 7499,
         tables: vec![],
+        shards: Vec::new(),
         tls: None,
         allow_public_key_retrieval: true,
     };

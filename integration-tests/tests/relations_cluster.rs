@@ -6,19 +6,11 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sluice_integration_tests::on_sources;
-use sluice_integration_tests::{check_documents, eventually, shop, Cluster, TestCtx};
+use sluice_integration_tests::{check_documents, eventually, shop, TestCtx};
 
 const PRODUCTS: u64 = 600;
-
-/// Puts `spec` through `sluicectl pipelines put NAME --spec FILE`.
-fn put(ctx: &TestCtx, cluster: &Cluster, spec: &Value) -> Result<Value, String> {
-    let name = spec["name"].as_str().unwrap();
-    let path = ctx.dir.join(format!("{name}.json"));
-    std::fs::write(&path, serde_json::to_vec_pretty(spec).unwrap()).unwrap();
-    cluster.ctl(&["pipelines", "put", name, "--spec", path.to_str().unwrap()])
-}
 
 /// One round of changes to all five tables of the shop (round `n`).
 fn change_everything(n: u64) -> Vec<String> {
@@ -66,24 +58,24 @@ async fn a_whole_tree_builds_under_a_load_on_all_its_tables() {
     // Mistakes are refused with the key named.
     let mut wrong = spec.clone();
     wrong["relations"][1]["relations"][0]["on"] = json!({"id": "sku"});
-    let e = put(&ctx, &cluster, &wrong).unwrap_err();
+    let e = ctx.put_spec(&cluster, &wrong).unwrap_err();
     assert!(
         e.contains("relations.skus.relations.prices.on: `sku` is not a column of"),
         "{e}"
     );
     let mut wrong = spec.clone();
     wrong["relations"][0]["filter"] = json!("name <> '' OR (SELECT 1)");
-    let e = put(&ctx, &cluster, &wrong).unwrap_err();
+    let e = ctx.put_spec(&cluster, &wrong).unwrap_err();
     assert!(e.contains("relations.brand.filter:"), "{e}");
     let mut wrong = spec.clone();
     wrong["relations"][2]["table"] = json!("product_tag");
-    let e = put(&ctx, &cluster, &wrong).unwrap_err();
+    let e = ctx.put_spec(&cluster, &wrong).unwrap_err();
     assert!(
         e.contains("relations.tags.table: `") && e.contains("product_tag` does not exist"),
         "{e}"
     );
 
-    let put_back = put(&ctx, &cluster, &spec).unwrap();
+    let put_back = ctx.put_spec(&cluster, &spec).unwrap();
     assert_eq!(
         put_back["relations"][1]["relations"][0]["name"], "prices",
         "{put_back}"
@@ -173,7 +165,7 @@ async fn parent_child_documents_are_built_routed_and_moved_with_their_parent() {
     }));
     spec["source"] = json!(source.name);
     spec["shards"] = json!(2);
-    put(&ctx, &cluster, &spec).unwrap();
+    ctx.put_spec(&cluster, &spec).unwrap();
     cluster
         .wait_running(&[&source], Duration::from_secs(60))
         .await;

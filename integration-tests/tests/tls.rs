@@ -100,6 +100,7 @@ async fn sources_and_the_meta_database_over_tls_with_client_certificates() {
         password: sluice_model::Secret::new(&accounts.reader_password),
         server_id: 1,
         tables: Vec::new(),
+        shards: Vec::new(),
         tls,
         allow_public_key_retrieval: false,
     };

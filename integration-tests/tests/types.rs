@@ -87,6 +87,7 @@ fn source(ctx: &TestCtx) -> sluice_mysql::SourceConfig {
         password: sluice_model::Secret::new(ctx.stack.source_password.clone()),
         server_id: ctx.server_id,
         tables: vec![],
+        shards: Vec::new(),
         tls: None,
         allow_public_key_retrieval: true,
     }

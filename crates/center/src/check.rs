@@ -144,12 +144,14 @@ pub(crate) async fn chunks(shared: &Shared, p: &StoredPipeline) -> Result<Vec<Ch
     let mut conn = src.reader_conn().await?;
     let mut chunks = Vec::new();
     for (kind, doc) in plans.iter().enumerate() {
-        let bounds = doc
-            .root
-            .table
-            .chunk_bounds(&src, &mut conn, CHUNK_ROWS)
-            .await?;
-        chunks.extend(ChunkRecord::cut(kind, &bounds).map_err(CenterError::definite)?);
+        // A sharded root is cut shard by shard, each by its own primary key.
+        for (shard, table) in doc.root.table.parts() {
+            let bounds = table.chunk_bounds(&src, &mut conn, CHUNK_ROWS).await?;
+            for mut chunk in ChunkRecord::cut(kind, &bounds).map_err(CenterError::definite)? {
+                chunk.shard.clone_from(&shard);
+                chunks.push(chunk);
+            }
+        }
     }
     let _ = conn.disconnect().await;
     Ok(chunks)

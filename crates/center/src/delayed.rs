@@ -119,6 +119,7 @@ pub(crate) async fn chunks(
                 lower: Json::Null,
                 upper: Json::Null,
                 keys: part.to_vec(),
+                shard: None,
             });
         }
     }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use sluice_model::pipeline::TablePattern;
 use sluice_model::{Availability, SourceSpec};
 use sluice_zk::layout::{self, AssignmentRecord, PipelineRecord, SourceRecord};
 use sluice_zk::{Cached, DirCache, Expect};
@@ -557,7 +558,8 @@ fn publish_plan(
 }
 
 /// The source's record: how to reach it, and what to capture — its own table patterns
-/// plus every table of its pipelines (none: everything, which covers them).
+/// plus every table of its pipelines, sharded ones by their patterns (none: everything,
+/// which covers them).
 pub(crate) fn source_record(
     s: &SourceSpec,
     pipelines: &[StoredPipeline],
@@ -566,7 +568,16 @@ pub(crate) fn source_record(
     let mut spec = s.clone();
     if !spec.tables.is_empty() {
         for p in pipelines.iter().filter(|p| p.spec.source == s.name) {
+            let patterns = p.spec.patterns();
+            for pattern in &patterns {
+                if !spec.shards.contains(pattern) {
+                    spec.shards.push(pattern.clone());
+                }
+            }
             for (db, table) in p.spec.tables() {
+                if patterns.contains(&TablePattern::new(&db, &table)) {
+                    continue;
+                }
                 let covered = spec
                     .tables
                     .iter()
@@ -725,6 +736,7 @@ mod tests {
             password_ref: "env:P".into(),
             server_id: 1,
             tables: vec!["shop.products".into(), "crm.*".into()],
+            shards: Vec::new(),
             coordinates: Default::default(),
         };
         let mut spec = PipelineSpec::table("p", "shop", "shop", "products");
@@ -738,17 +750,24 @@ mod tests {
         .unwrap();
         spec.relations = tree.relations;
         let other = PipelineSpec::table("o", "elsewhere", "x", "y");
+        let mut sharded = PipelineSpec::table("s", "shop", r"db_\d+", r"orders_\d+");
+        sharded.sharded = true;
         let stored = |spec| StoredPipeline {
             spec,
             live_version: 0,
             building_version: 0,
             history: Default::default(),
         };
-        let record = source_record(&source, &[stored(spec), stored(other)], 3);
+        let record = source_record(&source, &[stored(spec), stored(other), stored(sharded)], 3);
         assert_eq!(
             record.spec.tables,
             ["shop.products", "crm.*", "shop.brands"],
             "its own patterns, then what its pipelines add; not other sources' tables"
+        );
+        assert_eq!(
+            record.spec.shards,
+            [TablePattern::new(r"db_\d+", r"orders_\d+")],
+            "a sharded table is captured by its patterns"
         );
         let everything = SourceSpec {
             tables: vec![],

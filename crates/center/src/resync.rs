@@ -115,6 +115,7 @@ pub(crate) async fn chunks(
                 lower: Json::Null,
                 upper: Json::Null,
                 keys: part.to_vec(),
+                shard: None,
             });
         }
     }

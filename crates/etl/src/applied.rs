@@ -237,9 +237,15 @@ async fn sample(
             continue;
         };
         if track.is_new(&checkpoint) {
-            let ends = offsets
-                .ends(&crate::pipeline::change_topics(spec, &t.topics))
-                .await?;
+            // Listed after the position was read: a shard's topic exists before any of
+            // its events is confirmed.
+            let existing = if spec.patterns().is_empty() {
+                Vec::new()
+            } else {
+                offsets.topic_names().await?
+            };
+            let topics = crate::pipeline::change_topics(spec, &t.topics, &existing);
+            let ends = offsets.ends(&topics).await?;
             track.sampled(Sample {
                 checkpoint,
                 read_at_ms,

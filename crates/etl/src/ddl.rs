@@ -82,9 +82,7 @@ pub(crate) fn rewritten(
 /// Whether rewrite `r` changed what the pipeline's documents hold.
 fn concerns(spec: &sluice_model::PipelineSpec, r: &Rewrite) -> bool {
     if r.columns.is_empty() {
-        spec.tables()
-            .iter()
-            .any(|(db, t)| *db == r.db && *t == r.table)
+        spec.reads_table(&r.db, &r.table)
     } else {
         r.columns
             .iter()

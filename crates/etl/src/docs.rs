@@ -153,6 +153,7 @@ impl Dirty {
             for path in plan.paths_of(&event.db, &event.table) {
                 let node = plan.node(path);
                 for image in [&event.before, &event.after].into_iter().flatten() {
+                    let image = &*DocPlan::event_image(node, &event.db, &event.table, image);
                     match &node.link {
                         None => {
                             let Some(key) = DocPlan::image_values(node, &plan.id, image) else {

@@ -29,7 +29,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use sluice_elastic::EsClient;
-use sluice_kafka::{CommitMode, Feed};
+use sluice_kafka::{CommitMode, Feed, TopicConfig};
 use sluice_runtime::ConfigError;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -134,14 +134,14 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
                 .borrow_and_update()
                 .clone()
                 .unwrap_or_default();
-            if routing.reroute(&cfg, &es, &list).await {
+            if routing.reroute(&cfg, &feed, &es, &list).await {
                 metrics::zero(list.iter().map(|p| p.spec.name.as_str()));
                 ready.set(true);
                 // Tell the center which versions this member now writes to.
                 links.applied.send_replace(record_of(&cfg, &list, &feed));
             }
         }
-        routing.reshare_if_due(&feed, &mut links.members, &me, &links.applied);
+        routing.reshare_if_due(&cfg.topics, &feed, &mut links.members, &me, &links.applied);
         // For the center: which index versions need a rebuild, as the last re-route or
         // batch found (none without ZooKeeper; the router logged them). Before waiting for
         // the next batch, which may not come soon.
@@ -338,33 +338,44 @@ struct Routing {
     backoff: sluice_model::Backoff,
     /// When to look at the topics' partitions again (a topic may gain some).
     reshare_at: Instant,
+    /// A sharded table has a topic not consumed yet: re-route.
+    new_shards: bool,
     reshare_backoff: sluice_model::Backoff,
 }
 
 impl Routing {
     fn new(cfg: &EtlConfig) -> Self {
         Routing {
-            router: Router::new(&[], &cfg.topics),
+            router: Router::new(&[], &cfg.topics, &[]),
             topics: BTreeSet::new(),
             bounds: Bounds::new(cfg),
             retry_at: None,
             backoff: cfg.etl.retry().backoff(),
             reshare_at: Instant::now(),
+            new_shards: false,
             reshare_backoff: cfg.etl.retry().backoff(),
         }
     }
 
-    /// Whether to re-route now: asked to, a retry is due, or the pipelines changed.
+    /// Whether to re-route now: asked to, a retry is due, the pipelines changed, or a
+    /// sharded table has a new shard's topic.
     fn due(&self, asked: bool, pipelines: &watch::Receiver<Option<Vec<Active>>>) -> bool {
         asked
+            || self.new_shards
             || self.retry_at.is_some_and(|at| Instant::now() >= at)
             || pipelines.has_changed().unwrap_or(false)
     }
 
     /// Routes by `list` from now on; `false` when it cannot yet (the pipelines in force
     /// stay, and it is tried again after a pause).
-    async fn reroute(&mut self, cfg: &EtlConfig, es: &EsClient, list: &[Active]) -> bool {
-        match route(cfg, list, &self.topics).await {
+    async fn reroute(
+        &mut self,
+        cfg: &EtlConfig,
+        feed: &Feed,
+        es: &EsClient,
+        list: &[Active],
+    ) -> bool {
+        match route(cfg, feed, list, &self.topics).await {
             Ok((mut r, t)) => {
                 r.check_known(es, &self.router.seen_columns()).await;
                 self.router = r;
@@ -377,6 +388,7 @@ impl Routing {
                     self.topics = t;
                     self.reshare_at = Instant::now();
                 }
+                self.new_shards = false;
                 self.retry_at = None;
                 self.backoff.reset();
                 true
@@ -386,6 +398,24 @@ impl Routing {
                 tracing::warn!(error = %e, retry_in = ?pause, "cannot apply the changed pipelines yet; retrying");
                 self.retry_at = Some(Instant::now() + pause);
                 false
+            }
+        }
+    }
+
+    /// With sharded tables, whether the cluster has a topic of theirs not consumed yet (a
+    /// shard created since): they are routed again, and the new topic consumed from its
+    /// start.
+    fn look_for_shards(&mut self, feed: &Feed, topics: &TopicConfig) {
+        if !self.router.sharded() {
+            return;
+        }
+        match feed.topic_names() {
+            Ok(existing) => {
+                self.new_shards = self.router.topics_with(topics, &existing) != self.topics;
+                tracing::debug!(found = self.new_shards, "looked for new shards' topics");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the topics of the sharded tables; looking again later")
             }
         }
     }
@@ -400,12 +430,14 @@ impl Routing {
     /// Shares the partitions again when [`Self::reshare_due`].
     fn reshare_if_due(
         &mut self,
+        topics: &TopicConfig,
         feed: &Feed,
         members: &mut watch::Receiver<Option<Vec<String>>>,
         me: &str,
         record: &watch::Sender<sluice_zk::layout::EtlRecord>,
     ) {
         if self.reshare_due(members) {
+            self.look_for_shards(feed, topics);
             let list = members.borrow_and_update().clone().unwrap_or_default();
             let backoff = &mut self.reshare_backoff;
             self.reshare_at = reshare(feed, &self.topics, list, me, record, backoff);
@@ -492,15 +524,18 @@ fn interrupted() {
 /// partitions consumed stay as they are.
 async fn route(
     cfg: &EtlConfig,
+    feed: &Feed,
     pipelines: &[Active],
     current: &BTreeSet<String>,
 ) -> Result<(Router, BTreeSet<String>)> {
-    let router = Router::new(pipelines, &cfg.topics);
-    let topics: BTreeSet<String> = router
-        .pipelines
-        .iter()
-        .flat_map(|p| p.topics(&cfg.topics))
-        .collect();
+    let mut router = Router::new(pipelines, &cfg.topics, &[]);
+    if router.sharded() {
+        let existing = feed
+            .topic_names()
+            .context("cannot list the topics of the sharded tables")?;
+        router = Router::new(pipelines, &cfg.topics, &existing);
+    }
+    let topics = router.topics();
     if topics == *current {
         return Ok((router, topics));
     }

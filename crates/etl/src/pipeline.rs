@@ -2,12 +2,13 @@
 //! a flat pipeline (one table, no filter) a document straight from the event's row; for
 //! the others, the compiled plans that read documents back from MySQL (see `docs`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use sluice_elastic::{versioned_index, BulkOp, EsClient, EsError};
 use sluice_kafka::TopicConfig;
+use sluice_model::pipeline::TableMatcher;
 use sluice_model::{BuildDocument, ChangeEvent, ColumnInfo, Op, PipelineSpec};
 use sluice_mysql::docs::DocPlan;
 use sluice_mysql::{MysqlError, SourceConfig};
@@ -45,6 +46,8 @@ pub(crate) struct Pipeline {
     pub(crate) unfit_settings: HashMap<String, String>,
     /// `<alias>_v<N>` of the version being built, if any.
     pub(crate) building_index: Option<String>,
+    /// Its sharded tables' patterns: a change of any table they match is its.
+    shards: Vec<TableMatcher>,
     /// The topic of its builds.
     build_topic: String,
     /// Pipelines read back from MySQL: their compiled documents.
@@ -112,6 +115,9 @@ impl Pipeline {
     fn new(cfg: &Active, topics: &TopicConfig) -> Self {
         Pipeline {
             tables: cfg.spec.tables(),
+            shards: (cfg.spec.patterns().iter())
+                .filter_map(|p| p.matcher().ok())
+                .collect(),
             building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
             build_topic: topics.build_topic(&cfg.spec.name),
             tree: (!cfg.spec.is_flat()).then_some(Tree::Unloaded),
@@ -167,11 +173,13 @@ impl Pipeline {
 }
 
 impl Router {
-    pub fn new(configs: &[Active], topics: &TopicConfig) -> Self {
+    /// Routes `configs`; `existing` (the cluster's topics) holds the change topics of
+    /// their sharded tables.
+    pub fn new(configs: &[Active], topics: &TopicConfig, existing: &[String]) -> Self {
         let pipelines: Vec<Pipeline> = configs.iter().map(|c| Pipeline::new(c, topics)).collect();
         let mut by_topic: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, p) in pipelines.iter().enumerate() {
-            for topic in p.topics(topics) {
+            for topic in p.topics(topics, existing) {
                 by_topic.entry(topic).or_default().push(i);
             }
         }
@@ -185,7 +193,7 @@ impl Router {
         let mut debezium = std::collections::HashSet::new();
         for (i, p) in pipelines.iter().enumerate() {
             if !p.cfg.spec.input.is_sluice() {
-                debezium.extend(change_topics(&p.cfg.spec, topics));
+                debezium.extend(change_topics(&p.cfg.spec, topics, &[]));
                 continue;
             }
             by_schema
@@ -202,6 +210,23 @@ impl Router {
             debezium,
             verdicts: Vec::new(),
         }
+    }
+
+    /// Whether a pipeline has sharded tables, whose topics are found among the cluster's.
+    pub fn sharded(&self) -> bool {
+        self.pipelines.iter().any(|p| !p.shards.is_empty())
+    }
+
+    /// Every topic the pipelines consume.
+    pub fn topics(&self) -> BTreeSet<String> {
+        self.by_topic.keys().cloned().collect()
+    }
+
+    /// Every topic the pipelines would consume, `existing` being the cluster's topics.
+    pub fn topics_with(&self, topics: &TopicConfig, existing: &[String]) -> BTreeSet<String> {
+        (self.pipelines.iter())
+            .flat_map(|p| p.topics(topics, existing))
+            .collect()
     }
 
     /// Whether `topic`'s messages are Debezium's change events.
@@ -224,6 +249,7 @@ impl Router {
                     p.tables
                         .iter()
                         .any(|(db, table)| *db == event.db && *table == event.table)
+                        || p.shards.iter().any(|s| s.matches(&event.db, &event.table))
                 } else {
                     p.cfg.spec.database == event.db && p.cfg.spec.table == event.table
                 }
@@ -320,9 +346,11 @@ impl Router {
         let mut seen: HashMap<String, HashMap<String, Arc<[ColumnInfo]>>> = HashMap::new();
         for plan in &plans {
             for n in plan.nodes() {
-                seen.entry(n.table.db.clone())
-                    .or_default()
-                    .insert(n.table.table.clone(), n.table.infos.clone());
+                for (db, table) in n.table.names() {
+                    seen.entry(db)
+                        .or_default()
+                        .insert(table, n.table.infos.clone());
+                }
             }
         }
         if let Some(e) = event {
@@ -463,8 +491,8 @@ impl Router {
 impl Pipeline {
     /// The topics it consumes: the change topic of each table of its tree, and its
     /// builds' (always: a build then starts without a change of the partitions consumed).
-    pub fn topics(&self, topics: &TopicConfig) -> Vec<String> {
-        let mut all = change_topics(&self.cfg.spec, topics);
+    pub fn topics(&self, topics: &TopicConfig, existing: &[String]) -> Vec<String> {
+        let mut all = change_topics(&self.cfg.spec, topics, existing);
         all.push(self.build_topic.clone());
         all
     }
@@ -473,9 +501,11 @@ impl Pipeline {
 /// The topics whose events move a pipeline's documents: each table's change topic
 /// (Sluice's, or Debezium's for a pipeline fed by Debezium), and for Sluice's input the
 /// source's schema topic (DDL that changes rows without row events marks the pipeline).
+/// A sharded table's are those of `existing` (the cluster's topics) its patterns match.
 pub(crate) fn change_topics(
     spec: &sluice_model::PipelineSpec,
     topics: &TopicConfig,
+    existing: &[String],
 ) -> Vec<String> {
     let tables = spec.tables();
     if !spec.input.is_sluice() {
@@ -483,10 +513,9 @@ pub(crate) fn change_topics(
             .filter_map(|(db, table)| spec.input.debezium_topic(db, table))
             .collect();
     }
-    (tables.iter())
-        .map(|(db, table)| topics.rows_topic(&spec.source, db, table))
-        .chain([topics.schema_topic(&spec.source)])
-        .collect()
+    let mut out = topics.rows_topics(spec, existing);
+    out.push(topics.schema_topic(&spec.source));
+    out
 }
 
 #[cfg(test)]
@@ -523,6 +552,7 @@ mod tests {
                 source: Err("not needed".into()),
             }],
             &TopicConfig::default(),
+            &[],
         );
         let update = event(
             Op::Update,
@@ -541,5 +571,46 @@ mod tests {
             .flat_ops(0, "i", &delete, &mut Vec::new())
             .unwrap_err();
         assert!(e.contains("(code)"), "{e}");
+    }
+
+    #[test]
+    fn a_sharded_table_is_read_from_the_cluster_topics_its_patterns_match() {
+        let mut spec = PipelineSpec::table("orders", "s", r"db_\d+", r"orders_\d+");
+        spec.sharded = true;
+        spec.id = vec!["order_no".into()];
+        let topics = TopicConfig::default();
+        let active = Active {
+            spec,
+            building: None,
+            history: vec![],
+            source: Err("not needed".into()),
+        };
+        let existing = [
+            topics.rows_topic("s", "db_0", "orders_1"),
+            topics.rows_topic("s", "db_1", "orders_7"),
+            topics.rows_topic("s", "db_1", "orders_archive"),
+            topics.rows_topic("other", "db_1", "orders_2"),
+        ];
+        let router = Router::new(std::slice::from_ref(&active), &topics, &existing);
+        assert!(router.sharded());
+        let consumed = router.topics();
+        assert!(consumed.contains(&existing[0]) && consumed.contains(&existing[1]));
+        assert!(!consumed.contains(&existing[2]) && !consumed.contains(&existing[3]));
+        assert!(consumed.contains(&topics.schema_topic("s")));
+        // A shard created since: its topic is one more to consume.
+        let mut later = existing.to_vec();
+        later.push(topics.rows_topic("s", "db_2", "orders_0"));
+        assert_ne!(router.topics_with(&topics, &later), consumed);
+        assert_eq!(router.topics_with(&topics, &existing), consumed);
+
+        let mut e = event(Op::Create, None, Some(json!({"id": 1, "code": "a"})));
+        e.source.instance = "s".into();
+        (e.db, e.table) = ("db_1".into(), "orders_7".into());
+        assert_eq!(&*router.pipelines_for(&existing[1], &e), &[0]);
+        (e.db, e.table) = ("db_1".into(), "orders_archive".into());
+        assert!(
+            router.pipelines_for(&existing[1], &e).is_empty(),
+            "not a shard"
+        );
     }
 }

@@ -370,6 +370,7 @@ mod tests {
         let mut r = Router::new(
             &specs.into_iter().map(active).collect::<Vec<_>>(),
             &TopicConfig::default(),
+            &[],
         );
         for p in r.pipelines.iter_mut() {
             p.targets = Some(vec![format!("{}_v1", p.cfg.spec.name)]);

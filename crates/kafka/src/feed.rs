@@ -110,6 +110,12 @@ impl Feed {
         self.consumer.commit(&tpl, mode)
     }
 
+    /// The names of every topic the cluster's metadata shows.
+    pub fn topic_names(&self) -> Result<Vec<String>, KafkaError> {
+        let md = blocking(|| self.consumer.fetch_metadata(None, Duration::from_secs(10)))?;
+        Ok(md.topics().iter().map(|t| t.name().to_owned()).collect())
+    }
+
     /// Every partition of those of `topics` that exist, from the cluster's metadata, and
     /// the topics of `topics` it does not show (or shows with an error, such as no leader
     /// yet).

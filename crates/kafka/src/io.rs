@@ -184,6 +184,29 @@ pub async fn partitions(producer: &Producer, topic: &str) -> Result<i32, KafkaEr
     .map_err(|_| KafkaError::Canceled)?
 }
 
+/// The change topics of a pipeline's tables: each table's, and every topic of the
+/// cluster a sharded table's patterns match (its shards', created so far).
+pub async fn rows_topics(
+    producer: &Producer,
+    topics: &crate::TopicConfig,
+    spec: &sluice_model::PipelineSpec,
+) -> Result<Vec<String>, KafkaError> {
+    use rdkafka::producer::Producer as _;
+    if spec.patterns().is_empty() {
+        return Ok(topics.rows_topics(spec, &[]));
+    }
+    let client = producer.clone();
+    let names: Vec<String> = tokio::task::spawn_blocking(move || {
+        let md = client
+            .client()
+            .fetch_metadata(None, Duration::from_secs(10))?;
+        Ok::<_, KafkaError>(md.topics().iter().map(|t| t.name().to_owned()).collect())
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)??;
+    Ok(topics.rows_topics(spec, &names))
+}
+
 /// A message read back from a topic.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -374,6 +397,17 @@ impl GroupOffsets {
     /// Each partition of `topics` (those that exist) as `(topic, partition, end)`: the
     /// offset the next message written there will have. Every message Kafka acknowledged
     /// before the call is below its partition's end.
+    /// The names of every topic the cluster's metadata shows.
+    pub async fn topic_names(&self) -> Result<Vec<String>, KafkaError> {
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || {
+            let md = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+            Ok(md.topics().iter().map(|t| t.name().to_owned()).collect())
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)?
+    }
+
     pub async fn ends(&self, topics: &[String]) -> Result<Vec<(String, i32, i64)>, KafkaError> {
         let consumer = self.consumer.clone();
         let topics = topics.to_vec();

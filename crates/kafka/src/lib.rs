@@ -20,8 +20,8 @@ mod io;
 pub use feed::{CommitMode, Feed, Partition};
 
 pub use io::{
-    partitions, queue, queue_with, read_all, Delivery, GroupOffsets, ReadBack, Received, Refused,
-    SharedProducer, Stored, Tail,
+    partitions, queue, queue_with, read_all, rows_topics, Delivery, GroupOffsets, ReadBack,
+    Received, Refused, SharedProducer, Stored, Tail,
 };
 pub use rdkafka::error::KafkaError;
 
@@ -323,6 +323,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_topics_of_a_sharded_table_match_its_patterns() {
+        let cfg: TopicConfig = serde_json::from_str("{}").unwrap();
+        let pattern = sluice_model::pipeline::TablePattern::new(r"db_\d+", r"orders_\d+");
+        let re = cfg.rows_topics_matching("m.1", &pattern).unwrap();
+        assert!(re.is_match(&cfg.rows_topic("m.1", "db_0", "orders_07")));
+        assert!(!re.is_match(&cfg.rows_topic("m.1", "db_0", "orders_07_old")));
+        assert!(
+            !re.is_match(&cfg.rows_topic("mx1", "db_0", "orders_07")),
+            "the instance's dot is literal"
+        );
+        assert!(!re.is_match(&cfg.rows_topic("m.1", "shop", "orders_1")));
+    }
+
+    #[test]
     fn topic_template_renders_and_sanitises() {
         assert_eq!(
             render_topic(
@@ -422,6 +436,60 @@ impl Default for TopicConfig {
 impl TopicConfig {
     pub fn rows_topic(&self, instance: &str, db: &str, table: &str) -> String {
         render_topic(&self.rows, instance, db, table)
+    }
+
+    /// The change topics of `spec`'s tables: each table's, and those of `existing` (the
+    /// cluster's topics) a sharded table's patterns match (its shards' so far).
+    pub fn rows_topics(
+        &self,
+        spec: &sluice_model::PipelineSpec,
+        existing: &[String],
+    ) -> Vec<String> {
+        let patterns = spec.patterns();
+        let mut out: Vec<String> = (spec.tables().into_iter())
+            .filter(|(db, table)| {
+                !patterns.contains(&sluice_model::pipeline::TablePattern::new(db, table))
+            })
+            .map(|(db, table)| self.rows_topic(&spec.source, &db, &table))
+            .collect();
+        for pattern in &patterns {
+            // A pattern that does not compile was refused with the spec.
+            if let Ok(re) = self.rows_topics_matching(&spec.source, pattern) {
+                out.extend(existing.iter().filter(|t| re.is_match(t)).cloned());
+            }
+        }
+        out
+    }
+
+    /// The change topics of the shards `pattern` names: every topic the rows template
+    /// renders for a matching database and table (each pattern matched against a whole
+    /// name, as the topic writes it).
+    pub fn rows_topics_matching(
+        &self,
+        instance: &str,
+        pattern: &sluice_model::pipeline::TablePattern,
+    ) -> Result<regex::Regex, regex::Error> {
+        let mut re = String::from("^");
+        let mut rest = self.rows.as_str();
+        while !rest.is_empty() {
+            let next = ["{instance}", "{db}", "{table}"]
+                .iter()
+                .filter_map(|p| rest.find(p).map(|at| (at, *p)))
+                .min();
+            let Some((at, placeholder)) = next else {
+                re.push_str(&regex::escape(&render_topic(rest, "", "", "")));
+                break;
+            };
+            re.push_str(&regex::escape(&render_topic(&rest[..at], "", "", "")));
+            match placeholder {
+                "{instance}" => re.push_str(&regex::escape(&render_topic(instance, "", "", ""))),
+                "{db}" => re.push_str(&format!("(?:{})", pattern.database)),
+                _ => re.push_str(&format!("(?:{})", pattern.table)),
+            }
+            rest = &rest[at + placeholder.len()..];
+        }
+        re.push('$');
+        regex::Regex::new(&re)
     }
 
     pub fn schema_topic(&self, instance: &str) -> String {

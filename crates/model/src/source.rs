@@ -21,6 +21,10 @@ pub struct SourceSpec {
     /// `db.table` or `db.*` patterns to capture; empty captures every non-system table.
     #[serde(default)]
     pub tables: Vec<String>,
+    /// Sharded tables to capture besides `tables` (every table each pattern matches, now
+    /// or once created). Kept by the center from its pipelines' sharded tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<crate::pipeline::TablePattern>,
     /// Kept by the center, not set by the operator: where the binlog coordinates of the
     /// source begin.
     #[serde(default)]
@@ -145,6 +149,7 @@ mod tests {
             password_ref: password_ref.into(),
             server_id: 7,
             tables: vec![],
+            shards: Vec::new(),
             coordinates: Coordinates::default(),
         }
     }

@@ -21,6 +21,7 @@ use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
+use sluice_model::pipeline::SHARD_COLUMN;
 use sluice_model::{BinlogPosition, ColumnInfo};
 
 use crate::decode::{shared_value, Kind};
@@ -29,12 +30,21 @@ use crate::preflight::query_err;
 use crate::server::{Flavor, Server};
 use crate::source::SourceConfig;
 
+fn column_list(infos: &[ColumnInfo]) -> String {
+    (infos.iter())
+        .map(|c| format!("{} {}", c.name, c.sql_type))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One column as the snapshot reads it.
 #[derive(Debug, Clone)]
 pub(crate) struct Column {
     pub(crate) name: String,
     pub(crate) kind: Kind,
     pub(crate) fsp: u8,
+    /// `AUTO_INCREMENT`: each table counts on its own (shards' values repeat).
+    pub(crate) auto_increment: bool,
 }
 
 /// A table described for snapshot reads.
@@ -47,6 +57,10 @@ pub struct SnapshotTable {
     pub(crate) key: Vec<usize>,
     /// Column names and types as the change-event envelope carries them.
     pub infos: Arc<[ColumnInfo]>,
+    /// A sharded table (`db` and `table` are then its patterns): the shards its rows are
+    /// read from, and its last column is the virtual [`SHARD_COLUMN`] (`infos` does not
+    /// hold it: change events do not carry it).
+    pub shards: Option<Vec<(String, String)>>,
 }
 
 /// A primary-key tuple as the server returned it: the cursor of a chunk and its bounds.
@@ -160,9 +174,9 @@ impl SnapshotTable {
         db: &str,
         table: &str,
     ) -> Result<Option<Self>, MysqlError> {
-        let rows: Vec<(String, String, String, Option<u32>)> = conn
+        let rows: Vec<(String, String, String, Option<u32>, String)> = conn
             .exec(
-                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION
+                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION, EXTRA
                  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?
                  ORDER BY ORDINAL_POSITION",
                 (db, table),
@@ -181,13 +195,21 @@ impl SnapshotTable {
             )
             .await
             .map_err(query_err(src, "read the primary key"))?;
+        let counted: Vec<String> = (rows.iter())
+            .filter(|r| r.4.to_ascii_lowercase().contains("auto_increment"))
+            .map(|r| r.0.clone())
+            .collect();
         let columns = rows
             .into_iter()
-            .map(|(name, data_type, column_type, precision)| {
+            .map(|(name, data_type, column_type, precision, _)| {
                 (name, classify(&data_type, &column_type, precision))
             })
             .collect();
-        Ok(Some(Self::from_parts(db, table, columns, &key_names)))
+        let mut t = Self::from_parts(db, table, columns, &key_names);
+        for c in t.columns.iter_mut() {
+            c.auto_increment = counted.contains(&c.name);
+        }
+        Ok(Some(t))
     }
 
     /// A description from `information_schema` facts — each column's name, `DATA_TYPE`
@@ -225,7 +247,12 @@ impl SnapshotTable {
                 sql_type,
                 key: key_names.contains(&name),
             });
-            cols.push(Column { name, kind, fsp });
+            cols.push(Column {
+                name,
+                kind,
+                fsp,
+                auto_increment: false,
+            });
         }
         let key = key_names
             .iter()
@@ -237,7 +264,95 @@ impl SnapshotTable {
             columns: cols,
             key,
             infos: infos.into(),
+            shards: None,
         }
+    }
+
+    /// The shards `described` (each a table as [`Self::describe_any`] found it, in name
+    /// order) as one table named by the patterns `db` and `table`, whose rows are every
+    /// shard's, with the virtual [`SHARD_COLUMN`] last. Err: why the shards cannot be
+    /// read as one (their columns differ, or one has a column of that name).
+    pub(crate) fn sharded(
+        db: &str,
+        table: &str,
+        described: Vec<SnapshotTable>,
+    ) -> Result<Self, String> {
+        let Some(first) = described.first() else {
+            return Err(format!("no table matches `{db}`.`{table}`"));
+        };
+        if first.column(SHARD_COLUMN).is_some() {
+            return Err(format!(
+                "`{}.{}` has a column named `{SHARD_COLUMN}`, the name of a sharded table's virtual column",
+                first.db, first.table
+            ));
+        }
+        for other in &described[1..] {
+            if other.infos != first.infos {
+                return Err(format!(
+                    "the shards differ: `{}.{}` has columns ({}), `{}.{}` has ({}); a sharded table's shards must have the same columns",
+                    first.db, first.table, column_list(&first.infos),
+                    other.db, other.table, column_list(&other.infos)
+                ));
+            }
+        }
+        let mut t = first.clone();
+        t.db = db.to_owned();
+        t.table = table.to_owned();
+        let (kind, fsp, _) = classify("varchar", "varchar(192)", None);
+        t.columns.push(Column {
+            name: SHARD_COLUMN.to_owned(),
+            kind,
+            fsp,
+            auto_increment: false,
+        });
+        // Rows of different shards may share a primary key: with the shard, they do not.
+        t.key.push(t.columns.len() - 1);
+        t.shards = Some(described.into_iter().map(|s| (s.db, s.table)).collect());
+        Ok(t)
+    }
+
+    /// One shard `(db, table)` of a sharded table, read alone (a build's chunks), still
+    /// with its shard column.
+    pub fn shard(&self, db: &str, table: &str) -> SnapshotTable {
+        let mut t = self.clone();
+        t.db = db.to_owned();
+        t.table = table.to_owned();
+        t.shards = Some(vec![(db.to_owned(), table.to_owned())]);
+        // Within one shard its own primary key is unique.
+        let virtual_column = t.columns.len() - 1;
+        t.key.retain(|&k| k != virtual_column);
+        t
+    }
+
+    /// What a build or a check cuts into primary-key chunks: each shard of a sharded
+    /// table (with its name), or the table itself.
+    pub fn parts(&self) -> Vec<(Option<(String, String)>, SnapshotTable)> {
+        match &self.shards {
+            Some(shards) => (shards.iter())
+                .map(|(db, t)| (Some((db.clone(), t.clone())), self.shard(db, t)))
+                .collect(),
+            None => vec![(None, self.clone())],
+        }
+    }
+
+    /// The tables its rows are read from: its shards, or itself.
+    pub fn names(&self) -> Vec<(String, String)> {
+        match &self.shards {
+            Some(shards) => shards.clone(),
+            None => vec![(self.db.clone(), self.table.clone())],
+        }
+    }
+
+    /// Whether column `name` is `AUTO_INCREMENT`.
+    pub(crate) fn counts(&self, name: &str) -> bool {
+        self.columns
+            .iter()
+            .any(|c| c.name == name && c.auto_increment)
+    }
+
+    /// How many of its columns are stored (not the virtual shard column).
+    pub(crate) fn stored_columns(&self) -> usize {
+        self.columns.len() - usize::from(self.shards.is_some())
     }
 
     /// The index of column `name`.

@@ -1,6 +1,7 @@
 //! How to reach a MySQL instance and which of its tables to capture.
 
 use serde::Deserialize;
+use sluice_model::pipeline::{TableMatcher, TablePattern};
 use sluice_model::{Secret, SourceSpec};
 
 use crate::error::MysqlError;
@@ -21,6 +22,10 @@ pub struct SourceConfig {
     /// `db.table` or `db.*` patterns to capture; empty captures every non-system table.
     #[serde(default)]
     pub tables: Vec<String>,
+    /// Sharded tables to capture besides `tables`: every table whose database and name
+    /// match a pattern's (regular expressions, each matched against a whole name).
+    #[serde(default)]
+    pub shards: Vec<sluice_model::pipeline::TablePattern>,
     /// TLS to the server; none: plain connections.
     #[serde(default)]
     pub tls: Option<sluice_model::TlsFiles>,
@@ -56,6 +61,7 @@ impl SourceConfig {
             password: spec.password()?,
             server_id: spec.server_id,
             tables: spec.tables.clone(),
+            shards: spec.shards.clone(),
             tls: access.tls.clone(),
             allow_public_key_retrieval: access.allow_public_key_retrieval,
         })
@@ -122,7 +128,7 @@ impl SourceConfig {
     }
 
     pub fn filter(&self) -> TableFilter {
-        TableFilter::new(&self.tables)
+        TableFilter::new(&self.tables).with_shards(&self.shards)
     }
 }
 
@@ -130,6 +136,8 @@ impl SourceConfig {
 #[derive(Debug, Clone, Default)]
 pub struct TableFilter {
     patterns: Vec<(String, Option<String>)>,
+    /// Sharded tables, captured besides `patterns` when those are given.
+    shards: Vec<TableMatcher>,
 }
 
 const SYSTEM_SCHEMAS: [&str; 4] = ["mysql", "information_schema", "performance_schema", "sys"];
@@ -144,16 +152,31 @@ impl TableFilter {
                 None => (p.clone(), None),
             })
             .collect();
-        Self { patterns }
+        Self {
+            patterns,
+            shards: Vec::new(),
+        }
+    }
+
+    /// Captures the shards of `shards` too (a pattern that does not compile was refused
+    /// where it was given: the center's check of the pipeline, the worker's of its file).
+    pub fn with_shards(mut self, shards: &[TablePattern]) -> Self {
+        self.shards = shards.iter().filter_map(|s| s.matcher().ok()).collect();
+        self
+    }
+
+    fn nothing_named(&self) -> bool {
+        self.patterns.is_empty() && self.shards.is_empty()
     }
 
     pub fn includes(&self, db: &str, table: &str) -> bool {
-        if self.patterns.is_empty() {
+        if self.nothing_named() {
             return !SYSTEM_SCHEMAS.contains(&db);
         }
         self.patterns
             .iter()
             .any(|(d, t)| d == db && t.as_deref().is_none_or(|t| t == table))
+            || self.shards.iter().any(|s| s.matches(db, table))
     }
 
     /// Whether a DDL statement run with `default_db` may concern a captured table: its
@@ -170,10 +193,11 @@ impl TableFilter {
     }
 
     fn holds_database(&self, db: &str) -> bool {
-        if self.patterns.is_empty() {
+        if self.nothing_named() {
             return !SYSTEM_SCHEMAS.contains(&db);
         }
         self.patterns.iter().any(|(d, _)| d == db)
+            || self.shards.iter().any(|s| s.matches_database(db))
     }
 }
 
@@ -202,5 +226,19 @@ mod tests {
         assert!(f.may_concern("other", "RENAME TABLE x TO crm.people"));
         assert!(!f.may_concern("other", "DROP TABLE crm.leads"));
         assert!(!TableFilter::new(&[]).may_concern("mysql", "CREATE TABLE t (a INT)"));
+    }
+
+    #[test]
+    fn sharded_tables_are_captured_by_their_patterns_now_and_once_created() {
+        let shards = [TablePattern::new(r"db_\d+", r"orders_\d+")];
+        let f = TableFilter::new(&["shop.*".into()]).with_shards(&shards);
+        assert!(f.includes("shop", "x") && f.includes("db_1", "orders_99"));
+        assert!(!f.includes("db_1", "orders_archive") && !f.includes("crm", "orders_1"));
+        assert!(f.may_concern("db_7", "CREATE TABLE orders_08 LIKE orders_00"));
+        let only = TableFilter::new(&[]).with_shards(&shards);
+        assert!(
+            !only.includes("shop", "x"),
+            "shards alone capture only the shards"
+        );
     }
 }

@@ -58,6 +58,7 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
         filter: spec.filter.clone(),
         id: spec.id.clone(),
         relations: spec.relations.iter().map(relation).collect(),
+        sharded: spec.sharded,
         join: spec.join.as_ref().map(|j| v1::JoinField {
             field: j.field.clone(),
             parent: j.parent.clone(),
@@ -100,6 +101,7 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
         source: p.source,
         database: p.database,
         table: p.table,
+        sharded: p.sharded,
         alias: p.alias,
         id: p.id,
         filter: p.filter,
@@ -151,6 +153,7 @@ fn relation(r: &Relation) -> v1::Relation {
             RelationKind::Child => v1::RelationKind::Child,
         } as i32,
         table: r.table.clone(),
+        sharded: r.sharded,
         database: r.database.clone(),
         source: r.source.clone(),
         on: r.on.clone().into_iter().collect(),
@@ -183,6 +186,7 @@ fn relation_spec(prefix: &str, r: v1::Relation) -> Result<Relation, String> {
         name: r.name,
         kind,
         table: r.table,
+        sharded: r.sharded,
         database: r.database,
         source: r.source,
         on: r.on.into_iter().collect(),
@@ -268,6 +272,7 @@ pub fn source_spec(s: v1::Source) -> Result<SourceSpec, String> {
         password_ref: s.password_ref,
         server_id: s.server_id,
         tables: s.tables,
+        shards: Vec::new(),
         // The center's, whatever the message says.
         coordinates: Default::default(),
     })

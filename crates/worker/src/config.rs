@@ -266,6 +266,11 @@ impl WorkerConfig {
                     "{key}.server_id: must be a non-zero replication server id"
                 ));
             }
+            for (j, shard) in s.shards.iter().enumerate() {
+                if let Err(why) = shard.matcher() {
+                    problems.push(format!("{key}.shards[{j}].{why}"));
+                }
+            }
             if self.sources[..i].iter().any(|o| o.name == s.name) {
                 problems.push(format!(
                     "{key}.name: `{}` is used by another source",

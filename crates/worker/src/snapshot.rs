@@ -350,17 +350,21 @@ async fn plan_chunks(jobs: &Jobs, b: &BuildRecord, src: &sluice_mysql::SourceCon
                 table.db, table.table
             )));
         }
-        estimated_rows += table.estimated_rows(src, &mut conn).await?;
-        let bounds = table.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
-        for rec in ChunkRecord::cut(kind, &bounds)? {
-            jobs.coord
-                .put(
-                    &layout::build_chunk(&b.spec.name, chunks),
-                    &serde_json::to_vec(&rec)?,
-                    Expect::Any,
-                )
-                .await?;
-            chunks += 1;
+        // A sharded root is cut shard by shard, each by its own primary key.
+        for (shard, one) in table.parts() {
+            estimated_rows += one.estimated_rows(src, &mut conn).await?;
+            let bounds = one.chunk_bounds(src, &mut conn, b.chunk_rows).await?;
+            for mut rec in ChunkRecord::cut(kind, &bounds)? {
+                rec.shard.clone_from(&shard);
+                jobs.coord
+                    .put(
+                        &layout::build_chunk(&b.spec.name, chunks),
+                        &serde_json::to_vec(&rec)?,
+                        Expect::Any,
+                    )
+                    .await?;
+                chunks += 1;
+            }
         }
     }
     let _ = conn.disconnect().await;
@@ -418,6 +422,7 @@ async fn chunk(
             b,
             n,
             kind: range.kind,
+            shard: range.shard,
             epoch,
             topic,
             lower,
@@ -468,6 +473,8 @@ struct ChunkRead<'a> {
     n: u32,
     /// The chunk's document kind (its place among the pipeline's compiled documents).
     kind: usize,
+    /// A sharded root's chunk: its shard.
+    shard: Option<(String, String)>,
     /// The source's version epoch, which the documents' versions are under.
     epoch: u16,
     /// The build's topic.
@@ -571,9 +578,22 @@ impl ChunkRead<'_> {
                         self.n, self.kind
                     ))
                 })?;
-                let read = plan
-                    .read_range(reader, after, self.upper.as_ref(), BATCH_ROWS)
-                    .await?;
+                let shard = match &self.shard {
+                    None => Some(std::borrow::Cow::Borrowed(plan)),
+                    Some((db, table)) => plan.for_shard(db, table).map(std::borrow::Cow::Owned),
+                };
+                // A shard dropped since the plan: nothing of it is left to read.
+                let read = match shard {
+                    Some(plan) => {
+                        plan.read_range(reader, after, self.upper.as_ref(), BATCH_ROWS)
+                            .await?
+                    }
+                    None => RangeRead {
+                        docs: Vec::new(),
+                        last: None,
+                        rows: 0,
+                    },
+                };
                 let columns = self.b.spec.is_flat().then(|| plan.root.table.infos.clone());
                 Ok::<_, WorkerError>((read, columns))
             }

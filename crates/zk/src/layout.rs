@@ -108,6 +108,9 @@ pub struct ChunkRecord {
     /// A delayed job's chunk: these root keys (each its id values), not a range.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<serde_json::Value>,
+    /// A sharded root's chunk: the shard `(database, table)` its range is of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<(String, String)>,
 }
 
 impl ChunkRecord {
@@ -126,6 +129,7 @@ impl ChunkRecord {
                 lower: w[0].clone(),
                 upper: w[1].clone(),
                 keys: Vec::new(),
+                shard: None,
             })
             .collect())
     }

@@ -125,6 +125,7 @@ fn source_from_row(row: Row) -> Result<SourceSpec, MetaError> {
     Ok(SourceSpec {
         tables: serde_json::from_str(&tables)
             .map_err(|e| MetaError::Corrupt(format!("sources.tables_json of {name}: {e}")))?,
+        shards: Vec::new(),
         coordinates: Coordinates {
             epoch,
             restart: Restart::parse(&restart).ok_or_else(|| {

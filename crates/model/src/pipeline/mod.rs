@@ -34,12 +34,15 @@
 //! ```
 
 pub mod filter;
+pub mod shard;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::mapping::{pipeline_problems, FieldOverride};
+
+pub use shard::{TableMatcher, TablePattern, SHARD_COLUMN};
 
 /// How deep relations may nest (root = 0).
 pub const MAX_DEPTH: usize = 8;
@@ -55,6 +58,10 @@ pub struct PipelineSpec {
     pub database: String,
     /// The root table: one row, one document.
     pub table: String,
+    /// `database` and `table` are regular expressions naming a table's shards (see
+    /// [`shard`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sharded: bool,
     /// The alias searches use; the physical index is `<alias>_v<N>`. Default: the name,
     /// lowercased.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -261,6 +268,10 @@ pub struct Relation {
     pub name: String,
     pub kind: RelationKind,
     pub table: String,
+    /// `database` (or the pipeline's) and `table` are regular expressions naming a
+    /// table's shards (see [`shard`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sharded: bool,
     /// Default: the pipeline's database (another database of the same source may be
     /// named).
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -404,6 +415,7 @@ impl PipelineSpec {
             source: source.to_owned(),
             database: database.to_owned(),
             table: table.to_owned(),
+            sharded: false,
             alias: String::new(),
             id: Vec::new(),
             filter: String::new(),
@@ -455,7 +467,45 @@ impl PipelineSpec {
     /// One table, every document made from its change events alone: no relations, no
     /// filter. Such a pipeline needs no reads from MySQL.
     pub fn is_flat(&self) -> bool {
-        self.relations.is_empty() && self.filter.is_empty()
+        self.relations.is_empty() && self.filter.is_empty() && !self.sharded
+    }
+
+    /// The sharded tables of the pipeline, root first, each once. A document of a
+    /// sharded table is read back from MySQL by its id across every shard, so a row
+    /// moved between shards is right whichever of its two changes comes last.
+    pub fn patterns(&self) -> Vec<TablePattern> {
+        let mut out = Vec::new();
+        if self.sharded {
+            out.push(TablePattern::new(&self.database, &self.table));
+        }
+        self.visit(&mut |_, r, _| {
+            let t = TablePattern::new(self.database_of(r), &r.table);
+            if r.sharded && !out.contains(&t) {
+                out.push(t);
+            }
+        });
+        out
+    }
+
+    /// Whether `db`.`table` is one of the pipeline's tables (or a shard of one).
+    pub fn reads_table(&self, db: &str, table: &str) -> bool {
+        let mut found = Self::names(&self.database, &self.table, self.sharded, db, table);
+        self.visit(&mut |_, r, _| {
+            found |= Self::names(self.database_of(r), &r.table, r.sharded, db, table);
+        });
+        found
+    }
+
+    /// Whether `db`.`table` is the table `(name_db, name_table)` names: the same names,
+    /// or for a sharded one, one of its shards.
+    fn names(name_db: &str, name_table: &str, sharded: bool, db: &str, table: &str) -> bool {
+        if sharded {
+            TablePattern::new(name_db, name_table)
+                .matcher()
+                .is_ok_and(|m| m.matches(db, table))
+        } else {
+            name_db == db && name_table == table
+        }
     }
 
     /// Parent-child mode: some relations are documents of their own.
@@ -505,16 +555,14 @@ impl PipelineSpec {
                 .iter()
                 .any(|c| c.on.keys().any(|k| k.eq_ignore_ascii_case(column)))
         };
-        let mut used = self.database == db
-            && self.table == table
+        let mut used = Self::names(&self.database, &self.table, self.sharded, db, table)
             && (self.columns.is_empty()
                 || named(&self.columns)
                 || named(&self.id)
                 || in_filter(&self.filter)
                 || joins_below(&self.relations));
         self.visit(&mut |_, r, _| {
-            used |= self.database_of(r) == db
-                && r.table == table
+            used |= Self::names(self.database_of(r), &r.table, r.sharded, db, table)
                 && (r.columns.is_empty()
                     || named(&r.columns)
                     || r.on.values().any(|c| c.eq_ignore_ascii_case(column))
@@ -590,6 +638,7 @@ impl PipelineSpec {
                 p.push(format!("id: `{c}` is not a column name"));
             }
         }
+        self.shard_problems(&mut p);
         if !self.filter.is_empty() {
             if let Err(why) = filter::check(&self.filter) {
                 p.push(format!("filter: {why}"));
@@ -767,6 +816,40 @@ impl PipelineSpec {
                     }
                 }
             }
+        }
+    }
+
+    /// What sharded tables need: patterns that compile, a root's `id` named, and
+    /// Sluice's own input in a pipeline without child documents.
+    fn shard_problems(&self, p: &mut Vec<String>) {
+        if self.sharded {
+            if let Err(why) = TablePattern::new(&self.database, &self.table).matcher() {
+                p.push(why);
+            }
+            if self.id.is_empty() {
+                p.push(format!(
+                    "id: required for a sharded root (each shard's primary key may repeat in another): name columns unique across every shard, or add `{SHARD_COLUMN}` to make the shard part of the id"
+                ));
+            }
+        }
+        let mut any = self.sharded;
+        self.visit(&mut |key, r, _| {
+            if !r.sharded {
+                return;
+            }
+            any = true;
+            if let Err(why) = TablePattern::new(self.database_of(r), &r.table).matcher() {
+                p.push(format!("{key}.{why}"));
+            }
+            if r.kind == RelationKind::Child {
+                p.push(format!("{key}.sharded: a child relation cannot be sharded"));
+            }
+        });
+        if any && !self.input.is_sluice() {
+            p.push("sharded: sharded tables are read from Sluice's own input only (input.format = \"sluice\")".into());
+        }
+        if any && self.has_children() {
+            p.push("sharded: a pipeline with child relations cannot have sharded tables".into());
         }
     }
 
@@ -1056,12 +1139,48 @@ mod tests {
     }
 
     #[test]
+    fn a_sharded_root_names_its_id_and_patterns_that_compile() {
+        let mut s = PipelineSpec::table("orders", "src", r"db_\d+", r"orders_\d+");
+        s.sharded = true;
+        assert!(
+            !s.is_flat(),
+            "a sharded root is read back, so moves between shards are right"
+        );
+        let p = s.problems();
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with("id: required for a sharded root")),
+            "{p:?}"
+        );
+        s.id = vec!["order_no".into()];
+        assert_eq!(s.problems(), Vec::<String>::new());
+        assert_eq!(
+            s.patterns(),
+            vec![TablePattern::new(r"db_\d+", r"orders_\d+")]
+        );
+        assert!(s.uses_column("db_1", "orders_07", "order_no"));
+        assert!(!s.uses_column("db_1", "orders_archive", "order_no"));
+        s.table = "orders_(".into();
+        let p = s.problems();
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with("table: `orders_(` is not a regular expression")),
+            "{p:?}"
+        );
+        s.table = r"orders_\d+".into();
+        s.input.format = InputFormat::Debezium;
+        s.input.topic_prefix = "dbz".into();
+        assert!(s.problems().iter().any(|p| p.starts_with("sharded:")));
+    }
+
+    #[test]
     fn child_relations_make_parent_child_mode() {
         let mut s = PipelineSpec::table("qa", "src", "db", "questions");
         s.relations.push(Relation {
             name: "answer".into(),
             kind: RelationKind::Child,
             table: "answers".into(),
+            sharded: false,
             database: String::new(),
             source: String::new(),
             on: BTreeMap::from([("id".into(), "question_id".into())]),

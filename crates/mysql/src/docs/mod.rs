@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value as Json};
 use sluice_model::pipeline::filter;
+use sluice_model::pipeline::{TablePattern, SHARD_COLUMN};
 use sluice_model::{FieldOverride, PipelineSpec, Relation, RelationKind};
 
 pub use read::{Built, Floor, RangeRead, Reader, TracedRows};
@@ -117,12 +118,14 @@ impl DocPlan {
         };
         let mut paths: HashMap<String, HashMap<String, Vec<Vec<usize>>>> = HashMap::new();
         for (path, n) in plan.walk() {
-            paths
-                .entry(n.table.db.clone())
-                .or_default()
-                .entry(n.table.table.clone())
-                .or_default()
-                .push(path);
+            for (db, table) in n.table.names() {
+                paths
+                    .entry(db)
+                    .or_default()
+                    .entry(table)
+                    .or_default()
+                    .push(path.clone());
+            }
         }
         plan.paths = paths;
         plan
@@ -177,6 +180,31 @@ impl DocPlan {
             .collect()
     }
 
+    /// The plan reading only shard `db`.`table` of its sharded root (a build's chunk);
+    /// `None` when the root has no such shard (any more).
+    pub fn for_shard(&self, db: &str, table: &str) -> Option<DocPlan> {
+        let shard = (db.to_owned(), table.to_owned());
+        if !self.root.table.shards.as_ref()?.contains(&shard) {
+            return None;
+        }
+        let mut plan = self.clone();
+        plan.root.table = self.root.table.shard(db, table);
+        Some(plan)
+    }
+
+    /// Every table the documents are read from (each shard of a sharded one), each once.
+    pub fn tables(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for n in self.nodes() {
+            for t in n.table.names() {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
     /// Every node, parents before children.
     pub fn nodes(&self) -> Vec<&Node> {
         self.walk().into_iter().map(|(_, n)| n).collect()
@@ -210,6 +238,23 @@ impl DocPlan {
             .collect()
     }
 
+    /// A change event's row image of `db`.`table` as `node` reads its rows: for a sharded
+    /// table, with the row's shard in [`SHARD_COLUMN`].
+    pub fn event_image<'a>(
+        node: &Node,
+        db: &str,
+        table: &str,
+        image: &'a Map<String, Json>,
+    ) -> std::borrow::Cow<'a, Map<String, Json>> {
+        if node.table.shards.is_none() {
+            return std::borrow::Cow::Borrowed(image);
+        }
+        let mut image = image.clone();
+        let shard = sluice_model::pipeline::shard::shard_name(db, table);
+        image.insert(SHARD_COLUMN.to_owned(), Json::String(shard));
+        std::borrow::Cow::Owned(image)
+    }
+
     /// A child document's routing (its parent's `_id`) from its row image.
     pub fn routing_of(&self, image: &Map<String, Json>) -> Option<String> {
         let cols = self.join.as_ref()?.parent.as_ref()?;
@@ -218,19 +263,78 @@ impl DocPlan {
     }
 }
 
-/// Describes every table of `spec` that exists.
+/// Describes every table of `spec` that exists (a sharded one as every shard it names
+/// now), and says why a sharded one cannot be read as one table (each naming its key).
 pub async fn describe(
     src: &SourceConfig,
     conn: &mut Conn,
     spec: &PipelineSpec,
-) -> Result<Tables, MysqlError> {
+) -> Result<(Tables, Vec<String>), MysqlError> {
     let mut tables = Tables::new();
+    let mut problems = Vec::new();
+    let patterns = spec.patterns();
     for (db, table) in spec.tables() {
-        if let Some(t) = SnapshotTable::describe_any(src, conn, &db, &table).await? {
-            tables.insert((db, table), t);
+        let pattern = TablePattern::new(&db, &table);
+        if !patterns.contains(&pattern) {
+            if let Some(t) = SnapshotTable::describe_any(src, conn, &db, &table).await? {
+                tables.insert((db, table), t);
+            }
+            continue;
+        }
+        let Ok(matcher) = pattern.matcher() else {
+            continue; // the spec's own problem
+        };
+        let mut shards = Vec::new();
+        for (d, t) in shards_of(src, conn, &matcher).await? {
+            shards.extend(SnapshotTable::describe_any(src, conn, &d, &t).await?);
+        }
+        match SnapshotTable::sharded(&db, &table, shards) {
+            Ok(t) => {
+                tables.insert((db, table), t);
+            }
+            Err(why) => problems.push(format!("{}: {why}", table_key(spec, &pattern))),
         }
     }
-    Ok(tables)
+    Ok((tables, problems))
+}
+
+/// The tables `matcher` names, in order.
+async fn shards_of(
+    src: &SourceConfig,
+    conn: &mut Conn,
+    matcher: &sluice_model::pipeline::TableMatcher,
+) -> Result<Vec<(String, String)>, MysqlError> {
+    use mysql_async::prelude::Queryable as _;
+    let all: Vec<(String, String)> = conn
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+             WHERE TABLE_TYPE = 'BASE TABLE'
+               AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
+             ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .await
+        .map_err(crate::preflight::query_err(
+            src,
+            "list the shards of a sharded table",
+        ))?;
+    Ok(all
+        .into_iter()
+        .filter(|(d, t)| matcher.matches(d, t))
+        .collect())
+}
+
+/// The spec key of the table `pattern` names: `table` for the root, else its relation's.
+fn table_key(spec: &PipelineSpec, pattern: &TablePattern) -> String {
+    if spec.sharded && TablePattern::new(&spec.database, &spec.table) == *pattern {
+        return "table".into();
+    }
+    let mut key = String::from("table");
+    spec.visit(&mut |path, r, _| {
+        if r.sharded && TablePattern::new(spec.database_of(r), &r.table) == *pattern {
+            key = format!("{path}.table");
+        }
+    });
+    key
 }
 
 /// Connects, describes the tables of `spec` and compiles it: the inner error lists what
@@ -240,9 +344,24 @@ pub async fn load(
     spec: &PipelineSpec,
 ) -> Result<Result<Vec<DocPlan>, Vec<String>>, MysqlError> {
     let mut conn = crate::preflight::connect(src).await?;
-    let tables = describe(src, &mut conn, spec).await;
+    let described = describe(src, &mut conn, spec).await;
     let _ = conn.disconnect().await;
-    Ok(compile(spec, &tables?))
+    Ok(compile_described(spec, described?))
+}
+
+/// Compiles `spec` against the tables [`describe`] found, with the problems it found.
+fn compile_described(
+    spec: &PipelineSpec,
+    (tables, mut problems): (Tables, Vec<String>),
+) -> Result<Vec<DocPlan>, Vec<String>> {
+    match compile(spec, &tables) {
+        Ok(plans) if problems.is_empty() => Ok(plans),
+        Ok(_) => Err(problems),
+        Err(more) => {
+            problems.extend(more);
+            Err(problems)
+        }
+    }
 }
 
 /// Connections to one source for reading documents, reused between reads.
@@ -376,6 +495,13 @@ fn root_plan(
         spec.id.clone()
     };
     let id = columns_of(root_table, &id_names, "id", problems);
+    if spec.sharded && !id_names.iter().any(|c| c == SHARD_COLUMN) {
+        for c in id_names.iter().filter(|c| root_table.counts(c)) {
+            problems.push(format!(
+                "id: `{c}` is AUTO_INCREMENT, so each shard counts its own rows and documents of different shards would collide: name a column unique across every shard, or add `{SHARD_COLUMN}` to the id"
+            ));
+        }
+    }
     if id_names.is_empty() {
         problems.push(format!(
             "id: `{}.{}` has no primary key: name the columns that identify a document",
@@ -538,7 +664,7 @@ fn sub_key(prefix: &str, k: &str) -> String {
 fn output_of(n: &NodeSpec<'_>, problems: &mut Vec<String>) -> Vec<usize> {
     let t = n.table;
     if n.columns.is_empty() {
-        (0..t.columns.len()).collect()
+        (0..t.stored_columns()).collect()
     } else {
         let mut cols = columns_of(t, n.columns, &sub_key(n.key, "columns"), problems);
         cols.sort_unstable();

@@ -212,8 +212,8 @@ impl<'a> Reader<'a> {
         &mut self,
         spec: &sluice_model::PipelineSpec,
     ) -> Result<Result<Vec<DocPlan>, Vec<String>>, MysqlError> {
-        let tables = super::describe(self.src, &mut self.conn, spec).await?;
-        Ok(super::compile(spec, &tables))
+        let described = super::describe(self.src, &mut self.conn, spec).await?;
+        Ok(super::compile_described(spec, described))
     }
 
     pub async fn end(&mut self) -> Result<(), MysqlError> {

@@ -2,6 +2,8 @@
 //! padded to a few fixed lengths (repeating the last key, which changes nothing), so a
 //! connection prepares a handful of statements however the batch sizes vary.
 
+use sluice_model::pipeline::{shard::shard_name, SHARD_COLUMN};
+
 use super::Node;
 use crate::snapshot::quote;
 
@@ -36,8 +38,34 @@ pub fn in_list(node: &Node, cols: &[usize], n: usize) -> String {
     }
 }
 
+/// The table a node reads; for a sharded one, every shard's rows with each one's
+/// `_shard` (conditions on it are pushed into each shard's part by MySQL 8.0.29+ and
+/// MariaDB alike).
 fn from(node: &Node) -> String {
-    format!("{}.{}", quote(&node.table.db), quote(&node.table.table))
+    let t = &node.table;
+    let Some(shards) = &t.shards else {
+        return format!("{}.{}", quote(&t.db), quote(&t.table));
+    };
+    let stored: Vec<usize> = (0..t.stored_columns()).collect();
+    let cols = list(node, &stored);
+    let parts: Vec<String> = shards
+        .iter()
+        .map(|(db, table)| {
+            format!(
+                "SELECT {cols}, {} AS {} FROM {}.{}",
+                literal(&shard_name(db, table)),
+                quote(SHARD_COLUMN),
+                quote(db),
+                quote(table)
+            )
+        })
+        .collect();
+    format!("({}) AS `__sluice_shards`", parts.join(" UNION ALL "))
+}
+
+/// `s` as an SQL string literal.
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 fn and_filter(node: &Node) -> String {
@@ -175,6 +203,83 @@ mod tests {
             "SELECT `product_id`, `tag`, `created_at` FROM (SELECT `product_id`, `tag`, `created_at`, \
              ROW_NUMBER() OVER (PARTITION BY `product_id` ORDER BY `created_at` DESC, `product_id`, `tag`) AS `__sluice_n` \
              FROM `shop`.`product_tags` WHERE `product_id` IN (?)) AS `ranked` WHERE `__sluice_n` <= 5 ORDER BY `__sluice_n`"
+        );
+    }
+
+    #[test]
+    fn a_sharded_root_reads_every_shard_by_id_and_a_build_one_shard_by_its_key() {
+        use crate::docs::tests::table;
+        let cols = [("id", "int"), ("order_no", "bigint"), ("total", "int")];
+        let shards = ["db_0", "db_1"]
+            .into_iter()
+            .map(|db| table(db, "orders_0", &cols, &["id"]))
+            .collect();
+        let sharded =
+            crate::snapshot::SnapshotTable::sharded(r"db_\d+", r"orders_\d+", shards).unwrap();
+        let mut spec = sluice_model::PipelineSpec::table("orders", "s", r"db_\d+", r"orders_\d+");
+        spec.sharded = true;
+        spec.id = vec!["order_no".into()];
+        let tables =
+            crate::docs::Tables::from([((spec.database.clone(), spec.table.clone()), sharded)]);
+        let plan = &compile(&spec, &tables).unwrap()[0];
+        let root = &plan.root;
+        assert_eq!(
+            root.names(&root.output),
+            ["id", "order_no", "total"],
+            "the shard column is not a field"
+        );
+        assert_eq!(
+            root.names(&root.table.key),
+            ["id", "_shard"],
+            "ids of two shards may be equal"
+        );
+        let shards = "(SELECT `id`, `order_no`, `total`, 'db_0.orders_0' AS `_shard` FROM `db_0`.`orders_0` \
+             UNION ALL SELECT `id`, `order_no`, `total`, 'db_1.orders_0' AS `_shard` FROM `db_1`.`orders_0`) AS `__sluice_shards`";
+        assert_eq!(
+            rows_by(root, &root.select, &plan.id, 1, false),
+            format!(
+                "SELECT `id`, `order_no`, `total`, `_shard` FROM {shards} WHERE `order_no` IN (?)"
+            )
+        );
+        assert_eq!(plan.paths_of("db_1", "orders_0"), [Vec::<usize>::new()]);
+        assert!(
+            plan.paths_of("db_2", "orders_0").is_empty(),
+            "a shard created later needs a new plan"
+        );
+        let one = plan.for_shard("db_1", "orders_0").unwrap();
+        assert_eq!(
+            root_range(&one.root, true, false, 10),
+            "SELECT `id`, `order_no`, `total`, `_shard` FROM (SELECT `id`, `order_no`, `total`, 'db_1.orders_0' AS `_shard` \
+             FROM `db_1`.`orders_0`) AS `__sluice_shards` WHERE (`id`) > (?) ORDER BY `id` LIMIT 10"
+        );
+        assert!(plan.for_shard("db_9", "orders_0").is_none());
+
+        let mut counted = table("db_0", "orders_0", &cols, &["id"]);
+        counted.columns[1].auto_increment = true;
+        let sharded =
+            crate::snapshot::SnapshotTable::sharded(r"db_\d+", r"orders_\d+", vec![counted])
+                .unwrap();
+        let tables =
+            crate::docs::Tables::from([((spec.database.clone(), spec.table.clone()), sharded)]);
+        let problems = compile(&spec, &tables).unwrap_err();
+        assert!(
+            problems[0].starts_with("id: `order_no` is AUTO_INCREMENT"),
+            "{problems:?}"
+        );
+        spec.id = vec!["_shard".into(), "order_no".into()];
+        assert!(
+            compile(&spec, &tables).is_ok(),
+            "the shard in the id: no collision"
+        );
+
+        let unlike = vec![
+            table("db_0", "orders_0", &cols, &["id"]),
+            table("db_1", "orders_0", &cols[..2], &["id"]),
+        ];
+        let why = crate::snapshot::SnapshotTable::sharded("d", "t", unlike).unwrap_err();
+        assert!(
+            why.starts_with("the shards differ: `db_0.orders_0` has columns"),
+            "{why}"
         );
     }
 

@@ -244,9 +244,10 @@ async fn check_chunk(
             let lower: Option<Key> = serde_json::from_value(chunk.lower)?;
             let upper: Option<Key> = serde_json::from_value(chunk.upper)?;
             let range = (lower.as_ref(), upper.as_ref());
-            return rebuild_range(c, rec, chunk.kind, &src, epoch, range).await;
+            let part = (chunk.kind, chunk.shard.as_ref());
+            return rebuild_range(c, rec, part, &src, epoch, range).await;
         }
-        return rebuild(c, rec, chunk.kind, &src, epoch, &chunk.keys).await;
+        return rebuild(c, rec, (chunk.kind, None), &src, epoch, &chunk.keys).await;
     }
     let ctx = Ctx {
         rec,
@@ -308,7 +309,7 @@ async fn chunk_plan(
     let plans = sluice_mysql::docs::load(&src, &rec.spec)
         .await?
         .map_err(unfit)?;
-    let plan = narrowed(rec, plans, chunk.kind)?;
+    let plan = narrowed(rec, plans, (chunk.kind, chunk.shard.as_ref()))?;
     Ok((chunk, src, plan))
 }
 
@@ -319,15 +320,27 @@ fn unfit(problems: Vec<String>) -> WorkerError {
     ))
 }
 
-/// Document kind `kind` of `plans`, its root narrowed as the run asks (a window, a
-/// resync's condition).
-fn narrowed(rec: &CheckRecord, mut plans: Vec<DocPlan>, kind: usize) -> Result<DocPlan> {
+/// A chunk's document kind, and for a sharded root the shard its range is of.
+type Part<'a> = (usize, Option<&'a (String, String)>);
+
+/// Document kind `kind` of `plans` (only `shard` of a sharded root), its root narrowed
+/// as the run asks (a window, a resync's condition).
+fn narrowed(
+    rec: &CheckRecord,
+    mut plans: Vec<DocPlan>,
+    (kind, shard): Part<'_>,
+) -> Result<DocPlan> {
     if kind >= plans.len() {
         return Err(WorkerError::definite(format!(
             "document kind {kind} is gone"
         )));
     }
     let mut plan = plans.swap_remove(kind);
+    if let Some((db, table)) = shard {
+        plan = plan
+            .for_shard(db, table)
+            .ok_or_else(|| WorkerError::definite(format!("shard {db}.{table} is gone")))?;
+    }
     if let Some(since) = rec.since_ms {
         restrict_to_recent(&mut plan, &rec.spec.check.updated_column, since)?;
     }
@@ -343,10 +356,10 @@ fn narrowed(rec: &CheckRecord, mut plans: Vec<DocPlan>, kind: usize) -> Result<D
 async fn plan_in_snapshot(
     reader: &mut Reader<'_>,
     rec: &CheckRecord,
-    kind: usize,
+    part: Part<'_>,
 ) -> Result<DocPlan> {
     let plans = reader.compile(&rec.spec).await?.map_err(unfit)?;
-    narrowed(rec, plans, kind)
+    narrowed(rec, plans, part)
 }
 
 /// The surveyed keys whose copies differ; those the stream touched count as skipped.
@@ -372,7 +385,7 @@ fn suspects(pairs: &BTreeMap<String, Pair>, tally: &mut CheckTally) -> Vec<Strin
 async fn rebuild(
     c: &Checks,
     rec: &CheckRecord,
-    kind: usize,
+    part: Part<'_>,
     src: &sluice_mysql::SourceConfig,
     epoch: u16,
     keys: &[Json],
@@ -388,12 +401,12 @@ async fn rebuild(
         keys: keys.len() as u64,
         ..CheckTally::default()
     };
-    for part in keys.chunks(BATCH) {
+    for batch in keys.chunks(BATCH) {
         // Written with the low watermark: what it read holds every change before it.
         let position = reader.begin_snapshot().await?.low;
         let built = async {
-            let plan = plan_in_snapshot(&mut reader, rec, kind).await?;
-            Ok::<_, WorkerError>(plan.read(&mut reader, part).await?)
+            let plan = plan_in_snapshot(&mut reader, rec, part).await?;
+            Ok::<_, WorkerError>(plan.read(&mut reader, batch).await?)
         }
         .await;
         reader.end().await?;
@@ -415,7 +428,7 @@ async fn rebuild(
 async fn rebuild_range(
     c: &Checks,
     rec: &CheckRecord,
-    kind: usize,
+    part: Part<'_>,
     src: &sluice_mysql::SourceConfig,
     epoch: u16,
     (lower, upper): (Option<&Key>, Option<&Key>),
@@ -427,7 +440,7 @@ async fn rebuild_range(
     loop {
         let position = reader.begin_snapshot().await?.low;
         let read = async {
-            let plan = plan_in_snapshot(&mut reader, rec, kind).await?;
+            let plan = plan_in_snapshot(&mut reader, rec, part).await?;
             Ok::<_, WorkerError>(
                 plan.read_range(&mut reader, after.as_ref(), upper, BATCH)
                     .await?,
@@ -929,8 +942,7 @@ async fn probe(c: &Checks, ctx: &Ctx<'_>) -> Result<Vec<(String, i32, i64)>> {
     })?;
     let headers: &[(&str, &[u8])] = &[(layout::MARKER_HEADER, &payload)];
     let mut sent = Vec::new();
-    for (db, table) in spec.tables() {
-        let topic = c.cfg.topics.rows_topic(&spec.source, &db, &table);
+    for topic in sluice_kafka::rows_topics(&producer, &c.cfg.topics, spec).await? {
         let partitions = sluice_kafka::partitions(&producer, &topic).await?;
         for p in 0..partitions {
             let d = sluice_kafka::queue_with(&producer, &topic, None, &payload, Some((p, headers)))
