@@ -531,6 +531,31 @@ impl Cluster {
 
     /// Waits until run `id` (a check, compare or delayed job), as `sluicectl LIST...`
     /// lists it, is no longer running; returns its row.
+    /// Runs `pipelines check ALIAS EXTRA...` to its end; the check as `pipelines checks`
+    /// shows it (its rate printed).
+    pub async fn check(&self, alias: &str, extra: &[&str]) -> Value {
+        let mut args = vec!["pipelines", "check", alias];
+        args.extend(extra);
+        let started = self.ctl(&args).expect("the check starts");
+        let id = started[0]["id"].as_u64().expect("a check id");
+        let list = ["pipelines", "checks", alias];
+        let c = self
+            .wait_run_ended(&list, id, Duration::from_secs(180))
+            .await;
+        let took = (c["finished_at_ms"].as_i64().unwrap_or(0)
+            - c["started_at_ms"].as_i64().unwrap_or(0))
+        .max(1);
+        eprintln!(
+            "check {}: {} documents in {took} ms ({:.0} documents/s), {} skipped, {} repaired",
+            c["id"],
+            c["documents"],
+            c["documents"].as_f64().unwrap_or(0.0) * 1000.0 / took as f64,
+            c["skipped"],
+            c["repaired"]
+        );
+        c
+    }
+
     pub async fn wait_run_ended(&self, list: &[&str], id: u64, within: Duration) -> Value {
         eventually(&format!("run {id} ends"), within, || async {
             let rows = self.ctl(list).map_err(|e| e.to_string())?;

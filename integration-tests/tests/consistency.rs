@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::on_sources;
-use sluice_integration_tests::{check_table, eventually, CheckOptions, Cluster, Tamper, TestCtx};
+use sluice_integration_tests::{check_table, eventually, CheckOptions, Tamper, TestCtx};
 
 /// Rows: three check chunks (5,000 root keys each).
 const ROWS: u64 = 12_000;
@@ -18,33 +18,6 @@ const BUSY: std::ops::RangeInclusive<u64> = 1..=400;
 const DELETED: std::ops::RangeInclusive<u64> = 5_001..=5_010;
 const ALTERED: std::ops::RangeInclusive<u64> = 9_001..=9_008;
 const ORPHANS: std::ops::RangeInclusive<u64> = 50_001..=50_006;
-
-/// Runs a check to its end; returns it as `pipelines checks` shows it.
-async fn check(cluster: &Cluster, alias: &str, extra: &[&str]) -> Value {
-    let mut args = vec!["pipelines", "check", alias];
-    args.extend(extra);
-    let started = cluster.ctl(&args).expect("the check starts");
-    let id = started[0]["id"].as_u64().expect("a check id");
-    let c = cluster
-        .wait_run_ended(
-            &["pipelines", "checks", alias],
-            id,
-            Duration::from_secs(180),
-        )
-        .await;
-    let took = (c["finished_at_ms"].as_i64().unwrap_or(0)
-        - c["started_at_ms"].as_i64().unwrap_or(0))
-    .max(1);
-    eprintln!(
-        "check {}: {} documents in {took} ms ({:.0} documents/s), {} skipped, {} repaired",
-        c["id"],
-        c["documents"],
-        c["documents"].as_f64().unwrap_or(0.0) * 1000.0 / took as f64,
-        c["skipped"],
-        c["repaired"]
-    );
-    c
-}
 
 fn counts(c: &Value) -> (u64, u64, u64) {
     let n = |k: &str| c[k].as_u64().unwrap_or(u64::MAX);
@@ -67,7 +40,7 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
     cluster.wait_built(&alias, Duration::from_secs(180)).await;
     let index = format!("{alias}_v2");
 
-    let clean = check(&cluster, &alias, &[]).await;
+    let clean = cluster.check(&alias, &[]).await;
     assert_eq!(clean["state"], "done", "{clean}");
     assert_eq!(
         counts(&clean),
@@ -117,7 +90,7 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
         ORPHANS.count() as u64,
         ALTERED.count() as u64,
     );
-    let found = check(&cluster, &alias, &[]).await;
+    let found = cluster.check(&alias, &[]).await;
     assert_eq!(found["state"], "done", "{found}");
     assert_eq!(
         counts(&found),
@@ -159,7 +132,7 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
         "a check without --repair changes nothing"
     );
 
-    let repaired = check(&cluster, &alias, &["--repair"]).await;
+    let repaired = cluster.check(&alias, &["--repair"]).await;
     assert_eq!(counts(&repaired), expected, "{repaired}");
     assert_eq!(
         repaired["repaired"].as_u64(),
@@ -181,7 +154,7 @@ async fn a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right() {
         },
     )
     .await;
-    let after = check(&cluster, &alias, &[]).await;
+    let after = cluster.check(&alias, &[]).await;
     assert_eq!(counts(&after), (0, 0, 0), "clean after the repair: {after}");
 
     // A lagging etl is not drift: changes it has not applied yet when a chunk is read are
@@ -289,7 +262,7 @@ async fn a_windowed_check_looks_only_at_recently_changed_roots() {
     let altered = ["10", "350"].map(|id| (id.to_owned(), Tamper::Set("name", json!("tampered"))));
     ctx.tamper(&index, &altered).await;
 
-    let window = check(&cluster, &alias, &["--since", "1h"]).await;
+    let window = cluster.check(&alias, &["--since", "1h"]).await;
     assert_eq!(window["state"], "done", "{window}");
     assert_eq!(
         window["documents"].as_u64(),
@@ -298,7 +271,7 @@ async fn a_windowed_check_looks_only_at_recently_changed_roots() {
     );
     assert_eq!(counts(&window), (0, 0, 1), "{window}");
     assert_eq!(window["examples"][0]["id"], "350", "{window}");
-    let full = check(&cluster, &alias, &[]).await;
+    let full = cluster.check(&alias, &[]).await;
     assert_eq!(counts(&full), (0, 0, 2), "{full}");
 
     let refused = cluster
@@ -375,7 +348,7 @@ async fn a_check_reads_text_keys_in_order() {
         .map(|id| (id.to_owned(), Tamper::Set("qty", json!(-1))));
     ctx.tamper(&index, &altered).await;
 
-    let found = check(&cluster, &alias, &[]).await;
+    let found = cluster.check(&alias, &[]).await;
     assert_eq!(found["state"], "done", "{found}");
     assert_eq!(found["chunks"].as_u64(), Some(3), "{found}");
     assert_eq!(

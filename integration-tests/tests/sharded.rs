@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::*;
 use serde_json::{json, Value};
-use sluice_integration_tests::{eventually, on_sources, Cluster, TestCtx};
+use sluice_integration_tests::{eventually, on_sources, Cluster, Tamper, TestCtx};
 
 const ROWS_PER_SHARD: u64 = 40;
 
@@ -281,6 +281,25 @@ async fn shards_over_two_databases_make_one_index() {
     .await;
     assert_eq!(n as u64, 8 * ROWS_PER_SHARD);
 
+    // A check compares every shard's documents (chunk by chunk of each shard's key) and
+    // repairs what was changed behind Sluice's back.
+    let tampered = [
+        ("1003".to_owned(), Tamper::Delete),
+        (
+            "6010".to_owned(),
+            Tamper::Set("customer", json!("tampered")),
+        ),
+    ];
+    ctx.tamper(&format!("{alias}_v2"), &tampered).await;
+    let c = cluster.check(&alias, &["--repair"]).await;
+    let n = |k: &str| c[k].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(
+        (n("documents"), n("missing"), n("extra"), n("different")),
+        (8 * ROWS_PER_SHARD, 1, 0, 1),
+        "{c}"
+    );
+    converges(&ctx, &cluster, &alias, &db_pattern, "the repair").await;
+
     // Live changes in several shards.
     let [s0, s1] = &dbs;
     ctx.exec_in(s0, "UPDATE orders_0 SET total = total + 1 WHERE id <= 10")
@@ -362,6 +381,24 @@ async fn shards_over_two_databases_make_one_index() {
             docs[&order]
         );
     }
+
+    // A column added to one shard only (a rolling ALTER under way): the documents keep
+    // the columns every shard has, and that shard's changes still apply.
+    ctx.exec_in(s0, "ALTER TABLE orders_1 ADD COLUMN note VARCHAR(20) NULL")
+        .await;
+    ctx.exec_in(
+        s0,
+        "UPDATE orders_1 SET customer = 'altered', note = 'n' WHERE id <= 3",
+    )
+    .await;
+    converges(
+        &ctx,
+        &cluster,
+        &alias,
+        &db_pattern,
+        "a shard with a column more",
+    )
+    .await;
 
     // A shard created at run time: captured (its topic found) and its rows indexed, then
     // part of the next build.

@@ -346,10 +346,8 @@ impl Router {
         let mut seen: HashMap<String, HashMap<String, Arc<[ColumnInfo]>>> = HashMap::new();
         for plan in &plans {
             for n in plan.nodes() {
-                for (db, table) in n.table.names() {
-                    seen.entry(db)
-                        .or_default()
-                        .insert(table, n.table.infos.clone());
+                for ((db, table), columns) in n.table.sources() {
+                    seen.entry(db).or_default().insert(table, columns);
                 }
             }
         }

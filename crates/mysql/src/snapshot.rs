@@ -30,11 +30,11 @@ use crate::preflight::query_err;
 use crate::server::{Flavor, Server};
 use crate::source::SourceConfig;
 
-fn column_list(infos: &[ColumnInfo]) -> String {
-    (infos.iter())
-        .map(|c| format!("{} {}", c.name, c.sql_type))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// `(database, table)`.
+pub type TableName = (String, String);
+
+fn key_list_of(t: &SnapshotTable) -> String {
+    t.key_names().join(", ")
 }
 
 /// One column as the snapshot reads it.
@@ -61,6 +61,9 @@ pub struct SnapshotTable {
     /// read from, and its last column is the virtual [`SHARD_COLUMN`] (`infos` does not
     /// hold it: change events do not carry it).
     pub shards: Option<Vec<(String, String)>>,
+    /// A sharded table's shards' own columns (in `shards`' order), as their change events
+    /// carry them: a shard may have columns the others do not have yet.
+    shard_infos: Vec<Arc<[ColumnInfo]>>,
 }
 
 /// A primary-key tuple as the server returned it: the cursor of a chunk and its bounds.
@@ -265,13 +268,16 @@ impl SnapshotTable {
             key,
             infos: infos.into(),
             shards: None,
+            shard_infos: Vec::new(),
         }
     }
 
     /// The shards `described` (each a table as [`Self::describe_any`] found it, in name
     /// order) as one table named by the patterns `db` and `table`, whose rows are every
-    /// shard's, with the virtual [`SHARD_COLUMN`] last. Err: why the shards cannot be
-    /// read as one (their columns differ, or one has a column of that name).
+    /// shard's: the columns every shard has with the same type (a column added shard by
+    /// shard joins once all have it), with the virtual [`SHARD_COLUMN`] last. Err: why the
+    /// shards cannot be read as one (their primary keys differ, or one has a column of
+    /// that name).
     pub(crate) fn sharded(
         db: &str,
         table: &str,
@@ -286,18 +292,35 @@ impl SnapshotTable {
                 first.db, first.table
             ));
         }
+        let common: Vec<usize> = (0..first.columns.len())
+            .filter(|&i| {
+                let c = &first.infos[i];
+                (described[1..].iter()).all(|o| {
+                    o.infos
+                        .iter()
+                        .any(|d| d.name == c.name && d.sql_type == c.sql_type)
+                })
+            })
+            .collect();
         for other in &described[1..] {
-            if other.infos != first.infos {
+            let keys_alike = other.key_names() == first.key_names()
+                && first.key.iter().all(|k| common.contains(k));
+            if !keys_alike {
                 return Err(format!(
-                    "the shards differ: `{}.{}` has columns ({}), `{}.{}` has ({}); a sharded table's shards must have the same columns",
-                    first.db, first.table, column_list(&first.infos),
-                    other.db, other.table, column_list(&other.infos)
+                    "the shards' primary keys differ: `{}.{}` has ({}), `{}.{}` has ({}); every shard needs the same primary key",
+                    first.db, first.table, key_list_of(first),
+                    other.db, other.table, key_list_of(other)
                 ));
             }
         }
         let mut t = first.clone();
         t.db = db.to_owned();
         t.table = table.to_owned();
+        t.columns = common.iter().map(|&i| first.columns[i].clone()).collect();
+        t.infos = common.iter().map(|&i| first.infos[i].clone()).collect();
+        t.key = (first.key.iter())
+            .filter_map(|k| common.iter().position(|c| c == k))
+            .collect();
         let (kind, fsp, _) = classify("varchar", "varchar(192)", None);
         t.columns.push(Column {
             name: SHARD_COLUMN.to_owned(),
@@ -307,6 +330,7 @@ impl SnapshotTable {
         });
         // Rows of different shards may share a primary key: with the shard, they do not.
         t.key.push(t.columns.len() - 1);
+        t.shard_infos = described.iter().map(|s| s.infos.clone()).collect();
         t.shards = Some(described.into_iter().map(|s| (s.db, s.table)).collect());
         Ok(t)
     }
@@ -317,6 +341,11 @@ impl SnapshotTable {
         let mut t = self.clone();
         t.db = db.to_owned();
         t.table = table.to_owned();
+        let at = (self.shards.iter().flatten()).position(|s| s.0 == db && s.1 == table);
+        t.shard_infos = at
+            .map(|i| self.shard_infos[i].clone())
+            .into_iter()
+            .collect();
         t.shards = Some(vec![(db.to_owned(), table.to_owned())]);
         // Within one shard its own primary key is unique.
         let virtual_column = t.columns.len() - 1;
@@ -340,6 +369,19 @@ impl SnapshotTable {
         match &self.shards {
             Some(shards) => shards.clone(),
             None => vec![(self.db.clone(), self.table.clone())],
+        }
+    }
+
+    /// Each table its rows are read from, with its own columns as its change events
+    /// carry them (a shard's may be more than the sharded table's).
+    pub fn sources(&self) -> Vec<(TableName, Arc<[ColumnInfo]>)> {
+        match &self.shards {
+            Some(shards) => shards
+                .iter()
+                .cloned()
+                .zip(self.shard_infos.iter().cloned())
+                .collect(),
+            None => vec![((self.db.clone(), self.table.clone()), self.infos.clone())],
         }
     }
 

@@ -272,13 +272,29 @@ mod tests {
             "the shard in the id: no collision"
         );
 
+        // A column added shard by shard is read once every shard has it.
         let unlike = vec![
             table("db_0", "orders_0", &cols, &["id"]),
             table("db_1", "orders_0", &cols[..2], &["id"]),
         ];
-        let why = crate::snapshot::SnapshotTable::sharded("d", "t", unlike).unwrap_err();
+        let t = crate::snapshot::SnapshotTable::sharded("d", "t", unlike).unwrap();
+        assert_eq!(
+            t.infos.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["id", "order_no"]
+        );
+        assert_eq!(
+            t.sources()[0].1.len(),
+            3,
+            "each shard's own columns, as its events carry them"
+        );
+        assert_eq!(t.key_names(), ["id", "_shard"]);
+        let rekeyed = vec![
+            table("db_0", "orders_0", &cols, &["id"]),
+            table("db_1", "orders_0", &cols, &["order_no"]),
+        ];
+        let why = crate::snapshot::SnapshotTable::sharded("d", "t", rekeyed).unwrap_err();
         assert!(
-            why.starts_with("the shards differ: `db_0.orders_0` has columns"),
+            why.starts_with("the shards' primary keys differ: `db_0.orders_0` has (id)"),
             "{why}"
         );
     }

@@ -18,7 +18,7 @@ use sluice_mysql::docs::Reader;
 use sluice_mysql::Key;
 use sluice_zk::layout::LiveTally;
 
-use super::{differing_fields, scan, settle, version_at, Checks, Ctx, Pair, BATCH};
+use super::{differing_fields, copies, settle, version_at, Checks, Ctx, Pair, BATCH};
 use crate::error::Result;
 
 /// What one key's two copies make.
@@ -54,7 +54,7 @@ pub(super) async fn compare(
     upper: Option<&Key>,
 ) -> Result<LiveTally> {
     let live_index = versioned_index(&ctx.rec.spec.alias(), against);
-    let live = scan(c, ctx, &live_index, lower, upper).await?;
+    let live = copies(c, ctx, &live_index, pairs, lower, upper).await?;
     let mut tally = LiveTally {
         version: against,
         ..LiveTally::default()

@@ -546,29 +546,41 @@ async fn survey(
         after = read.last;
     }
     reader.close().await;
-    if ctx.rec.since_ms.is_some() {
-        // A window: the index's copies of what MySQL has (orphans are a full check's).
-        let ids: Vec<(String, Option<String>)> = pairs
-            .iter()
-            .map(|(id, p)| {
-                (
-                    id.clone(),
-                    p.mysql.as_ref().and_then(|(b, _)| b.routing.clone()),
-                )
-            })
-            .collect();
-        for part in ids.chunks(BATCH) {
-            let hits = c.es.mget_hits(&ctx.index, part).await?;
-            for ((id, _), hit) in part.iter().zip(hits) {
-                pairs.entry(id.clone()).or_default().index = hit;
-            }
-        }
-        return Ok(pairs);
-    }
-    for (id, hit) in scan(c, ctx, &ctx.index, lower, upper).await? {
+    for (id, hit) in copies(c, ctx, &ctx.index, &pairs, lower, upper).await? {
         pairs.entry(id).or_default().index = Some(hit);
     }
     Ok(pairs)
+}
+
+/// The copies `index` holds of the chunk's documents: every document in the chunk's key
+/// range, so that orphans are found too; for a window (orphans are a full check's), or a
+/// sharded root (its shards' key ranges overlap in the index, whose documents do not say
+/// their shard), only the copies of the documents MySQL has (`pairs`).
+async fn copies(
+    c: &Checks,
+    ctx: &Ctx<'_>,
+    index: &str,
+    pairs: &BTreeMap<String, Pair>,
+    lower: Option<&Key>,
+    upper: Option<&Key>,
+) -> Result<BTreeMap<String, Hit>> {
+    if ctx.rec.since_ms.is_none() && ctx.plan.root.table.shards.is_none() {
+        return scan(c, ctx, index, lower, upper).await;
+    }
+    let ids: Vec<(String, Option<String>)> = (pairs.iter())
+        .filter_map(|(id, p)| {
+            let (b, _) = p.mysql.as_ref()?;
+            Some((id.clone(), b.routing.clone()))
+        })
+        .collect();
+    let mut found = BTreeMap::new();
+    for part in ids.chunks(BATCH) {
+        let hits = c.es.mget_hits(index, part).await?;
+        for ((id, _), hit) in part.iter().zip(hits) {
+            found.extend(hit.map(|h| (id.clone(), h)));
+        }
+    }
+    Ok(found)
 }
 
 /// The documents of `index` in the chunk's key range, by `_id` (`search_after` in key
