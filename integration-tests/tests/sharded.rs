@@ -263,6 +263,8 @@ async fn shards_over_two_databases_make_one_index() {
         .wait_running(&[&source], Duration::from_secs(60))
         .await;
 
+    let converged = |what: &'static str| converges(&ctx, &cluster, &alias, &db_pattern, what);
+
     // A build cuts each shard into chunks of its own primary key.
     let name = alias.as_str();
     let chunks = build(&cluster, name).await;
@@ -271,14 +273,7 @@ async fn shards_over_two_databases_make_one_index() {
         8 * 3,
         "every shard is cut in chunks of 15 of its 40 rows"
     );
-    let n = converges(
-        &ctx,
-        &cluster,
-        &alias,
-        &db_pattern,
-        "the build holds every shard",
-    )
-    .await;
+    let n = converged("the build holds every shard").await;
     assert_eq!(n as u64, 8 * ROWS_PER_SHARD);
 
     // A check compares every shard's documents (chunk by chunk of each shard's key) and
@@ -298,7 +293,7 @@ async fn shards_over_two_databases_make_one_index() {
         (8 * ROWS_PER_SHARD, 1, 0, 1),
         "{c}"
     );
-    converges(&ctx, &cluster, &alias, &db_pattern, "the repair").await;
+    converged("the repair").await;
 
     // Live changes in several shards.
     let [s0, s1] = &dbs;
@@ -362,14 +357,7 @@ async fn shards_over_two_databases_make_one_index() {
         "INSERT INTO `{s1}`.orders_1 (order_no, customer, total) VALUES (2011, '{customer}', 3.00)"
     ))
     .await;
-    converges(
-        &ctx,
-        &cluster,
-        &alias,
-        &db_pattern,
-        "live changes and moves",
-    )
-    .await;
+    converged("live changes and moves").await;
     let docs = indexed(&ctx, &alias).await.unwrap();
     for order in [5, 1007, 2011] {
         assert!(
@@ -391,33 +379,19 @@ async fn shards_over_two_databases_make_one_index() {
         "UPDATE orders_1 SET customer = 'altered', note = 'n' WHERE id <= 3",
     )
     .await;
-    converges(
-        &ctx,
-        &cluster,
-        &alias,
-        &db_pattern,
-        "a shard with a column more",
-    )
-    .await;
+    converged("a shard with a column more").await;
 
     // A shard created at run time: captured (its topic found) and its rows indexed, then
     // part of the next build.
     shard(&ctx, s1, "orders_4", 50_000).await;
     items(&ctx, s1, "order_items_2", 50_000..50_000 + ROWS_PER_SHARD).await;
-    let n = converges(&ctx, &cluster, &alias, &db_pattern, "the new shard streams").await;
+    let n = converged("the new shard streams").await;
     assert!(docs.len() < n, "the new shard's rows are documents");
     ctx.exec_in(s1, "UPDATE orders_4 SET customer = 'later' WHERE id = 1")
         .await;
     let chunks = build(&cluster, name).await;
     assert_eq!(chunks, 9 * 3, "the new shard is cut too");
-    converges(
-        &ctx,
-        &cluster,
-        &alias,
-        &db_pattern,
-        "the second build holds every shard",
-    )
-    .await;
+    converged("the second build holds every shard").await;
     drop(cluster);
     ctx.cleanup().await;
 }

@@ -18,7 +18,7 @@ use sluice_mysql::docs::Reader;
 use sluice_mysql::Key;
 use sluice_zk::layout::LiveTally;
 
-use super::{differing_fields, copies, settle, version_at, Checks, Ctx, Pair, BATCH};
+use super::{copies, differing_fields, settle, version_at, Checks, Ctx, Pair, BATCH};
 use crate::error::Result;
 
 /// What one key's two copies make.
