@@ -218,7 +218,7 @@ async fn shards_over_two_databases_make_one_index() {
         }
     }
     ctx.exec("CREATE TABLE notes (id INT PRIMARY KEY)").await;
-    let cluster = ctx.start_cluster(1, 1).await;
+    let mut cluster = ctx.start_cluster(1, 1).await;
     let source = ctx.put_source(&cluster, "notes", 1);
     let topics = sluice_kafka::TopicConfig::default();
     for db in &dbs {
@@ -392,6 +392,21 @@ async fn shards_over_two_databases_make_one_index() {
     let chunks = build(&cluster, name).await;
     assert_eq!(chunks, 9 * 3, "the new shard is cut too");
     converged("the second build holds every shard").await;
+
+    // A shard emptied and dropped while the etl is down: its deletes apply, though the
+    // plan the etl compiles after the drop no longer lists the shard.
+    cluster.etl.kill9();
+    ctx.exec_in(s1, "DELETE FROM orders_4").await;
+    ctx.exec_in(s1, "DROP TABLE orders_4").await;
+    cluster.etl.start();
+    converges(
+        &ctx,
+        &cluster,
+        &alias,
+        &db_pattern,
+        "a dropped shard's rows gone",
+    )
+    .await;
     drop(cluster);
     ctx.cleanup().await;
 }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use sluice_model::pipeline::TablePattern;
 use sluice_model::{Availability, SourceSpec};
 use sluice_zk::layout::{self, AssignmentRecord, PipelineRecord, SourceRecord};
 use sluice_zk::{Cached, DirCache, Expect};
@@ -574,10 +573,7 @@ pub(crate) fn source_record(
                     spec.shards.push(pattern.clone());
                 }
             }
-            for (db, table) in p.spec.tables() {
-                if patterns.contains(&TablePattern::new(&db, &table)) {
-                    continue;
-                }
+            for (db, table) in p.spec.plain_tables() {
                 let covered = spec
                     .tables
                     .iter()
@@ -603,6 +599,7 @@ pub(crate) fn pipeline_record(p: &StoredPipeline, epoch: u64) -> PipelineRecord 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_model::pipeline::TablePattern;
     use sluice_model::PipelineSpec;
     use sluice_zk::Node;
 

@@ -112,8 +112,7 @@ impl Feed {
 
     /// The names of every topic the cluster's metadata shows.
     pub fn topic_names(&self) -> Result<Vec<String>, KafkaError> {
-        let md = blocking(|| self.consumer.fetch_metadata(None, Duration::from_secs(10)))?;
-        Ok(md.topics().iter().map(|t| t.name().to_owned()).collect())
+        blocking(|| crate::io::topic_names_of(self.consumer.client()))
     }
 
     /// Every partition of those of `topics` that exist, from the cluster's metadata, and

@@ -196,15 +196,18 @@ pub async fn rows_topics(
         return Ok(topics.rows_topics(spec, &[]));
     }
     let client = producer.clone();
-    let names: Vec<String> = tokio::task::spawn_blocking(move || {
-        let md = client
-            .client()
-            .fetch_metadata(None, Duration::from_secs(10))?;
-        Ok::<_, KafkaError>(md.topics().iter().map(|t| t.name().to_owned()).collect())
-    })
-    .await
-    .map_err(|_| KafkaError::Canceled)??;
+    let names = tokio::task::spawn_blocking(move || topic_names_of(client.client()))
+        .await
+        .map_err(|_| KafkaError::Canceled)??;
     Ok(topics.rows_topics(spec, &names))
+}
+
+/// The names of every topic `client`'s cluster shows (a blocking metadata request).
+pub(crate) fn topic_names_of<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+) -> Result<Vec<String>, KafkaError> {
+    let md = client.fetch_metadata(None, Duration::from_secs(10))?;
+    Ok(md.topics().iter().map(|t| t.name().to_owned()).collect())
 }
 
 /// A message read back from a topic.
@@ -394,20 +397,17 @@ impl GroupOffsets {
 }
 
 impl GroupOffsets {
-    /// Each partition of `topics` (those that exist) as `(topic, partition, end)`: the
-    /// offset the next message written there will have. Every message Kafka acknowledged
-    /// before the call is below its partition's end.
     /// The names of every topic the cluster's metadata shows.
     pub async fn topic_names(&self) -> Result<Vec<String>, KafkaError> {
         let consumer = self.consumer.clone();
-        tokio::task::spawn_blocking(move || {
-            let md = consumer.fetch_metadata(None, Duration::from_secs(10))?;
-            Ok(md.topics().iter().map(|t| t.name().to_owned()).collect())
-        })
-        .await
-        .map_err(|_| KafkaError::Canceled)?
+        tokio::task::spawn_blocking(move || topic_names_of(consumer.client()))
+            .await
+            .map_err(|_| KafkaError::Canceled)?
     }
 
+    /// Each partition of `topics` (those that exist) as `(topic, partition, end)`: the
+    /// offset the next message written there will have. Every message Kafka acknowledged
+    /// before the call is below its partition's end.
     pub async fn ends(&self, topics: &[String]) -> Result<Vec<(String, i32, i64)>, KafkaError> {
         let consumer = self.consumer.clone();
         let topics = topics.to_vec();

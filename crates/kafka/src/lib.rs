@@ -24,6 +24,7 @@ pub use io::{
     Received, Refused, SharedProducer, Stored, Tail,
 };
 pub use rdkafka::error::KafkaError;
+use sluice_model::pipeline::shard::topic_char;
 
 /// How to reach Kafka. `properties` are passed to librdkafka as they are (e.g.
 /// `security.protocol`, `sasl.mechanisms`) and override Sluice's defaults.
@@ -308,13 +309,7 @@ pub fn render_topic(template: &str, instance: &str, db: &str, table: &str) -> St
         .replace("{db}", db)
         .replace("{table}", table)
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if topic_char(c) { c } else { '_' })
         .collect()
 }
 
@@ -323,17 +318,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_topics_of_a_sharded_table_match_its_patterns() {
+    fn the_topics_of_a_sharded_table_are_those_of_its_shards() {
         let cfg: TopicConfig = serde_json::from_str("{}").unwrap();
-        let pattern = sluice_model::pipeline::TablePattern::new(r"db_\d+", r"orders_\d+");
-        let re = cfg.rows_topics_matching("m.1", &pattern).unwrap();
-        assert!(re.is_match(&cfg.rows_topic("m.1", "db_0", "orders_07")));
-        assert!(!re.is_match(&cfg.rows_topic("m.1", "db_0", "orders_07_old")));
-        assert!(
-            !re.is_match(&cfg.rows_topic("mx1", "db_0", "orders_07")),
-            "the instance's dot is literal"
+        let mut spec = sluice_model::PipelineSpec::table("o", "m.1", r"^db_\d+$", r"orders_\d+");
+        spec.sharded = true;
+        let existing = [
+            cfg.rows_topic("m.1", "db_0", "orders_07"),
+            cfg.rows_topic("m.1", "db_0", "orders_07_old"),
+            cfg.rows_topic("mx1", "db_0", "orders_07"),
+            cfg.rows_topic("m.1", "shop", "orders_1"),
+            cfg.rows_topic("m.1", "db_12", "orders_3"),
+        ]
+        .map(String::from);
+        let found = cfg.rows_topics(&spec, &existing);
+        // Anchors in a pattern mean what they mean in the table filter; the instance's
+        // dot is literal.
+        assert_eq!(found, [existing[0].clone(), existing[4].clone()]);
+        let one_topic: TopicConfig =
+            serde_json::from_str(r#"{"rows": "cdc.{instance}.rows"}"#).unwrap();
+        let all = ["cdc.m.1.rows".to_owned(), "cdc.other.rows".to_owned()];
+        assert_eq!(
+            one_topic.rows_topics(&spec, &all),
+            ["cdc.m.1.rows"],
+            "a template without the table"
         );
-        assert!(!re.is_match(&cfg.rows_topic("m.1", "shop", "orders_1")));
     }
 
     #[test]
@@ -439,37 +447,45 @@ impl TopicConfig {
     }
 
     /// The change topics of `spec`'s tables: each table's, and those of `existing` (the
-    /// cluster's topics) a sharded table's patterns match (its shards' so far).
+    /// cluster's topics) that are a sharded table's shards' (its shards' so far).
     pub fn rows_topics(
         &self,
         spec: &sluice_model::PipelineSpec,
         existing: &[String],
     ) -> Vec<String> {
-        let patterns = spec.patterns();
-        let mut out: Vec<String> = (spec.tables().into_iter())
-            .filter(|(db, table)| {
-                !patterns.contains(&sluice_model::pipeline::TablePattern::new(db, table))
-            })
+        let mut out: Vec<String> = (spec.plain_tables().into_iter())
             .map(|(db, table)| self.rows_topic(&spec.source, &db, &table))
             .collect();
-        for pattern in &patterns {
-            // A pattern that does not compile was refused with the spec.
-            if let Ok(re) = self.rows_topics_matching(&spec.source, pattern) {
-                out.extend(existing.iter().filter(|t| re.is_match(t)).cloned());
+        // A pattern that does not compile was refused with the spec.
+        let shards: Vec<_> = (spec.patterns().iter())
+            .filter_map(|p| p.matcher().ok())
+            .collect();
+        if shards.is_empty() {
+            return out;
+        }
+        let read = self.rows_topic_parts(&spec.source);
+        let shard = |topic: &&String| {
+            read(topic).is_some_and(|(db, table)| shards.iter().any(|s| s.matches_parts(db, table)))
+        };
+        let found: Vec<String> = existing.iter().filter(shard).cloned().collect();
+        for topic in found {
+            if !out.contains(&topic) {
+                out.push(topic);
             }
         }
         out
     }
 
-    /// The change topics of the shards `pattern` names: every topic the rows template
-    /// renders for a matching database and table (each pattern matched against a whole
-    /// name, as the topic writes it).
-    pub fn rows_topics_matching(
+    /// Reads a topic name the rows template could have rendered for `instance`: its
+    /// database and table as the name writes them (`None` for one the template does not
+    /// hold); `None` when the template cannot have rendered it. The shortest database
+    /// that fits is taken, so a database name holding a `.` is not told apart.
+    fn rows_topic_parts(
         &self,
         instance: &str,
-        pattern: &sluice_model::pipeline::TablePattern,
-    ) -> Result<regex::Regex, regex::Error> {
+    ) -> impl Fn(&str) -> Option<(Option<&str>, Option<&str>)> {
         let mut re = String::from("^");
+        let mut groups = Vec::new();
         let mut rest = self.rows.as_str();
         while !rest.is_empty() {
             let next = ["{instance}", "{db}", "{table}"]
@@ -481,15 +497,24 @@ impl TopicConfig {
                 break;
             };
             re.push_str(&regex::escape(&render_topic(&rest[..at], "", "", "")));
-            match placeholder {
-                "{instance}" => re.push_str(&regex::escape(&render_topic(instance, "", "", ""))),
-                "{db}" => re.push_str(&format!("(?:{})", pattern.database)),
-                _ => re.push_str(&format!("(?:{})", pattern.table)),
+            if placeholder == "{instance}" {
+                re.push_str(&regex::escape(&render_topic(instance, "", "", "")));
+            } else {
+                re.push_str("(.+?)");
+                groups.push(placeholder);
             }
             rest = &rest[at + placeholder.len()..];
         }
         re.push('$');
-        regex::Regex::new(&re)
+        let re = regex::Regex::new(&re).expect("escaped text and plain groups make a regex");
+        move |topic: &str| {
+            let c = re.captures(topic)?;
+            let part = |name: &str| {
+                let i = groups.iter().position(|g| *g == name)?;
+                c.get(i + 1).map(|m| m.as_str())
+            };
+            Some((part("{db}"), part("{table}")))
+        }
     }
 
     pub fn schema_topic(&self, instance: &str) -> String {

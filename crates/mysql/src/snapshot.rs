@@ -21,6 +21,7 @@ use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
+use sluice_model::pipeline::shard::topic_char;
 use sluice_model::pipeline::SHARD_COLUMN;
 use sluice_model::{BinlogPosition, ColumnInfo};
 
@@ -32,10 +33,6 @@ use crate::source::SourceConfig;
 
 /// `(database, table)`.
 pub type TableName = (String, String);
-
-fn key_list_of(t: &SnapshotTable) -> String {
-    t.key_names().join(", ")
-}
 
 /// One column as the snapshot reads it.
 #[derive(Debug, Clone)]
@@ -292,31 +289,48 @@ impl SnapshotTable {
                 first.db, first.table
             ));
         }
+        if let Some(s) =
+            (described.iter()).find(|s| !s.db.chars().chain(s.table.chars()).all(topic_char))
+        {
+            return Err(format!(
+                "shard `{}.{}`: a shard's names may hold only letters, digits, `.`, `_` and `-` (its change topic's name could not tell it apart)",
+                s.db, s.table
+            ));
+        }
+        if let Some(s) = described.iter().find(|s| s.key.is_empty()) {
+            return Err(format!(
+                "shard `{}.{}` has no primary key: each shard is read in chunks of its own (add one)",
+                s.db, s.table
+            ));
+        }
+        // By name: a column whose type is being changed shard by shard (a rolling
+        // `MODIFY`) stays, read as the first shard has it.
         let common: Vec<usize> = (0..first.columns.len())
             .filter(|&i| {
-                let c = &first.infos[i];
-                (described[1..].iter()).all(|o| {
-                    o.infos
-                        .iter()
-                        .any(|d| d.name == c.name && d.sql_type == c.sql_type)
-                })
+                let name = &first.columns[i].name;
+                (described[1..].iter()).all(|o| o.column(name).is_some())
             })
             .collect();
         for other in &described[1..] {
-            let keys_alike = other.key_names() == first.key_names()
-                && first.key.iter().all(|k| common.contains(k));
-            if !keys_alike {
+            if other.key_names() != first.key_names() {
                 return Err(format!(
                     "the shards' primary keys differ: `{}.{}` has ({}), `{}.{}` has ({}); every shard needs the same primary key",
-                    first.db, first.table, key_list_of(first),
-                    other.db, other.table, key_list_of(other)
+                    first.db, first.table, first.key_names().join(", "),
+                    other.db, other.table, other.key_names().join(", ")
                 ));
             }
         }
         let mut t = first.clone();
         t.db = db.to_owned();
         t.table = table.to_owned();
-        t.columns = common.iter().map(|&i| first.columns[i].clone()).collect();
+        t.columns = (common.iter())
+            .map(|&i| {
+                let mut c = first.columns[i].clone();
+                // One shard counting its own rows is enough for ids to collide.
+                c.auto_increment = described.iter().any(|s| s.counts(&c.name));
+                c
+            })
+            .collect();
         t.infos = common.iter().map(|&i| first.infos[i].clone()).collect();
         t.key = (first.key.iter())
             .filter_map(|k| common.iter().position(|c| c == k))

@@ -487,6 +487,14 @@ impl PipelineSpec {
         out
     }
 
+    /// Every table of the pipeline that is not sharded, as [`Self::tables`] lists them.
+    pub fn plain_tables(&self) -> Vec<(String, String)> {
+        let patterns = self.patterns();
+        (self.tables().into_iter())
+            .filter(|(db, table)| !patterns.contains(&TablePattern::new(db, table)))
+            .collect()
+    }
+
     /// Whether `db`.`table` is one of the pipeline's tables (or a shard of one).
     pub fn reads_table(&self, db: &str, table: &str) -> bool {
         let mut found = Self::names(&self.database, &self.table, self.sharded, db, table);
@@ -834,6 +842,12 @@ impl PipelineSpec {
         }
         let mut any = self.sharded;
         self.visit(&mut |key, r, _| {
+            if self.sharded && !r.sharded && r.database.is_empty() {
+                p.push(format!(
+                    "{key}.database: required under a sharded root (the pipeline's `database` is a pattern; name the database of `{}`)",
+                    r.table
+                ));
+            }
             if !r.sharded {
                 return;
             }
@@ -1160,6 +1174,19 @@ mod tests {
         );
         assert!(s.uses_column("db_1", "orders_07", "order_no"));
         assert!(!s.uses_column("db_1", "orders_archive", "order_no"));
+        let mut brands = s.clone();
+        brands.relations = serde_json::from_value(serde_json::json!([
+            {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}}
+        ]))
+        .unwrap();
+        let p = brands.problems();
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with("relations.brand.database: required under a sharded root")),
+            "{p:?}"
+        );
+        brands.relations[0].database = "shop".into();
+        assert_eq!(brands.problems(), Vec::<String>::new());
         s.table = "orders_(".into();
         let p = s.problems();
         assert!(

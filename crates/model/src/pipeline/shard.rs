@@ -70,11 +70,24 @@ impl TableMatcher {
     pub fn matches_database(&self, database: &str) -> bool {
         self.database.is_match(database)
     }
+
+    /// Whether a table known only in part matches: an unknown part (`None`) matches
+    /// anything.
+    pub fn matches_parts(&self, database: Option<&str>, table: Option<&str>) -> bool {
+        database.is_none_or(|d| self.database.is_match(d))
+            && table.is_none_or(|t| self.table.is_match(t))
+    }
 }
 
 /// `pattern` matched against a whole name.
 pub fn whole(pattern: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// A character a Kafka topic name keeps as it is (the others are written `_`). A shard
+/// whose name has another is refused: its topic could not be told from its name.
+pub fn topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
 /// The value of [`SHARD_COLUMN`] in rows of `database`.`table`.

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value as Json};
 use sluice_model::pipeline::filter;
-use sluice_model::pipeline::{TablePattern, SHARD_COLUMN};
+use sluice_model::pipeline::{TableMatcher, TablePattern, SHARD_COLUMN};
 use sluice_model::{FieldOverride, PipelineSpec, Relation, RelationKind};
 
 pub use read::{Built, Floor, RangeRead, Reader, TracedRows};
@@ -42,6 +42,9 @@ pub struct DocPlan {
     pub join: Option<JoinTag>,
     /// By database and table, the paths of the nodes reading it (every change event asks).
     paths: HashMap<String, HashMap<String, Vec<Vec<usize>>>>,
+    /// The sharded nodes' patterns with their paths: a change of a shard the plan was
+    /// not compiled with (dropped since, or not described yet) is theirs too.
+    shard_paths: Vec<(TableMatcher, Vec<usize>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -115,9 +118,16 @@ impl DocPlan {
             id,
             join,
             paths: HashMap::new(),
+            shard_paths: Vec::new(),
         };
         let mut paths: HashMap<String, HashMap<String, Vec<Vec<usize>>>> = HashMap::new();
+        let mut shard_paths = Vec::new();
         for (path, n) in plan.walk() {
+            if n.table.shards.is_some() {
+                let pattern = TablePattern::new(&n.table.db, &n.table.table);
+                // Compiled: the patterns compiled when the tables were described.
+                shard_paths.extend(pattern.matcher().ok().map(|m| (m, path.clone())));
+            }
             for (db, table) in n.table.names() {
                 paths
                     .entry(db)
@@ -128,6 +138,7 @@ impl DocPlan {
             }
         }
         plan.paths = paths;
+        plan.shard_paths = shard_paths;
         plan
     }
 
@@ -146,12 +157,17 @@ impl DocPlan {
         out
     }
 
-    /// The paths of every node reading `db.table`.
-    pub fn paths_of(&self, db: &str, table: &str) -> &[Vec<usize>] {
-        self.paths
-            .get(db)
-            .and_then(|t| t.get(table))
-            .map_or(&[], Vec::as_slice)
+    /// The paths of every node reading `db.table` (a shard of a sharded node's table
+    /// too, known to the plan or not).
+    pub fn paths_of(&self, db: &str, table: &str) -> Vec<&[usize]> {
+        let known = (self.paths.get(db).and_then(|t| t.get(table))).map_or(&[][..], Vec::as_slice);
+        let mut out: Vec<&[usize]> = known.iter().map(Vec::as_slice).collect();
+        for (m, path) in &self.shard_paths {
+            if m.matches(db, table) && !out.contains(&path.as_slice()) {
+                out.push(path);
+            }
+        }
+        out
     }
 
     /// The names of the nodes on `path`, below the root (a path that outlives a
@@ -190,19 +206,6 @@ impl DocPlan {
         let mut plan = self.clone();
         plan.root.table = self.root.table.shard(db, table);
         Some(plan)
-    }
-
-    /// Every table the documents are read from (each shard of a sharded one), each once.
-    pub fn tables(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = Vec::new();
-        for n in self.nodes() {
-            for t in n.table.names() {
-                if !out.contains(&t) {
-                    out.push(t);
-                }
-            }
-        }
-        out
     }
 
     /// Every node, parents before children.

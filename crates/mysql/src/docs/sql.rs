@@ -242,10 +242,12 @@ mod tests {
             )
         );
         assert_eq!(plan.paths_of("db_1", "orders_0"), [Vec::<usize>::new()]);
-        assert!(
-            plan.paths_of("db_2", "orders_0").is_empty(),
-            "a shard created later needs a new plan"
+        assert_eq!(
+            plan.paths_of("db_2", "orders_0"),
+            [Vec::<usize>::new()],
+            "a shard the plan does not know (dropped since, or new) is the root's too"
         );
+        assert!(plan.paths_of("db_2", "orders_x").is_empty());
         let one = plan.for_shard("db_1", "orders_0").unwrap();
         assert_eq!(
             root_range(&one.root, true, false, 10),
