@@ -528,13 +528,14 @@ async fn route(
     pipelines: &[Active],
     current: &BTreeSet<String>,
 ) -> Result<(Router, BTreeSet<String>)> {
-    let mut router = Router::new(pipelines, &cfg.topics, &[]);
-    if router.sharded() {
-        let existing = feed
-            .topic_names()
-            .context("cannot list the topics of the sharded tables")?;
-        router = Router::new(pipelines, &cfg.topics, &existing);
-    }
+    let sharded = pipelines.iter().any(|p| !p.spec.patterns().is_empty());
+    let existing = if sharded {
+        feed.topic_names()
+            .context("cannot list the topics of the sharded tables")?
+    } else {
+        Vec::new()
+    };
+    let router = Router::new(pipelines, &cfg.topics, &existing);
     let topics = router.topics();
     if topics == *current {
         return Ok((router, topics));
