@@ -7,6 +7,8 @@
 #   Apache Kafka      the broker's jars from Maven Central (KRaft mode, no ZooKeeper)
 #   OpenSearch        the minimal distribution from Maven Central, plus the modules the
 #                     pipelines' mappings use (parent-join, mapper-extras, analysis-common)
+#   OpenSearch (secured)  a second copy, of the version the security plugin is published
+#                     for, with the same modules and the opensearch-security plugin
 #   Elasticsearch     7.17's minimal distribution from Maven Central, with parent-join and
 #                     mapper-extras (the Elasticsearch lane of the sink's tests)
 #   tools             cargo-nextest, helm, the confluent-kafka wheel (stack health checks),
@@ -177,6 +179,16 @@ unpack_distribution() {
 # (parent-child pipelines), scaled_float and search_as_you_type (mapper-extras) and the
 # analyzers beyond `standard` (analysis-common) are modules of the full one; each is one
 # jar on Maven Central, placed as a module with the descriptor the full build writes.
+add_opensearch_modules() {
+  local home=$1 v=$2 plugins="$MAVEN/org/opensearch/plugin"
+  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
+    org.opensearch.join.ParentJoinPlugin opensearch.version "$v"
+  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
+    org.opensearch.index.mapper.MapperExtrasPlugin opensearch.version "$v"
+  add_module "$home" analysis-common "$plugins/analysis-common/$v/analysis-common-$v.jar" \
+    org.opensearch.analysis.common.CommonAnalysisPlugin opensearch.version "$v"
+}
+
 install_opensearch() {
   local home="$SLUICE_TOOLS/opensearch-$OPENSEARCH_VERSION" v=$OPENSEARCH_VERSION
   if [ -f "$home/stamp" ]; then
@@ -186,16 +198,36 @@ install_opensearch() {
   rm -rf "$home"
   unpack_distribution "$home" \
     "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$v/opensearch-$v.zip"
-  local plugins="$MAVEN/org/opensearch/plugin"
-  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
-    org.opensearch.join.ParentJoinPlugin opensearch.version "$v"
-  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
-    org.opensearch.index.mapper.MapperExtrasPlugin opensearch.version "$v"
-  add_module "$home" analysis-common "$plugins/analysis-common/$v/analysis-common-$v.jar" \
-    org.opensearch.analysis.common.CommonAnalysisPlugin opensearch.version "$v"
+  add_opensearch_modules "$home" "$v"
   chmod -R a+rX "$home"
   echo "$v" >"$home/stamp"
   log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common in $home"
+}
+
+# The secured node (deploy/stack.sh's opensearch-secure) runs from a copy of its own: a
+# plugin is installed into a distribution, and the security plugin exists for other
+# versions than the plain node's (see versions.sh). Same modules as the plain node, plus
+# opensearch-security, installed by the distribution's own plugin tool from the zip.
+install_opensearch_secure() {
+  local home="$SLUICE_TOOLS/opensearch-secure-$OPENSEARCH_SECURE_VERSION" v=$OPENSEARCH_SECURE_VERSION
+  local zip="opensearch-security-$OPENSEARCH_SECURE_VERSION.0.zip" tmp
+  if [ -f "$home/stamp" ]; then
+    log "OpenSearch $v with the security plugin present ($home)"
+    return
+  fi
+  rm -rf "$home"
+  unpack_distribution "$home" \
+    "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$v/opensearch-$v.zip"
+  add_opensearch_modules "$home" "$v"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/$zip" "$MAVEN/org/opensearch/plugin/opensearch-security/$v.0/$zip" \
+    || die "opensearch-secure: $zip is not on Maven Central"
+  OPENSEARCH_JAVA_HOME=$JAVA_HOME "$home/bin/opensearch-plugin" install --batch "file://$tmp/$zip" \
+    >"$tmp/plugin.log" 2>&1 || { tail -n 30 "$tmp/plugin.log" >&2; die "opensearch-secure: installing $zip failed"; }
+  rm -rf "$tmp"
+  chmod -R a+rX "$home"
+  echo "$v" >"$home/stamp"
+  log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common and plugin opensearch-security in $home"
 }
 
 # Elasticsearch: Maven Central serves its minimal distribution for every version, but the
@@ -306,7 +338,7 @@ install_playwright() {
 # What to install: everything (the default), only the Debian packages the build needs, or
 # the servers `make demo` runs (it compiles meanwhile: see the Makefile).
 case "${1:-all}" in
-  all) steps=(packages mysql kafka opensearch elasticsearch user nextest confluent helm playwright) ;;
+  all) steps=(packages mysql kafka opensearch opensearch-secure elasticsearch user nextest confluent helm playwright) ;;
   packages) steps=(packages) ;;
   demo) steps=(mysql kafka opensearch user) ;;
   *) die "usage: deploy/install.sh [all|packages|demo]" ;;
@@ -319,6 +351,7 @@ for s in "${steps[@]}"; do
     mysql) step "Oracle MySQL" install_mysql ;;
     kafka) step "Apache Kafka" install_kafka ;;
     opensearch) step "OpenSearch" install_opensearch ;;
+    opensearch-secure) step "OpenSearch (secured)" install_opensearch_secure ;;
     elasticsearch) step "Elasticsearch" install_elasticsearch ;;
     user) step "service user" service_user ;;
     nextest) step "cargo-nextest" install_nextest ;;

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The local stack of real services Sluice is tested against: MariaDB and Oracle MySQL
-# (binlog sources), ZooKeeper (coordination), Apache Kafka (KRaft mode) and OpenSearch.
+# (binlog sources), ZooKeeper (coordination), Apache Kafka (KRaft mode), OpenSearch and
+# Elasticsearch, and OpenSearch with its security plugin (opensearch-secure).
+#
+# With credentials: Kafka has, beside its plain listener, a SASL_SSL one (SCRAM-SHA-512,
+# a certificate of the stack's test CA); opensearch-secure speaks only HTTPS with basic
+# auth. The passwords are made once (.work/stack/secrets/); .work/stack/secure.env says
+# where to connect and as whom (KEY=value lines, see write_secure_env).
 #
 #   deploy/stack.sh up|down|status [SERVICE...] | clean | env | logs [-f] | versions
 #
@@ -22,18 +28,24 @@ DEFAULT_ZOOKEEPER="127.0.0.1:12181"
 DEFAULT_KAFKA_BROKERS="127.0.0.1:19092"
 DEFAULT_ES_URL="http://127.0.0.1:19200"
 DEFAULT_ELASTICSEARCH_URL="http://127.0.0.1:19201"
+DEFAULT_SECURE_ES_URL="https://127.0.0.1:19202"
 
 MARIADB_PORT=13306
 MYSQL_PORT=13307
 ZOOKEEPER_PORT=12181
 KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
+KAFKA_SASL_PORT=19094
 OPENSEARCH_PORT=19200
 OPENSEARCH_TRANSPORT_PORT=19300
 ELASTICSEARCH_PORT=19201
 ELASTICSEARCH_TRANSPORT_PORT=19301
+OPENSEARCH_SECURE_PORT=19202
+OPENSEARCH_SECURE_TRANSPORT_PORT=19302
 
-SERVICES=(mariadb mysql zookeeper kafka opensearch elasticsearch)
+SERVICES=(mariadb mysql zookeeper kafka opensearch elasticsearch opensearch-secure)
+SECURE_ENV="$WORK/secure.env"
+SECRETS="$WORK/secrets"
 
 log() { printf '[stack] %s\n' "$*"; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -45,6 +57,7 @@ env_var() {
   case $1 in
     mariadb) echo MARIADB_URL ;; mysql) echo MYSQL_URL ;; zookeeper) echo ZOOKEEPER ;;
     kafka) echo KAFKA_BROKERS ;; opensearch) echo ES_URL ;; elasticsearch) echo ELASTICSEARCH_URL ;;
+    opensearch-secure) echo SECURE_ES_URL ;;
   esac
 }
 default_of() { local v; v="DEFAULT_$(env_var "$1")"; echo "${!v}"; }
@@ -54,7 +67,7 @@ local_port() {
   case $1 in
     mariadb) echo $MARIADB_PORT ;; mysql) echo $MYSQL_PORT ;; zookeeper) echo $ZOOKEEPER_PORT ;;
     kafka) echo $KAFKA_PORT ;; opensearch) echo $OPENSEARCH_PORT ;;
-    elasticsearch) echo $ELASTICSEARCH_PORT ;;
+    elasticsearch) echo $ELASTICSEARCH_PORT ;; opensearch-secure) echo $OPENSEARCH_SECURE_PORT ;;
   esac
 }
 # Seconds to become healthy / to stop. A database's first start includes creating its files;
@@ -64,11 +77,13 @@ local_port() {
 start_deadline() {
   case $1 in
     mariadb | mysql | zookeeper) echo 90 ;;
-    kafka | opensearch | elasticsearch) echo 240 ;;
+    kafka | opensearch | elasticsearch | opensearch-secure) echo 240 ;;
     *) echo 90 ;;
   esac
 }
-stop_deadline() { case $1 in mariadb | mysql | opensearch | elasticsearch) echo 60 ;; *) echo 30 ;; esac; }
+stop_deadline() {
+  case $1 in mariadb | mysql | opensearch | elasticsearch | opensearch-secure) echo 60 ;; *) echo 30 ;; esac
+}
 # What the process' command line must contain: a pid file left from before a reboot may
 # name an unrelated process by now.
 proc_marker() {
@@ -77,6 +92,7 @@ proc_marker() {
     zookeeper) echo QuorumPeerMain ;; kafka) echo kafka.Kafka ;;
     opensearch) echo org.opensearch.bootstrap.OpenSearch ;;
     elasticsearch) echo org.elasticsearch.bootstrap.Elasticsearch ;;
+    opensearch-secure) echo "-Dopensearch.path.home=$OPENSEARCH_SECURE_HOME" ;;
   esac
 }
 
@@ -159,6 +175,81 @@ stack_tls() {
       mv "$who.key.p8" "$who.key"
     done
   ) >>"$WORK/tls.log" 2>&1 || die "cannot make the test TLS certificates (openssl; see $WORK/tls.log)"
+}
+
+# One more certificate of the stack's CA, made once: $WORK/tls/NAME.pem and NAME.key
+# (PKCS#8, written last), subject CN=sluice-test-NAME, extended key usage EKU, and
+# subjectAltName SAN when given. A stack made before this function keeps its CA.
+stack_tls_cert() {
+  local name=$1 eku=$2 san=${3:-} t=$WORK/tls
+  stack_tls
+  [[ -s $t/$name.key ]] && return 0
+  (
+    cd "$t"
+    local ext="basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=$eku"
+    [[ -n $san ]] && ext+="\nsubjectAltName=$san"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -keyout "$name.key.tmp" -out "$name.csr" -subj "/CN=sluice-test-$name"
+    openssl pkcs8 -topk8 -nocrypt -in "$name.key.tmp" -out "$name.key.p8"
+    openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAserial ca.srl -CAcreateserial \
+      -days 3650 -out "$name.pem" -extfile <(printf "$ext")
+    rm -f "$name.csr" "$name.key.tmp"
+    mv "$name.key.p8" "$name.key"
+  ) >>"$WORK/tls.log" 2>&1 || die "cannot make the test certificate $name (openssl; see $WORK/tls.log)"
+}
+
+# --- credentials of the secured services -----------------------------------------------
+
+# The password called NAME, made once (32 hex digits) and kept in $WORK/secrets/NAME.
+secret() {
+  local f=$SECRETS/$1
+  if [[ ! -s $f ]]; then
+    (umask 077 && mkdir -p "$SECRETS" && openssl rand -hex 16 >"$f.tmp" && mv "$f.tmp" "$f") \
+      || die "cannot make the password $f"
+  fi
+  cat "$f"
+}
+
+# Where the secured endpoints are and the credentials to use, one KEY=value a line (values
+# unquoted, never holding spaces). Only the stack's own services are described: an
+# external KAFKA_BROKERS or SECURE_ES_URL comes with credentials of its own.
+secure_env_lines() {
+  local ca=$WORK/tls/ca.pem
+  stack_tls
+  if ! is_external kafka; then
+    echo "SECURE_KAFKA_BROKERS=127.0.0.1:$KAFKA_SASL_PORT"
+    echo "SECURE_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
+    echo "SECURE_KAFKA_MECHANISM=SCRAM-SHA-512"
+    echo "SECURE_KAFKA_USER=$KAFKA_SCRAM_USER"
+    echo "SECURE_KAFKA_PASSWORD=$(secret kafka-sluice)"
+    echo "SECURE_KAFKA_CA=$ca"
+  fi
+  if ! is_external opensearch-secure; then
+    # The admin certificate (its DN is plugins.security.authcz.admin_dn) reads and
+    # rewrites the security index; the admin user has all_access otherwise.
+    stack_tls_cert opensearch-admin clientAuth
+    echo "SECURE_ES_URL=$DEFAULT_SECURE_ES_URL"
+    echo "SECURE_ES_CA=$ca"
+    echo "SECURE_ES_ETL_USER=sluice_etl"
+    echo "SECURE_ES_ETL_PASSWORD=$(secret opensearch-sluice_etl)"
+    echo "SECURE_ES_CENTER_USER=sluice_center"
+    echo "SECURE_ES_CENTER_PASSWORD=$(secret opensearch-sluice_center)"
+    echo "SECURE_ES_ADMIN_USER=admin"
+    echo "SECURE_ES_ADMIN_PASSWORD=$(secret opensearch-admin)"
+    echo "SECURE_ES_ADMIN_CERT=$WORK/tls/opensearch-admin.pem"
+    echo "SECURE_ES_ADMIN_KEY=$WORK/tls/opensearch-admin.key"
+  fi
+}
+
+# $WORK/secure.env, for the tests to read: secure_env_lines, rewritten by each `up`.
+write_secure_env() {
+  mkdir -p "$WORK"
+  {
+    echo "# Written by deploy/stack.sh up: the stack's endpoints with TLS and credentials."
+    secure_env_lines
+  } >"$SECURE_ENV.tmp"
+  chmod 600 "$SECURE_ENV.tmp"
+  mv "$SECURE_ENV.tmp" "$SECURE_ENV"
 }
 
 # The accounts tests and the demo use, on either database (root over the socket runs it).
@@ -390,16 +481,26 @@ KAFKA_HOME="$SLUICE_TOOLS/kafka-$KAFKA_VERSION"
 # The settings of a one-node cluster for tests: one partition per topic unless asked,
 # replication factor 1 for the internal topics, and no delay before a group's first
 # rebalance. Also deploy/kafka-server.sh's template for a test's private broker.
+# SASL_PORT (the stack's broker only): a SASL_SSL listener there too, SCRAM-SHA-512 over
+# TLS with DIR/broker.pem (key and certificate, PEM); the broker and its controller keep
+# talking over PLAINTEXT.
 kafka_properties() {
-  local dir=$1 port=$2 controller=$3
+  local dir=$1 port=$2 controller=$3 sasl=${4:-}
+  local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller"
+  local advertised="PLAINTEXT://127.0.0.1:$port" protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if [[ -n $sasl ]]; then
+    listeners+=",SASL_SSL://127.0.0.1:$sasl"
+    advertised+=",SASL_SSL://127.0.0.1:$sasl"
+    protocols+=",SASL_SSL:SASL_SSL"
+  fi
   cat <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$controller
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
 num.partitions=1
@@ -414,6 +515,14 @@ group.initial.rebalance.delay.ms=0
 log.flush.interval.messages=9223372036854775807
 log.retention.hours=24
 EOF
+  if [[ -n $sasl ]]; then
+    cat <<EOF
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$dir/broker.pem
+EOF
+  fi
 }
 
 kafka_java() {
@@ -441,17 +550,31 @@ EOF
     -cp "$KAFKA_HOME/libs/*"
 }
 
+# The SCRAM user of the SASL_SSL listener and what $d/data/.scram holds once the broker
+# has its credential (a digest: the password stays in $SECRETS).
+KAFKA_SCRAM_USER=sluice
+kafka_scram_stamp() { printf '%s:%s' "$KAFKA_SCRAM_USER" "$(secret kafka-sluice)" | sha256sum | cut -c1-64; }
+
 kafka_start() {
   local d; d=$(dir_of kafka)
   [[ -f $KAFKA_HOME/stamp ]] || die "kafka: $KAFKA_HOME not found (run deploy/install.sh)"
-  kafka_properties "$d" $KAFKA_PORT $KAFKA_CONTROLLER_PORT >"$d/server.properties"
+  stack_tls
+  # The SASL_SSL listener's key and certificate: the stack's server certificate
+  # (127.0.0.1 and localhost), as one PEM file.
+  (umask 077 && cat "$WORK/tls/server.key" "$WORK/tls/server.pem" >"$d/broker.pem")
+  kafka_properties "$d" $KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT >"$d/server.properties"
   local java; read -ra java < <(kafka_java "$d")
   # The marker is written last, so a half-finished format is redone rather than reused.
+  # A fresh storage gets the SCRAM credential with the format; a stack formatted before
+  # the SASL listener existed gets it from kafka_after_healthy.
   if [[ ! -e $d/data/.formatted ]]; then
     rm -rf "$d/data"
     "${java[@]}" kafka.tools.StorageTool format --standalone --cluster-id sluice-local-stack0 \
-      -c "$d/server.properties" >>"$(logfile kafka)" 2>&1 \
+      -c "$d/server.properties" \
+      --add-scram "SCRAM-SHA-512=[name=$KAFKA_SCRAM_USER,password=$(secret kafka-sluice)]" \
+      >>"$(logfile kafka)" 2>&1 \
       || { tail -n 30 "$(logfile kafka)" >&2; die "kafka: formatting its storage failed"; }
+    kafka_scram_stamp >"$d/data/.scram"
     touch "$d/data/.formatted"
   fi
   launch kafka "${java[@]}" kafka.Kafka "$d/server.properties"
@@ -499,7 +622,31 @@ kafka_healthy() {
       END { exit !started }' "$(logfile kafka)"
   fi
 }
-kafka_after_healthy() { :; }
+# Adds (or replaces) the SCRAM credential through the PLAINTEXT listener with Kafka's own
+# kafka-configs tool, when the storage does not have this password yet: a stack formatted
+# before the SASL listener existed, or a password file made anew. The credential lives in
+# the metadata log, so a restart keeps it. The password goes through a file, not argv.
+kafka_after_healthy() {
+  is_external kafka && return 0
+  local d java f; d=$(dir_of kafka)
+  if ! tcp_open 127.0.0.1 $KAFKA_SASL_PORT; then
+    log "kafka: no SASL_SSL listener on $KAFKA_SASL_PORT (started by an older deploy/stack.sh): \
+deploy/stack.sh down kafka && deploy/stack.sh up kafka"
+  fi
+  [[ $(cat "$d/data/.scram" 2>/dev/null) == "$(kafka_scram_stamp)" ]] && return 0
+  read -ra java < <(kafka_java "$d")
+  f=$d/scram.properties
+  (umask 077 && printf 'SCRAM-SHA-512=iterations=4096,password=%s\n' "$(secret kafka-sluice)" >"$f")
+  if ! "${java[@]}" kafka.admin.ConfigCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter \
+    --entity-type users --entity-name "$KAFKA_SCRAM_USER" --add-config-file "$f" >>"$(logfile kafka)" 2>&1; then
+    rm -f "$f"
+    log "kafka: adding the SCRAM credential of $KAFKA_SCRAM_USER failed (see $(logfile kafka))"
+    return 1
+  fi
+  rm -f "$f"
+  kafka_scram_stamp >"$d/data/.scram"
+  log "kafka: SCRAM-SHA-512 credential of $KAFKA_SCRAM_USER added"
+}
 
 # --- OpenSearch ----------------------------------------------------------------------------
 
@@ -514,22 +661,24 @@ as_search_user() {
   exec "$@"
 }
 
-# The node of a search server: its own config directory (a 1 GiB heap, no disk
-# watermarks — a test machine's disk may be fuller than a production node's would be
-# allowed — no GC log or heap dump files), data and logs in the service's directory.
-# $1: opensearch or elasticsearch; $2: its home; $3, $4: HTTP and transport ports.
+# The node of a search server: its own config directory (a 1 GiB heap unless $5 says
+# otherwise, no disk watermarks — a test machine's disk may be fuller than a production
+# node's would be allowed — no GC log or heap dump files), data and logs in the service's
+# directory. $1: opensearch, elasticsearch or opensearch-secure (an OpenSearch whose
+# security settings opensearch_secure_config adds); $2: its home; $3, $4: HTTP and
+# transport ports.
 search_start() {
-  local svc=$1 home=$2 http=$3 transport=$4 d
+  local svc=$1 home=$2 http=$3 transport=$4 heap=${5:-1g} kind=${1%-secure} d
   d=$(dir_of "$svc")
   [[ -f $home/stamp ]] || die "$svc: $home not found (run deploy/install.sh)"
   mkdir -p "$d/config" "$d/data" "$d/logs" "$d/tmp"
   cp "$home/config/log4j2.properties" "$d/config/"
-  local jvm="-Xms1g
--Xmx1g
+  local jvm="-Xms$heap
+-Xmx$heap
 -XX:+UseG1GC
 -XX:-HeapDumpOnOutOfMemoryError
 -XX:ErrorFile=$d/logs/hs_err_pid%p.log"
-  if [[ $svc == opensearch ]]; then
+  if [[ $kind == opensearch ]]; then
     cat >"$d/config/jvm.options" <<EOF
 $jvm
 -Djava.io.tmpdir=\${OPENSEARCH_TMPDIR}
@@ -542,7 +691,7 @@ $jvm
 -Djava.io.tmpdir=\${ES_TMPDIR}
 EOF
   fi
-  cat >"$d/config/$svc.yml" <<EOF
+  cat >"$d/config/$kind.yml" <<EOF
 cluster.name: sluice-local-$svc
 node.name: sluice-local
 discovery.type: single-node
@@ -555,11 +704,12 @@ cluster.routing.allocation.disk.threshold_enabled: false
 action.auto_create_index: false
 EOF
   [[ $svc == elasticsearch ]] && printf 'xpack.security.enabled: false\n' >>"$d/config/$svc.yml"
+  [[ $svc == opensearch-secure ]] && opensearch_secure_config "$d" "$home"
   [[ $(id -u) == 0 ]] && chown -R "$SEARCH_USER:$SEARCH_USER" "$d"
   OPENSEARCH_JAVA_HOME=$JAVA_HOME OPENSEARCH_PATH_CONF=$d/config OPENSEARCH_TMPDIR=$d/tmp \
   ES_JAVA_HOME=$JAVA_HOME ES_PATH_CONF=$d/config ES_TMPDIR=$d/tmp \
     launch "$svc" bash -c "$(declare -f as_search_user die); SEARCH_USER=$SEARCH_USER; \
-      as_search_user \"\$@\"" _ "$home/bin/$svc"
+      as_search_user \"\$@\"" _ "$home/bin/$kind"
 }
 
 opensearch_start() {
@@ -582,6 +732,220 @@ elasticsearch_start() {
 elasticsearch_healthy() { search_healthy elasticsearch; }
 elasticsearch_after_healthy() { :; }
 
+# --- OpenSearch with its security plugin (credentials and TLS on HTTP and transport) ---
+
+OPENSEARCH_SECURE_HOME="$SLUICE_TOOLS/opensearch-secure-$OPENSEARCH_SECURE_VERSION"
+OPENSEARCH_SECURE_HEAP=512m
+
+# The bcrypt hash of password NAME for internal_users.yml, made once by the plugin's own
+# tools/hash.sh (about 2 s of JVM) and kept beside the password.
+secret_bcrypt() {
+  local f=$SECRETS/$1.bcrypt hash
+  if [[ ! -s $f || $SECRETS/$1 -nt $f ]]; then
+    hash=$(PW=$(secret "$1") OPENSEARCH_JAVA_HOME=$JAVA_HOME \
+      JAVA_OPTS="-Xmx64m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
+      bash "$OPENSEARCH_SECURE_HOME/plugins/opensearch-security/tools/hash.sh" -env PW \
+      | grep -E '^\$2[aby]\$') || die "opensearch-secure: hash.sh could not hash the password $1"
+    (umask 077 && echo "$hash" >"$f")
+  fi
+  cat "$f"
+}
+
+# The security settings and the security plugin's configuration (config/opensearch-security/,
+# which initialises the security index at the node's first start, and securityadmin.sh
+# later when it changes: see opensearch-secure_after_healthy). Users: admin (all_access,
+# for the tests' own setup and checks), sluice_etl and sluice_center with what Sluice's
+# client calls (crates/elastic/src/client.rs), on every index; the security index stays
+# out of their reach (system index protection, admin certificate only).
+opensearch_secure_config() {
+  local d=$1 home=$2 c=$1/config
+  stack_tls_cert opensearch-node serverAuth,clientAuth IP:127.0.0.1,DNS:localhost
+  stack_tls_cert opensearch-admin clientAuth
+  # The plugin reads certificates only from the config directory.
+  cp "$WORK/tls/ca.pem" "$c/ca.pem"
+  cp "$WORK/tls/opensearch-node.pem" "$c/node.pem"
+  cp "$WORK/tls/opensearch-node.key" "$c/node.key"
+  cat >>"$c/opensearch.yml" <<EOF
+plugins.security.ssl.transport.pemcert_filepath: node.pem
+plugins.security.ssl.transport.pemkey_filepath: node.key
+plugins.security.ssl.transport.pemtrustedcas_filepath: ca.pem
+plugins.security.ssl.transport.enforce_hostname_verification: false
+plugins.security.ssl.http.enabled: true
+plugins.security.ssl.http.pemcert_filepath: node.pem
+plugins.security.ssl.http.pemkey_filepath: node.key
+plugins.security.ssl.http.pemtrustedcas_filepath: ca.pem
+plugins.security.allow_default_init_securityindex: true
+plugins.security.authcz.admin_dn: ["CN=sluice-test-opensearch-admin"]
+plugins.security.nodes_dn: ["CN=sluice-test-opensearch-node"]
+plugins.security.system_indices.enabled: true
+plugins.security.restapi.roles_enabled: ["all_access"]
+plugins.security.audit.type: noop
+EOF
+  local sc=$c/opensearch-security f
+  mkdir -p "$sc"
+  # The plugin's own (empty or default) files for what the stack does not use.
+  for f in action_groups tenants nodes_dn allowlist whitelist; do
+    cp "$home/config/opensearch-security/$f.yml" "$sc/"
+  done
+  cat >"$sc/config.yml" <<'EOF'
+_meta:
+  type: "config"
+  config_version: 2
+config:
+  dynamic:
+    http:
+      anonymous_auth_enabled: false
+    authc:
+      basic_internal_auth_domain:
+        description: "HTTP basic against the internal users"
+        http_enabled: true
+        transport_enabled: true
+        order: 0
+        http_authenticator:
+          type: basic
+          challenge: true
+        authentication_backend:
+          type: intern
+EOF
+  cat >"$sc/audit.yml" <<'EOF'
+_meta:
+  type: "audit"
+  config_version: 2
+config:
+  enabled: false
+EOF
+  cat >"$sc/internal_users.yml" <<EOF
+_meta:
+  type: "internalusers"
+  config_version: 2
+admin:
+  hash: "$(secret_bcrypt opensearch-admin)"
+  description: "all access: the tests' own setup and checks"
+sluice_etl:
+  hash: "$(secret_bcrypt opensearch-sluice_etl)"
+  description: "sluice-etl: writes documents, manages its indices' mappings, settings, aliases"
+sluice_center:
+  hash: "$(secret_bcrypt opensearch-sluice_center)"
+  description: "sluice-center: builds, swaps and drops indices, reads documents"
+EOF
+  # Cluster level: GET / (cluster:monitor/main) and the two multi-index requests (_bulk,
+  # _mget); everything else is an index permission. `_count` is a search.
+  cat >"$sc/roles.yml" <<'EOF'
+_meta:
+  type: "roles"
+  config_version: 2
+sluice_etl:
+  description: "what sluice-etl calls: _bulk (index, delete, update with external versions), index create, mappings, settings, aliases, searches and gets"
+  cluster_permissions:
+    - "cluster:monitor/main"
+    - "indices:data/write/bulk"
+    - "indices:data/read/mget"
+  index_permissions:
+    - index_patterns: ["*"]
+      allowed_actions:
+        - "indices:data/write/index*"
+        - "indices:data/write/update*"
+        - "indices:data/write/delete*"
+        - "indices:data/write/bulk*"
+        - "indices:data/read/get*"
+        - "indices:data/read/mget*"
+        - "indices:data/read/search*"
+        - "indices:admin/get"
+        - "indices:admin/create"
+        - "indices:admin/mapping/put"
+        - "indices:admin/mappings/get"
+        - "indices:monitor/settings/get"
+        - "indices:admin/settings/update"
+        - "indices:admin/aliases"
+        - "indices:admin/aliases/get"
+        - "indices:admin/refresh*"
+sluice_center:
+  description: "what sluice-center calls: GET /, index create and delete, settings, aliases, refresh, counts and gets"
+  cluster_permissions:
+    - "cluster:monitor/main"
+    - "indices:data/read/mget"
+  index_permissions:
+    - index_patterns: ["*"]
+      allowed_actions:
+        - "indices:data/read/get*"
+        - "indices:data/read/mget*"
+        - "indices:data/read/search*"
+        - "indices:admin/get"
+        - "indices:admin/create"
+        - "indices:admin/delete"
+        - "indices:admin/settings/update"
+        - "indices:admin/aliases"
+        - "indices:admin/aliases/get"
+        - "indices:admin/refresh*"
+EOF
+  cat >"$sc/roles_mapping.yml" <<'EOF'
+_meta:
+  type: "rolesmapping"
+  config_version: 2
+all_access:
+  reserved: false
+  users: ["admin"]
+sluice_etl:
+  users: ["sluice_etl"]
+sluice_center:
+  users: ["sluice_center"]
+EOF
+  # What the plugin asks of files holding keys and passwords.
+  chmod -R go-rwx "$c"
+}
+
+opensearch-secure_start() {
+  search_start opensearch-secure "$OPENSEARCH_SECURE_HOME" $OPENSEARCH_SECURE_PORT \
+    $OPENSEARCH_SECURE_TRANSPORT_PORT $OPENSEARCH_SECURE_HEAP
+}
+
+# curl with the CA and the admin's credentials of the secured node (an external one's
+# from SECURE_ES_CA, SECURE_ES_ADMIN_USER and SECURE_ES_ADMIN_PASSWORD), which reach curl
+# on stdin, not on its command line.
+secure_es_curl() {
+  local ca user pw args=()
+  if is_external opensearch-secure; then
+    ca=${SECURE_ES_CA:-} user=${SECURE_ES_ADMIN_USER:-} pw=${SECURE_ES_ADMIN_PASSWORD:-}
+  else
+    ca=$WORK/tls/ca.pem user=admin pw=$(cat "$SECRETS/opensearch-admin" 2>/dev/null)
+  fi
+  [[ -n $ca ]] && args+=(--cacert "$ca")
+  printf 'user = "%s:%s"\n' "$user" "$pw" | curl -K - -fsS --max-time 2 "${args[@]}" "$@"
+}
+opensearch-secure_healthy() {
+  secure_es_curl "$(endpoint opensearch-secure)/_cluster/health?wait_for_status=yellow&timeout=1s" \
+    >/dev/null 2>&1
+}
+
+# The digest of the security configuration the security index was last given. A node's
+# first start loads config/opensearch-security/ itself; when the files change later (new
+# passwords, roles edited here), securityadmin.sh with the admin certificate reloads them
+# (about 7 s of JVM), so a kept data directory never serves stale users or roles.
+opensearch_secure_digest() { cat "$1"/config/opensearch-security/*.yml | sha256sum | cut -c1-64; }
+
+opensearch-secure_after_healthy() {
+  is_external opensearch-secure && return 0
+  local d stamp digest user; d=$(dir_of opensearch-secure)
+  stamp=$d/security-config.sha256
+  digest=$(opensearch_secure_digest "$d")
+  if [[ -s $stamp && $(<"$stamp") != "$digest" ]]; then
+    log "opensearch-secure: security configuration changed, reloading it with securityadmin.sh"
+    OPENSEARCH_JAVA_HOME=$JAVA_HOME JAVA_OPTS="-Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
+      bash "$OPENSEARCH_SECURE_HOME/plugins/opensearch-security/tools/securityadmin.sh" \
+      -cd "$d/config/opensearch-security" -icl -h 127.0.0.1 -p $OPENSEARCH_SECURE_PORT \
+      -cacert "$WORK/tls/ca.pem" -cert "$WORK/tls/opensearch-admin.pem" \
+      -key "$WORK/tls/opensearch-admin.key" >>"$(logfile opensearch-secure)" 2>&1 \
+      || { log "opensearch-secure: securityadmin.sh failed (see $(logfile opensearch-secure))"; return 1; }
+  fi
+  echo "$digest" >"$stamp"
+  # The services' users log in with what secure.env says.
+  for user in sluice_etl sluice_center; do
+    printf 'user = "%s:%s"\n' "$user" "$(secret "opensearch-$user")" \
+      | curl -K - -fsS --max-time 5 --cacert "$WORK/tls/ca.pem" "$DEFAULT_SECURE_ES_URL/" >/dev/null \
+      || { log "opensearch-secure: $user cannot log in with the password in $SECURE_ENV"; return 1; }
+  done
+}
+
 # --- versions ------------------------------------------------------------------------------
 
 # What the service says it is ("?" when it does not answer).
@@ -593,9 +957,13 @@ version_of() {
     kafka)
       if is_external kafka; then v="(external)"
       else v=$(cat "$KAFKA_HOME/stamp" 2>/dev/null); fi ;;
-    opensearch | elasticsearch)
-      v=$(curl -fsS --max-time 2 "$(endpoint "$1")/" 2>/dev/null | python3 -c \
-        'import json,sys; v=json.load(sys.stdin)["version"]; print(v.get("distribution","elasticsearch"), v["number"])' 2>/dev/null) ;;
+    opensearch | elasticsearch | opensearch-secure)
+      if [[ $1 == opensearch-secure ]]; then
+        v=$(secure_es_curl "$(endpoint "$1")/" 2>/dev/null)
+      else
+        v=$(curl -fsS --max-time 2 "$(endpoint "$1")/" 2>/dev/null)
+      fi
+      v=$(python3 -c 'import json,sys; v=json.load(sys.stdin)["version"]; print(v.get("distribution","elasticsearch"), v["number"])' <<<"$v" 2>/dev/null) ;;
   esac
   echo "${v:-?}"
 }
@@ -678,6 +1046,7 @@ select_services() {
 cmd_up() {
   local t0 svc; t0=$(now_ms)
   declare -gA STARTED_AT=()
+  write_secure_env
   # Start everything first and wait afterwards: the JVM and InnoDB start in parallel.
   for svc in "${SERVICES[@]}"; do start_service "$svc"; done
   for svc in "${SERVICES[@]}"; do wait_service "$svc"; done
@@ -710,20 +1079,24 @@ cmd_status() {
       rc=1
     fi
     if [[ $state == *up ]]; then
-      printf '%-11s %-14s %-30s %s\n' "$svc" "$state" "$(version_of "$svc")" "$where"
+      printf '%-17s %-14s %-30s %s\n' "$svc" "$state" "$(version_of "$svc")" "$where"
     else
-      printf '%-11s %-14s %-30s %s\n' "$svc" "$state" "-" "$where"
+      printf '%-17s %-14s %-30s %s\n' "$svc" "$state" "-" "$where"
     fi
   done
   return $rc
 }
 
 cmd_env() {
-  local svc v
+  local svc v key value
   for svc in "${SERVICES[@]}"; do
     v=$(env_var "$svc")
     printf 'export %s=%q\n' "$v" "$(endpoint "$svc")"
   done
+  # The secured endpoints' credentials (see secure_env_lines).
+  while IFS='=' read -r key value; do
+    if [[ $key != SECURE_ES_URL ]]; then printf 'export %s=%q\n' "$key" "$value"; fi
+  done < <(secure_env_lines)
 }
 
 cmd_logs() {
@@ -745,6 +1118,7 @@ usage: $0 up|down|status [SERVICE...] | clean | env | logs [-f] | mysqld-version
   clean   down, then delete $WORK
   status  each service up/down with its version and endpoint; non-zero if any is not up
   env     export lines for MARIADB_URL MYSQL_URL ZOOKEEPER KAFKA_BROKERS ES_URL ELASTICSEARCH_URL
+          SECURE_ES_URL, and the SECURE_* credentials of $SECURE_ENV
   mysqld-version  the version of the Oracle MySQL deploy/install.sh unpacked
   logs    last lines of every log (-f: follow)
 EOF

@@ -4,6 +4,11 @@ KAFKA_VERSION=4.1.1
 LOG4J_VERSION=2.24.3
 SLF4J_VERSION=2.0.17
 OPENSEARCH_VERSION=2.19.6
+# The second, secured OpenSearch node (stack service opensearch-secure): the security plugin
+# must match the server's version exactly, and Maven Central serves no opensearch-security
+# 2.19.6.0 (nor 2.19.5.0); 2.19.4 is the newest 2.19 with both the minimal distribution and
+# the plugin (2.19.4.0).
+OPENSEARCH_SECURE_VERSION=2.19.4
 ELASTICSEARCH_VERSION=7.17.29
 NEXTEST_VERSION=0.9.148
 # Debezium's embedded engine and MySQL connector: the peer integration-tests/debezium/run.sh
