@@ -43,7 +43,8 @@ curl -fsS -X DELETE "$ES_URL/customers_v1" >/dev/null 2>&1 || true
 
 for n in 0 1 2; do
   cat >"$work/center-$n.toml" <<TOML
-source_public_key_retrieval = true
+source_plaintext_hosts = ["$db_host"]
+source_secrets = { env = ["SOURCE_PASSWORD"] }
 [telemetry]
 listen = "127.0.0.1:$((9470 + n))"
 [center]
@@ -61,7 +62,7 @@ user = "$db_user"
 password = "$db_password"
 database = "sluice_meta_local"
 # Local, over loopback without TLS (see deploy/demo.sh).
-allow_public_key_retrieval = true
+allow_plaintext = true
 [api]
 auth = "token"
 token_file = "$token_file"
@@ -73,7 +74,8 @@ brokers = "$KAFKA_BROKERS"
 rows = "sluice.$run_id.{instance}.{db}.{table}"
 TOML
   cat >"$work/worker-$n.toml" <<TOML
-source_public_key_retrieval = true
+source_plaintext_hosts = ["$db_host"]
+source_secrets = { env = ["SOURCE_PASSWORD"] }
 [telemetry]
 listen = "127.0.0.1:$((9480 + n))"
 [worker]
@@ -91,7 +93,8 @@ token_file = "$worker_token_file"
 TOML
 done
 cat >"$work/etl.toml" <<TOML
-source_public_key_retrieval = true
+source_plaintext_hosts = ["$db_host"]
+source_secrets = { env = ["SOURCE_PASSWORD"] }
 [telemetry]
 listen = "127.0.0.1:9490"
 [etl]

@@ -46,10 +46,11 @@ brokers = \"$KAFKA_BROKERS\"
 [topics]
 rows = \"sluice.$run_id.{db}.{table}\""
 cat > "$work/center.toml" <<TOML
-# A local demo over loopback without TLS: MySQL 9's caching_sha2_password then sends the
-# password encrypted with the server's RSA key, which this allows (configure tls instead
-# where the network is not yours).
-source_public_key_retrieval = true
+# A local demo over loopback without TLS: a password then goes to whoever answers at the
+# address, which this allows for the demo's own host (configure source_tls instead where
+# the network is not yours). Sources may name only the SOURCE_PASSWORD variable.
+source_plaintext_hosts = ["$db_host"]
+source_secrets = { env = ["SOURCE_PASSWORD"] }
 [telemetry]
 listen = "127.0.0.1:9466"
 [center]
@@ -63,7 +64,7 @@ port = $db_port
 user = "$db_user"
 password = "$db_password"
 database = "sluice_meta_demo"
-allow_public_key_retrieval = true
+allow_plaintext = true
 [api]
 auth = "token"
 token_file = "$token_file"
@@ -72,7 +73,8 @@ admin_password_file = "$admin_password_file"
 $common_toml
 TOML
 cat > "$work/worker.toml" <<TOML
-source_public_key_retrieval = true
+source_plaintext_hosts = ["$db_host"]
+source_secrets = { env = ["SOURCE_PASSWORD"] }
 [telemetry]
 listen = "127.0.0.1:9464"
 [worker]
@@ -83,7 +85,8 @@ token_file = "$worker_token_file"
 $common_toml
 TOML
 cat > "$work/etl.toml" <<TOML
-source_public_key_retrieval = true
+source_plaintext_hosts = ["$db_host"]
+source_secrets = { env = ["SOURCE_PASSWORD"] }
 [telemetry]
 listen = "127.0.0.1:9465"
 [etl]

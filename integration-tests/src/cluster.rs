@@ -110,12 +110,13 @@ impl TestCtx {
             console_port(port)
         );
         let meta = format!(
-            "[meta]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\npassword = \"{}\"\ndatabase = \"{}\"\n",
+            "[meta]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\npassword = \"{}\"\ndatabase = \"{}\"\nallow_plaintext = {}\n",
             opts.ip_or_hostname(),
             opts.tcp_port(),
             opts.user().unwrap_or("root"),
             opts.pass().unwrap_or(""),
             self.meta_db(),
+            self.plaintext(),
         );
         let balance = "[balance]\nsettle = \"1s\"\nresync = \"2s\"\n";
         let more = self.center_sections.lock().expect("sections").clone();
@@ -229,6 +230,17 @@ impl TestCtx {
     /// Adds table `table` of the test database as a source of its own, without its
     /// pipeline (see [`TestCtx::put_pipeline`]).
     pub fn put_source(&self, cluster: &Cluster, table: &str, n: u32) -> ClusterSource {
+        self.put_source_with(cluster, table, n, &format!("env:{PASSWORD_VAR}"))
+    }
+
+    /// [`TestCtx::put_source`] with the source's password named by `password_ref`.
+    pub fn put_source_with(
+        &self,
+        cluster: &Cluster,
+        table: &str,
+        n: u32,
+        password_ref: &str,
+    ) -> ClusterSource {
         let name = format!("{}-{table}", self.instance);
         let pipeline = self.pipeline(table);
         let topic = sluice_kafka::TopicConfig::default().rows_topic(&name, &self.db, table);
@@ -236,7 +248,6 @@ impl TestCtx {
         let server_id = (self.server_id + n).to_string();
         let (host, port) = self.source_endpoint();
         let port = port.to_string();
-        let password_ref = format!("env:{PASSWORD_VAR}");
         let tables = format!("{}.{table}", self.db);
         cluster
             .ctl(&[
@@ -250,7 +261,7 @@ impl TestCtx {
                 "--user",
                 &self.stack.source_user,
                 "--password-ref",
-                &password_ref,
+                password_ref,
                 "--server-id",
                 &server_id,
                 "--tables",

@@ -15,6 +15,10 @@ use crate::{check_table, eventually, unique, CheckOptions};
 
 /// The ZooKeeper session timeout of every service a test starts, and of its own client.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// What the tests' services let a source's `password_ref` name (`[source_secrets]`):
+/// the variables the tests' sources use ([`crate::PASSWORD_VAR`] and `PW`).
+pub const SOURCE_SECRETS: &str = "IT_SOURCE_PASSWORD,PW";
 /// The credentials a test's services use, random per test and found nowhere else, so a
 /// leak of one can be searched for.
 #[derive(Clone)]
@@ -75,10 +79,9 @@ pub struct TestCtx {
     routes: std::sync::Mutex<Routes>,
     /// Environment for services configured from now on, by binary.
     env: std::sync::Mutex<Vec<(&'static str, String, String)>>,
-    /// Whether services configured from now on may send passwords over plain TCP with the
-    /// server's RSA key (`allow_public_key_retrieval`): on the MySQL lane, unless a test
-    /// says otherwise.
-    public_key_retrieval: std::sync::atomic::AtomicBool,
+    /// Whether services configured from now on may send passwords to MySQL over plain TCP
+    /// (`source_plaintext_hosts`, `allow_plaintext`): yes, unless a test says otherwise.
+    plaintext: std::sync::atomic::AtomicBool,
     /// More TOML for centers configured from now on (a `[search]` section).
     pub(crate) center_sections: std::sync::Mutex<String>,
 }
@@ -140,7 +143,7 @@ impl TestCtx {
             cleaned: Default::default(),
             routes: Default::default(),
             env: Default::default(),
-            public_key_retrieval: (Lane::current().flavor() == Lane::MySql).into(),
+            plaintext: true.into(),
         }
     }
 
@@ -310,12 +313,11 @@ impl TestCtx {
         if let Some((key, value)) = Lane::current().env() {
             service = service.with_env(key, value);
         }
-        if self.public_key_retrieval() {
-            service = service.with_env("SLUICE_SOURCE_PUBLIC_KEY_RETRIEVAL", "true");
-            if bin == "sluice-center" {
-                service = service.with_env("SLUICE_META__ALLOW_PUBLIC_KEY_RETRIEVAL", "true");
-            }
+        if self.plaintext() {
+            service = service.with_env("SLUICE_SOURCE_PLAINTEXT_HOSTS", "*");
         }
+        // The variables the tests' sources name their passwords by, and nothing else.
+        service = service.with_env("SLUICE_SOURCE_SECRETS__ENV", SOURCE_SECRETS);
         for (_, key, value) in self
             .env
             .lock()
@@ -328,16 +330,15 @@ impl TestCtx {
         service
     }
 
-    /// Whether services configured from now on may send passwords over plain TCP
-    /// encrypted with the RSA key the server sends.
-    pub fn allow_public_key_retrieval(&self, allowed: bool) {
-        self.public_key_retrieval
+    /// Whether services configured from now on may send passwords to MySQL over plain
+    /// TCP.
+    pub fn allow_plaintext(&self, allowed: bool) {
+        self.plaintext
             .store(allowed, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn public_key_retrieval(&self) -> bool {
-        self.public_key_retrieval
-            .load(std::sync::atomic::Ordering::Relaxed)
+    pub(crate) fn plaintext(&self) -> bool {
+        self.plaintext.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Services of binary `bin` configured from now on get `key=value` in their
@@ -362,14 +363,14 @@ user = "{user}"
 password = "{password}"
 server_id = {server_id}
 tables = ["{db}.*"]
-allow_public_key_retrieval = {rsa}
+allow_plaintext = {plaintext}
 "#,
             instance = self.instance,
             user = self.stack.source_user,
             password = self.stack.source_password,
             server_id = self.server_id,
             db = self.db,
-            rsa = self.public_key_retrieval(),
+            plaintext = self.plaintext(),
         )
     }
 

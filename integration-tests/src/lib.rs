@@ -18,6 +18,7 @@ pub mod cpu;
 pub mod debezium;
 pub mod documents;
 pub mod figures;
+pub mod hostile_mysql;
 pub mod kafka;
 pub mod lane;
 pub mod load;

@@ -219,7 +219,7 @@ async fn centers_starting_together_create_the_first_admin_once() {
     let center = ctx.center_with_api(
         0,
         sluice_integration_tests::ports::free_center_port(),
-        "[api]\nauth = \"token\"\ntoken = \"a-token-for-the-test\"\nadmin_user = \"root\"\nadmin_password = \"a-long-password\"\n",
+        "[api]\nauth = \"token\"\ntoken = \"a-token-for-the-test\"\nworker_token = \"a-worker-token\"\nadmin_user = \"root\"\nadmin_password = \"a-long-password\"\n",
     );
     let cfg = sluice_center::load(&center.config).expect("the center's config");
     let meta = sluice_center::meta::Meta::connect(&cfg.meta, "test")

@@ -352,6 +352,37 @@ async fn mutual_tls_admits_only_clients_the_ca_signed_each_as_the_user_its_cn_na
         !ok && text.contains("operator"),
         "a viewer changes nothing: {text}"
     );
+    // Nor does a viewer's certificate speak for a worker: a report is taken only for the
+    // worker its certificate names, and only from the process registered as it.
+    let identity = tonic::transport::Identity::from_pem(
+        std::fs::read(dir.join("stranger.pem")).unwrap(),
+        std::fs::read(dir.join("stranger.key")).unwrap(),
+    );
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(
+            std::fs::read(dir.join("sluice-it-ca.pem")).unwrap(),
+        ))
+        .identity(identity);
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("a signed client connects");
+    let mut reports = sluice_proto::v1::worker_reports_client::WorkerReportsClient::new(channel);
+    for (worker, says) in [
+        ("w0", "names `sluice-it-stranger`"),
+        ("sluice-it-stranger", "registered as it"),
+    ] {
+        let report = sluice_proto::v1::WorkerReport {
+            worker: worker.into(),
+            ..Default::default()
+        };
+        let refused = reports.report(report).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+        assert!(refused.message().contains(says), "{worker}: {refused:?}");
+    }
     drop(center);
     ctx.cleanup().await;
 }

@@ -75,12 +75,20 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
 
     // The center: an unknown key, then a token authentication without a token.
     let center = edited(
-        ctx.center_with_api(0, 1, "[api]\nauth = \"token\"\ntoken = \"t\"\n"),
+        ctx.center_with_api(
+            0,
+            1,
+            "[api]\nauth = \"token\"\ntoken = \"t\"\nworker_token = \"w\"\n",
+        ),
         "settle = ",
         "setle = ",
     );
     stops_naming(&center, "with a bad key", &["balance.setle"]);
 
     let center = ctx.center_with_api(1, 1, "[api]\nauth = \"token\"\n");
-    stops_naming(&center, "without a token", &["api.token"]);
+    stops_naming(
+        &center,
+        "without a token",
+        &["api.token", "api.worker_token"],
+    );
 }

@@ -457,7 +457,7 @@ async fn with_an_api_certificate_the_console_is_served_over_https() {
     );
     let port = free_center_port();
     let api = format!(
-        "[api]\nauth = \"token\"\ntoken = \"console-tls-token-0123456789\"\nadmin_password = \"{}\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\n",
+        "[api]\nauth = \"token\"\ntoken = \"console-tls-token-0123456789\"\nworker_token = \"console-tls-worker-token\"\nadmin_password = \"{}\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\n",
         ctx.secrets.admin_password,
         d = tls.display()
     );

@@ -232,7 +232,10 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                 );
             }
         }
-        let wanted_secrets = secrets_named(&values);
+        // The Secrets the values name, and those the chart makes itself (the workers'
+        // token when the values name none).
+        let mut wanted_secrets = secrets_named(&values);
+        wanted_secrets.extend(of("Secret").map(|d| str_of(s(d, &["metadata", "name"]))));
         let mut referenced = BTreeSet::new();
         let mut workloads: Vec<(String, BTreeMap<String, String>, BTreeSet<String>)> = Vec::new();
         for w in of("Deployment").chain(of("StatefulSet")) {
@@ -406,15 +409,36 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
                     .any(|secret| str_of(&secret["secretName"]) == es_secret);
                 assert!(mounted, "{name}: {wname} mounts {es_secret}");
             }
-            // Workers get their own report-only token when the values name one.
-            let worker_secret = str_of(s(&values, &["api", "workerTokenSecret", "name"]));
-            if component == "worker" && !worker_secret.is_empty() {
-                let token = env.iter().find(|(k, _)| k == "SLUICE_CENTER__TOKEN");
-                assert_eq!(
-                    token.map(|(_, v)| v.as_str()),
-                    Some(format!("from-secret-{worker_secret}").as_str()),
-                    "{name}: the workers' token"
-                );
+            // Workers get their own report-only token (the values' or one the chart
+            // makes), never the admin token, and the centers accept exactly that one.
+            if str_of(s(&values, &["api", "auth"])) != "mtls" {
+                let named = str_of(s(&values, &["api", "workerTokenSecret", "name"]));
+                let worker_secret = if named.is_empty() {
+                    let made: Vec<String> = of("Secret")
+                        .map(|d| str_of(s(d, &["metadata", "name"])))
+                        .filter(|n| n.ends_with("-worker-token"))
+                        .collect();
+                    assert_eq!(made.len(), 1, "{name}: the chart makes the workers' token");
+                    made[0].clone()
+                } else {
+                    named
+                };
+                let admin = str_of(s(&values, &["api", "tokenSecret", "name"]));
+                assert_ne!(worker_secret, admin, "{name}: workers hold the admin token");
+                let wanted = format!("from-secret-{worker_secret}");
+                let key = match component.as_str() {
+                    "worker" => Some("SLUICE_CENTER__TOKEN"),
+                    "center" => Some("SLUICE_API__WORKER_TOKEN"),
+                    _ => None,
+                };
+                if let Some(key) = key {
+                    let token = env.iter().find(|(k, _)| k == key);
+                    assert_eq!(
+                        token.map(|(_, v)| v.as_str()),
+                        Some(wanted.as_str()),
+                        "{name}: {wname}'s {key}"
+                    );
+                }
             }
             for v in s(pod, &["spec", "volumes"])
                 .as_sequence()

@@ -35,7 +35,7 @@ async fn a_source_that_cannot_be_streamed_is_told_every_fix() {
         tables: vec![],
         shards: Vec::new(),
         tls: None,
-        allow_public_key_retrieval: true,
+        allow_plaintext: true,
     };
     let problems = match sluice_mysql::preflight(&src, None).await {
         Err(MysqlError::Preflight { problems, .. }) => problems,

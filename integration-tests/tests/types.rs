@@ -89,7 +89,7 @@ fn source(ctx: &TestCtx) -> sluice_mysql::SourceConfig {
         tables: vec![],
         shards: Vec::new(),
         tls: None,
-        allow_public_key_retrieval: true,
+        allow_plaintext: true,
     }
 }
 

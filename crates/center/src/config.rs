@@ -24,11 +24,15 @@ pub struct CenterConfig {
     /// TLS to the sources, when the centers check pipelines against their tables.
     #[serde(default)]
     pub source_tls: Option<sluice_model::TlsFiles>,
-    /// Over plain connections to those sources, let a password be encrypted with the RSA
-    /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
-    /// such a connection is refused before any credential is sent.
+    /// Hosts of those sources a password may go to without TLS (`*`: any): whoever
+    /// answers at such an address can read or guess it. A source elsewhere without TLS is
+    /// refused before its connection opens.
+    #[serde(default, deserialize_with = "sluice_model::listed::strings")]
+    pub source_plaintext_hosts: Vec<String>,
+    /// What those sources' `password_ref` may name in this process: nothing beyond it
+    /// resolves (README, "Security").
     #[serde(default)]
-    pub source_public_key_retrieval: bool,
+    pub source_secrets: sluice_model::SecretRefs,
     /// Needed to list and replay dead letters (`sluicectl dlq`).
     #[serde(default)]
     pub kafka: Option<sluice_kafka::KafkaConfig>,
@@ -161,10 +165,10 @@ pub struct MetaSection {
     /// TLS to the meta database; none: plain connections.
     #[serde(default)]
     pub tls: Option<sluice_model::TlsFiles>,
-    /// Over a plain connection to a MySQL 8.4+ server, let the password be encrypted with
-    /// the RSA key the server sends; without it such a connection is refused.
+    /// Without `tls`, let the password go over a plain connection, readable or guessable
+    /// by whoever answers at the address; without either, the center does not start.
     #[serde(default)]
-    pub allow_public_key_retrieval: bool,
+    pub allow_plaintext: bool,
 }
 
 fn default_port() -> u16 {
@@ -184,10 +188,10 @@ pub struct ApiSection {
     /// A file holding the bearer token (e.g. a mounted Kubernetes secret).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// The workers' bearer token (`auth = "token"`): it may report tasks' progress and
-    /// events, nothing else, so a worker's credential cannot administer the cluster.
-    /// Prefer `worker_token_file` or `SLUICE_API__WORKER_TOKEN`. Without it workers use
-    /// `token`.
+    /// The workers' bearer token (`auth = "token"`, required): it may report tasks'
+    /// progress and events, nothing else, so a worker's credential cannot administer the
+    /// cluster (the admin token cannot report). Prefer `worker_token_file` or
+    /// `SLUICE_API__WORKER_TOKEN`.
     #[serde(default)]
     pub worker_token: Option<Secret>,
     #[serde(default)]
@@ -231,6 +235,9 @@ impl ApiSection {
             AuthMode::Token => {
                 if self.token.is_none() == self.token_file.is_none() {
                     p.push("api.token: with auth = \"token\" set exactly one of api.token and api.token_file".into());
+                }
+                if self.worker_token.is_none() == self.worker_token_file.is_none() {
+                    p.push("api.worker_token: with auth = \"token\" set exactly one of api.worker_token and api.worker_token_file (workers report with a token of their own, which may do nothing else)".into());
                 }
             }
             AuthMode::Mtls => {
@@ -303,7 +310,8 @@ impl CenterConfig {
     pub fn source_access(&self) -> sluice_mysql::Access {
         sluice_mysql::Access {
             tls: self.source_tls.clone(),
-            allow_public_key_retrieval: self.source_public_key_retrieval,
+            plaintext_hosts: self.source_plaintext_hosts.clone(),
+            secrets: self.source_secrets.clone(),
         }
     }
 
@@ -325,6 +333,7 @@ impl CenterConfig {
         );
         p.extend(self.topics.problems("topics"));
         p.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
+        p.extend(self.source_access().problems());
         if let Some(k) = &self.kafka {
             p.extend(k.problems("kafka"));
         }

@@ -30,11 +30,15 @@ pub struct EtlConfig {
     /// TLS to the center's sources (file sources have their own `tls`).
     #[serde(default)]
     pub source_tls: Option<sluice_model::TlsFiles>,
-    /// Over plain connections to those sources, let a password be encrypted with the RSA
-    /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
-    /// such a connection is refused before any credential is sent.
+    /// Hosts of those sources a password may go to without TLS (`*`: any): whoever
+    /// answers at such an address can read or guess it. A source elsewhere without TLS is
+    /// refused before its connection opens.
+    #[serde(default, deserialize_with = "sluice_model::listed::strings")]
+    pub source_plaintext_hosts: Vec<String>,
+    /// What those sources' `password_ref` may name in this process: nothing beyond it
+    /// resolves (README, "Security").
     #[serde(default)]
-    pub source_public_key_retrieval: bool,
+    pub source_secrets: sluice_model::SecretRefs,
     /// `/metrics`, `/healthz`, `/readyz`, and traces over OTLP.
     #[serde(default)]
     pub telemetry: sluice_runtime::telemetry::TelemetrySection,
@@ -152,7 +156,8 @@ impl EtlConfig {
     pub fn source_access(&self) -> sluice_mysql::Access {
         sluice_mysql::Access {
             tls: self.source_tls.clone(),
-            allow_public_key_retrieval: self.source_public_key_retrieval,
+            plaintext_hosts: self.source_plaintext_hosts.clone(),
+            secrets: self.source_secrets.clone(),
         }
     }
 
@@ -175,6 +180,7 @@ impl EtlConfig {
         let mut p = Vec::new();
         p.extend(self.telemetry.problems("telemetry"));
         p.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
+        p.extend(self.source_access().problems());
         if self.etl.group_id.trim().is_empty() {
             p.push("etl.group_id: must not be empty".into());
         }

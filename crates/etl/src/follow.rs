@@ -53,7 +53,8 @@ pub(crate) struct Follow {
     pub from_file: Vec<Active>,
     /// The file's sources (preferred to the center's records of the same name).
     pub file_sources: Vec<SourceConfig>,
-    /// How to reach the center's sources (`source_tls`, `source_public_key_retrieval`).
+    /// How to reach the center's sources (`source_tls`, `source_plaintext_hosts`,
+    /// `[source_secrets]`).
     pub source_access: sluice_mysql::Access,
     /// Out: the file's pipelines plus the center's.
     pub pipelines: watch::Sender<Option<Vec<Active>>>,

@@ -75,26 +75,11 @@ impl Restart {
 }
 
 impl SourceSpec {
-    /// The password, from the reference, in this process's environment.
-    pub fn password(&self) -> Result<Secret, String> {
-        let r = &self.password_ref;
-        if let Some(var) = r.strip_prefix("env:") {
-            std::env::var(var).map(Secret::new).map_err(|_| {
-                format!(
-                    "source {}: password_ref `{r}`: the environment variable {var} is not set here",
-                    self.name
-                )
-            })
-        } else if let Some(path) = r.strip_prefix("file:") {
-            std::fs::read_to_string(path)
-                .map(|s| Secret::new(s.trim_end_matches(['\n', '\r'])))
-                .map_err(|e| format!("source {}: password_ref `{r}`: {e}", self.name))
-        } else {
-            Err(format!(
-                "source {}: password_ref `{r}` must be env:NAME or file:/path",
-                self.name
-            ))
-        }
+    /// The password, from the reference, where this process's allowlist (`refs`) lets it
+    /// be read.
+    pub fn password(&self, refs: &crate::SecretRefs) -> Result<Secret, String> {
+        refs.resolve(&self.password_ref)
+            .map_err(|e| format!("source {}: password_ref: {e}", self.name))
     }
 
     /// What is wrong with the source on its face, each naming its key.
@@ -115,16 +100,8 @@ impl SourceSpec {
         if self.user.is_empty() {
             p.push("user: required".into());
         }
-        let reference_ok = self
-            .password_ref
-            .strip_prefix("env:")
-            .or_else(|| self.password_ref.strip_prefix("file:"))
-            .is_some_and(|r| !r.is_empty());
-        if !reference_ok {
-            p.push(
-                "password_ref: must be `env:NAME` or `file:/path` (the password itself is never stored)"
-                    .into(),
-            );
+        if let Err(e) = self.password_ref.parse::<crate::SecretRef>() {
+            p.push(format!("password_ref: {e}"));
         }
         if self.server_id == 0 {
             p.push(
@@ -155,15 +132,29 @@ mod tests {
     }
 
     #[test]
-    fn password_references_resolve_or_say_why() {
-        let path = std::env::temp_dir().join(format!("sluice-pw-{}", std::process::id()));
+    fn password_references_resolve_where_allowed_or_say_why() {
+        let dir = std::env::temp_dir().join(format!("sluice-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m1");
         std::fs::write(&path, "s3cret\n").unwrap();
+        let refs = crate::SecretRefs {
+            env: vec![],
+            dirs: vec![dir.clone()],
+        };
         let from_file = spec(&format!("file:{}", path.display()));
-        assert_eq!(from_file.password().unwrap().expose(), "s3cret");
-        std::fs::remove_file(&path).unwrap();
-        let e = spec("env:SLUICE_TEST_SURELY_UNSET").password().unwrap_err();
-        assert!(e.contains("SLUICE_TEST_SURELY_UNSET is not set"), "{e}");
+        assert_eq!(from_file.password(&refs).unwrap().expose(), "s3cret");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let refs = crate::SecretRefs {
+            env: vec!["TEST_SURELY_*".into()],
+            dirs: vec![],
+        };
+        let e = spec("env:TEST_SURELY_UNSET").password(&refs).unwrap_err();
+        assert!(
+            e.starts_with("source m1: password_ref:") && e.contains("TEST_SURELY_UNSET is not set"),
+            "{e}"
+        );
         assert!(spec("hunter2").problems()[0].starts_with("password_ref:"));
+        assert!(spec("file:relative").problems()[0].starts_with("password_ref:"));
         assert!(spec("env:X").problems().is_empty());
     }
 }

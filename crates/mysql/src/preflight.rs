@@ -26,13 +26,7 @@ pub struct ServerInfo {
 }
 
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, MysqlError> {
-    cfg.may_send_password().await?;
-    Conn::new(cfg.opts())
-        .await
-        .map_err(|error| MysqlError::Connect {
-            source_name: cfg.name.clone(),
-            error,
-        })
+    cfg.connect_with(cfg.opts()).await
 }
 
 pub(crate) fn query_err<'a>(

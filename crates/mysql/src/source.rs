@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 use sluice_model::pipeline::{TableMatcher, TablePattern};
-use sluice_model::{Secret, SourceSpec};
+use sluice_model::{Secret, SecretRefs, SourceSpec};
 
 use crate::error::MysqlError;
 
@@ -29,19 +29,43 @@ pub struct SourceConfig {
     /// TLS to the server; none: plain connections.
     #[serde(default)]
     pub tls: Option<sluice_model::TlsFiles>,
-    /// Over a plain connection to a server that authenticates with
-    /// `caching_sha2_password` (MySQL 8.4+), let the password be encrypted with the RSA key
-    /// the server sends (see [`crate::auth`]); without it such a connection is refused.
+    /// Without `tls`, let the password go over a plain connection, readable or guessable
+    /// by whoever answers at the address (see [`crate::auth`]); without either, the
+    /// connection is refused before it opens.
     #[serde(default)]
-    pub allow_public_key_retrieval: bool,
+    pub allow_plaintext: bool,
 }
 
-/// How a process reaches the sources the center keeps: its `source_tls` and
-/// `source_public_key_retrieval` settings (a file source has its own).
+/// How a process reaches the sources the center keeps: its `source_tls`,
+/// `source_plaintext_hosts` and `[source_secrets]` settings (a file source has its own).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Access {
     pub tls: Option<sluice_model::TlsFiles>,
-    pub allow_public_key_retrieval: bool,
+    /// Hosts a password may go to without TLS (`*`: any).
+    pub plaintext_hosts: Vec<String>,
+    /// What a source's `password_ref` may name here.
+    pub secrets: SecretRefs,
+}
+
+impl Access {
+    /// Whether a password may go to `host` over a plain connection.
+    pub fn plaintext_to(&self, host: &str) -> bool {
+        self.plaintext_hosts
+            .iter()
+            .any(|h| h == "*" || h.eq_ignore_ascii_case(host))
+    }
+
+    /// Problems of `source_plaintext_hosts` and `[source_secrets]` (no I/O), by key.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p: Vec<String> = (self.plaintext_hosts.iter().enumerate())
+            .filter(|(_, h)| h.is_empty() || h.contains(['/', ' ', ',']))
+            .map(|(i, h)| {
+                format!("source_plaintext_hosts[{i}]: `{h}` is not a host name or address")
+            })
+            .collect();
+        p.extend(self.secrets.problems("source_secrets"));
+        p
+    }
 }
 
 fn default_port() -> u16 {
@@ -58,29 +82,21 @@ impl SourceConfig {
             host: spec.host.clone(),
             port: spec.port,
             user: spec.user.clone(),
-            password: spec.password()?,
+            password: spec.password(&access.secrets)?,
             server_id: spec.server_id,
             tables: spec.tables.clone(),
             shards: spec.shards.clone(),
             tls: access.tls.clone(),
-            allow_public_key_retrieval: access.allow_public_key_retrieval,
+            allow_plaintext: access.plaintext_to(&spec.host),
         })
     }
 
-    /// Refuses, before any credential is sent, a connection that would hand the password
-    /// to a key the server sends unauthenticated ([`crate::auth`]).
-    pub async fn may_send_password(&self) -> Result<(), MysqlError> {
-        if self.tls.is_some() || self.allow_public_key_retrieval {
-            return Ok(());
-        }
-        let greeting = crate::auth::greeting(&self.host, self.port)
-            .await
-            .map_err(|e| MysqlError::Connect {
-                source_name: self.name.clone(),
-                error: mysql_async::Error::Io(mysql_async::IoError::Io(e)),
-            })?;
-        let who = format!("source `{}`", self.name);
-        match crate::auth::refusal(&greeting, false, false, &who) {
+    /// Refuses, before it opens, a connection that would send the password where nothing
+    /// checked who receives it ([`crate::auth`]).
+    pub fn may_send_password(&self) -> Result<(), MysqlError> {
+        let who = format!("source `{}` ({}:{})", self.name, self.host, self.port);
+        let keys = "source_plaintext_hosts (a source the center keeps) or allow_plaintext (a [[sources]] entry)";
+        match crate::auth::refusal(self.tls.is_some(), self.allow_plaintext, &who, keys) {
             Some(why) => Err(MysqlError::Preflight {
                 source_name: self.name.clone(),
                 problems: vec![why],
@@ -89,16 +105,24 @@ impl SourceConfig {
         }
     }
 
-    /// A connection set up as the document readers' are ([`SourceConfig::reader_opts`]),
-    /// once the server may be sent the password ([`SourceConfig::may_send_password`]).
-    pub async fn reader_conn(&self) -> Result<mysql_async::Conn, MysqlError> {
-        self.may_send_password().await?;
-        mysql_async::Conn::new(self.reader_opts())
+    /// A connection with `opts` (this source's, perhaps with more settings), once the
+    /// password may be sent ([`SourceConfig::may_send_password`]).
+    pub async fn connect_with(
+        &self,
+        opts: mysql_async::Opts,
+    ) -> Result<mysql_async::Conn, MysqlError> {
+        self.may_send_password()?;
+        crate::auth::unwound(mysql_async::Conn::new(opts))
             .await
             .map_err(|error| MysqlError::Connect {
                 source_name: self.name.clone(),
                 error,
             })
+    }
+
+    /// A connection set up as the document readers' are ([`SourceConfig::reader_opts`]).
+    pub async fn reader_conn(&self) -> Result<mysql_async::Conn, MysqlError> {
+        self.connect_with(self.reader_opts()).await
     }
 
     pub fn opts(&self) -> mysql_async::Opts {

@@ -14,3 +14,8 @@ pub mod v1 {
 /// The encoded descriptors of every message and service, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sluice_descriptor.bin"));
+
+/// The metadata a worker's report carries its report key in: the key whose digest the
+/// worker's own registration (`workers/<id>`) publishes, so that a report is taken only
+/// from the process registered as the worker it names.
+pub const REPORT_KEY_HEADER: &str = "x-sluice-report-key";

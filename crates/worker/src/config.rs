@@ -26,11 +26,15 @@ pub struct WorkerConfig {
     /// TLS to the sources the center assigns (file sources have their own `tls`).
     #[serde(default)]
     pub source_tls: Option<sluice_model::TlsFiles>,
-    /// Over plain connections to those sources, let a password be encrypted with the RSA
-    /// key a MySQL 8.4+ server sends (`caching_sha2_password` without TLS); without it
-    /// such a connection is refused before any credential is sent.
+    /// Hosts of those sources a password may go to without TLS (`*`: any): whoever
+    /// answers at such an address can read or guess it. A source elsewhere without TLS is
+    /// refused before its connection opens.
+    #[serde(default, deserialize_with = "sluice_model::listed::strings")]
+    pub source_plaintext_hosts: Vec<String>,
+    /// What those sources' `password_ref` may name in this process: nothing beyond it
+    /// resolves (README, "Security").
     #[serde(default)]
-    pub source_public_key_retrieval: bool,
+    pub source_secrets: sluice_model::SecretRefs,
     /// The Elasticsearch the etl writes to: consistency checks compare the index with
     /// MySQL. A worker without it takes no check chunks.
     #[serde(default)]
@@ -168,7 +172,8 @@ impl WorkerConfig {
     pub fn source_access(&self) -> sluice_mysql::Access {
         sluice_mysql::Access {
             tls: self.source_tls.clone(),
-            allow_public_key_retrieval: self.source_public_key_retrieval,
+            plaintext_hosts: self.source_plaintext_hosts.clone(),
+            secrets: self.source_secrets.clone(),
         }
     }
 
@@ -228,6 +233,7 @@ impl WorkerConfig {
             problems.extend(es.problems("elasticsearch"));
         }
         problems.extend(sluice_model::tls::problems_of(&self.mysql_tls()));
+        problems.extend(self.source_access().problems());
     }
 
     /// Problems of what concerns the center: capacity, progress reports, and its API.

@@ -68,8 +68,11 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
         mode = if cluster { "cluster (tasks assigned by the center)" } else { "standalone (sources from the file)" },
         "worker starting"
     );
+    // Sent with every report; only its digest is published, in this worker's record.
+    let (report_key, report_key_sha256) = WorkerRecord::new_report_key();
     let worker = Worker {
         cfg: cfg.clone(),
+        report_key_sha256,
         producer: producer.clone(),
         es,
         reports: reports.clone(),
@@ -85,6 +88,7 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
             cfg.clone(),
             coord.clone(),
             reports.clone(),
+            report_key.clone(),
             session_done.clone(),
         ));
         let end = if cluster {
@@ -107,6 +111,8 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
 /// What every session of the worker shares.
 struct Worker {
     cfg: Arc<WorkerConfig>,
+    /// What this process's record publishes of its report key.
+    report_key_sha256: String,
     producer: sluice_kafka::SharedProducer,
     es: Option<sluice_elastic::EsClient>,
     reports: Arc<report::Reports>,
@@ -140,6 +146,7 @@ impl Worker {
             started_at_ms: self.started_at_ms,
             registered_at_ms: sluice_model::now_ms(),
             capacity: cfg.worker.capacity,
+            report_key_sha256: self.report_key_sha256.clone(),
         };
         let data = serde_json::to_vec(&me).expect("worker record serializes");
         let at = layout::worker(&cfg.worker.id);

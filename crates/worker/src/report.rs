@@ -199,8 +199,10 @@ pub(crate) async fn report_loop(
     cfg: Arc<WorkerConfig>,
     coord: Coordinator,
     reports: Arc<Reports>,
+    report_key: String,
     stop: CancellationToken,
 ) {
+    let key = MetadataValue::try_from(report_key).expect("a hex key is a header value");
     let mut client: Option<(String, WorkerReportsClient<Channel>)> = None;
     let token = match bearer(&cfg) {
         Ok(t) => t,
@@ -232,6 +234,8 @@ pub(crate) async fn report_loop(
             if let Some(t) = &token {
                 req.metadata_mut().insert("authorization", t.clone());
             }
+            req.metadata_mut()
+                .insert(sluice_proto::REPORT_KEY_HEADER, key.clone());
             c.report(req).await.map_err(WorkerError::transient)?;
             Ok::<_, WorkerError>(())
         }

@@ -30,6 +30,32 @@ pub struct WorkerRecord {
     pub registered_at_ms: i64,
     /// How many binlog tasks it takes at most.
     pub capacity: u32,
+    /// SHA-256 (hex) of the key this worker process sends with its reports to the center:
+    /// a report for this worker is taken only with it, so no other caller (another
+    /// worker, a person with a certificate) can speak for this one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub report_key_sha256: String,
+}
+
+impl WorkerRecord {
+    /// A new report key for a worker process, and the digest its record keeps.
+    pub fn new_report_key() -> (String, String) {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).expect("the operating system's random source answers");
+        let key = hex(&bytes);
+        let digest = Self::report_key_digest(&key);
+        (key, digest)
+    }
+
+    /// What a record keeps of report key `key`.
+    pub fn report_key_digest(key: &str) -> String {
+        use sha2::Digest as _;
+        hex(&sha2::Sha256::digest(key.as_bytes()))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `assignments/<worker>/<task>`: the leader gave `task` to `worker`.

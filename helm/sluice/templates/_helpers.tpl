@@ -50,6 +50,11 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- fail (printf "sourcePasswords: %s starts with SLUICE_, which the services read as config; choose another name" .env) }}
 {{- end }}
 {{- end }}
+{{- range .Values.sourceSecrets.env }}
+{{- if hasPrefix "SLUICE_" . }}
+{{- fail (printf "sourceSecrets.env: %s would let sources name the services' own settings (SLUICE_ variables); choose another name" .) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The [zookeeper] and [telemetry] sections every component shares. */}}
@@ -94,8 +99,22 @@ username = {{ . | toJson }}
 {{- end }}
 {{- end -}}
 
+{{/* How every component reaches the sources the center keeps (top-level keys, so
+before any section): the secrets their password_ref may name — the sourcePasswords
+variables, sourceSecrets.env and sourceSecrets.dirs, nothing else — and the hosts a
+password may go to without TLS (mysql.plaintextHosts). */}}
+{{- define "sluice.sourceAccessToml" -}}
+{{- $env := list -}}
+{{- range .Values.sourcePasswords }}{{ $env = append $env .env }}{{ end -}}
+{{- range .Values.sourceSecrets.env }}{{ $env = append $env . }}{{ end -}}
+source_plaintext_hosts = {{ .Values.mysql.plaintextHosts | default list | toJson }}
+source_secrets = { env = {{ $env | toJson }}, dirs = {{ .Values.sourceSecrets.dirs | default list | toJson }} }
+{{- end -}}
+
 {{/* Each component's config.toml. Secrets are never here: they come as SLUICE_* env from Secrets. */}}
 {{- define "sluice.centerToml" -}}
+{{ include "sluice.sourceAccessToml" . }}
+
 [center]
 listen = {{ printf "0.0.0.0:%v" .Values.center.grpcPort | toJson }}
 dictionary_listen = {{ printf "0.0.0.0:%v" .Values.center.dictionaryPort | toJson }}
@@ -108,6 +127,9 @@ host = {{ required "meta.host is required" .Values.meta.host | toJson }}
 port = {{ .Values.meta.port }}
 user = {{ .Values.meta.user | toJson }}
 database = {{ .Values.meta.database | toJson }}
+{{- if .Values.meta.allowPlaintext }}
+allow_plaintext = true
+{{- end }}
 
 [api]
 auth = {{ .Values.api.auth | toJson }}
@@ -159,6 +181,8 @@ resync = {{ .Values.center.balance.resync | toJson }}
 {{- end -}}
 
 {{- define "sluice.workerToml" -}}
+{{ include "sluice.sourceAccessToml" . }}
+
 [worker]
 capacity = {{ .Values.worker.capacity }}
 drain_timeout = {{ .Values.worker.drainTimeout | toJson }}
@@ -181,6 +205,8 @@ tls_key = "/etc/sluice/tls/tls.key"
 {{- end -}}
 
 {{- define "sluice.etlToml" -}}
+{{ include "sluice.sourceAccessToml" . }}
+
 [etl]
 group_id = {{ .Values.etl.groupId | toJson }}
 
@@ -189,6 +215,17 @@ group_id = {{ .Values.etl.groupId | toJson }}
 {{ include "sluice.kafkaToml" . }}
 
 {{ include "sluice.esToml" . }}
+{{- end -}}
+
+{{/* The workers' report-only token: the Secret the values name (api.workerTokenSecret), or
+the one this chart makes (templates/worker-token.yaml). Never the admin token. As JSON:
+fromJson (include "sluice.workerTokenSecret" .) */}}
+{{- define "sluice.workerTokenSecret" -}}
+{{- if .Values.api.workerTokenSecret.name -}}
+{{- toJson .Values.api.workerTokenSecret -}}
+{{- else -}}
+{{- toJson (dict "name" (printf "%s-worker-token" (include "sluice.fullname" .)) "key" "token") -}}
+{{- end -}}
 {{- end -}}
 
 {{/* An env var from an existing Secret: (dict "name" "SLUICE_..." "secret" .Values.x.passwordSecret) */}}

@@ -1,5 +1,6 @@
-//! Who may call: a bearer token per service (the admin token opens both, the workers'
-//! token only the reports), compared in constant time. mTLS is the TLS layer's.
+//! Who may call: a bearer token per service (the admin token opens the admin service,
+//! the workers' token the reports alone), compared in constant time. mTLS is the TLS
+//! layer's.
 
 use std::sync::Arc;
 
@@ -12,11 +13,11 @@ use crate::credentials::constant_time_eq;
 use crate::error::{CenterError, Result as CenterResult};
 
 /// The reports service's bearer-token check (mTLS is enforced by the TLS layer itself):
-/// the workers' token or the admin token. The admin service has its own gate
-/// ([`super::guard::Gate`]), which knows users and roles.
+/// the workers' token, never the admin's (workers need no admin credential, so none is
+/// handed to them). The admin service has its own gate ([`super::guard::Gate`]), which
+/// knows users and roles.
 #[derive(Clone)]
 pub(super) struct Auth {
-    admin: Option<Arc<str>>,
     worker: Option<Arc<str>>,
 }
 
@@ -54,13 +55,18 @@ impl Auth {
                 let admin = token(&api.token, &api.token_file, "token")?.ok_or_else(|| {
                     CenterError::definite("api.token: required with auth = \"token\"")
                 })?;
-                let worker = token(&api.worker_token, &api.worker_token_file, "worker_token")?;
-                if worker.as_deref() == Some(&*admin) {
+                let worker = token(&api.worker_token, &api.worker_token_file, "worker_token")?
+                    .ok_or_else(|| {
+                        CenterError::definite(
+                            "api.worker_token: required with auth = \"token\": workers report with a token of their own, which may do nothing else",
+                        )
+                    })?;
+                if *worker == *admin {
                     return Err(CenterError::definite(
                         "api.worker_token: must differ from api.token, or workers could administer",
                     ));
                 }
-                (Some(admin), worker)
+                (Some(admin), Some(worker))
             }
             AuthMode::Mtls | AuthMode::None => (None, None),
         };
@@ -71,13 +77,13 @@ impl Auth {
             admin_user: api.admin_user.clone(),
             meta,
         };
-        Ok((gate, Auth { admin, worker }))
+        Ok((gate, Auth { worker }))
     }
 }
 
 impl Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(admin) = &self.admin else {
+        let Some(worker) = &self.worker else {
             return Ok(req);
         };
         let given = req
@@ -86,12 +92,11 @@ impl Interceptor for Auth {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
-        let matches = |t: &str| constant_time_eq(given.as_bytes(), t.as_bytes());
-        if matches(admin) || self.worker.as_deref().is_some_and(matches) {
+        if constant_time_eq(given.as_bytes(), worker.as_bytes()) {
             Ok(req)
         } else {
             Err(Status::unauthenticated(
-                "missing or wrong bearer token (header `authorization: Bearer <token>`)",
+                "missing or wrong bearer token: reports take the workers' token (api.worker_token)",
             ))
         }
     }

@@ -251,9 +251,21 @@ pub(super) fn invalid(problems: Vec<String>) -> Result<(), Status> {
     }
 }
 
-pub(super) fn validate_source(s: Source) -> Result<SourceSpec, Status> {
+/// The source of a request, once its fields are sound and its `password_ref` names a
+/// secret this center's `[source_secrets]` lets sources name (workers and the etl check
+/// theirs when they connect).
+pub(super) fn validate_source(
+    s: Source,
+    secrets: &sluice_model::SecretRefs,
+) -> Result<SourceSpec, Status> {
     let spec = convert::source_spec(s).map_err(Status::invalid_argument)?;
-    invalid(spec.problems())?;
+    let mut problems = spec.problems();
+    if problems.is_empty() {
+        if let Err(e) = secrets.admits(&spec.password_ref) {
+            problems.push(format!("password_ref: {e}"));
+        }
+    }
+    invalid(problems)?;
     Ok(spec)
 }
 

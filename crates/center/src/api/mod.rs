@@ -433,7 +433,22 @@ impl Admin for AdminApi {
 
 #[tonic::async_trait]
 impl WorkerReports for AdminApi {
+    /// A worker's progress and events, taken only from the process registered as the
+    /// worker the report names: its report key must match the digest that worker's own
+    /// registration publishes, and under mTLS its certificate must name it too. So no
+    /// other caller — another worker, a person's certificate — can mark a task healthy or
+    /// record events in a worker's name.
     async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
+        let key = req
+            .metadata()
+            .get(sluice_proto::REPORT_KEY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let certified = match self.shared.cfg.api.auth {
+            crate::config::AuthMode::Mtls => Some(reporter_certificate(&req)?),
+            _ => None,
+        };
         let report = req.into_inner();
         if !sluice_model::pipeline::is_name(&report.worker, 255) {
             return Err(Status::invalid_argument(format!(
@@ -441,7 +456,14 @@ impl WorkerReports for AdminApi {
                 report.worker
             )));
         }
+        if let Some(cn) = certified.filter(|cn| *cn != report.worker) {
+            return Err(Status::permission_denied(format!(
+                "this certificate names `{cn}`: it may report for worker `{cn}` only, not `{}`",
+                report.worker
+            )));
+        }
         let coord = self.coord()?;
+        registered_reporter(&coord, &report.worker, &key).await?;
         let assigned = coord
             .children(&layout::assignments(&report.worker))
             .await
@@ -470,4 +492,43 @@ impl WorkerReports for AdminApi {
         }
         Ok(Response::new(ReportAck {}))
     }
+}
+
+/// The name the reporting client's certificate gives (mTLS: the TLS layer admitted only
+/// certificates the CA signed).
+fn reporter_certificate<T>(req: &Request<T>) -> Result<String, Status> {
+    let certs = req
+        .peer_certs()
+        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+    crate::credentials::certificate_user(leaf.as_ref()).map_err(Status::unauthenticated)
+}
+
+/// Whether `key` is the report key of the worker registered as `worker` now.
+async fn registered_reporter(
+    coord: &sluice_zk::Coordinator,
+    worker: &str,
+    key: &str,
+) -> Result<(), Status> {
+    let refused = || {
+        Status::permission_denied(format!(
+            "reports for worker `{worker}` are taken only from the process registered as it (its report key)"
+        ))
+    };
+    let Some(node) = coord.get(&layout::worker(worker)).await.map_err(internal)? else {
+        return Err(refused());
+    };
+    let record: sluice_zk::layout::WorkerRecord = serde_json::from_slice(&node.data)
+        .map_err(|e| internal(format!("workers/{worker}: {e}")))?;
+    let given = sluice_zk::layout::WorkerRecord::report_key_digest(key);
+    let kept = &record.report_key_sha256;
+    if key.is_empty()
+        || kept.is_empty()
+        || !crate::credentials::constant_time_eq(given.as_bytes(), kept.as_bytes())
+    {
+        return Err(refused());
+    }
+    Ok(())
 }

@@ -24,7 +24,7 @@ pub(super) async fn put_source(
     req: Request<Source>,
 ) -> Result<Response<Source>, Status> {
     super::guard::about(&req, &req.get_ref().name);
-    let s = validate_source(req.into_inner())?;
+    let s = validate_source(req.into_inner(), &api.shared.cfg.source_secrets)?;
     let epoch = api.writable().await?;
     let existing = api.shared.meta.sources().await.map_err(meta_err)?;
     match existing.iter().find(|e| e.name == s.name) {
@@ -192,7 +192,7 @@ pub(super) async fn test_source(
     api: &AdminApi,
     req: Request<Source>,
 ) -> Result<Response<SourceTest>, Status> {
-    let spec = validate_source(req.into_inner())?;
+    let spec = validate_source(req.into_inner(), &api.shared.cfg.source_secrets)?;
     let src = sluice_mysql::SourceConfig::from_spec(&spec, &api.shared.cfg.source_access())
         .map_err(Status::invalid_argument)?;
     let mut test = SourceTest::default();

@@ -57,14 +57,14 @@ pub struct Meta {
 impl Meta {
     /// Connects, creates the database if missing and applies pending migrations.
     pub async fn connect(cfg: &MetaSection, origin: &str) -> Result<Self, MetaError> {
-        if cfg.tls.is_none() && !cfg.allow_public_key_retrieval {
-            let greeting = sluice_mysql::auth::greeting(&cfg.host, cfg.port)
-                .await
-                .map_err(|e| MetaError::Db(mysql_async::Error::Io(mysql_async::IoError::Io(e))))?;
-            let who = "the meta database ([meta])";
-            if let Some(why) = sluice_mysql::auth::refusal(&greeting, false, false, who) {
-                return Err(MetaError::Refused(why));
-            }
+        let who = format!("the meta database ([meta], {}:{})", cfg.host, cfg.port);
+        if let Some(why) = sluice_mysql::auth::refusal(
+            cfg.tls.is_some(),
+            cfg.allow_plaintext,
+            &who,
+            "meta.allow_plaintext",
+        ) {
+            return Err(MetaError::Refused(why));
         }
         let server = mysql_async::OptsBuilder::default()
             .ip_or_hostname(cfg.host.clone())
@@ -73,7 +73,7 @@ impl Meta {
             .pass(Some(cfg.password.expose().to_owned()))
             .prefer_socket(false)
             .ssl_opts(cfg.tls.as_ref().map(sluice_mysql::ssl_opts));
-        let mut conn = Conn::new(server.clone()).await?;
+        let mut conn = sluice_mysql::auth::unwound(Conn::new(server.clone())).await?;
         conn.query_drop(format!(
             "CREATE DATABASE IF NOT EXISTS `{}` CHARACTER SET utf8mb4",
             cfg.database

@@ -396,12 +396,8 @@ impl SourcePool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        if known.is_none() {
-            self.src.may_send_password().await?;
-        }
-        let conn = self
-            .pool
-            .get_conn()
+        self.src.may_send_password()?;
+        let conn = crate::auth::unwound(self.pool.get_conn())
             .await
             .map_err(|error| MysqlError::Connect {
                 source_name: self.src.name.clone(),
