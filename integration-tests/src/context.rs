@@ -122,6 +122,8 @@ impl TestCtx {
             .expect("create the test database");
         let dir = target_dir().join("it").join(format!("{name}-{suffix}"));
         fs::create_dir_all(&dir).expect("test directory");
+        // Its real path: what a service's allowlist of secret directories compares.
+        let dir = fs::canonicalize(&dir).expect("the test directory's real path");
         let server_id = 100_000
             + (std::process::id() % 20_000) * 100
             + (crate::COUNTER.load(std::sync::atomic::Ordering::Relaxed) % 100);
@@ -316,8 +318,14 @@ impl TestCtx {
         if self.plaintext() {
             service = service.with_env("SLUICE_SOURCE_PLAINTEXT_HOSTS", "*");
         }
-        // The variables the tests' sources name their passwords by, and nothing else.
-        service = service.with_env("SLUICE_SOURCE_SECRETS__ENV", SOURCE_SECRETS);
+        // The variables the tests' sources name their passwords by and the files of the
+        // test's own directory, nothing else.
+        service = service
+            .with_env("SLUICE_SOURCE_SECRETS__ENV", SOURCE_SECRETS)
+            .with_env(
+                "SLUICE_SOURCE_SECRETS__DIRS",
+                self.dir.to_str().expect("a UTF-8 test directory"),
+            );
         for (_, key, value) in self
             .env
             .lock()

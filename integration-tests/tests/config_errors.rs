@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use sluice_integration_tests::{Service, TestCtx};
+use sluice_integration_tests::ports::free_center_port;
+use sluice_integration_tests::{eventually, Service, TestCtx};
 
 /// `service`'s config file with `from` replaced by `to`.
 fn edited(service: Service, from: &str, to: &str) -> Service {
@@ -91,4 +92,53 @@ async fn a_misspelt_key_stops_each_service_at_start_and_is_named() {
         "without a token",
         &["api.token", "api.worker_token"],
     );
+}
+
+/// Credentials never cross a network in clear by default: a center whose listeners carry
+/// tokens, passwords or cookies on an address other than loopback without TLS stops at
+/// start naming each listener and the key that would allow it, and `auth = "none"` stops
+/// off loopback whatever is allowed; with `api.allow_plaintext` the first starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_clear_off_loopback_stop_a_center_at_start() {
+    let ctx = TestCtx::new("plainapi").await;
+    let token = "[api]\nauth = \"token\"\ntoken = \"t\"\nworker_token = \"w\"\n";
+    let everywhere = |service: Service| {
+        let service = edited(service, "listen = \"127.0.0.1:", "listen = \"0.0.0.0:");
+        edited(
+            service,
+            "console_listen = \"127.0.0.1:",
+            "console_listen = \"0.0.0.0:",
+        )
+    };
+    let said = stops_naming(
+        &everywhere(ctx.center_with_api(0, 1, token)),
+        "with tokens in clear on every address",
+        &[
+            "center.listen: 0.0.0.0:",
+            "center.console_listen: 0.0.0.0:",
+            "api.allow_plaintext",
+        ],
+    );
+    assert!(said.contains("api.tls_cert"), "{said}");
+    stops_naming(
+        &everywhere(ctx.center_with_api(1, 1, "[api]\nauth = \"none\"\nallow_plaintext = true\n")),
+        "open to every caller on every address",
+        &["api.auth: `none` makes every caller an admin, so center.listen must be a loopback address"],
+    );
+    let allowed = format!("{token}allow_plaintext = true\n");
+    let mut center = everywhere(ctx.center_with_api(2, free_center_port(), &allowed));
+    center.start();
+    eventually(
+        "the center allowed to serve in clear is ready",
+        Duration::from_secs(60),
+        || async {
+            match center.ops("/readyz").await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}\n{}", center.log_tail())),
+            }
+        },
+    )
+    .await;
+    drop(center);
+    ctx.cleanup().await;
 }

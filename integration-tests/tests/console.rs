@@ -446,6 +446,8 @@ async fn a_followers_console_sends_changes_to_the_leader() {
     ctx.cleanup().await;
 }
 
+/// With the API's certificate the console and the search API both serve HTTPS, and
+/// neither answers plain HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_api_certificate_the_console_is_served_over_https() {
     let ctx = TestCtx::new("consoletls").await;
@@ -461,6 +463,8 @@ async fn with_an_api_certificate_the_console_is_served_over_https() {
         ctx.secrets.admin_password,
         d = tls.display()
     );
+    let search_port = sluice_integration_tests::ports::free_port();
+    ctx.center_section(&format!("[search]\nlisten = \"127.0.0.1:{search_port}\"\n"));
     let mut center = ctx.center_with_api(0, port, &api);
     center.start();
     let ca = reqwest::Certificate::from_pem(&std::fs::read(tls.join("ca.pem")).unwrap()).unwrap();
@@ -493,6 +497,18 @@ async fn with_an_api_certificate_the_console_is_served_over_https() {
     assert!(
         plain.map_or(true, |r| r.status() != StatusCode::OK),
         "the console answered plain HTTP"
+    );
+    let spec = b
+        .http
+        .get(format!("https://127.0.0.1:{search_port}/openapi.json"))
+        .send()
+        .await
+        .expect("the search API over HTTPS");
+    assert_eq!(spec.status(), StatusCode::OK);
+    let plain = reqwest::get(format!("http://127.0.0.1:{search_port}/openapi.json")).await;
+    assert!(
+        plain.map_or(true, |r| r.status() != StatusCode::OK),
+        "the search API answered plain HTTP"
     );
     drop(center);
     ctx.cleanup().await;

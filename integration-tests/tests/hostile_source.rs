@@ -19,7 +19,7 @@ const HOSTILE_IP: &str = "127.0.0.2";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_an_attacker_controls_receives_no_secret() {
     let ctx = TestCtx::new("hostile").await;
-    let dir = std::fs::canonicalize(&ctx.dir).unwrap();
+    let dir = ctx.dir.clone();
     let secrets = dir.join("secrets");
     std::fs::create_dir_all(&secrets).unwrap();
     std::fs::write(

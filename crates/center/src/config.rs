@@ -45,6 +45,10 @@ pub struct CenterConfig {
     /// The search API for applications (README, "Searching from applications").
     #[serde(default)]
     pub search: sluice_search::SearchSection,
+    /// What each listener (gRPC, console, search, dictionaries) allows its callers:
+    /// connections at once, deadlines, body sizes.
+    #[serde(default)]
+    pub limits: sluice_runtime::listen::Limits,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -215,6 +219,12 @@ pub struct ApiSection {
     pub admin_password: Option<Secret>,
     #[serde(default)]
     pub admin_password_file: Option<PathBuf>,
+    /// Serve tokens, passwords and session cookies over plain TCP on addresses other
+    /// than loopback (`center.listen`, `center.console_listen`, `search.listen`) without
+    /// `tls_cert`: only where the network is trusted or TLS ends in front of the center.
+    /// Without it such a center does not start.
+    #[serde(default)]
+    pub allow_plaintext: bool,
 }
 
 fn default_admin_user() -> String {
@@ -306,6 +316,47 @@ fn default_resync() -> Duration {
 }
 
 impl CenterConfig {
+    /// Listeners that would carry credentials in clear across a network, or make every
+    /// caller an admin on one.
+    fn listener_problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let c = &self.center;
+        if self.api.auth == AuthMode::None {
+            for (key, addr) in [
+                ("center.listen", c.listen),
+                ("center.console_listen", c.console_listen),
+            ] {
+                if !addr.ip().is_loopback() {
+                    p.push(format!(
+                        "api.auth: `none` makes every caller an admin, so {key} must be a loopback address (it is {addr})"
+                    ));
+                }
+            }
+        }
+        if self.api.tls_cert.is_some() || self.api.allow_plaintext {
+            return p;
+        }
+        let mut carrying = vec![(
+            "center.console_listen",
+            c.console_listen,
+            "passwords and session cookies",
+        )];
+        if self.api.auth == AuthMode::Token {
+            carrying.push(("center.listen", c.listen, "bearer tokens"));
+        }
+        if let Some(addr) = self.search.listen {
+            carrying.push(("search.listen", addr, "applications' tokens"));
+        }
+        for (key, addr, what) in carrying {
+            if !addr.ip().is_loopback() {
+                p.push(format!(
+                    "{key}: {addr} is not a loopback address and the center has no TLS (api.tls_cert), so {what} would cross the network in clear: set api.tls_cert and api.tls_key, listen on loopback, or set api.allow_plaintext = true where the network is trusted or TLS ends in front of the center"
+                ));
+            }
+        }
+        p
+    }
+
     /// How this process reaches the center's sources.
     pub fn source_access(&self) -> sluice_mysql::Access {
         sluice_mysql::Access {
@@ -363,6 +414,8 @@ impl CenterConfig {
             ));
         }
         p.extend(self.api.problems());
+        p.extend(self.listener_problems());
+        p.extend(self.limits.problems("limits"));
         p.extend(self.search.problems("search"));
         if self.search.listen.is_some() && self.elasticsearch.is_none() {
             p.push("search.listen: the search API needs an [elasticsearch] section".into());

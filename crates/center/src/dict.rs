@@ -103,6 +103,7 @@ pub fn check_word(raw: &str) -> Result<String, String> {
 pub async fn serve(
     meta: Meta,
     listener: tokio::net::TcpListener,
+    limits: sluice_runtime::listen::Limits,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let mut app = axum::Router::new();
@@ -116,10 +117,8 @@ pub async fn serve(
             }),
         );
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|e| CenterError::definite(format!("the dictionary endpoint stopped: {e}")))
+    sluice_runtime::listen::serve_http(listener, app, None, limits, "dictionaries", shutdown).await;
+    Ok(())
 }
 
 /// Binds the dictionary endpoint's address (`center.dictionary_listen`).

@@ -24,6 +24,7 @@ pub mod error;
 pub mod history;
 mod known;
 mod leader;
+mod listeners;
 pub mod meta;
 mod metrics;
 mod probe;
@@ -114,7 +115,12 @@ pub async fn run(
         let shared = shared.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let dictionaries = dict::serve(shared.meta.clone(), dictionaries, shutdown.clone());
+            let dictionaries = dict::serve(
+                shared.meta.clone(),
+                dictionaries,
+                shared.cfg.limits,
+                shutdown.clone(),
+            );
             let searches = async {
                 match searches {
                     Some(l) => search::serve(shared.clone(), l, shutdown.clone()).await,

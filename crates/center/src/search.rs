@@ -78,11 +78,13 @@ pub(crate) async fn serve(
         view,
     };
     let api = Arc::new(SearchApi::new(shared.cfg.search.clone(), es, cluster));
-    let (_, served) = tokio::join!(
+    let tls = crate::listeners::http_tls(&shared.cfg.api)?;
+    let limits = shared.cfg.limits;
+    tokio::join!(
         keep_view(shared, tx, shutdown.clone()),
-        sluice_search::serve(listener, api, shutdown)
+        sluice_runtime::listen::serve_http(listener, api.router(), tls, limits, "search", shutdown)
     );
-    served.map_err(|e| CenterError::definite(format!("search API: {e}")))
+    Ok(())
 }
 
 /// Keeps `tx` equal to the aliases in the meta database and the applied positions in

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod error;
+pub mod listen;
 pub mod service;
 pub mod shutdown;
 pub mod telemetry;

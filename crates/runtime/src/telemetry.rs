@@ -197,11 +197,14 @@ impl Telemetry {
                     }
                 }),
             );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "the telemetry endpoint stopped");
-            }
-        });
+        tokio::spawn(crate::listen::serve_http(
+            listener,
+            app,
+            None,
+            crate::listen::Limits::default(),
+            "telemetry",
+            tokio_util::sync::CancellationToken::new(),
+        ));
         tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
         Ok(addr)
     }

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use sluice_model::SourcePoint;
 use sluice_zk::layout::AppliedRecord;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 pub use config::{AppConfig, SearchSection, TemplateConfig};
 pub use server::{SearchApi, OPENAPI};
@@ -47,15 +46,4 @@ pub struct View {
 pub struct AliasTarget {
     pub pipeline: String,
     pub source: String,
-}
-
-/// Serves `api` on `listener` until `shutdown`.
-pub async fn serve<C: Cluster>(
-    listener: tokio::net::TcpListener,
-    api: Arc<SearchApi<C>>,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, api.router())
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
 }

@@ -37,6 +37,12 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if eq .Values.api.auth "token" }}
 {{- $_ := required "api.tokenSecret.name is required for token auth (an existing Secret)" .Values.api.tokenSecret.name }}
 {{- end }}
+{{- if and (not .Values.api.tlsSecret) (not .Values.api.allowPlaintext) }}
+{{- fail "api.tlsSecret is required: without it tokens, passwords and session cookies cross the network in clear (set api.allowPlaintext=true where a service mesh or a proxy in front encrypts)" }}
+{{- end }}
+{{- if eq .Values.api.auth "none" }}
+{{- fail "api.auth none makes every caller an admin: the centers listen on the pod network, so choose token or mtls" }}
+{{- end }}
 {{- if and (eq .Values.api.auth "mtls") (not .Values.api.tlsSecret) }}
 {{- fail "api.tlsSecret is required for mtls auth (an existing Secret with tls.crt, tls.key and ca.crt)" }}
 {{- end }}
@@ -133,6 +139,9 @@ allow_plaintext = true
 
 [api]
 auth = {{ .Values.api.auth | toJson }}
+{{- if .Values.api.allowPlaintext }}
+allow_plaintext = true
+{{- end }}
 {{- if .Values.api.tlsSecret }}
 tls_cert = "/etc/sluice/tls/tls.crt"
 tls_key = "/etc/sluice/tls/tls.key"

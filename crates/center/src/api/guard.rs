@@ -13,7 +13,6 @@ use std::task::{Context, Poll};
 use tonic::body::Body;
 use tonic::codegen::{http, BoxFuture, Service};
 use tonic::server::NamedService;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::{Code, Status};
 
 use crate::access::{self, Role};
@@ -129,12 +128,9 @@ impl Gate {
 
     /// The user the client certificate names, with their role.
     async fn certificate_caller(&self, ext: &http::Extensions) -> Result<Identity, Status> {
-        let leaf = ext
-            .get::<TlsConnectInfo<TcpConnectInfo>>()
-            .and_then(|i| i.peer_certs())
-            .and_then(|certs| certs.first().cloned())
+        let leaf = crate::listeners::client_certificate(ext)
             .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
-        let user = credentials::certificate_user(leaf.as_ref()).map_err(Status::unauthenticated)?;
+        let user = credentials::certificate_user(leaf).map_err(Status::unauthenticated)?;
         match self.meta.password_of(&user).await {
             Ok(Some((role, _))) => Ok(Identity {
                 user,
@@ -315,12 +311,5 @@ fn outcome(mut entry: Audited, failed: Option<&Status>) -> Audited {
 
 /// The caller's address, as the connection gives it.
 fn peer(ext: &http::Extensions) -> String {
-    let addr = ext
-        .get::<TcpConnectInfo>()
-        .and_then(|i| i.remote_addr())
-        .or_else(|| {
-            ext.get::<TlsConnectInfo<TcpConnectInfo>>()
-                .and_then(|i| i.get_ref().remote_addr())
-        });
-    addr.map(|a| a.to_string()).unwrap_or_default()
+    crate::listeners::client_addr(ext)
 }

@@ -12,8 +12,9 @@ use sluice_proto::v1::admin_server::{Admin, AdminServer};
 use sluice_proto::v1::worker_reports_server::{WorkerReports, WorkerReportsServer};
 use sluice_proto::v1::*;
 use sluice_zk::layout;
+use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use crate::error::{CenterError, Result as CenterResult};
@@ -38,6 +39,9 @@ use auth::Auth;
 use common::*;
 use guard::Guarded;
 
+/// Calls one connection may have under way at once.
+const CALLS_PER_CONNECTION: usize = 32;
+
 /// Serves until `shutdown`.
 pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterResult<()> {
     let api = &shared.cfg.api;
@@ -59,38 +63,43 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterRe
         shared: shared.clone(),
     };
     let gate = Arc::new(gate);
+    let limits = shared.cfg.limits;
     let console = console::serve(
         console::bind(shared.cfg.center.console_listen).await?,
         service.clone(),
         gate.clone(),
-        console::tls_of(api)?,
+        crate::listeners::http_tls(api)?,
         shutdown.clone(),
     );
-    let mut server = Server::builder();
-    if let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) {
-        let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
-            std::fs::read(cert).map_err(|e| {
-                CenterError::definite(format!("api.tls_cert: {}: {e}", cert.display()))
-            })?,
-            std::fs::read(key).map_err(|e| {
-                CenterError::definite(format!("api.tls_key: {}: {e}", key.display()))
-            })?,
-        ));
-        if let Some(ca) = &api.client_ca {
-            tls = tls.client_ca_root(Certificate::from_pem(std::fs::read(ca).map_err(|e| {
-                CenterError::definite(format!("api.client_ca: {}: {e}", ca.display()))
-            })?));
-        }
-        server = server.tls_config(tls).map_err(CenterError::definite)?;
-    }
     let listen = shared.cfg.center.listen;
+    let tcp = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CenterError::definite(format!("center.listen: {listen}: {e}")))?;
+    let conns = sluice_runtime::listen::accept(
+        tcp,
+        crate::listeners::grpc_tls(api)?,
+        limits,
+        "grpc",
+        shutdown.clone(),
+    );
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(conns)
+        .map(|c| Ok::<_, std::io::Error>(crate::listeners::GrpcConn(c)));
     tracing::info!(%listen, auth = ?api.auth, "gRPC API listening");
-    let served = server
+    // Calls at once per connection and streams per connection are bounded, each call has
+    // the request deadline, and a connection lives at most half an hour (its client
+    // reconnects), so no caller keeps more than its share.
+    let served = Server::builder()
+        .timeout(limits.request_within)
+        .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
+        .max_concurrent_streams(CALLS_PER_CONNECTION as u32)
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+        .max_connection_age(std::time::Duration::from_secs(1800))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(Guarded::new(AdminServer::new(service.clone()), gate))
         .add_service(WorkerReportsServer::with_interceptor(service, reports_auth))
-        .serve_with_shutdown(listen, shutdown.clone().cancelled_owned());
+        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned());
     // Either one failing ends the center.
     let served = tokio::select! {
         served = served => served.map_err(|e| CenterError::definite(format!("gRPC API on {listen}: {e}"))),
@@ -497,13 +506,9 @@ impl WorkerReports for AdminApi {
 /// The name the reporting client's certificate gives (mTLS: the TLS layer admitted only
 /// certificates the CA signed).
 fn reporter_certificate<T>(req: &Request<T>) -> Result<String, Status> {
-    let certs = req
-        .peer_certs()
+    let leaf = crate::listeners::client_certificate(req.extensions())
         .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
-    let leaf = certs
-        .first()
-        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
-    crate::credentials::certificate_user(leaf.as_ref()).map_err(Status::unauthenticated)
+    crate::credentials::certificate_user(leaf).map_err(Status::unauthenticated)
 }
 
 /// Whether `key` is the report key of the worker registered as `worker` now.

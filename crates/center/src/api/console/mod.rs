@@ -11,7 +11,6 @@
 mod dispatch;
 mod limit;
 mod proxy;
-mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -22,7 +21,6 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt as _;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
@@ -55,16 +53,6 @@ struct Console {
 
 type Shared = State<Arc<Console>>;
 
-/// The console's TLS, when the API has a certificate (`api.tls_cert`, `api.tls_key`).
-pub(crate) fn tls_of(
-    api: &crate::config::ApiSection,
-) -> CenterResult<Option<tokio_rustls::TlsAcceptor>> {
-    match (&api.tls_cert, &api.tls_key) {
-        (Some(cert), Some(key)) => tls::acceptor(cert, key).map(Some),
-        _ => Ok(None),
-    }
-}
-
 /// Binds `center.console_listen`.
 pub(crate) async fn bind(listen: SocketAddr) -> CenterResult<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -83,6 +71,7 @@ pub(super) async fn serve(
     shutdown: CancellationToken,
 ) -> CenterResult<()> {
     let http = proxy::client(&api.shared.cfg.api)?;
+    let limits = api.shared.cfg.limits;
     let console = Arc::new(Console {
         api,
         gate,
@@ -114,28 +103,9 @@ pub(super) async fn serve(
         .route("/api/{method}", post(call))
         .with_state(console);
     let addr = listener.local_addr().ok();
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    let served = match tls {
-        Some(acceptor) => {
-            tracing::info!(addr = ?addr, "serving the console over HTTPS");
-            // `tap_io` gives the TLS listener the connect info a TCP one has.
-            let listener = tls::TlsListener {
-                tcp: listener,
-                acceptor,
-            }
-            .tap_io(|_| {});
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-        None => {
-            tracing::info!(addr = ?addr, "serving the console");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-    };
-    served.map_err(|e| CenterError::definite(format!("console: {e}")))
+    tracing::info!(addr = ?addr, tls = tls.is_some(), "serving the console");
+    sluice_runtime::listen::serve_http(listener, app, tls, limits, "console", shutdown).await;
+    Ok(())
 }
 
 /// Headers every answer carries: nothing of another origin may run or frame the page.
