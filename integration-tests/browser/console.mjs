@@ -202,6 +202,8 @@ try {
   await screen("audit");
   await page.locator("td", { hasText: XSS }).first().waitFor({ timeout: WAIT });
   check(await page.locator("#screen script").count() === 0, "the audit log shows markup as text, no script element");
+  await page.locator(".retention", { hasText: "kept for 90 days" }).waitFor({ timeout: WAIT });
+  check(true, "the audit log says how long it is kept");
   await shot("audit");
   await logout();
 

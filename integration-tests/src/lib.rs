@@ -13,6 +13,7 @@ pub mod broker;
 pub mod ceiling;
 pub mod checker;
 pub mod cluster;
+pub mod console;
 pub mod context;
 pub mod cpu;
 pub mod debezium;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::*;
 use serde_json::Value;
-use sluice_integration_tests::TestCtx;
+use sluice_integration_tests::{eventually, TestCtx};
 
 /// The audit entries as (user, method, target, outcome), oldest first.
 fn entries(audit: &Value) -> Vec<(String, String, String, String)> {
@@ -186,6 +186,77 @@ async fn each_role_makes_only_its_own_calls_and_every_change_is_audited() {
     assert!(secrets
         .iter()
         .all(|s| s.len() == 32 && *s != operator.as_bytes()));
+
+    // A token works until it expires (asked for 2 s here: it can be asked for less than
+    // api.token_lifetime, never more), and a new password revokes every token its user
+    // made before.
+    let made = cluster
+        .ctl(&[
+            "tokens",
+            "create",
+            "brief",
+            "--user",
+            "otto",
+            "--expires-in",
+            "2s",
+        ])
+        .unwrap();
+    let left = made["token"]["expires_at_ms"].as_i64().unwrap() - sluice_model::now_ms();
+    assert!((0..=2_500).contains(&left), "{made}");
+    let brief = made["secret"].as_str().unwrap().to_owned();
+    cluster.ctl_with(&brief, &["whoami"]).unwrap();
+    eventually(
+        "the brief token expires",
+        Duration::from_secs(10),
+        || async {
+            match cluster.ctl_with(&brief, &["whoami"]) {
+                Err(e) if e.contains("expired") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let long = cluster
+        .ctl(&[
+            "tokens",
+            "create",
+            "long",
+            "--user",
+            "otto",
+            "--expires-in",
+            "3650d",
+        ])
+        .unwrap();
+    let days =
+        (long["token"]["expires_at_ms"].as_i64().unwrap() - sluice_model::now_ms()) / 86_400_000;
+    assert_eq!(days, 89, "at most the center's 90 days: {long}");
+    cluster.ctl_with(&operator, &["whoami"]).unwrap();
+    cluster
+        .ctl_env(
+            &[
+                "users",
+                "put",
+                "otto",
+                "--role",
+                "operator",
+                "--password-env",
+                "PW",
+            ],
+            &[("PW", "a-new-password-for-otto")],
+        )
+        .unwrap();
+    let refused = cluster.ctl_with(&operator, &["whoami"]).unwrap_err();
+    assert!(refused.contains("Unauthenticated"), "{refused}");
+    // Nor can a user hold tokens without end.
+    for n in 0..20 {
+        cluster
+            .ctl(&["tokens", "create", &format!("t{n}"), "--user", "otto"])
+            .unwrap();
+    }
+    let refused = cluster
+        .ctl(&["tokens", "create", "one-too-many", "--user", "otto"])
+        .unwrap_err();
+    assert!(refused.contains("holds 20 tokens"), "{refused}");
 
     // The configured first admin is made only while there is no admin: removed once
     // another admin exists, a restart does not bring it back.

@@ -417,6 +417,7 @@ const SCREENS = {
       form,
       table(["when", "origin", "kind", "subject", "message"], (r.events || []).map((e) =>
         [ago(e.at_ms), e.origin, e.kind, e.subject, e.message])),
+      keptFor("Events", r.kept_ms),
     ];
   },
 
@@ -494,9 +495,18 @@ const SCREENS = {
       el("h2", {}, "Audit log"),
       table(["when", "user", "role", "call", "about", "from", "outcome", "detail"], (r.entries || []).map((e) =>
         [ago(e.at_ms), e.user, e.role || "-", e.method, e.target || "-", e.peer || "-", e.outcome, e.detail || "-"])),
+      keptFor("Audit entries", r.kept_ms),
     ];
   },
 };
+
+// How long a history is kept (the center's retention), as a note under its table.
+function keptFor(what, ms) {
+  const days = Math.round(Number(ms || 0) / 86400000);
+  const hours = Math.round(Number(ms || 0) / 3600000);
+  const span = days >= 1 ? `${days} day${days === 1 ? "" : "s"}` : `${hours} hour${hours === 1 ? "" : "s"}`;
+  return el("p", { class: "note retention" }, `${what} are kept for ${span}; the leader deletes older ones.`);
+}
 
 // Each screen and the call it needs: a screen the user cannot read is not offered.
 const NAV = [

@@ -65,8 +65,8 @@ pub fn need(method: &str) -> Option<Need> {
         // Every user manages their own tokens (an admin's call may name another user).
         "ListTokens" => (Viewer, false),
         "CreateToken" | "RevokeToken" => (Viewer, true),
-        // The console's login (not an admin call): recorded, whoever tries.
-        "Login" => (Viewer, true),
+        // The console's login and logout (not admin calls): recorded.
+        "Login" | "Logout" => (Viewer, true),
         "ListAudit" => (Operator, false),
         "BuildPipeline" | "StartCompare" | "SwapPipeline" | "ResetPipeline"
         | "RollbackPipeline" | "StartCheck" | "ApplyDelayed" | "ResyncDocuments" | "Rebalance"

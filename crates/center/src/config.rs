@@ -49,6 +49,54 @@ pub struct CenterConfig {
     /// connections at once, deadlines, body sizes.
     #[serde(default)]
     pub limits: sluice_runtime::listen::Limits,
+    /// How long the operational history is kept; the leader deletes what is older.
+    #[serde(default)]
+    pub retention: RetentionSection,
+}
+
+/// How long each kind of history is kept (the leader deletes what is older, every hour).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSection {
+    /// Events (`sluicectl events`).
+    #[serde(with = "humantime_serde")]
+    pub events: Duration,
+    /// The audit log.
+    #[serde(with = "humantime_serde")]
+    pub audit: Duration,
+    /// Finished runs (checks, compares, delayed jobs, resyncs) and dead-letter replays.
+    #[serde(with = "humantime_serde")]
+    pub runs: Duration,
+    /// Task assignment history (each task's latest assignment is always kept).
+    #[serde(with = "humantime_serde")]
+    pub assignments: Duration,
+}
+
+impl Default for RetentionSection {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        Self {
+            events: Duration::from_secs(30 * DAY),
+            audit: Duration::from_secs(90 * DAY),
+            runs: Duration::from_secs(30 * DAY),
+            assignments: Duration::from_secs(30 * DAY),
+        }
+    }
+}
+
+impl RetentionSection {
+    fn problems(&self) -> Vec<String> {
+        [
+            ("events", self.events),
+            ("audit", self.audit),
+            ("runs", self.runs),
+            ("assignments", self.assignments),
+        ]
+        .into_iter()
+        .filter(|(_, d)| *d < Duration::from_secs(3600))
+        .map(|(key, _)| format!("retention.{key}: must be at least an hour"))
+        .collect()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -219,6 +267,24 @@ pub struct ApiSection {
     pub admin_password: Option<Secret>,
     #[serde(default)]
     pub admin_password_file: Option<PathBuf>,
+    /// The longest an API token works; a token asked for longer gets this.
+    #[serde(default = "default_token_lifetime", with = "humantime_serde")]
+    pub token_lifetime: Duration,
+    /// How long a console session lasts after its login.
+    #[serde(default = "default_session_lasts", with = "humantime_serde")]
+    pub session_lasts: Duration,
+    /// A console session unused this long ends.
+    #[serde(default = "default_session_idle", with = "humantime_serde")]
+    pub session_idle: Duration,
+    /// Proxies in front of the console (addresses or CIDR ranges, `10.0.0.0/8`) whose
+    /// `client_address_header` says who the client is: login attempts are then counted by
+    /// that address, not the proxy's.
+    #[serde(default, deserialize_with = "sluice_model::listed::strings")]
+    pub trusted_proxies: Vec<String>,
+    /// The header a trusted proxy names the client in (its last address not a trusted
+    /// proxy's counts).
+    #[serde(default = "default_client_address_header")]
+    pub client_address_header: String,
     /// Serve tokens, passwords and session cookies over plain TCP on addresses other
     /// than loopback (`center.listen`, `center.console_listen`, `search.listen`) without
     /// `tls_cert`: only where the network is trusted or TLS ends in front of the center.
@@ -229,6 +295,22 @@ pub struct ApiSection {
 
 fn default_admin_user() -> String {
     "admin".into()
+}
+
+fn default_token_lifetime() -> Duration {
+    Duration::from_secs(90 * 24 * 3600)
+}
+
+fn default_session_lasts() -> Duration {
+    Duration::from_secs(12 * 3600)
+}
+
+fn default_session_idle() -> Duration {
+    Duration::from_secs(30 * 60)
+}
+
+fn default_client_address_header() -> String {
+    "x-forwarded-for".into()
 }
 
 impl ApiSection {
@@ -265,6 +347,30 @@ impl ApiSection {
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             p.push("api.tls_key: set api.tls_cert and api.tls_key together".into());
+        }
+        for (i, proxy) in self.trusted_proxies.iter().enumerate() {
+            if let Err(e) = crate::client_addr::Cidr::parse(proxy) {
+                p.push(format!("api.trusted_proxies[{i}]: {e}"));
+            }
+        }
+        if self
+            .client_address_header
+            .parse::<axum::http::HeaderName>()
+            .is_err()
+        {
+            p.push(format!(
+                "api.client_address_header: `{}` is not a header name",
+                self.client_address_header
+            ));
+        }
+        for (key, d) in [
+            ("api.token_lifetime", self.token_lifetime),
+            ("api.session_lasts", self.session_lasts),
+            ("api.session_idle", self.session_idle),
+        ] {
+            if d < Duration::from_secs(1) {
+                p.push(format!("{key}: must be at least a second"));
+            }
         }
         p
     }
@@ -416,6 +522,7 @@ impl CenterConfig {
         p.extend(self.api.problems());
         p.extend(self.listener_problems());
         p.extend(self.limits.problems("limits"));
+        p.extend(self.retention.problems());
         p.extend(self.search.problems("search"));
         if self.search.listen.is_some() && self.elasticsearch.is_none() {
             p.push("search.listen: the search API needs an [elasticsearch] section".into());

@@ -239,9 +239,11 @@ async fn lead(
             }
         }
     };
-    // Delayed changes are recorded for as long as this replica leads.
+    // Delayed changes are recorded, and history past its retention deleted, for as long
+    // as this replica leads.
     tokio::select! {
         r = main => r,
         r = crate::delayed::record_changes(shared, epoch, shutdown) => r,
+        r = crate::retention::keep(shared, shutdown) => r,
     }
 }

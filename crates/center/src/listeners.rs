@@ -112,3 +112,9 @@ pub(crate) fn client_addr(ext: &tonic::codegen::http::Extensions) -> String {
         .map(|p| p.addr.to_string())
         .unwrap_or_default()
 }
+
+/// The address of a request's client without its port (`0.0.0.0` when unknown).
+pub(crate) fn client_ip(ext: &tonic::codegen::http::Extensions) -> std::net::IpAddr {
+    ext.get::<Peer>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.addr.ip())
+}

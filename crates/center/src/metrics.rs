@@ -22,7 +22,11 @@
 //! and `sluice_center_zk_writes_total{op}` (`create`, `set`, `delete`) and
 //! `sluice_center_zk_reads_total{op}` (`get`, `children`, `exists`), the ZooKeeper
 //! requests this replica sent, answered or not (a follower's are its campaign's, its
-//! API's and its session's heartbeat).
+//! API's and its session's heartbeat); `sluice_center_refused_calls_total{method,outcome}`,
+//! the calls this replica refused (a wrong credential, a role short of the call), of
+//! which the audit log keeps a sample (see `api::refusals`); and
+//! `sluice_center_history_deleted_total{history}`, rows the leader deleted for being older
+//! than their retention.
 
 use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
@@ -36,6 +40,20 @@ pub(crate) static EVENTS: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyL
     opentelemetry::global::meter("sluice")
         .u64_counter("sluice.center.events")
         .with_description("Events recorded in the meta database, by kind")
+        .build()
+});
+
+pub(crate) static REFUSED: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyLock::new(|| {
+    opentelemetry::global::meter("sluice")
+        .u64_counter("sluice.center.refused_calls")
+        .with_description("Calls refused, by method and outcome")
+        .build()
+});
+
+pub(crate) static FORGOTTEN: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyLock::new(|| {
+    opentelemetry::global::meter("sluice")
+        .u64_counter("sluice.center.history_deleted")
+        .with_description("History rows deleted for being older than their retention")
         .build()
 });
 

@@ -36,6 +36,10 @@ pub enum TokenCmd {
         /// Whose (admins only); default: yours.
         #[arg(long, default_value = "")]
         user: String,
+        /// How long it works (`30d`, `12h`); default, and at most: the center's
+        /// `api.token_lifetime`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires_in: Option<std::time::Duration>,
     },
     /// Your tokens (with `--all`, an admin sees everyone's).
     List {
@@ -121,17 +125,35 @@ pub async fn users(conn: &mut Conn<'_>, out: Output, cmd: &UserCmd) -> anyhow::R
     Ok(())
 }
 
+/// When a time still to come is, from now (`in 89d`), or how long ago it passed.
+fn until(ms: i64) -> String {
+    let left = ms - sluice_model::now_ms();
+    if left <= 0 {
+        return format!("expired {}", ago(ms));
+    }
+    match left / 1000 {
+        s @ 0..=7199 => format!("in {}m", s / 60),
+        s @ 7200..=172_799 => format!("in {}h", s / 3600),
+        s => format!("in {}d", s / 86_400),
+    }
+}
+
 fn token_json(t: &Token) -> Value {
     json!({"id": t.id, "user": t.user, "name": t.name, "created_at_ms": t.created_at_ms,
-           "last_used_at_ms": t.last_used_at_ms})
+           "last_used_at_ms": t.last_used_at_ms, "expires_at_ms": t.expires_at_ms})
 }
 
 pub async fn tokens(conn: &mut Conn<'_>, out: Output, cmd: &TokenCmd) -> anyhow::Result<()> {
     match cmd {
-        TokenCmd::Create { name, user } => {
+        TokenCmd::Create {
+            name,
+            user,
+            expires_in,
+        } => {
             let req = CreateTokenRequest {
                 name: name.clone(),
                 user: user.clone(),
+                expires_in_ms: expires_in.map_or(0, |d| d.as_millis() as i64),
             };
             let r = conn
                 .call_with(req, |mut c, req| async move { c.create_token(req).await })
@@ -156,7 +178,7 @@ pub async fn tokens(conn: &mut Conn<'_>, out: Output, cmd: &TokenCmd) -> anyhow:
                 .await?;
             print(
                 out,
-                &["id", "user", "name", "created", "last used"],
+                &["id", "user", "name", "created", "last used", "expires"],
                 r.tokens
                     .iter()
                     .map(|t| {
@@ -166,6 +188,7 @@ pub async fn tokens(conn: &mut Conn<'_>, out: Output, cmd: &TokenCmd) -> anyhow:
                             t.name.clone(),
                             ago(t.created_at_ms),
                             ago(t.last_used_at_ms),
+                            until(t.expires_at_ms),
                         ]
                     })
                     .collect(),

@@ -76,6 +76,8 @@ impl Auth {
             worker: worker.clone(),
             admin_user: api.admin_user.clone(),
             meta,
+            refusals: Default::default(),
+            unknown_tokens: Default::default(),
         };
         Ok((gate, Auth { worker }))
     }

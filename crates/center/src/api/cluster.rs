@@ -163,5 +163,8 @@ pub(super) async fn list_events(
         .events(limit, &filter)
         .await
         .map_err(meta_err)?;
-    Ok(Response::new(ListEventsResponse { events }))
+    Ok(Response::new(ListEventsResponse {
+        events,
+        kept_ms: api.shared.cfg.retention.events.as_millis() as i64,
+    }))
 }

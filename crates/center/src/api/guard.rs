@@ -1,7 +1,8 @@
 //! The admin service's gate: every call is recognised as a user with a role, checked
 //! against the role its method needs ([`crate::access`]), and — when it changes
-//! anything, allowed or refused, and when it is refused — recorded in the audit log with
-//! how it ended.
+//! anything — recorded in the audit log with how it ended, under the identity that was
+//! authenticated and the method that was served. Refusals are counted and sampled
+//! ([`super::refusals`]), not recorded one by one.
 //!
 //! It wraps the whole service, below the generated code, so no method can be added that
 //! skips it: a method the role table does not know is refused.
@@ -62,6 +63,9 @@ pub(super) struct Gate {
     pub(super) worker: Option<Arc<str>>,
     pub(super) admin_user: String,
     pub(super) meta: Meta,
+    pub(super) refusals: super::refusals::Refusals,
+    /// Unknown API tokens, by the address that presented them.
+    pub(super) unknown_tokens: Mutex<super::limit::Limiter>,
 }
 
 impl Gate {
@@ -106,6 +110,24 @@ impl Gate {
             ));
         }
         if given.starts_with(credentials::TOKEN_PREFIX) {
+            // An address presenting unknown tokens at speed is refused before the meta
+            // database is asked.
+            let from = [(
+                format!("token-from:{}", crate::listeners::client_ip(ext)),
+                super::limit::PER_ADDRESS,
+            )];
+            let now = std::time::Instant::now();
+            let lock = || {
+                self.unknown_tokens
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+            };
+            if let Some(wait) = lock().refused_for(&from, now) {
+                return Err(Status::resource_exhausted(format!(
+                    "too many unknown tokens from this address: try again in {} s",
+                    wait.as_secs().max(1)
+                )));
+            }
             let digest = credentials::token_digest(given);
             return match self.meta.token_user(&digest).await {
                 Ok(Some((user, role))) => Ok(Identity {
@@ -113,9 +135,12 @@ impl Gate {
                     role,
                     via: "token",
                 }),
-                Ok(None) => Err(Status::unauthenticated(
-                    "unknown or revoked token: ask an admin for a new one (`sluicectl tokens create`)",
-                )),
+                Ok(None) => {
+                    lock().failed(&from, now);
+                    Err(Status::unauthenticated(
+                        "unknown, expired or revoked token: make a new one (`sluicectl tokens create`)",
+                    ))
+                }
                 Err(e) => Err(Status::unavailable(format!(
                     "cannot check the token now: {e}"
                 ))),
@@ -146,9 +171,9 @@ impl Gate {
         }
     }
 
-    /// Lets a call of `method` by `caller` (or by whoever was not recognised: the user
-    /// they `claimed` to be, if they named one) in, or refuses it; a refusal is recorded
-    /// at once.
+    /// Lets a call of `method` by `caller` in, or refuses it (counted, and recorded as
+    /// the sample of its kind says). `claimed` is the user a caller not recognised said
+    /// it was (a login's name), shown in a recorded refusal when it could name a user.
     pub(super) async fn admit(
         &self,
         method: &str,
@@ -156,6 +181,7 @@ impl Gate {
         caller: Result<Identity, Status>,
         claimed: Option<&str>,
     ) -> Result<Pass, Status> {
+        let method = super::refusals::served(method);
         let mut entry = Audited {
             method: method.to_owned(),
             peer,
@@ -164,10 +190,12 @@ impl Gate {
         let audited = access::need(method).is_none_or(|n| n.mutating);
         let caller = match caller {
             Ok(c) => c,
-            // Every refusal is recorded, of a read too.
             Err(refused) => {
-                entry.user = claimed.unwrap_or("(not recognised)").to_owned();
-                self.record(outcome(entry, Some(&refused))).await;
+                entry.user = super::refusals::NOT_RECOGNISED.to_owned();
+                if let Some(name) = claimed.filter(|n| credentials::check_user_name(n).is_ok()) {
+                    entry.target = format!("as {name}");
+                }
+                self.refuse(entry, &refused).await;
                 return Err(refused);
             }
         };
@@ -175,7 +203,7 @@ impl Gate {
         entry.role = caller.role.to_string();
         if let Err(why) = access::allows(caller.role, method) {
             let refused = Status::permission_denied(why);
-            self.record(outcome(entry, Some(&refused))).await;
+            self.refuse(entry, &refused).await;
             return Err(refused);
         }
         Ok(Pass {
@@ -187,17 +215,39 @@ impl Gate {
     }
 
     /// Records how a call let in ended (`failed`: its error), when it is one to record: a
-    /// change, or a call its method refused (a read included). A follower's "not the
-    /// leader" (`redirected`) is not: sluicectl makes the call again at the leader, which
-    /// records it (the console shows the leader's address).
+    /// change, or a refusal its method made (sampled like the gate's). A follower's "not
+    /// the leader" (`redirected`) is not: sluicectl makes the call again at the leader,
+    /// which records it (the console shows the leader's address).
     pub(super) async fn close(&self, pass: Pass, failed: Option<&Status>, redirected: bool) {
-        let refused = failed
-            .is_some_and(|s| matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated));
-        if (pass.audited || refused) && !redirected {
-            let mut entry = pass.entry;
-            entry.target = pass.about.get();
-            self.record(outcome(entry, failed)).await;
+        if redirected {
+            return;
         }
+        let mut entry = pass.entry;
+        entry.target = pass.about.get();
+        match failed {
+            Some(s) if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated) => {
+                self.refuse(entry, s).await;
+            }
+            _ if pass.audited => self.record(outcome(entry, failed)).await,
+            _ => {}
+        }
+    }
+
+    /// Counts a refusal, and records it when it is its kind's sample.
+    async fn refuse(&self, entry: Audited, refused: &Status) {
+        let code = format!("{:?}", refused.code());
+        let now = std::time::Instant::now();
+        let Some(since) = self.refusals.count(&entry.user, &entry.method, &code, now) else {
+            return;
+        };
+        let mut entry = outcome(entry, Some(refused));
+        if since > 0 {
+            entry.detail = format!(
+                "{} ({since} more refused like it since the last entry of its kind)",
+                entry.detail
+            );
+        }
+        self.record(entry).await;
     }
 
     /// Records `entry`; a failure to record is logged, not the call's failure.

@@ -35,6 +35,7 @@ fn token_message(t: StoredToken) -> Token {
         name: t.name,
         created_at_ms: t.created_at_ms,
         last_used_at_ms: t.last_used_at_ms,
+        expires_at_ms: t.expires_at_ms,
     }
 }
 
@@ -124,11 +125,21 @@ pub(super) async fn create_token(
             "a token needs a name of 1 to 128 characters saying what it is for",
         ));
     }
+    let longest = api.shared.cfg.api.token_lifetime;
+    let lasts = match u64::try_from(r.expires_in_ms) {
+        Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms).min(longest),
+        Ok(_) => longest,
+        Err(_) => {
+            return Err(Status::invalid_argument(
+                "expires_in_ms: must not be negative",
+            ))
+        }
+    };
     let (secret, digest) = credentials::new_token();
     let token = api
         .shared
         .meta
-        .create_token(user, &r.name, &digest)
+        .create_token(user, &r.name, &digest, lasts)
         .await
         .map_err(meta_err)?;
     Ok(Response::new(CreatedToken {
@@ -184,5 +195,6 @@ pub(super) async fn list_audit(
         .map_err(meta_err)?;
     Ok(Response::new(ListAuditResponse {
         entries: entries.into_iter().map(audit_message).collect(),
+        kept_ms: api.shared.cfg.retention.audit.as_millis() as i64,
     }))
 }

@@ -276,4 +276,19 @@ pub(super) const MIGRATIONS: &[(u32, &[&str])] = &[
         16,
         &["ALTER TABLE checks ADD COLUMN scope_json TEXT NULL"],
     ),
+    // Tokens expire (those made before: 90 days after they were), sessions end when
+    // unused, and the leader deletes history past its retention by time.
+    (
+        17,
+        &[
+            "ALTER TABLE api_tokens ADD COLUMN expires_at TIMESTAMP(3) NULL",
+            "UPDATE api_tokens SET expires_at = created_at + INTERVAL 90 DAY WHERE expires_at IS NULL",
+            "ALTER TABLE api_tokens MODIFY expires_at TIMESTAMP(3) NOT NULL",
+            "ALTER TABLE console_sessions ADD COLUMN last_seen_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)",
+            "ALTER TABLE events ADD KEY at (at)",
+            "ALTER TABLE audit ADD KEY at (at)",
+            "ALTER TABLE assignments ADD KEY at (at)",
+            "ALTER TABLE checks ADD KEY finished (finished_at)",
+        ],
+    ),
 ];

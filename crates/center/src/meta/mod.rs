@@ -18,6 +18,7 @@ mod dict;
 mod events;
 mod migrations;
 mod pipelines;
+mod retention;
 mod runs;
 mod sources;
 mod users;
@@ -26,6 +27,7 @@ pub use delayed::Pending;
 use events::insert_event;
 pub use events::{EventFilter, TaskStatus};
 pub use pipelines::{BuildSettings, StoredPipeline};
+pub use retention::History;
 pub use runs::{ChunkedRun, NewRun};
 pub use users::{Audited, StoredSession, StoredToken, StoredUser};
 

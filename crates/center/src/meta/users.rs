@@ -24,7 +24,11 @@ pub struct StoredToken {
     pub created_at_ms: i64,
     /// 0: never used.
     pub last_used_at_ms: i64,
+    pub expires_at_ms: i64,
 }
+
+/// Tokens one user may hold at once.
+pub const MOST_TOKENS_PER_USER: usize = 20;
 
 /// One entry of the audit log: a mutating call, allowed or not, and how it ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,8 +110,11 @@ impl Meta {
         )
         .await?;
         if password_hash.is_some() {
-            // A new password ends the sessions opened with the old one.
+            // A new password ends the sessions opened with the old one, and the tokens
+            // made while it was the password (a thief of either keeps nothing).
             tx.exec_drop("DELETE FROM console_sessions WHERE user = ?", (name,))
+                .await?;
+            tx.exec_drop("DELETE FROM api_tokens WHERE user = ?", (name,))
                 .await?;
         }
         let row: Option<UserRow> = tx
@@ -154,12 +161,14 @@ impl Meta {
         Ok(existed)
     }
 
-    /// Keeps a new token of `user` (who must exist), by its secret's digest.
+    /// Keeps a new token of `user` (who must exist), by its secret's digest, working for
+    /// `lasts`. Refused when the user holds [`MOST_TOKENS_PER_USER`] live ones.
     pub async fn create_token(
         &self,
         user: &str,
         name: &str,
         digest: &[u8; 32],
+        lasts: std::time::Duration,
     ) -> Result<StoredToken, MetaError> {
         let mut tx = self.pool.start_transaction(Default::default()).await?;
         let exists: Option<String> = tx
@@ -169,8 +178,22 @@ impl Meta {
             return Err(MetaError::NotFound(format!("no user {user}")));
         }
         tx.exec_drop(
-            "INSERT INTO api_tokens (user, name, secret_sha256) VALUES (?, ?, ?)",
-            (user, name, digest.as_slice()),
+            "DELETE FROM api_tokens WHERE user = ? AND expires_at < CURRENT_TIMESTAMP(3)",
+            (user,),
+        )
+        .await?;
+        let held: Option<u64> = tx
+            .exec_first("SELECT COUNT(*) FROM api_tokens WHERE user = ?", (user,))
+            .await?;
+        if held.unwrap_or(0) as usize >= MOST_TOKENS_PER_USER {
+            return Err(MetaError::Refused(format!(
+                "{user} holds {MOST_TOKENS_PER_USER} tokens, the most one user may: revoke one first (sluicectl tokens revoke ID)"
+            )));
+        }
+        tx.exec_drop(
+            "INSERT INTO api_tokens (user, name, secret_sha256, expires_at)
+             VALUES (?, ?, ?, CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND)",
+            (user, name, digest.as_slice(), lasts.as_micros() as u64),
         )
         .await?;
         let id = tx.last_insert_id().unwrap_or(0);
@@ -187,7 +210,7 @@ impl Meta {
         let row: Option<(u64, String, String)> = conn
             .exec_first(
                 "SELECT t.id, u.name, u.role FROM api_tokens t JOIN users u ON u.name = t.user
-                 WHERE t.secret_sha256 = ?",
+                 WHERE t.secret_sha256 = ? AND t.expires_at > CURRENT_TIMESTAMP(3)",
                 (digest.as_slice(),),
             )
             .await?;
@@ -213,23 +236,27 @@ impl Meta {
     /// The tokens of `user`, or everyone's.
     pub async fn tokens(&self, user: Option<&str>) -> Result<Vec<StoredToken>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
-        let rows: Vec<(u64, String, String, i64, Option<i64>)> = conn
+        let rows: Vec<(u64, String, String, i64, Option<i64>, i64)> = conn
             .exec(
                 "SELECT id, user, name, CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED),
-                   CAST(UNIX_TIMESTAMP(last_used_at) * 1000 AS SIGNED)
+                   CAST(UNIX_TIMESTAMP(last_used_at) * 1000 AS SIGNED),
+                   CAST(UNIX_TIMESTAMP(expires_at) * 1000 AS SIGNED)
                  FROM api_tokens WHERE (? IS NULL OR user = ?) ORDER BY id",
                 (user, user),
             )
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, user, name, created_at_ms, used)| StoredToken {
-                id,
-                user,
-                name,
-                created_at_ms,
-                last_used_at_ms: used.unwrap_or(0),
-            })
+            .map(
+                |(id, user, name, created_at_ms, used, expires_at_ms)| StoredToken {
+                    id,
+                    user,
+                    name,
+                    created_at_ms,
+                    last_used_at_ms: used.unwrap_or(0),
+                    expires_at_ms,
+                },
+            )
             .collect())
     }
 
@@ -344,17 +371,35 @@ impl Meta {
         Ok(())
     }
 
-    /// The live session of a cookie's digest, with its user's role now (a user removed
-    /// or demoted since the login is seen at once).
-    pub async fn session(&self, id_digest: &[u8; 32]) -> Result<Option<StoredSession>, MetaError> {
+    /// The live session of a cookie's digest — not expired, used within `idle` — with
+    /// its user's role now (a user removed or demoted since the login is seen at once).
+    /// Its use is noted, to the minute (or a quarter of `idle`, if that is less).
+    pub async fn session(
+        &self,
+        id_digest: &[u8; 32],
+        idle: std::time::Duration,
+    ) -> Result<Option<StoredSession>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
+        let idle_us = idle.as_micros() as u64;
         let row: Option<(String, String, String)> = conn
             .exec_first(
                 "SELECT s.user, u.role, s.csrf FROM console_sessions s JOIN users u ON u.name = s.user
-                 WHERE s.id_sha256 = ? AND s.expires_at > CURRENT_TIMESTAMP(3)",
-                (id_digest.as_slice(),),
+                 WHERE s.id_sha256 = ? AND s.expires_at > CURRENT_TIMESTAMP(3)
+                   AND s.last_seen_at > CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
+                (id_digest.as_slice(), idle_us),
             )
             .await?;
+        if row.is_some() {
+            let every_us = (idle / 4)
+                .min(std::time::Duration::from_secs(60))
+                .as_micros() as u64;
+            conn.exec_drop(
+                "UPDATE console_sessions SET last_seen_at = CURRENT_TIMESTAMP(3)
+                 WHERE id_sha256 = ? AND last_seen_at < CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
+                (id_digest.as_slice(), every_us),
+            )
+            .await?;
+        }
         row.map(|(user, role, csrf)| {
             Ok(StoredSession {
                 user,

@@ -5,16 +5,17 @@
 //! A browser logs in with a user's password and gets a session: a random cookie
 //! (`HttpOnly`, `Secure`, `SameSite=Strict`; the meta database keeps its SHA-256) and a
 //! CSRF token the page sends back in `x-csrf-token` with every call. A new session is made
-//! at each login, so a cookie planted before it is worth nothing. Failed logins are
-//! limited per user and per address ([`limit`]).
+//! at each login, so a cookie planted before it is worth nothing; it ends after
+//! `api.session_lasts`, or once unused for `api.session_idle`, or at logout (recorded).
+//! Failed logins are limited per user and client address and per client address
+//! ([`super::limit`]; the client as `crate::client_addr` says behind a trusted proxy).
 
 mod dispatch;
-mod limit;
 mod proxy;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
@@ -30,8 +31,6 @@ use super::guard::{Gate, Identity};
 use crate::credentials::{self, constant_time_eq};
 use crate::error::{CenterError, Result as CenterResult};
 
-/// How long a session lasts after its login.
-const SESSION_LASTS: Duration = Duration::from_secs(12 * 3600);
 const COOKIE: &str = "sluice_session";
 
 /// The page, its script and its style: written by hand, no build step, nothing fetched
@@ -46,7 +45,9 @@ struct Console {
     gate: Arc<Gate>,
     /// Sends a follower's changes to the leader's console.
     http: reqwest::Client,
-    limiter: Mutex<limit::Limiter>,
+    limiter: Mutex<super::limit::Limiter>,
+    /// Who a client is behind a trusted proxy.
+    clients: crate::client_addr::ClientAddr,
     /// Password hashes checked at once.
     hashing: tokio::sync::Semaphore,
 }
@@ -72,11 +73,13 @@ pub(super) async fn serve(
 ) -> CenterResult<()> {
     let http = proxy::client(&api.shared.cfg.api)?;
     let limits = api.shared.cfg.limits;
+    let api_cfg = api.shared.cfg.api.clone();
     let console = Arc::new(Console {
         api,
         gate,
         http,
         limiter: Mutex::default(),
+        clients: crate::client_addr::ClientAddr::from_config(&api_cfg),
         hashing: tokio::sync::Semaphore::new(2),
     });
     let app = axum::Router::new()
@@ -186,7 +189,8 @@ async fn from_session(c: &Console, headers: &HeaderMap) -> Result<(Identity, Str
     let Some(id) = cookie(headers) else {
         return Err(Status::unauthenticated("not logged in"));
     };
-    match c.gate.meta.session(&credentials::token_digest(id)).await {
+    let idle = c.api.shared.cfg.api.session_idle;
+    match c.gate.meta.session(&credentials::token_digest(id), idle).await {
         Ok(Some(s)) => Ok((
             Identity {
                 user: s.user,
@@ -196,7 +200,7 @@ async fn from_session(c: &Console, headers: &HeaderMap) -> Result<(Identity, Str
             s.csrf,
         )),
         Ok(None) => Err(Status::unauthenticated(
-            "the session ended (logged out, expired, or its user removed): log in again",
+            "the session ended (logged out, expired, unused too long, or its user removed): log in again",
         )),
         Err(e) => Err(Status::unavailable(format!("cannot read the session: {e}"))),
     }
@@ -259,7 +263,8 @@ async fn login(
     };
     let user = form["user"].as_str().unwrap_or_default().to_owned();
     let password = form["password"].as_str().unwrap_or_default();
-    let keys = [format!("user:{user}"), format!("addr:{}", peer.ip())];
+    let client = c.clients.of(peer.ip(), &headers);
+    let keys = super::limit::login_keys(&user, client);
     // The attempt counts as a failure from the start, so attempts made at once cannot
     // each pass the limit; a success takes it back.
     let refused_for = {
@@ -286,7 +291,7 @@ async fn login(
     let claimed = Some(user.as_str());
     let pass = match c
         .gate
-        .admit("Login", peer.to_string(), caller, claimed)
+        .admit("Login", client_of(peer, client), caller, claimed)
         .await
     {
         Ok(pass) => pass,
@@ -302,7 +307,7 @@ async fn login(
     {
         let mut limiter = c.limiter.lock().unwrap_or_else(|e| e.into_inner());
         limiter.forgive(&keys[1..]);
-        limiter.succeeded(&keys[0]);
+        limiter.succeeded(&keys[0].0);
     }
     let role = outcome.map(|r| r.as_str()).unwrap_or_default();
     let mut r = answer(
@@ -311,7 +316,7 @@ async fn login(
     );
     let set = format!(
         "{COOKIE}={id}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
-        SESSION_LASTS.as_secs()
+        c.api.shared.cfg.api.session_lasts.as_secs()
     );
     if let Ok(v) = HeaderValue::from_str(&set) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -366,29 +371,45 @@ async fn open_session(c: &Console, user: &str) -> Result<(String, String), Statu
     let (csrf, _) = credentials::new_token();
     c.gate
         .meta
-        .open_session(&digest, user, &csrf, SESSION_LASTS)
+        .open_session(&digest, user, &csrf, c.api.shared.cfg.api.session_lasts)
         .await
         .map_err(|e| Status::unavailable(format!("cannot open a session now: {e}")))?;
     Ok((id, csrf))
 }
 
-async fn logout(State(c): Shared, headers: HeaderMap) -> Response {
-    let (_, csrf) = match from_session(&c, &headers).await {
-        Ok(s) => s,
+/// `POST /logout`: ends the session (recorded, as its user).
+async fn logout(
+    State(c): Shared,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let session = from_session(&c, &headers).await;
+    let caller = match &session {
+        Ok((_, csrf)) if !csrf_ok(&headers, csrf) => Err(csrf_refused()),
+        Ok((caller, _)) => Ok(caller.clone()),
+        Err(s) => Err(s.clone()),
+    };
+    let client = c.clients.of(peer.ip(), &headers);
+    let pass = match c
+        .gate
+        .admit("Logout", client_of(peer, client), caller, None)
+        .await
+    {
+        Ok(pass) => pass,
         Err(s) => return failure(&s),
     };
-    if !csrf_ok(&headers, &csrf) {
-        return failure(&csrf_refused());
-    }
-    if let Some(id) = cookie(&headers) {
-        if let Err(e) = c
+    let closed = match cookie(&headers) {
+        Some(id) => c
             .gate
             .meta
             .close_session(&credentials::token_digest(id))
             .await
-        {
-            return failure(&Status::unavailable(e.to_string()));
-        }
+            .map_err(|e| Status::unavailable(e.to_string())),
+        None => Ok(()),
+    };
+    c.gate.close(pass, closed.as_ref().err(), false).await;
+    if let Err(s) = closed {
+        return failure(&s);
     }
     let mut r = answer(StatusCode::OK, json!({}));
     let clear = format!("{COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0");
@@ -396,6 +417,16 @@ async fn logout(State(c): Shared, headers: HeaderMap) -> Response {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+/// The peer as the audit log shows it: the connection's address, and the client's when a
+/// trusted proxy named another.
+fn client_of(peer: SocketAddr, client: std::net::IpAddr) -> String {
+    if client == peer.ip() {
+        peer.to_string()
+    } else {
+        format!("{client} via {peer}")
+    }
 }
 
 /// `POST /api/{method}`: an admin call as the session's user.
@@ -413,9 +444,10 @@ async fn call(
         Err(s) => Err(s.clone()),
     };
     let claimed = session.as_ref().ok().map(|(c, _)| c.user.as_str());
+    let client = c.clients.of(peer.ip(), &headers);
     let pass = match c
         .gate
-        .admit(&method, peer.to_string(), caller, claimed)
+        .admit(&method, client_of(peer, client), caller, claimed)
         .await
     {
         Ok(pass) => pass,
