@@ -115,10 +115,10 @@ impl TestCtx {
             within,
             || async {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let read =
-                    sluice_kafka::read_all(&cfg, &topics, Duration::from_secs(1), left, usize::MAX)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                let bounds = sluice_kafka::ReadBounds::all(Duration::from_secs(1), left);
+                let read = sluice_kafka::read_all(&cfg, &topics, bounds)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 if read.messages.len() < at_least {
                     return Err(format!("{} records", read.messages.len()));
                 }

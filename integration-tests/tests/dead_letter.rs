@@ -220,6 +220,39 @@ async fn dead_letters_are_listed_and_replayed_through_the_normal_path_once_the_c
             .all(|l| l["replayed_at_ms"].as_i64() > Some(0)),
         "{all}"
     );
+    // In pages, newest first, as many at once as callers ask: each waits its turn.
+    let second = cluster
+        .ctl(&[
+            "dlq",
+            "list",
+            "--pipeline",
+            &pipeline,
+            "--include-replayed",
+            "--limit",
+            "1",
+            "--skip",
+            "1",
+        ])
+        .unwrap();
+    assert_eq!(second["matched"], json!(n), "{second}");
+    assert_eq!(second["letters"].as_array().unwrap().len(), 1, "{second}");
+    assert_eq!(
+        second["letters"][0]["id"], letters[1]["id"],
+        "{second} / {all}"
+    );
+    let admin = cluster.admin().await;
+    let at_once = (0..6).map(|_| {
+        let mut admin = admin.clone();
+        let req = sluice_proto::v1::ListDeadLettersRequest {
+            pipeline: pipeline.clone(),
+            include_replayed: true,
+            ..Default::default()
+        };
+        async move { admin.list_dead_letters(req).await }
+    });
+    for listed in futures::future::join_all(at_once).await {
+        assert_eq!(listed.unwrap().into_inner().letters.len(), n);
+    }
     let again = cluster
         .ctl(&["dlq", "replay", "--pipeline", &pipeline])
         .unwrap();

@@ -515,3 +515,136 @@ async fn overhead_over_a_direct_search(ctx: &TestCtx, api: &Api, token: &str) {
         through.as_secs_f64() / direct.as_secs_f64()
     );
 }
+
+on_sources!(applications_learn_nothing_past_their_templates_and_cost_no_connection_each: mysql);
+/// An application reads by id no field its templates' searches would not show it (a
+/// template's `_source` says which), and none if none shows one; the search cluster's or
+/// MySQL's own words (index, host, user names) never reach it, only an incident number
+/// the center's log explains; and `/position` reads over pooled connections, not one per
+/// request (counted on a MySQL account of the test's own).
+async fn applications_learn_nothing_past_their_templates_and_cost_no_connection_each() {
+    let accounts = sluice_integration_tests::stack::OwnAccounts::create(
+        &sluice_integration_tests::Stack::connect().await,
+        "",
+    )
+    .await;
+    let ctx = TestCtx::on("searchfields", accounts.stack.clone()).await;
+    ctx.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, secret VARCHAR(20))")
+        .await;
+    ctx.exec("INSERT INTO items VALUES (1, 10, 'hidden'), (2, 20, 'hidden')")
+        .await;
+    let alias = ctx.pipeline("items").alias;
+    let (limited, blind) = (random_hex(), random_hex());
+    let port = sluice_integration_tests::ports::free_port();
+    ctx.center_section(&format!(
+        r#"
+[search]
+listen = "127.0.0.1:{port}"
+[[search.apps]]
+name = "limited"
+token_sha256 = "{}"
+aliases = ["{alias}"]
+templates = ["values", "sized"]
+rate_per_sec = 100000
+[[search.apps]]
+name = "blind"
+token_sha256 = "{}"
+aliases = ["{alias}"]
+templates = ["counts"]
+[[search.templates]]
+name = "values"
+query = {{ _source = ["v"], query = {{ match_all = {{}} }} }}
+[[search.templates]]
+name = "sized"
+params = {{ size = {{ type = "integer" }} }}
+query = {{ _source = ["v"], size = "{{{{size}}}}", query = {{ match_all = {{}} }} }}
+[[search.templates]]
+name = "counts"
+query = {{ _source = false, query = {{ match_all = {{}} }} }}
+"#,
+        digest(&limited),
+        digest(&blind),
+    ));
+    let cluster = ctx.start_cluster(1, 1).await;
+    let items = ctx.add_source(&cluster, "items", 1).await;
+    cluster
+        .wait_running(&[&items], Duration::from_secs(60))
+        .await;
+    cluster.ctl(&["pipelines", "build", &alias]).unwrap();
+    cluster.wait_built(&alias, Duration::from_secs(120)).await;
+    let api = Api {
+        http: reqwest::Client::new(),
+        base: format!("http://127.0.0.1:{port}"),
+        alias: alias.clone(),
+    };
+    let doc = format!("/v1/aliases/{alias}/documents/1");
+    let (status, answer, _) = api
+        .call(Some(&limited), reqwest::Method::GET, &doc, None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["document"],
+        json!({"v": 10}),
+        "only what its templates show"
+    );
+    let (status, answer, _) = api
+        .call(Some(&blind), reqwest::Method::GET, &doc, None)
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (403, Some("documents_not_allowed")),
+        "{answer}"
+    );
+
+    // The search cluster refuses the query (a negative size): the application is told
+    // an incident, not the cluster's words.
+    let (status, answer) = api
+        .search(
+            &limited,
+            json!({"template": "sized", "params": {"size": -5}}),
+        )
+        .await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(status, 502, "{answer}");
+    assert!(
+        message.contains("incident") && !message.contains(&alias) && !message.contains("size"),
+        "{answer}"
+    );
+    let incident = answer["error"]["incident"].as_str().unwrap().to_owned();
+    assert!(
+        cluster.centers[0].log_tail().contains(&incident) || {
+            let log = std::fs::read_to_string(&cluster.centers[0].log).unwrap_or_default();
+            log.contains(&incident)
+        },
+        "the center's log explains incident {incident}"
+    );
+
+    // Positions over pooled connections.
+    let connections = || {
+        let (stack, user) = (ctx.stack.clone(), accounts.reader.clone());
+        async move {
+            let mut c = stack.conn().await;
+            c.exec_first::<u64, _, _>(
+                "SELECT TOTAL_CONNECTIONS FROM performance_schema.accounts WHERE USER = ?",
+                (user,),
+            )
+            .await
+            .unwrap()
+            .unwrap_or(0)
+        }
+    };
+    let position = format!("/v1/aliases/{alias}/position");
+    let before = connections().await;
+    for _ in 0..200 {
+        let (status, answer, _) = api
+            .call(Some(&limited), reqwest::Method::GET, &position, None)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let opened = connections().await - before;
+    assert!(opened <= 10, "200 positions opened {opened} connections");
+
+    drop(cluster);
+    ctx.cleanup().await;
+    accounts.remove().await;
+}

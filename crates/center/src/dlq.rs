@@ -99,7 +99,19 @@ impl Letter {
     }
 }
 
-/// Reads the letters of the etl's dead-letter topic and of the given sources'.
+/// The most letters one read holds, by count and by size, and the newest of each
+/// partition it starts from: what a listing costs the center is bounded, however many
+/// letters there are (`truncated` says some were left unread).
+const READ: sluice_kafka::ReadBounds = sluice_kafka::ReadBounds {
+    quiet: Duration::from_millis(500),
+    within: Duration::from_secs(30),
+    max_messages: 20_000,
+    max_bytes: 64 << 20,
+    newest: Some(10_000),
+};
+
+/// Reads the newest letters of the etl's dead-letter topic and of the given sources',
+/// within [`READ`]'s bounds.
 pub async fn read(
     kafka: &KafkaConfig,
     topics: &TopicConfig,
@@ -107,14 +119,7 @@ pub async fn read(
 ) -> Result<(Vec<Letter>, bool), sluice_kafka::KafkaError> {
     let mut names = vec![topics.dead_letter.clone()];
     names.extend(sources.iter().map(|s| topics.source_dead_letter_topic(s)));
-    let read = sluice_kafka::read_all(
-        kafka,
-        &names,
-        Duration::from_millis(500),
-        Duration::from_secs(30),
-        100_000,
-    )
-    .await?;
+    let read = sluice_kafka::read_all(kafka, &names, READ).await?;
     let letters = read
         .messages
         .into_iter()

@@ -75,6 +75,8 @@ pub struct Shared {
     rebalance: mpsc::Sender<oneshot::Sender<Vec<balance::Move>>>,
     /// `/readyz`: the same as the gRPC health.
     ready: sluice_runtime::telemetry::Readiness,
+    /// Turns to read the dead-letter topics (each read holds its letters in memory).
+    letter_reads: tokio::sync::Semaphore,
 }
 
 impl Shared {
@@ -110,6 +112,7 @@ pub async fn run(
         nudge: Notify::new(),
         rebalance: rebalance_tx,
         ready,
+        letter_reads: tokio::sync::Semaphore::new(api::LETTER_READS_AT_ONCE),
     });
     let dictionaries = dict::bind(shared.cfg.center.dictionary_listen).await?;
     let searches = search::bind(&shared).await?;

@@ -20,9 +20,24 @@ use crate::Shared;
 /// How often the pipelines' aliases are read again from the meta database.
 const ALIASES_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a source's record is trusted before the meta database is asked again.
+const SOURCE_FOR: Duration = Duration::from_secs(5);
+
 struct CenterCluster {
     shared: Arc<Shared>,
     view: watch::Receiver<Arc<View>>,
+    /// Per source: its record, when it was read, and the pooled connections its position
+    /// is read over.
+    points: tokio::sync::Mutex<
+        HashMap<
+            String,
+            (
+                sluice_model::SourceSpec,
+                Instant,
+                Arc<sluice_mysql::preflight::Points>,
+            ),
+        >,
+    >,
 }
 
 impl Cluster for CenterCluster {
@@ -34,20 +49,44 @@ impl Cluster for CenterCluster {
         &self,
         source: &str,
     ) -> std::result::Result<sluice_model::SourcePoint, String> {
+        let points = self.points_of(source).await?;
+        points.current().await.map_err(|e| e.to_string())
+    }
+}
+
+impl CenterCluster {
+    /// The pooled reader of `source`'s position, made again when its record changed.
+    async fn points_of(
+        &self,
+        source: &str,
+    ) -> std::result::Result<Arc<sluice_mysql::preflight::Points>, String> {
+        let mut known = self.points.lock().await;
+        if let Some((_, read_at, points)) = known.get(source) {
+            if read_at.elapsed() < SOURCE_FOR {
+                return Ok(points.clone());
+            }
+        }
         let sources = self
             .shared
             .meta
             .sources()
             .await
             .map_err(|e| e.to_string())?;
-        let spec = (sources.iter())
-            .find(|s| s.name == source)
-            .ok_or_else(|| format!("no source `{source}`"))?;
-        let cfg = sluice_mysql::SourceConfig::from_spec(spec, &self.shared.cfg.source_access())
+        let Some(spec) = sources.into_iter().find(|s| s.name == source) else {
+            known.remove(source);
+            return Err(format!("no source `{source}`"));
+        };
+        if let Some((kept, read_at, points)) = known.get_mut(source) {
+            if *kept == spec {
+                *read_at = Instant::now();
+                return Ok(points.clone());
+            }
+        }
+        let cfg = sluice_mysql::SourceConfig::from_spec(&spec, &self.shared.cfg.source_access())
             .map_err(|e| format!("{e} (the centers need the source's password too)"))?;
-        sluice_mysql::preflight::current_point(&cfg)
-            .await
-            .map_err(|e| e.to_string())
+        let points = Arc::new(sluice_mysql::preflight::Points::new(cfg));
+        known.insert(source.to_owned(), (spec, Instant::now(), points.clone()));
+        Ok(points)
     }
 }
 
@@ -76,6 +115,7 @@ pub(crate) async fn serve(
     let cluster = CenterCluster {
         shared: shared.clone(),
         view,
+        points: Default::default(),
     };
     let api = Arc::new(SearchApi::new(shared.cfg.search.clone(), es, cluster));
     let tls = crate::listeners::http_tls(&shared.cfg.api)?;

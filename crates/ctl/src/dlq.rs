@@ -13,8 +13,12 @@ pub enum DlqCmd {
         /// Only this pipeline's.
         #[arg(long, default_value = "")]
         pipeline: String,
+        /// At most this many (the center shows at most 1000 a page).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Past this many of the newest (the next page).
+        #[arg(long, default_value_t = 0)]
+        skip: u32,
         /// Letters already replayed too.
         #[arg(long)]
         include_replayed: bool,
@@ -39,12 +43,14 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
         DlqCmd::List {
             pipeline,
             limit,
+            skip,
             include_replayed,
         } => {
             let req = ListDeadLettersRequest {
                 pipeline: pipeline.clone(),
                 limit: *limit,
                 include_replayed: *include_replayed,
+                skip: *skip,
             };
             let r = conn
                 .call_with(

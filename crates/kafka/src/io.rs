@@ -271,11 +271,40 @@ fn reader(
 #[derive(Debug, Default)]
 pub struct ReadBack {
     pub messages: Vec<Received>,
-    /// `within` passed, or `max` messages were read, before the topics went quiet.
+    /// A bound of the [`ReadBounds`] stopped the read before the topics went quiet, or
+    /// older messages were left unread (`newest`).
     pub truncated: bool,
 }
 
-/// Every message of `topics` (those that exist) from the start, without a consumer group.
+/// How much a [`read_all`] may read, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadBounds {
+    /// The end is where nothing more arrived for this long.
+    pub quiet: Duration,
+    /// The whole read.
+    pub within: Duration,
+    pub max_messages: usize,
+    /// Keys and payloads together.
+    pub max_bytes: usize,
+    /// Only each partition's newest this many messages, when set.
+    pub newest: Option<i64>,
+}
+
+impl ReadBounds {
+    /// Everything, for up to `within`.
+    pub fn all(quiet: Duration, within: Duration) -> ReadBounds {
+        ReadBounds {
+            quiet,
+            within,
+            max_messages: usize::MAX,
+            max_bytes: usize::MAX,
+            newest: None,
+        }
+    }
+}
+
+/// The messages of `topics` (those that exist), from the start or each partition's
+/// newest, within `bounds`, without a consumer group.
 ///
 /// The end is where every partition reported its end and nothing more arrived for `quiet`:
 /// the reported end alone is not trusted, because some Kafka-protocol brokers under-report
@@ -283,9 +312,7 @@ pub struct ReadBack {
 pub async fn read_all(
     cfg: &KafkaConfig,
     topics: &[String],
-    quiet: Duration,
-    within: Duration,
-    max: usize,
+    bounds: ReadBounds,
 ) -> Result<ReadBack, KafkaError> {
     // Fetches return fast, or quiet would look like data still coming.
     let consumer = reader(
@@ -295,7 +322,7 @@ pub async fn read_all(
         &[("enable.partition.eof", "true")],
     )?;
     let topics = topics.to_vec();
-    tokio::task::spawn_blocking(move || read_blocking(&consumer, &topics, quiet, within, max))
+    tokio::task::spawn_blocking(move || read_blocking(&consumer, &topics, bounds))
         .await
         .map_err(|_| KafkaError::Canceled)?
 }
@@ -303,12 +330,11 @@ pub async fn read_all(
 fn read_blocking(
     consumer: &BaseConsumer<crate::TracingContext>,
     topics: &[String],
-    quiet: Duration,
-    within: Duration,
-    max: usize,
+    bounds: ReadBounds,
 ) -> Result<ReadBack, KafkaError> {
-    let deadline = Instant::now() + within;
+    let deadline = Instant::now() + bounds.within;
     let mut out = ReadBack::default();
+    let mut bytes = 0usize;
     // One topic at a time: an end-of-partition notice names the partition, not the topic.
     for topic in topics {
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
@@ -319,7 +345,20 @@ fn read_blocking(
                 continue;
             }
             for p in t.partitions() {
-                tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+                let from = match bounds.newest {
+                    None => Offset::Beginning,
+                    Some(n) => {
+                        let (low, high) =
+                            consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+                        if high - low > n {
+                            out.truncated = true;
+                            Offset::Offset(high - n)
+                        } else {
+                            Offset::Beginning
+                        }
+                    }
+                };
+                tpl.add_partition_offset(topic, p.id(), from)?;
             }
         }
         if tpl.count() == 0 {
@@ -328,14 +367,19 @@ fn read_blocking(
         consumer.assign(&tpl)?;
         let mut ended = std::collections::HashSet::new();
         let mut last = Instant::now();
-        while ended.len() < tpl.count() || last.elapsed() < quiet {
-            if Instant::now() >= deadline || out.messages.len() >= max {
+        while ended.len() < tpl.count() || last.elapsed() < bounds.quiet {
+            if Instant::now() >= deadline
+                || out.messages.len() >= bounds.max_messages
+                || bytes >= bounds.max_bytes
+            {
                 out.truncated = true;
                 return Ok(out);
             }
             match consumer.poll(Duration::from_millis(50)) {
                 Some(Ok(m)) => {
-                    out.messages.push(Received::of(&m));
+                    let got = Received::of(&m);
+                    bytes += got.payload.len() + got.key.as_ref().map_or(0, Vec::len);
+                    out.messages.push(got);
                     last = Instant::now();
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) => {

@@ -21,7 +21,7 @@ pub use feed::{CommitMode, Feed, Partition};
 
 pub use io::{
     partitions, queue, queue_with, read_all, rows_topics, Delivery, GroupOffsets, ReadBack,
-    Received, Refused, SharedProducer, Stored, Tail,
+    ReadBounds, Received, Refused, SharedProducer, Stored, Tail,
 };
 pub use rdkafka::error::KafkaError;
 use sluice_model::pipeline::shard::topic_char;

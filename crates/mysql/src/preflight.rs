@@ -399,9 +399,19 @@ async fn current_end(
 /// `server_id` and binlog end. A transaction committed before the call is at or before it.
 pub async fn current_point(cfg: &SourceConfig) -> Result<sluice_model::SourcePoint, MysqlError> {
     let mut conn = connect(cfg).await?;
-    let server = server_of(&mut conn, cfg).await?;
-    let (end, gtids) = current_end(&mut conn, cfg, &server).await?;
-    let point = match gtids.filter(|g| !g.is_empty()) {
+    let point = point_on(&mut conn, cfg).await;
+    let _ = conn.disconnect().await;
+    point
+}
+
+/// The current point of the server `conn` is connected to.
+async fn point_on(
+    conn: &mut Conn,
+    cfg: &SourceConfig,
+) -> Result<sluice_model::SourcePoint, MysqlError> {
+    let server = server_of(conn, cfg).await?;
+    let (end, gtids) = current_end(conn, cfg, &server).await?;
+    Ok(match gtids.filter(|g| !g.is_empty()) {
         Some(g) => sluice_model::SourcePoint::Gtids(g),
         None => {
             let server_id: Option<u32> = conn
@@ -413,9 +423,49 @@ pub async fn current_point(cfg: &SourceConfig) -> Result<sluice_model::SourcePoi
                 position: end,
             }
         }
-    };
-    let _ = conn.disconnect().await;
-    Ok(point)
+    })
+}
+
+/// A source's current point read over a few pooled connections, for callers that ask
+/// often (the search API's `/position`): no connection is opened per read.
+pub struct Points {
+    cfg: SourceConfig,
+    pool: mysql_async::Pool,
+}
+
+impl Points {
+    pub fn new(cfg: SourceConfig) -> Points {
+        let constraints = mysql_async::PoolConstraints::new(0, 4).expect("0 <= 4");
+        // Up to four kept idle for a minute after use (with no idle time-to-live the pool
+        // keeps only its minimum, none, and each read would connect anew).
+        let pool = mysql_async::PoolOpts::default()
+            .with_constraints(constraints)
+            .with_inactive_connection_ttl(std::time::Duration::from_secs(60));
+        let opts = mysql_async::OptsBuilder::from_opts(cfg.opts()).pool_opts(pool);
+        Points {
+            pool: mysql_async::Pool::new(opts),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &SourceConfig {
+        &self.cfg
+    }
+
+    pub async fn current(&self) -> Result<sluice_model::SourcePoint, MysqlError> {
+        self.cfg.may_send_password()?;
+        let mut conn = crate::auth::unwound(self.pool.get_conn())
+            .await
+            .map_err(|error| MysqlError::Connect {
+                source_name: self.cfg.name.clone(),
+                error,
+            })?;
+        point_on(&mut conn, &self.cfg).await
+    }
+
+    pub async fn close(self) {
+        let _ = self.pool.disconnect().await;
+    }
 }
 
 /// How many binlog bytes the server has written past `at`: the rest of `at`'s file plus

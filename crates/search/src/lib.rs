@@ -8,6 +8,7 @@
 //! the answer then waits until the etl has applied that point to the alias's pipeline.
 
 pub mod config;
+pub mod fields;
 mod metrics;
 mod server;
 pub mod template;

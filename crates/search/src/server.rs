@@ -33,17 +33,25 @@ pub struct SearchApi<C> {
     cluster: C,
     apps: Vec<App>,
     templates: HashMap<String, TemplateConfig>,
+    /// Per alias: when the last refresh that made its applied writes searchable began.
+    /// Requests waiting at once share one refresh rather than each forcing their own.
+    refreshed: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Instant>>>>>,
 }
 
 struct App {
     cfg: AppConfig,
     digest: [u8; 32],
     limiter: DefaultDirectRateLimiter,
+    /// What it may read of a document by id: what its templates show.
+    fields: crate::fields::Fields,
 }
 
 impl<C: Cluster> SearchApi<C> {
     /// The API of a validated `[search]` section.
     pub fn new(cfg: SearchSection, es: sluice_elastic::EsClient, cluster: C) -> Self {
+        let templates: HashMap<String, TemplateConfig> = (cfg.templates.iter())
+            .map(|t| (t.name.clone(), t.clone()))
+            .collect();
         let apps = cfg
             .apps
             .iter()
@@ -56,11 +64,11 @@ impl<C: Cluster> SearchApi<C> {
                     limiter: DefaultDirectRateLimiter::direct(
                         Quota::per_second(rate).allow_burst(burst),
                     ),
+                    fields: crate::fields::Fields::shown_by(
+                        a.templates.iter().filter_map(|t| templates.get(t)),
+                    ),
                 }
             })
-            .collect();
-        let templates = (cfg.templates.iter())
-            .map(|t| (t.name.clone(), t.clone()))
             .collect();
         Self {
             cfg,
@@ -68,6 +76,7 @@ impl<C: Cluster> SearchApi<C> {
             cluster,
             apps,
             templates,
+            refreshed: Default::default(),
         }
     }
 
@@ -161,6 +170,29 @@ impl<C: Cluster> SearchApi<C> {
         })
     }
 
+    /// Makes what was applied to `alias` by `since` searchable: a refresh that began after
+    /// it already did, so requests waiting at once share one.
+    async fn refreshed_since(&self, alias: &str, since: Instant) -> Result<(), Refusal> {
+        let slot = self
+            .refreshed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(alias.to_owned())
+            .or_default()
+            .clone();
+        let mut last = slot.lock().await;
+        if last.is_some_and(|began| began >= since) {
+            return Ok(());
+        }
+        let began = Instant::now();
+        self.es
+            .refresh(alias)
+            .await
+            .map_err(|e| Refusal::search_failed(alias, &e))?;
+        *last = Some(began);
+        Ok(())
+    }
+
     /// Waits until `after` (when given) is applied for `target`, up to `wait_ms` (at most
     /// `max_wait`): the time waited, or why it gave up.
     async fn wait_for(
@@ -219,6 +251,11 @@ impl<C: Cluster> SearchApi<C> {
     }
 }
 
+/// A number that ties an application's error to the center's log line about it.
+fn incident() -> String {
+    format!("{:08x}", fastrand::u32(..))
+}
+
 fn hex32(hex: &str) -> Option<[u8; 32]> {
     let hex = hex.trim().as_bytes();
     if hex.len() != 64 {
@@ -261,8 +298,17 @@ impl Refusal {
         self.body.get("code").and_then(Value::as_str).unwrap_or("-")
     }
 
-    fn search_failed(e: &sluice_elastic::EsError) -> Self {
-        Self::new(StatusCode::BAD_GATEWAY, "search_failed", &e.to_string())
+    /// A failure of the search cluster, told to the application by an incident number
+    /// only: its text (index, host and user names) is logged, not sent.
+    fn search_failed(alias: &str, e: &sluice_elastic::EsError) -> Self {
+        let incident = incident();
+        tracing::warn!(%alias, incident, error = %e, "a search API request failed at the search cluster");
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "search_failed",
+            &format!("the search cluster could not answer (incident {incident}: the center's log says why)"),
+        )
+        .with("incident", json!(incident))
     }
 }
 
@@ -342,16 +388,13 @@ async fn searched<C: Cluster>(
         .await?;
     if req.after.is_some() {
         // Applied is acknowledged; a refresh makes it searchable too.
-        api.es
-            .refresh(&alias)
-            .await
-            .map_err(|e| Refusal::search_failed(&e))?;
+        api.refreshed_since(&alias, Instant::now()).await?;
     }
     let answer = api
         .es
         .search(&alias, &query)
         .await
-        .map_err(|e| Refusal::search_failed(&e))?;
+        .map_err(|e| Refusal::search_failed(&alias, &e))?;
     tracing::debug!(app = %app.cfg.name, %alias, template = %req.template, waited_ms = waited.as_millis() as u64, "searched");
     Ok(Json(answer_of(&answer, waited)))
 }
@@ -401,17 +444,27 @@ async fn read<C: Cluster>(
     q: ReadAfter,
 ) -> Result<Json<Value>, Refusal> {
     let target = api.target(app, &alias, &api.cluster.view().borrow())?;
+    if app.fields.is_nothing() {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            "documents_not_allowed",
+            &format!(
+                "application `{}` may read no field of a document: none of its templates shows one",
+                app.cfg.name
+            ),
+        ));
+    }
     let waited = api.wait_for(&target, q.after.as_deref(), q.wait_ms).await?;
     // A read by id is real-time: no refresh needed.
     let found = api
         .es
         .mget(&alias, std::slice::from_ref(&id))
         .await
-        .map_err(|e| Refusal::search_failed(&e))?;
+        .map_err(|e| Refusal::search_failed(&alias, &e))?;
     match found.into_iter().next().flatten() {
         Some(document) => Ok(Json(json!({
             "id": id,
-            "document": document,
+            "document": app.fields.filter(document),
             "waited_ms": waited.as_millis() as u64,
         }))),
         None => Err(Refusal::new(
@@ -439,11 +492,17 @@ async fn positioned<C: Cluster>(
 ) -> Result<Json<Value>, Refusal> {
     let target = api.target(app, &alias, &api.cluster.view().borrow())?;
     let point = api.cluster.position_of(&target.source).await.map_err(|e| {
+        let incident = incident();
+        tracing::warn!(source = %target.source, incident, error = %e, "the search API cannot read a source's position");
         Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "source_unavailable",
-            &format!("cannot read source {}'s position: {e}", target.source),
+            &format!(
+                "cannot read source {}'s position now (incident {incident}: the center's log says why)",
+                target.source
+            ),
         )
+        .with("incident", json!(incident))
     })?;
     Ok(Json(json!({
         "source": target.source,

@@ -1,4 +1,4 @@
-//! Dead letters: list and replay.
+//! Dead letters: list (in pages) and replay.
 
 use sluice_proto::v1::*;
 use tonic::{Request, Response, Status};
@@ -6,6 +6,11 @@ use tonic::{Request, Response, Status};
 use crate::error::CenterError;
 
 use super::common::*;
+
+/// Dead-letter reads one center makes at once.
+pub(crate) const READS_AT_ONCE: usize = 2;
+/// How long a call waits for its turn to read.
+const TURN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(super) async fn list_dead_letters(
     api: &AdminApi,
@@ -22,13 +27,8 @@ pub(super) async fn list_dead_letters(
         .collect();
     matched.sort_by(|a, b| b.at_ms.cmp(&a.at_ms).then_with(|| b.id.cmp(&a.id)));
     let total = matched.len() as u64;
-    matched.truncate(if req.limit == 0 {
-        100
-    } else {
-        req.limit as usize
-    });
     Ok(Response::new(ListDeadLettersResponse {
-        letters: matched,
+        letters: page(matched, req.skip, req.limit),
         matched: total,
         truncated,
     }))
@@ -111,8 +111,19 @@ impl AdminApi {
         })
     }
 
+    /// The newest dead letters, read by at most [`READS_AT_ONCE`] calls at once (each read
+    /// holds up to the dead-letter read's bounds in memory); a call that finds no turn
+    /// within [`TURN_WITHIN`] is refused, saying so.
     pub(super) async fn dead_letters(&self) -> Result<(Vec<crate::dlq::Letter>, bool), Status> {
         let kafka = self.kafka()?;
+        let _turn = tokio::time::timeout(TURN_WITHIN, self.shared.letter_reads.acquire())
+            .await
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "{READS_AT_ONCE} dead-letter reads are under way on this center: try again shortly"
+                ))
+            })?
+            .map_err(|e| Status::internal(e.to_string()))?;
         let sources: Vec<String> = (self.shared.meta.sources().await.map_err(meta_err)?)
             .into_iter()
             .map(|s| s.name)
@@ -121,6 +132,23 @@ impl AdminApi {
             .await
             .map_err(|e| Status::unavailable(format!("cannot read the dead-letter topics: {e}")))
     }
+}
+
+/// The letters a page shows at most.
+const MOST_PER_PAGE: usize = 1_000;
+
+/// Letters `skip..skip + limit` of `matched` (`limit` 0: 100; never more than
+/// [`MOST_PER_PAGE`]).
+fn page(matched: Vec<DeadLetter>, skip: u32, limit: u32) -> Vec<DeadLetter> {
+    let limit = match limit {
+        0 => 100,
+        n => (n as usize).min(MOST_PER_PAGE),
+    };
+    matched
+        .into_iter()
+        .skip(skip as usize)
+        .take(limit)
+        .collect()
 }
 
 /// A dead letter as the API shows it.
@@ -159,4 +187,26 @@ pub(super) fn letter_message(l: &crate::dlq::Letter, replayed_at_ms: Option<i64>
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_bounded_whatever_is_asked() {
+        let letters = |n: usize| -> Vec<DeadLetter> {
+            (0..n)
+                .map(|i| DeadLetter {
+                    id: i.to_string(),
+                    ..DeadLetter::default()
+                })
+                .collect()
+        };
+        assert_eq!(page(letters(5000), 0, 0).len(), 100);
+        assert_eq!(page(letters(5000), 0, u32::MAX).len(), MOST_PER_PAGE);
+        let second = page(letters(250), 100, 100);
+        assert_eq!((second[0].id.as_str(), second.len()), ("100", 100));
+        assert!(page(letters(10), 20, 5).is_empty());
+    }
 }

@@ -40,6 +40,7 @@ pub use auth::first_admin;
 use auth::Auth;
 use common::*;
 use guard::Guarded;
+pub(crate) use letters::READS_AT_ONCE as LETTER_READS_AT_ONCE;
 
 /// Calls one connection may have under way at once.
 const CALLS_PER_CONNECTION: usize = 32;
