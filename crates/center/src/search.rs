@@ -26,19 +26,17 @@ const SOURCE_FOR: Duration = Duration::from_secs(5);
 struct CenterCluster {
     shared: Arc<Shared>,
     view: watch::Receiver<Arc<View>>,
-    /// Per source: its record, when it was read, and the pooled connections its position
-    /// is read over.
-    points: tokio::sync::Mutex<
-        HashMap<
-            String,
-            (
-                sluice_model::SourceSpec,
-                Instant,
-                Arc<sluice_mysql::preflight::Points>,
-            ),
-        >,
-    >,
+    /// Per source: how its position is read.
+    points: tokio::sync::Mutex<HashMap<String, KnownSource>>,
 }
+
+/// A source's record, when it was read, and the pooled connections its position is read
+/// over.
+type KnownSource = (
+    sluice_model::SourceSpec,
+    Instant,
+    Arc<sluice_mysql::preflight::Points>,
+);
 
 impl Cluster for CenterCluster {
     fn view(&self) -> watch::Receiver<Arc<View>> {
