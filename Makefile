@@ -77,8 +77,11 @@ build:
 
 # Every test: formatting, lints, unit tests and the end-to-end tests on the real stack
 # (OpenSearch the sink), then the Elasticsearch lane: the sink client's own tests and the
-# end-to-end tests of ES_LANE again, with Elasticsearch the sink.
+# end-to-end tests of ES_LANE again, with Elasticsearch the sink; then the secured lane:
+# the cluster tests of SECURED again through Kafka's SASL_SSL listener (SCRAM) and the
+# OpenSearch with its security plugin (TLS, least-privilege users for the etl and centers).
 ES_LANE = binary(server) | (test(/^(dml::|relations::a_shop_tree|relations_cluster::parent_child|cluster_build::a_build_under_load|replay::)/) & test(/::mariadb$$/))
+SECURED = test(/^(cluster_build::a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index::mariadb$$|dead_letter::dead_letters_are_listed|consistency::a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right::mariadb$$|cluster_admin::sources_and_pipelines_added_at_runtime)/)
 test: stack-up
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -88,6 +91,7 @@ test: stack-up
 	integration-tests/debezium/run.sh install mariadb
 	cargo nextest run --workspace
 	ES_URL=$${ELASTICSEARCH_URL:-http://127.0.0.1:19201} cargo nextest run --workspace -E '$(ES_LANE)'
+	SECURED_LANE=1 cargo nextest run --workspace -E '$(SECURED)'
 
 lint:
 	cargo fmt --all -- --check

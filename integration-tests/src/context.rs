@@ -273,15 +273,26 @@ impl TestCtx {
     }
 
     pub(crate) fn kafka_section(&self) -> String {
-        format!(
+        let mut s = format!(
             "[kafka]\nbrokers = \"{}\"\npartitions = 3\n",
             self.kafka_brokers()
-        )
+        );
+        if let Some(secure) = crate::secure::Secure::lane() {
+            s.push_str(&secure.kafka_toml());
+        }
+        s
     }
 
     pub(crate) fn elasticsearch_section(&self) -> String {
         let url = (self.routes().elasticsearch).unwrap_or_else(|| self.stack.es_url.clone());
-        format!("[elasticsearch]\nurl = \"{url}\"\n")
+        let mut s = format!("[elasticsearch]\nurl = \"{url}\"\n");
+        if let Some(secure) = crate::secure::Secure::lane() {
+            s.push_str(&format!(
+                "[elasticsearch.tls]\nca = \"{}\"\n",
+                secure.es_ca.display()
+            ));
+        }
+        s
     }
 
     /// The etl's own sections: its group and member id, dead-letter topic, Kafka
@@ -317,6 +328,13 @@ impl TestCtx {
         }
         if self.plaintext() {
             service = service.with_env("SLUICE_SOURCE_PLAINTEXT_HOSTS", "*");
+        }
+        if let Some(secure) = crate::secure::Secure::lane() {
+            let (user, password) = secure.es_user_of(bin);
+            service = service
+                .with_env("SLUICE_KAFKA__SASL_PASSWORD", &secure.kafka_password)
+                .with_env("SLUICE_ELASTICSEARCH__USERNAME", user)
+                .with_env("SLUICE_ELASTICSEARCH__PASSWORD", password);
         }
         // The variables the tests' sources name their passwords by and the files of the
         // test's own directory, nothing else.
@@ -399,6 +417,15 @@ allow_plaintext = {plaintext}
                 &source,
             ],
         )
+    }
+
+    /// An etl of `sections` following the test's ZooKeeper root, logging as `name` (not
+    /// yet started).
+    pub fn etl_of_sections(&self, name: &str, sections: &[&str]) -> Service {
+        let zookeeper = self.zookeeper_section();
+        let mut all = sections.to_vec();
+        all.push(&zookeeper);
+        self.service("sluice-etl", name, &all)
     }
 
     /// A standalone etl applying `pipelines` (not yet started).

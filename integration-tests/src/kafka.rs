@@ -82,10 +82,34 @@ impl TestCtx {
         sluice_kafka::TopicConfig::default().rows_topic(&self.instance, &self.db, table)
     }
 
-    fn consumer(&self, group: &str, extra: &[(&str, &str)]) -> BaseConsumer {
+    /// A librdkafka client's settings for the test's Kafka (its SASL_SSL listener on
+    /// the secured lane).
+    pub fn kafka_client_config(&self) -> ClientConfig {
         let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", self.kafka_brokers())
-            .set("group.id", group)
+        cfg.set("bootstrap.servers", self.kafka_brokers());
+        if let Some(s) = crate::secure::Secure::lane() {
+            for (k, v) in s.kafka_properties() {
+                cfg.set(k, v);
+            }
+            cfg.set("sasl.password", &s.kafka_password);
+        }
+        cfg
+    }
+
+    /// Sluice's Kafka settings for the test's Kafka.
+    pub fn kafka_config(&self) -> sluice_kafka::KafkaConfig {
+        match crate::secure::Secure::lane() {
+            Some(s) => sluice_kafka::KafkaConfig {
+                brokers: self.kafka_brokers(),
+                ..s.kafka_config()
+            },
+            None => sluice_kafka::KafkaConfig::new(self.kafka_brokers()),
+        }
+    }
+
+    fn consumer(&self, group: &str, extra: &[(&str, &str)]) -> BaseConsumer {
+        let mut cfg = self.kafka_client_config();
+        cfg.set("group.id", group)
             .set("enable.auto.commit", "false");
         for (k, v) in extra {
             cfg.set(*k, *v);
@@ -107,7 +131,7 @@ impl TestCtx {
     /// dead letters, `sluice_kafka::read_all`). Returns once at least `at_least` records
     /// came and nothing followed for a second; panics if `within` passes first.
     pub async fn read_topic(&self, topic: &str, at_least: usize, within: Duration) -> Vec<Record> {
-        let cfg = sluice_kafka::KafkaConfig::new(self.kafka_brokers());
+        let cfg = self.kafka_config();
         let topics = [topic.to_owned()];
         let deadline = Instant::now() + within;
         crate::eventually(
@@ -234,10 +258,7 @@ impl TestCtx {
 
     /// Publishes `payload` again, as a late duplicate delivery.
     pub async fn republish(&self, topic: &str, partition: i32, key: &[u8], payload: &[u8]) {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", self.kafka_brokers())
-            .create()
-            .expect("producer");
+        let producer: FutureProducer = self.kafka_client_config().create().expect("producer");
         producer
             .send(
                 FutureRecord::to(topic)

@@ -28,6 +28,7 @@ pub mod ports;
 pub mod private_source;
 pub mod probe;
 pub mod process;
+pub mod secure;
 pub mod shop;
 pub mod soak;
 pub mod stack;

@@ -78,16 +78,40 @@ impl Stack {
         let zookeeper = env_or("ZOOKEEPER", "127.0.0.1:12181");
         let zk_addr = zookeeper.split([',', '/']).next().unwrap_or_default();
         require_tcp("ZooKeeper", &zookeeper, zk_addr).await;
-        let kafka = env_or("KAFKA_BROKERS", "127.0.0.1:19092");
+        // The secured lane's: Kafka's SASL_SSL listener, the OpenSearch with its security
+        // plugin (the test's own calls as its admin).
+        let secure = crate::secure::Secure::lane();
+        let kafka = match secure {
+            Some(s) => s.kafka_brokers.clone(),
+            None => env_or("KAFKA_BROKERS", "127.0.0.1:19092"),
+        };
         require_tcp("Kafka", &kafka, kafka.split(',').next().unwrap_or_default()).await;
 
-        let es_url = env_or("ES_URL", "http://127.0.0.1:19200");
+        let es_url = match secure {
+            Some(s) => s.es_url.clone(),
+            None => env_or("ES_URL", "http://127.0.0.1:19200"),
+        };
+        let (username, password, tls) = match secure {
+            Some(s) => (
+                Some(s.es_admin.0.clone()),
+                Some(s.es_admin.1.clone()),
+                Some(sluice_model::TlsPem {
+                    ca: Some(std::fs::read(&s.es_ca).expect("the stack's CA")),
+                    ..Default::default()
+                }),
+            ),
+            None => (
+                std::env::var("ES_USERNAME").ok(),
+                std::env::var("ES_PASSWORD").ok(),
+                None,
+            ),
+        };
         let es = EsClient::new(EsClientConfig {
             url: es_url.parse().expect("ES_URL is a URL"),
-            username: std::env::var("ES_USERNAME").ok(),
-            password: std::env::var("ES_PASSWORD").ok(),
+            username,
+            password,
             request_timeout: Duration::from_secs(60),
-            tls: None,
+            tls,
         })
         .expect("Elasticsearch client");
         es.ping()

@@ -51,12 +51,9 @@ async fn debezium_topics_build_the_same_documents() {
     let topic = format!("{prefix}.{}.items", ctx.db);
     ctx.clean_up_topic(topic.clone());
     ctx.clean_up_topic(prefix.clone());
-    sluice_kafka::ensure_topics(
-        &sluice_kafka::KafkaConfig::new(ctx.kafka_brokers()),
-        std::slice::from_ref(&topic),
-    )
-    .await
-    .unwrap();
+    sluice_kafka::ensure_topics(&ctx.kafka_config(), std::slice::from_ref(&topic))
+        .await
+        .unwrap();
     let mut spec = ctx.spec(json!({"table": "items"}));
     spec["input"] = json!({"format": "debezium", "topic_prefix": prefix});
     let alias = spec["alias"].as_str().unwrap().to_owned();
@@ -175,12 +172,9 @@ async fn debezium_topics_build_documents_from_several_tables() {
     for t in topics.iter().chain([&prefix]) {
         ctx.clean_up_topic(t.clone());
     }
-    sluice_kafka::ensure_topics(
-        &sluice_kafka::KafkaConfig::new(ctx.kafka_brokers()),
-        &topics,
-    )
-    .await
-    .unwrap();
+    sluice_kafka::ensure_topics(&ctx.kafka_config(), &topics)
+        .await
+        .unwrap();
     let mut spec = sluice_integration_tests::shop::spec(&ctx);
     spec["input"] = json!({"format": "debezium", "topic_prefix": prefix});
     let mut etl = ctx.etl_with(std::slice::from_ref(&spec));

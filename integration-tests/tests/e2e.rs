@@ -44,6 +44,7 @@ mod retention;
 mod rotation;
 mod search_api;
 mod secrets;
+mod secured;
 mod sharded;
 mod soak;
 mod source_faults;

@@ -178,7 +178,7 @@ async fn etl_members_share_the_partitions_take_over_a_dead_ones_and_add_a_pipeli
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_not_in_the_metadata_yet_is_named_and_taken_once_it_is() {
     let ctx = TestCtx::new("feedmissing").await;
-    let cfg = sluice_kafka::KafkaConfig::new(ctx.kafka_brokers());
+    let cfg = ctx.kafka_config();
     let (here, later) = (
         format!("sluice.it.{}.here", ctx.instance),
         format!("sluice.it.{}.later", ctx.instance),

@@ -103,6 +103,17 @@ pub async fn run(
         Some(section) => Some(section.client().context("elasticsearch")?),
         None => None,
     };
+    // Credentials and certificates refused at start stop the center naming the setting.
+    if let Some(es) = &es {
+        sluice_elastic::EsSection::check_access(es, "elasticsearch")
+            .await
+            .map_err(CenterError::definite)?;
+    }
+    if let Some(kafka) = &cfg.kafka {
+        sluice_kafka::check_access(kafka, std::time::Duration::from_secs(10))
+            .await
+            .map_err(CenterError::definite)?;
+    }
     let shared = Arc::new(Shared {
         cfg,
         meta,

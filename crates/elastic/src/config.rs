@@ -45,6 +45,22 @@ impl EsSection {
         })
     }
 
+    /// Asks the cluster who it is, once, at start: `Err` names the setting when it refused
+    /// the credentials or its certificate is not trusted; a cluster that does not answer
+    /// is no error here (it is retried where it is used).
+    pub async fn check_access(client: &EsClient, prefix: &str) -> Result<(), String> {
+        match client.ping().await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.refused_setting(prefix) {
+                Some(why) => Err(why),
+                None => {
+                    tracing::warn!(error = %e, "Elasticsearch did not answer at start; going on (retried where used)");
+                    Ok(())
+                }
+            },
+        }
+    }
+
     /// Problems, each naming its key under `prefix`.
     pub fn problems(&self, prefix: &str) -> Vec<String> {
         let mut p = Vec::new();

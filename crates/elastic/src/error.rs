@@ -227,6 +227,30 @@ pub(crate) fn is_transient_status(status: u16) -> bool {
 }
 
 /// The last error of `e`'s source chain.
+impl EsError {
+    /// What this failure of a first call says is wrong with the `[{prefix}]` settings, if
+    /// anything definite: refused credentials (401), a user lacking the right to ask
+    /// (403), a certificate not trusted. `None` for what may pass (a cluster down).
+    pub fn refused_setting(&self, prefix: &str) -> Option<String> {
+        match self {
+            EsError::Server { status: 401, .. } => Some(format!(
+                "{prefix}.username / {prefix}.password: the cluster refused these credentials ({self})"
+            )),
+            EsError::Server { status: 403, .. } => Some(format!(
+                "{prefix}.username: the cluster knows the user but does not let it ask even who the cluster is (cluster:monitor/main) ({self})"
+            )),
+            EsError::Transport { source, .. } => {
+                let cause = innermost(source);
+                let lower = cause.to_ascii_lowercase();
+                (lower.contains("certificate") || lower.contains("unknownissuer")).then(|| {
+                    format!("{prefix}.tls.ca: the cluster's certificate is not trusted ({cause})")
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = e;
     while let Some(inner) = cause.source() {

@@ -228,8 +228,18 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
 
 /// The clients the etl works with: Elasticsearch, the producer of dead letters and
 /// hand-overs (their topics created), and the consumer of the change topics.
+/// How long the brokers have to answer the check at start.
+const ACCESS_WITHIN: Duration = Duration::from_secs(10);
+
 async fn clients(cfg: &EtlConfig) -> Result<(EsClient, sluice_kafka::SharedProducer, Feed)> {
     let es = cfg.elasticsearch.client().context("elasticsearch")?;
+    // Credentials and certificates refused at start stop the etl naming the setting.
+    sluice_kafka::check_access(&cfg.kafka, ACCESS_WITHIN)
+        .await
+        .map_err(EtlError::definite)?;
+    sluice_elastic::EsSection::check_access(&es, "elasticsearch")
+        .await
+        .map_err(EtlError::definite)?;
     let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
         .context("cannot create the dead-letter producer")?;
     let own = [cfg.topics.dead_letter.clone(), cfg.topics.delayed.clone()];

@@ -13,10 +13,12 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 
+mod access;
 pub mod debezium;
 mod feed;
 mod io;
 
+pub use access::check_access;
 pub use feed::{CommitMode, Feed, Partition};
 
 pub use io::{

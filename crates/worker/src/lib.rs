@@ -50,6 +50,10 @@ pub fn load(path: &Path) -> Result<WorkerConfig, ConfigError> {
 /// registers in ZooKeeper and runs what the center's leader assigns it.
 pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToken) -> Result<()> {
     let cfg = Arc::new(cfg);
+    // Credentials and certificates refused at start stop the worker naming the setting.
+    sluice_kafka::check_access(&cfg.kafka, Duration::from_secs(10))
+        .await
+        .map_err(WorkerError::definite)?;
     let producer = sluice_kafka::SharedProducer::new(&cfg.kafka)
         .context("cannot create the Kafka producer")?;
     let es = match &cfg.elasticsearch {
@@ -60,6 +64,11 @@ pub async fn run(cfg: WorkerConfig, ready: Readiness, shutdown: CancellationToke
         ),
         None => None,
     };
+    if let Some(es) = &es {
+        sluice_elastic::EsSection::check_access(es, "elasticsearch")
+            .await
+            .map_err(WorkerError::definite)?;
+    }
     let reports = Arc::new(report::Reports::default());
     metrics::observe(reports.clone());
     let cluster = cfg.sources.is_empty();
