@@ -382,6 +382,20 @@ async fn a_followers_console_sends_changes_to_the_leader() {
         http: reqwest::Client::new(),
         url: cluster.console_url(1 - leader),
     };
+    // The follower serves its console once its first-admin step (a password hash) is done,
+    // which may be after the other center leads.
+    let addr = follower.url.trim_start_matches("http://").to_owned();
+    sluice_integration_tests::eventually(
+        "the follower's console listens",
+        Duration::from_secs(20),
+        || async {
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .map(drop)
+                .map_err(|e| format!("{addr}: {e}"))
+        },
+    )
+    .await;
     let (cookie, csrf) = follower
         .login(None, "admin", &ctx.secrets.admin_password)
         .await;

@@ -234,7 +234,7 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
     let port = free_center_port();
     let search_port = free_port();
     ctx.center_section(&format!(
-        "[search]\nlisten = \"127.0.0.1:{search_port}\"\n\n[limits]\nhandshake_within = \"2s\"\nfirst_bytes_within = \"2s\"\nhead_within = \"2s\"\n"
+        "[search]\nlisten = \"127.0.0.1:{search_port}\"\n\n[limits]\nhandshake_within = \"2s\"\nfirst_bytes_within = \"2s\"\nhead_within = \"2s\"\nper_client = 8\n"
     ));
     let api = format!(
         "[api]\nauth = \"token\"\ntoken = \"{}\"\nworker_token = \"{}\"\nadmin_password = \"{}\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\n",
@@ -293,13 +293,17 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
         SilentAfterHandshake,
         Dribbling,
     }
-    let closed_after = |listener: &'static str, port: u16, ploy: Ploy| {
+    // A connection from `source` (any of 127/8 is this host).
+    let connect_from = |source: [u8; 4], port: u16| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((source, 0).into()).unwrap();
+        socket.connect(([127, 0, 0, 1], port).into()).await.unwrap()
+    };
+    let closed_after = |listener: &'static str, port: u16, ploy: Ploy, source: [u8; 4]| {
         let connector = connector.clone();
         async move {
             let t0 = Instant::now();
-            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .unwrap();
+            let tcp = connect_from(source, port).await;
             let mut buf = [0u8; 1024];
             let ended = match ploy {
                 Ploy::Silent => {
@@ -346,6 +350,7 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
             t0.elapsed()
         }
     };
+    // Each slow client from an address of its own: one address may hold 8 connections.
     let mut clients = tokio::task::JoinSet::new();
     for (listener, port) in listeners {
         for n in 0..60 {
@@ -354,7 +359,7 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
                 1 => Ploy::SilentAfterHandshake,
                 _ => Ploy::Dribbling,
             };
-            let f = closed_after(listener, port, ploy);
+            let f = closed_after(listener, port, ploy, [127, 0, 1, n]);
             clients.spawn(async move { (listener, ploy, f.await) });
         }
     }
@@ -396,6 +401,25 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
         );
     }
     assert!(admin < Duration::from_secs(2), "the admin waited {admin:?}");
+
+    // One address holds at most its share: the 9th connection from it is closed at once,
+    // well before the 2 s its silence would be allowed.
+    for (listener, port) in listeners {
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(connect_from([127, 0, 2, 1], port).await);
+        }
+        let t0 = Instant::now();
+        let mut ninth = connect_from([127, 0, 2, 1], port).await;
+        let mut buf = [0u8; 16];
+        let ended = tokio::time::timeout(Duration::from_secs(5), ninth.read(&mut buf)).await;
+        let took = t0.elapsed();
+        assert!(
+            matches!(ended, Ok(Ok(0)) | Ok(Err(_))) && took < Duration::from_secs(1),
+            "{listener}: a 9th connection from one address was closed after {took:?} ({ended:?})"
+        );
+        drop(held);
+    }
     drop(center);
     ctx.cleanup().await;
 }

@@ -215,7 +215,7 @@ async fn elasticsearch_over_tls_with_a_custom_ca_and_a_client_certificate() {
     ctx.route_elasticsearch(&front.url());
     tls_env(
         &ctx,
-        &["sluice-center", "sluice-etl"],
+        &["sluice-center", "sluice-etl", "sluice-worker"],
         "SLUICE_ELASTICSEARCH__TLS",
         &tls,
     );

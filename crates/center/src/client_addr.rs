@@ -76,13 +76,12 @@ pub struct ClientAddr {
 
 impl ClientAddr {
     /// From `api.trusted_proxies` and `api.client_address_header` (checked at start).
-    pub fn from_config(api: &crate::config::ApiSection) -> ClientAddr {
+    pub fn new(trusted_proxies: &[String], header: &str) -> ClientAddr {
         ClientAddr {
-            proxies: (api.trusted_proxies.iter())
+            proxies: (trusted_proxies.iter())
                 .filter_map(|p| Cidr::parse(p).ok())
                 .collect(),
-            header: api
-                .client_address_header
+            header: header
                 .parse()
                 .unwrap_or(HeaderName::from_static("x-forwarded-for")),
         }

@@ -103,17 +103,7 @@ pub async fn run(
         Some(section) => Some(section.client().context("elasticsearch")?),
         None => None,
     };
-    // Credentials and certificates refused at start stop the center naming the setting.
-    if let Some(es) = &es {
-        sluice_elastic::EsSection::check_access(es, "elasticsearch")
-            .await
-            .map_err(CenterError::definite)?;
-    }
-    if let Some(kafka) = &cfg.kafka {
-        sluice_kafka::check_access(kafka, std::time::Duration::from_secs(10))
-            .await
-            .map_err(CenterError::definite)?;
-    }
+    check_access(&cfg, es.as_ref()).await?;
     let shared = Arc::new(Shared {
         cfg,
         meta,
@@ -127,38 +117,12 @@ pub async fn run(
     });
     let dictionaries = dict::bind(shared.cfg.center.dictionary_listen).await?;
     let searches = search::bind(&shared).await?;
-    let mut server = {
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let dictionaries = dict::serve(
-                shared.meta.clone(),
-                dictionaries,
-                shared.cfg.limits,
-                shutdown.clone(),
-            );
-            let searches = async {
-                match searches {
-                    Some(l) => search::serve(shared.clone(), l, shutdown.clone()).await,
-                    None => Ok(()),
-                }
-            };
-            let api = api::serve(shared.clone(), shutdown.clone());
-            tokio::pin!(api, dictionaries, searches);
-            // Any endpoint failing ends the center; at shutdown the API drains last.
-            let others = async {
-                tokio::try_join!(&mut dictionaries, &mut searches)?;
-                Ok(())
-            };
-            tokio::select! {
-                served = &mut api => served,
-                served = others => match served {
-                    Ok(()) => api.await,
-                    Err(e) => Err(e),
-                },
-            }
-        })
-    };
+    let mut server = tokio::spawn(serve(
+        shared.clone(),
+        dictionaries,
+        searches,
+        shutdown.clone(),
+    ));
     // The API failing (a port in use, an unreadable certificate) ends the center: a
     // leader nobody can reach must not go on leading.
     let campaign = leader::campaign_forever(shared.clone(), rebalance_rx, shutdown.clone());
@@ -187,6 +151,57 @@ pub async fn run(
     shared.meta.clone().close().await;
     tracing::info!("center stopped");
     led.and(served)
+}
+
+/// Serves the API, the dictionaries and the search API until `shutdown`; any of them
+/// failing ends the center, and at shutdown the API drains last.
+async fn serve(
+    shared: Arc<Shared>,
+    dictionaries: tokio::net::TcpListener,
+    searches: Option<tokio::net::TcpListener>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let dictionaries = dict::serve(
+        shared.meta.clone(),
+        dictionaries,
+        shared.cfg.limits,
+        shutdown.clone(),
+    );
+    let searches = async {
+        match searches {
+            Some(l) => search::serve(shared.clone(), l, shutdown.clone()).await,
+            None => Ok(()),
+        }
+    };
+    let api = api::serve(shared.clone(), shutdown.clone());
+    tokio::pin!(api, dictionaries, searches);
+    let others = async {
+        tokio::try_join!(&mut dictionaries, &mut searches)?;
+        Ok(())
+    };
+    tokio::select! {
+        served = &mut api => served,
+        served = others => match served {
+            Ok(()) => api.await,
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// Credentials and certificates the sink or the brokers refuse stop the center at start,
+/// naming the setting.
+async fn check_access(cfg: &CenterConfig, es: Option<&sluice_elastic::EsClient>) -> Result<()> {
+    if let Some(es) = es {
+        sluice_elastic::EsSection::check_access(es, "elasticsearch")
+            .await
+            .map_err(CenterError::definite)?;
+    }
+    if let Some(kafka) = &cfg.kafka {
+        sluice_kafka::check_access(kafka, std::time::Duration::from_secs(10))
+            .await
+            .map_err(CenterError::definite)?;
+    }
+    Ok(())
 }
 
 async fn connect_meta(cfg: &CenterConfig, shutdown: &CancellationToken) -> Result<meta::Meta> {

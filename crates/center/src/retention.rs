@@ -1,6 +1,6 @@
 //! The leader keeps the operational history within its retention (`[retention]`): at the
-//! start of its term and every hour, it deletes events, audit entries, finished runs,
-//! dead-letter replays and assignment history older than theirs, and delayed changes
+//! start of its term and every hour, it deletes events, audit entries, finished runs
+//! and assignment history older than theirs, and delayed changes
 //! whose pipeline is gone. Each pass's deletions are counted in
 //! `sluice_center_history_deleted_total{history}` and logged.
 
@@ -36,7 +36,7 @@ async fn sweep(shared: &Shared) {
         let kept = match history {
             History::Events => r.events,
             History::Audit => r.audit,
-            History::Runs | History::Replays => r.runs,
+            History::Runs => r.runs,
             History::Assignments => r.assignments,
         };
         note(

@@ -83,8 +83,13 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
                         vec![id.to_owned(), format!("refused: {why}")]
                     }))
                     .collect(),
-                json!({"replayed": r.replayed, "refused": r.refused}),
+                json!({"replayed": r.replayed, "refused": r.refused, "truncated": r.truncated}),
             );
+            if out == Output::Table && r.truncated {
+                eprintln!(
+                    "only the newest letters were read (the read stops at its bounds): older ones were not considered"
+                );
+            }
         }
     }
     Ok(())

@@ -49,7 +49,14 @@ impl EsSection {
     /// the credentials or its certificate is not trusted; a cluster that does not answer
     /// is no error here (it is retried where it is used).
     pub async fn check_access(client: &EsClient, prefix: &str) -> Result<(), String> {
-        match client.ping().await {
+        let asked = tokio::time::timeout(std::time::Duration::from_secs(10), client.ping());
+        let Ok(answered) = asked.await else {
+            tracing::warn!(
+                "Elasticsearch did not answer within 10 s at start; going on (retried where used)"
+            );
+            return Ok(());
+        };
+        match answered {
             Ok(_) => Ok(()),
             Err(e) => match e.refused_setting(prefix) {
                 Some(why) => Err(why),

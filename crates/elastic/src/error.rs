@@ -226,7 +226,6 @@ pub(crate) fn is_transient_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..=599).contains(&status)
 }
 
-/// The last error of `e`'s source chain.
 impl EsError {
     /// What this failure of a first call says is wrong with the `[{prefix}]` settings, if
     /// anything definite: refused credentials (401), a user lacking the right to ask
@@ -251,6 +250,7 @@ impl EsError {
     }
 }
 
+/// The last error of `e`'s source chain.
 fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = e;
     while let Some(inner) = cause.source() {

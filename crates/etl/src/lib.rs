@@ -226,11 +226,11 @@ pub async fn run(cfg: EtlConfig, ready: Readiness, shutdown: CancellationToken) 
     Ok(())
 }
 
-/// The clients the etl works with: Elasticsearch, the producer of dead letters and
-/// hand-overs (their topics created), and the consumer of the change topics.
 /// How long the brokers have to answer the check at start.
 const ACCESS_WITHIN: Duration = Duration::from_secs(10);
 
+/// The clients the etl works with: Elasticsearch, the producer of dead letters and
+/// hand-overs (their topics created), and the consumer of the change topics.
 async fn clients(cfg: &EtlConfig) -> Result<(EsClient, sluice_kafka::SharedProducer, Feed)> {
     let es = cfg.elasticsearch.client().context("elasticsearch")?;
     // Credentials and certificates refused at start stop the etl naming the setting.

@@ -336,7 +336,18 @@ fn read_blocking(
     let mut out = ReadBack::default();
     let mut bytes = 0usize;
     // One topic at a time: an end-of-partition notice names the partition, not the topic.
-    for topic in topics {
+    // Each takes at most its share of what is left of the bounds, so a full topic leaves
+    // the next ones theirs.
+    for (i, topic) in topics.iter().enumerate() {
+        let left = topics.len() - i;
+        let share = ReadBounds {
+            max_messages: out.messages.len()
+                + (bounds.max_messages - out.messages.len().min(bounds.max_messages)) / left,
+            max_bytes: bytes + (bounds.max_bytes - bytes.min(bounds.max_bytes)) / left,
+            ..bounds
+        };
+        let until =
+            Instant::now() + deadline.saturating_duration_since(Instant::now()) / left as u32;
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
         let mut tpl = TopicPartitionList::new();
         for t in md.topics() {
@@ -368,12 +379,12 @@ fn read_blocking(
         let mut ended = std::collections::HashSet::new();
         let mut last = Instant::now();
         while ended.len() < tpl.count() || last.elapsed() < bounds.quiet {
-            if Instant::now() >= deadline
-                || out.messages.len() >= bounds.max_messages
-                || bytes >= bounds.max_bytes
+            if Instant::now() >= until
+                || out.messages.len() >= share.max_messages
+                || bytes >= share.max_bytes
             {
                 out.truncated = true;
-                return Ok(out);
+                break;
             }
             match consumer.poll(Duration::from_millis(50)) {
                 Some(Ok(m)) => {

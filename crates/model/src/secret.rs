@@ -177,7 +177,7 @@ impl SecretRefs {
     }
 
     fn env_admits(&self, name: &str) -> bool {
-        !name.starts_with(OWN_PREFIX)
+        !is_own(name)
             && self.env.iter().any(|e| match e.strip_suffix('*') {
                 Some(stem) => name.starts_with(stem),
                 None => name == e,
@@ -209,30 +209,45 @@ impl SecretRefs {
                 real.display()
             ));
         }
-        let meta = std::fs::metadata(&real).map_err(|e| format!("`file:{shown}`: {e}"))?;
-        if !meta.is_file() {
-            return Err(format!("`file:{shown}` is not a regular file"));
-        }
-        if meta.len() > MOST_BYTES {
+        let failed = |e: std::io::Error| format!("`file:{shown}`: {e}");
+        // Checked before it is opened (opening a pipe would wait for a writer) and again
+        // as opened (it may have been swapped between), and read no further than allowed.
+        let regular = |meta: std::fs::Metadata| {
+            if meta.is_file() {
+                Ok(())
+            } else {
+                Err(format!("`file:{shown}` is not a regular file"))
+            }
+        };
+        regular(std::fs::metadata(&real).map_err(failed)?)?;
+        let file = std::fs::File::open(&real).map_err(failed)?;
+        regular(file.metadata().map_err(failed)?)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MOST_BYTES + 1), &mut bytes)
+            .map_err(failed)?;
+        if bytes.len() as u64 > MOST_BYTES {
             return Err(format!(
-                "`file:{shown}` holds {} bytes; a secret file holds at most {MOST_BYTES}",
-                meta.len()
+                "`file:{shown}` holds more than {MOST_BYTES} bytes, the most a secret file holds"
             ));
         }
-        std::fs::read_to_string(&real)
+        String::from_utf8(bytes)
             .map(|s| Secret::new(s.trim_end_matches(['\n', '\r'])))
-            .map_err(|e| format!("`file:{shown}`: {e}"))
+            .map_err(|_| format!("`file:{shown}` is not UTF-8 text"))
     }
+}
+
+/// Whether `name` is one of the services' own variables (in any case: the settings
+/// are read from the environment without regard to it).
+fn is_own(name: &str) -> bool {
+    name.len() >= OWN_PREFIX.len() && name[..OWN_PREFIX.len()].eq_ignore_ascii_case(OWN_PREFIX)
 }
 
 /// Whether names starting with `stem` (any name at all with `wild`) can be the services'
 /// own variables.
 fn could_be_own(stem: &str, wild: bool) -> bool {
-    if wild {
-        OWN_PREFIX.starts_with(stem) || stem.starts_with(OWN_PREFIX)
-    } else {
-        stem.starts_with(OWN_PREFIX)
-    }
+    let stem_is_start =
+        stem.len() <= OWN_PREFIX.len() && OWN_PREFIX[..stem.len()].eq_ignore_ascii_case(stem);
+    is_own(stem) || (wild && stem_is_start)
 }
 
 fn listing(items: &[String]) -> String {
@@ -285,13 +300,15 @@ mod tests {
         // Even an allowlist of everything never reaches the services' own settings.
         let all = refs(&["*"], &[]);
         assert!(all.admits("env:SLUICE_API__TOKEN").is_err());
+        assert!(all.admits("env:sluice_api__token").is_err(), "in any case");
     }
 
     #[test]
     fn an_allowlist_that_could_name_the_services_settings_is_refused() {
         let p = refs(
             &[
-                "*", "SLU*", "SLUICE_X", "SLUICE_*", "OK_*", "BAD-NAME", "DB_PW",
+                "*", "SLU*", "SLUICE_X", "SLUICE_*", "OK_*", "BAD-NAME", "DB_PW", "slu*",
+                "Sluice_X",
             ],
             &[
                 Path::new("/"),
@@ -309,6 +326,8 @@ mod tests {
                 "source_secrets.env[2]",
                 "source_secrets.env[3]",
                 "source_secrets.env[5]",
+                "source_secrets.env[7]",
+                "source_secrets.env[8]",
                 "source_secrets.dirs[0]",
                 "source_secrets.dirs[1]",
                 "source_secrets.dirs[2]",
@@ -338,7 +357,10 @@ mod tests {
             .resolve(&format!("file:{}/../elsewhere/meta", allowed.display()))
             .unwrap_err();
         assert!(e.contains("without `.` or `..`"), "{e}");
-        assert!(r.resolve(&at("big")).unwrap_err().contains("at most 65536"));
+        assert!(r
+            .resolve(&at("big"))
+            .unwrap_err()
+            .contains("more than 65536"));
         assert!(r
             .resolve(&format!("file:{}", allowed.display()))
             .unwrap_err()

@@ -47,9 +47,15 @@ impl std::fmt::Debug for TlsPem {
 
 impl TlsFiles {
     /// Problems with the values (no I/O), each naming its key under `prefix`: a
-    /// certificate without its key, or the reverse.
+    /// certificate without its key, or the reverse; a host name not checked against the
+    /// system's roots (any certificate a public CA signed, for any name, would pass).
     pub fn problems(&self, prefix: &str) -> Vec<String> {
         let mut out = Vec::new();
+        if self.skip_hostname_check && self.ca.is_none() {
+            out.push(format!(
+                "{prefix}.skip_hostname_check: needs {prefix}.ca (only a CA of your own may vouch for a certificate whose names are not checked)"
+            ));
+        }
         if self.cert.is_some() != self.key.is_some() {
             out.push(format!(
                 "{prefix}.cert / {prefix}.key: give both (a client certificate and its key) or neither"
@@ -111,6 +117,16 @@ mod tests {
             "{problems:?}"
         );
         assert!(TlsFiles::default().problems("x").is_empty());
+        let unchecked = TlsFiles {
+            skip_hostname_check: true,
+            ..TlsFiles::default()
+        };
+        let problems = unchecked.problems("meta.tls");
+        assert!(
+            problems.len() == 1
+                && problems[0].starts_with("meta.tls.skip_hostname_check: needs meta.tls.ca"),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -78,6 +78,7 @@ impl Auth {
             meta,
             refusals: Default::default(),
             unknown_tokens: Default::default(),
+            known_tokens: Default::default(),
         };
         Ok((gate, Auth { worker }))
     }

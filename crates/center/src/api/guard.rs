@@ -66,6 +66,35 @@ pub(super) struct Gate {
     pub(super) refusals: super::refusals::Refusals,
     /// Unknown API tokens, by the address that presented them.
     pub(super) unknown_tokens: Mutex<super::limit::Limiter>,
+    /// Tokens the meta database recognised lately: they pass an address's limit, so
+    /// unknown tokens sent from a shared address lock no one with a good token out.
+    pub(super) known_tokens: Mutex<KnownTokens>,
+}
+
+/// Digests of tokens recognised within [`KnownTokens::FOR`], at most [`KnownTokens::MOST`].
+#[derive(Default)]
+pub(super) struct KnownTokens(std::collections::HashMap<[u8; 32], std::time::Instant>);
+
+impl KnownTokens {
+    const FOR: std::time::Duration = std::time::Duration::from_secs(600);
+    const MOST: usize = 4096;
+
+    fn knows(&self, digest: &[u8; 32], now: std::time::Instant) -> bool {
+        self.0
+            .get(digest)
+            .is_some_and(|at| now.duration_since(*at) < Self::FOR)
+    }
+
+    fn learn(&mut self, digest: [u8; 32], now: std::time::Instant) {
+        if self.0.len() >= Self::MOST && !self.0.contains_key(&digest) {
+            self.0.retain(|_, at| now.duration_since(*at) < Self::FOR);
+            if self.0.len() >= Self::MOST {
+                let oldest = self.0.iter().min_by_key(|(_, at)| **at).map(|(d, _)| *d);
+                oldest.map(|d| self.0.remove(&d));
+            }
+        }
+        self.0.insert(digest, now);
+    }
 }
 
 impl Gate {
@@ -110,45 +139,52 @@ impl Gate {
             ));
         }
         if given.starts_with(credentials::TOKEN_PREFIX) {
-            // An address presenting unknown tokens at speed is refused before the meta
-            // database is asked.
-            let from = [(
-                format!("token-from:{}", crate::listeners::client_ip(ext)),
-                super::limit::PER_ADDRESS,
-            )];
-            let now = std::time::Instant::now();
-            let lock = || {
-                self.unknown_tokens
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-            };
-            if let Some(wait) = lock().refused_for(&from, now) {
-                return Err(Status::resource_exhausted(format!(
-                    "too many unknown tokens from this address: try again in {} s",
-                    wait.as_secs().max(1)
-                )));
-            }
-            let digest = credentials::token_digest(given);
-            return match self.meta.token_user(&digest).await {
-                Ok(Some((user, role))) => Ok(Identity {
-                    user,
-                    role,
-                    via: "token",
-                }),
-                Ok(None) => {
-                    lock().failed(&from, now);
-                    Err(Status::unauthenticated(
-                        "unknown, expired or revoked token: make a new one (`sluicectl tokens create`)",
-                    ))
-                }
-                Err(e) => Err(Status::unavailable(format!(
-                    "cannot check the token now: {e}"
-                ))),
-            };
+            return self.token_caller(given, ext).await;
         }
         Err(Status::unauthenticated(
             "missing or wrong bearer token (header `authorization: Bearer <token>`)",
         ))
+    }
+
+    /// The user an API token (`slu_…`) names. An address presenting unknown tokens at
+    /// speed is refused before the meta database is asked (but not a token it knew lately).
+    async fn token_caller(&self, given: &str, ext: &http::Extensions) -> Result<Identity, Status> {
+        let client = sluice_runtime::listen::client_block(crate::listeners::client_ip(ext));
+        let from = [(format!("token-from:{client}"), super::limit::PER_ADDRESS)];
+        let now = std::time::Instant::now();
+        let lock = || {
+            self.unknown_tokens
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        let digest = credentials::token_digest(given);
+        let known =
+            (self.known_tokens.lock().unwrap_or_else(|e| e.into_inner())).knows(&digest, now);
+        if let Some(wait) = (!known).then(|| lock().refused_for(&from, now)).flatten() {
+            return Err(Status::resource_exhausted(format!(
+                "too many unknown tokens from this address: try again in {} s",
+                wait.as_secs().max(1)
+            )));
+        }
+        match self.meta.token_user(&digest).await {
+            Ok(Some((user, role))) => {
+                (self.known_tokens.lock().unwrap_or_else(|e| e.into_inner())).learn(digest, now);
+                Ok(Identity {
+                    user,
+                    role,
+                    via: "token",
+                })
+            }
+            Ok(None) => {
+                lock().failed(&from, now);
+                Err(Status::unauthenticated(
+                    "unknown, expired or revoked token: make a new one (`sluicectl tokens create`)",
+                ))
+            }
+            Err(e) => Err(Status::unavailable(format!(
+                "cannot check the token now: {e}"
+            ))),
+        }
     }
 
     /// The user the client certificate names, with their role.
@@ -362,4 +398,25 @@ fn outcome(mut entry: Audited, failed: Option<&Status>) -> Audited {
 /// The caller's address, as the connection gives it.
 fn peer(ext: &http::Extensions) -> String {
     crate::listeners::client_addr(ext)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_known_lately_are_remembered_within_bounds() {
+        let now = std::time::Instant::now();
+        let mut known = KnownTokens::default();
+        known.learn([1; 32], now);
+        assert!(known.knows(&[1; 32], now));
+        assert!(!known.knows(&[2; 32], now));
+        assert!(!known.knows(&[1; 32], now + KnownTokens::FOR));
+        for i in 0..KnownTokens::MOST + 10 {
+            let mut d = [0; 32];
+            d[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            known.learn(d, now + std::time::Duration::from_millis(i as u64));
+        }
+        assert_eq!(known.0.len(), KnownTokens::MOST);
+    }
 }

@@ -52,7 +52,7 @@ pub(super) async fn replay_dead_letters(
     }
     let epoch = api.writable().await?;
     let kafka = api.kafka()?;
-    let (letters, _) = api.dead_letters().await?;
+    let (letters, truncated) = api.dead_letters().await?;
     let replays = api.shared.meta.replays().await.map_err(meta_err)?;
     let (chosen, unknown) =
         crate::dlq::chosen(&letters, &replays, &req.pipeline, &req.ids, req.all);
@@ -99,6 +99,7 @@ pub(super) async fn replay_dead_letters(
     Ok(Response::new(ReplayDeadLettersResponse {
         replayed,
         refused,
+        truncated,
     }))
 }
 

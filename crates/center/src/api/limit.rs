@@ -99,7 +99,15 @@ impl Limiter {
 }
 
 /// The keys a login attempt of `user` from `client` counts against.
+/// A name that could name no user counts as one (so the keys stay short, whatever a
+/// caller posts), and a client by its address or its IPv6 /64.
 pub(super) fn login_keys(user: &str, client: std::net::IpAddr) -> [(String, Allowance); 2] {
+    let user = if crate::credentials::check_user_name(user).is_ok() {
+        user
+    } else {
+        "(not a user name)"
+    };
+    let client = sluice_runtime::listen::client_block(client);
     [
         (format!("login:{user}@{client}"), PER_USER_AND_ADDRESS),
         (format!("login-from:{client}"), PER_ADDRESS),
@@ -167,6 +175,14 @@ mod tests {
         assert_eq!(l.failures[&keys[1].0].len(), PER_USER_AND_ADDRESS.0);
         l.forgive(&keys[1..]);
         assert_eq!(l.failures[&keys[1].0].len(), PER_USER_AND_ADDRESS.0 - 1);
+    }
+
+    #[test]
+    fn keys_stay_short_and_an_ipv6_client_is_its_block() {
+        let long = "x".repeat(1 << 20);
+        let keys = login_keys(&long, at("2001:db8::1"));
+        assert!(keys[0].0.len() < 100, "{}", keys[0].0.len());
+        assert_eq!(keys[1], login_keys("ann", at("2001:db8::ffff"))[1]);
     }
 
     #[test]

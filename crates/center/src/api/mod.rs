@@ -447,9 +447,9 @@ impl Admin for AdminApi {
 impl WorkerReports for AdminApi {
     /// A worker's progress and events, taken only from the process registered as the
     /// worker the report names: its report key must match the digest that worker's own
-    /// registration publishes, and under mTLS its certificate must name it too. So no
-    /// other caller — another worker, a person's certificate — can mark a task healthy or
-    /// record events in a worker's name.
+    /// registration publishes, and under mTLS its certificate may name no user and no
+    /// other worker. So no other caller — another worker, a person's certificate — can
+    /// mark a task healthy or record events in a worker's name.
     async fn report(&self, req: Request<WorkerReport>) -> Result<Response<ReportAck>, Status> {
         let key = req
             .metadata()
@@ -468,13 +468,10 @@ impl WorkerReports for AdminApi {
                 report.worker
             )));
         }
-        if let Some(cn) = certified.filter(|cn| *cn != report.worker) {
-            return Err(Status::permission_denied(format!(
-                "this certificate names `{cn}`: it may report for worker `{cn}` only, not `{}`",
-                report.worker
-            )));
-        }
         let coord = self.coord()?;
+        if let Some(cn) = certified {
+            self.certified_reporter(&coord, &cn, &report.worker).await?;
+        }
         registered_reporter(&coord, &report.worker, &key).await?;
         let assigned = coord
             .children(&layout::assignments(&report.worker))
@@ -503,6 +500,38 @@ impl WorkerReports for AdminApi {
                 .map_err(meta_err)?;
         }
         Ok(Response::new(ReportAck {}))
+    }
+}
+
+impl AdminApi {
+    /// Under mTLS, whether a certificate naming `cn` may carry a report for `worker`: not
+    /// one that names a user (a person's, or a worker's that also administers — give the
+    /// worker a certificate of its own), and one naming a registered worker only for that
+    /// worker. Any other certificate (one the workers share) leaves it to the report key.
+    async fn certified_reporter(
+        &self,
+        coord: &sluice_zk::Coordinator,
+        cn: &str,
+        worker: &str,
+    ) -> Result<(), Status> {
+        let user = self.shared.meta.password_of(cn).await.map_err(meta_err)?;
+        if user.is_some() {
+            return Err(Status::permission_denied(format!(
+                "this certificate names user `{cn}`: a worker reports with a certificate of its own (`CN=<worker id>`) that names no user"
+            )));
+        }
+        if cn != worker
+            && coord
+                .get(&layout::worker(cn))
+                .await
+                .map_err(internal)?
+                .is_some()
+        {
+            return Err(Status::permission_denied(format!(
+                "this certificate names worker `{cn}`: it may report for worker `{cn}` only, not `{worker}`"
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,9 @@
 //! History past its retention, deleted in batches (the leader's `crate::retention`).
 //! Each kind keeps what still says something now: a task's latest assignment, each
 //! pipeline's latest run of each kind, delayed changes still waiting for their pipeline.
+//! Dead-letter replays are kept: forgetting one would let a replay of "every letter not
+//! yet replayed" publish its letter again (they are as many as the letters, which Kafka's
+//! retention of the dead-letter topics bounds).
 
 use std::time::Duration;
 
@@ -18,17 +21,14 @@ pub enum History {
     Audit,
     /// Finished checks, compares, delayed jobs and resyncs.
     Runs,
-    /// Dead letters replayed.
-    Replays,
     Assignments,
 }
 
 impl History {
-    pub const ALL: [History; 5] = [
+    pub const ALL: [History; 4] = [
         History::Events,
         History::Audit,
         History::Runs,
-        History::Replays,
         History::Assignments,
     ];
 
@@ -37,7 +37,6 @@ impl History {
             History::Events => "events",
             History::Audit => "audit",
             History::Runs => "runs",
-            History::Replays => "replays",
             History::Assignments => "assignments",
         }
     }
@@ -53,9 +52,6 @@ impl History {
                  AND id NOT IN (SELECT id FROM (SELECT MAX(id) AS id FROM checks GROUP BY pipeline, kind) AS latest)
                  LIMIT {BATCH}"
             ),
-            History::Replays => {
-                format!("DELETE FROM dead_letter_replays WHERE at < {older} LIMIT {BATCH}")
-            }
             History::Assignments => format!(
                 "DELETE FROM assignments WHERE at < {older}
                  AND id NOT IN (SELECT id FROM (SELECT MAX(id) AS id FROM assignments GROUP BY task) AS latest)

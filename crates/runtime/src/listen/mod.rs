@@ -2,7 +2,9 @@
 //! dictionaries, every service's telemetry endpoint — takes connections through
 //! [`accept`], so that no caller can hold more than it is allowed:
 //! - at most [`Limits::connections`] connections at once (more wait in the kernel's
-//!   backlog until one closes);
+//!   backlog until one closes), and at most [`Limits::per_client`] from one client
+//!   address (an IPv6 client counted by its /64): more are closed at once, so no one
+//!   client can take every place;
 //! - each TLS handshake in a task of its own, within [`Limits::handshake_within`], so a
 //!   slow one delays nobody else;
 //! - a client that has not sent its first bytes (an HTTP/2 preface, a request line)
@@ -41,6 +43,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Limits {
     /// Connections open at once.
     pub connections: usize,
+    /// Connections open at once from one client address (IPv6: one /64).
+    pub per_client: usize,
     /// A client's TLS handshake.
     #[serde(with = "humantime_serde")]
     pub handshake_within: Duration,
@@ -61,6 +65,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             connections: 512,
+            per_client: 128,
             handshake_within: Duration::from_secs(10),
             first_bytes_within: Duration::from_secs(10),
             head_within: Duration::from_secs(10),
@@ -76,6 +81,12 @@ impl Limits {
         let mut p = Vec::new();
         if self.connections == 0 {
             p.push(format!("{prefix}.connections: must be at least 1"));
+        }
+        if self.per_client == 0 || self.per_client > self.connections {
+            p.push(format!(
+                "{prefix}.per_client: must be 1..={prefix}.connections ({})",
+                self.connections
+            ));
         }
         for (key, d) in [
             ("handshake_within", self.handshake_within),
@@ -102,6 +113,59 @@ pub struct Peer {
     pub certs: Arc<Vec<CertificateDer<'static>>>,
 }
 
+/// The address a client is counted by: its IPv4 address (an IPv4-mapped IPv6 one is
+/// that), or the /64 network of its IPv6 address, which one client usually holds whole.
+pub fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => {
+                let bits = u128::from(v6) & !(u128::MAX >> 64);
+                std::net::IpAddr::V6(bits.into())
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// Connections open per client block, each counted until its [`Conn`] is dropped.
+#[derive(Default)]
+struct PerClient(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+impl PerClient {
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr, most: usize) -> Option<ClientPlace> {
+        let block = client_block(ip);
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(block).or_default();
+        if *n >= most {
+            return None;
+        }
+        *n += 1;
+        Some(ClientPlace {
+            counts: self.clone(),
+            block,
+        })
+    }
+}
+
+/// One client's connection counted in [`PerClient`].
+struct ClientPlace {
+    counts: Arc<PerClient>,
+    block: std::net::IpAddr,
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        let mut open = self.counts.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.block) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.block);
+            }
+        }
+    }
+}
+
 /// The bytes of an HTTP/2 client preface: a client has sent at least this much once it
 /// has started talking, whatever it speaks.
 const FIRST_BYTES: usize = 24;
@@ -113,6 +177,7 @@ pub struct Conn {
     /// Until the client's first bytes arrived: how many are still awaited, and by when.
     first: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
     _place: OwnedSemaphorePermit,
+    _client: ClientPlace,
 }
 
 enum Io {
@@ -219,6 +284,7 @@ pub fn accept(
 ) -> mpsc::Receiver<Conn> {
     let (tx, rx) = mpsc::channel(64);
     let places = Arc::new(Semaphore::new(limits.connections));
+    let per_client = Arc::new(PerClient::default());
     tokio::spawn(async move {
         loop {
             let place = tokio::select! {
@@ -236,6 +302,10 @@ pub fn accept(
                     }
                 },
                 () = shutdown.cancelled() => return,
+            };
+            let Some(client) = per_client.take(addr.ip(), limits.per_client) else {
+                tracing::debug!(listener = name, peer = %addr, "a client has its share of connections open; closed");
+                continue;
             };
             let _ = tcp.set_nodelay(true);
             let (tx, tls) = (tx.clone(), tls.clone());
@@ -274,6 +344,7 @@ pub fn accept(
                         Box::pin(tokio::time::sleep(limits.first_bytes_within)),
                     )),
                     _place: place,
+                    _client: client,
                 };
                 let _ = tx.send(conn).await;
             });
@@ -358,5 +429,37 @@ async fn answered_within(limit: Duration, req: Request, next: Next) -> Response 
             ),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_counted_by_their_address_or_their_ipv6_block() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(client_block(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(client_block(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(
+            client_block(ip("2001:db8:1:2:aaaa::1")),
+            ip("2001:db8:1:2::")
+        );
+        let counts = Arc::new(PerClient::default());
+        let first = counts.take(ip("2001:db8:1:2::1"), 2).unwrap();
+        let _second = counts.take(ip("2001:db8:1:2::9"), 2).unwrap();
+        assert!(
+            counts.take(ip("2001:db8:1:2::5"), 2).is_none(),
+            "the block has its share"
+        );
+        assert!(
+            counts.take(ip("10.0.0.1"), 2).is_some(),
+            "another client has its own"
+        );
+        drop(first);
+        assert!(
+            counts.take(ip("2001:db8:1:2::5"), 2).is_some(),
+            "a place freed"
+        );
     }
 }

@@ -79,7 +79,10 @@ pub(super) async fn serve(
         gate,
         http,
         limiter: Mutex::default(),
-        clients: crate::client_addr::ClientAddr::from_config(&api_cfg),
+        clients: crate::client_addr::ClientAddr::new(
+            &api_cfg.trusted_proxies,
+            &api_cfg.client_address_header,
+        ),
         hashing: tokio::sync::Semaphore::new(2),
     });
     let app = axum::Router::new()
