@@ -237,7 +237,7 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
         "[search]\nlisten = \"127.0.0.1:{search_port}\"\n\n[limits]\nhandshake_within = \"2s\"\nfirst_bytes_within = \"2s\"\nhead_within = \"2s\"\nper_client = 8\n"
     ));
     let api = format!(
-        "[api]\nauth = \"token\"\ntoken = \"{}\"\nworker_token = \"{}\"\nadmin_password = \"{}\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\n",
+        "[api]\nauth = \"token\"\ntoken = \"{}\"\nworker_token = \"{}\"\nadmin_password = \"{}\"\ntls_cert = \"{d}/server.pem\"\ntls_key = \"{d}/server.key\"\ntrusted_proxies = [\"127.0.3.0/24\"]\n",
         ctx.secrets.api_token,
         ctx.secrets.worker_token,
         ctx.secrets.admin_password,
@@ -419,6 +419,19 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
             "{listener}: a 9th connection from one address was closed after {took:?} ({ended:?})"
         );
         drop(held);
+        // A proxy the center trusts to name its clients speaks for many: not held to it
+        // where it names them (the console and the search API).
+        if listener != "grpc" {
+            let mut held = Vec::new();
+            for _ in 0..9 {
+                held.push(connect_from([127, 0, 3, 1], port).await);
+            }
+            let ended = tokio::time::timeout(Duration::from_secs(1), held[8].read(&mut buf)).await;
+            assert!(
+                ended.is_err(),
+                "{listener}: a trusted proxy's 9th connection was closed ({ended:?})"
+            );
+        }
     }
     drop(center);
     ctx.cleanup().await;

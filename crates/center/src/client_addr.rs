@@ -91,6 +91,13 @@ impl ClientAddr {
         self.proxies.iter().any(|c| c.contains(ip))
     }
 
+    /// The trusted proxies as the listeners see them: peers many clients share, not held
+    /// to `limits.per_client`.
+    pub fn shared_peers(&self) -> sluice_runtime::listen::SharedPeers {
+        let me = self.clone();
+        sluice_runtime::listen::SharedPeers::new(move |ip| me.trusted(canonical(ip)))
+    }
+
     /// The client of a request from `peer` with `headers`.
     pub fn of(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let peer = canonical(peer);

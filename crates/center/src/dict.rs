@@ -117,7 +117,17 @@ pub async fn serve(
             }),
         );
     }
-    sluice_runtime::listen::serve_http(listener, app, None, limits, "dictionaries", shutdown).await;
+    let proxies = sluice_runtime::listen::SharedPeers::default();
+    sluice_runtime::listen::serve_http(
+        listener,
+        app,
+        None,
+        limits,
+        proxies,
+        "dictionaries",
+        shutdown,
+    )
+    .await;
     Ok(())
 }
 

@@ -118,9 +118,22 @@ pub(crate) async fn serve(
     let api = Arc::new(SearchApi::new(shared.cfg.search.clone(), es, cluster));
     let tls = crate::listeners::http_tls(&shared.cfg.api)?;
     let limits = shared.cfg.limits;
+    let proxies = crate::client_addr::ClientAddr::new(
+        &shared.cfg.api.trusted_proxies,
+        &shared.cfg.api.client_address_header,
+    )
+    .shared_peers();
     tokio::join!(
         keep_view(shared, tx, shutdown.clone()),
-        sluice_runtime::listen::serve_http(listener, api.router(), tls, limits, "search", shutdown)
+        sluice_runtime::listen::serve_http(
+            listener,
+            api.router(),
+            tls,
+            limits,
+            proxies,
+            "search",
+            shutdown
+        )
     );
     Ok(())
 }

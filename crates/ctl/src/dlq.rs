@@ -87,7 +87,7 @@ pub async fn run(conn: &mut Conn<'_>, out: Output, cmd: &DlqCmd) -> anyhow::Resu
             );
             if out == Output::Table && r.truncated {
                 eprintln!(
-                    "only the newest letters were read (the read stops at its bounds): older ones were not considered"
+                    "not every letter was read (the read stops at its bounds): those left unread were not replayed"
                 );
             }
         }
@@ -133,7 +133,7 @@ fn print_letters(out: Output, r: &ListDeadLettersResponse) {
             r.letters.len(),
             r.matched,
             if r.truncated {
-                "; the topics were not read to their end"
+                "; not every letter was read (the read stops at its bounds)"
             } else {
                 ""
             }

@@ -52,6 +52,7 @@ impl EsSection {
         let asked = tokio::time::timeout(std::time::Duration::from_secs(10), client.ping());
         let Ok(answered) = asked.await else {
             tracing::warn!(
+                setting = %format!("{prefix}.url"),
                 "Elasticsearch did not answer within 10 s at start; going on (retried where used)"
             );
             return Ok(());

@@ -346,32 +346,23 @@ fn read_blocking(
             max_bytes: bytes + (bounds.max_bytes - bytes.min(bounds.max_bytes)) / left,
             ..bounds
         };
-        let until =
-            Instant::now() + deadline.saturating_duration_since(Instant::now()) / left as u32;
-        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-        let mut tpl = TopicPartitionList::new();
-        for t in md.topics() {
-            // A topic nobody wrote to does not exist yet: nothing to read there.
-            if t.error().is_some() {
-                continue;
-            }
-            for p in t.partitions() {
-                let from = match bounds.newest {
-                    None => Offset::Beginning,
-                    Some(n) => {
-                        let (low, high) =
-                            consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
-                        if high - low > n {
-                            out.truncated = true;
-                            Offset::Offset(high - n)
-                        } else {
-                            Offset::Beginning
-                        }
-                    }
-                };
-                tpl.add_partition_offset(topic, p.id(), from)?;
-            }
-        }
+        // Its share of the time left, but never less than it takes to see an end
+        // (`quiet`), unless the whole read is out of time.
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let until = Instant::now()
+            + (remaining / left as u32)
+                .max(2 * bounds.quiet)
+                .min(remaining);
+        let ask = remaining.clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let each = share.max_messages - out.messages.len();
+        let tpl = starts(
+            consumer,
+            topic,
+            bounds.newest,
+            each,
+            ask,
+            &mut out.truncated,
+        )?;
         if tpl.count() == 0 {
             continue;
         }
@@ -383,7 +374,8 @@ fn read_blocking(
                 || out.messages.len() >= share.max_messages
                 || bytes >= share.max_bytes
             {
-                out.truncated = true;
+                // Cut short only if some partition was not read to its end.
+                out.truncated |= ended.len() < tpl.count();
                 break;
             }
             match consumer.poll(Duration::from_millis(50)) {
@@ -404,6 +396,45 @@ fn read_blocking(
         }
     }
     Ok(out)
+}
+
+/// Where to start reading each partition of `topic` (none if it does not exist yet):
+/// the beginning, or with `newest` set, each partition's newest, as many as `messages`
+/// shared between them holds (so a read that ends stops at the newest); `truncated` is
+/// set when older messages are left out.
+fn starts(
+    consumer: &BaseConsumer<crate::TracingContext>,
+    topic: &str,
+    newest: Option<i64>,
+    messages: usize,
+    ask: Duration,
+    truncated: &mut bool,
+) -> Result<TopicPartitionList, KafkaError> {
+    let md = consumer.fetch_metadata(Some(topic), ask)?;
+    let mut tpl = TopicPartitionList::new();
+    // A topic nobody wrote to does not exist yet: nothing to read there.
+    let live: Vec<_> = md.topics().iter().filter(|t| t.error().is_none()).collect();
+    let partitions: usize = live.iter().map(|t| t.partitions().len()).sum();
+    let each = i64::try_from(messages.div_ceil(partitions.max(1))).unwrap_or(i64::MAX);
+    for t in live {
+        for p in t.partitions() {
+            let from = match newest {
+                None => Offset::Beginning,
+                Some(n) => {
+                    let n = n.min(each).max(1);
+                    let (low, high) = consumer.fetch_watermarks(topic, p.id(), ask)?;
+                    if high - low > n {
+                        *truncated = true;
+                        Offset::Offset(high - n)
+                    } else {
+                        Offset::Beginning
+                    }
+                }
+            };
+            tpl.add_partition_offset(topic, p.id(), from)?;
+        }
+    }
+    Ok(tpl)
 }
 
 /// Reads the offsets a consumer group committed, without joining the group (its members

@@ -210,18 +210,20 @@ impl SecretRefs {
             ));
         }
         let failed = |e: std::io::Error| format!("`file:{shown}`: {e}");
-        // Checked before it is opened (opening a pipe would wait for a writer) and again
-        // as opened (it may have been swapped between), and read no further than allowed.
-        let regular = |meta: std::fs::Metadata| {
-            if meta.is_file() {
-                Ok(())
-            } else {
-                Err(format!("`file:{shown}` is not a regular file"))
-            }
+        // Opened without waiting (a pipe swapped in would wait for a writer) and without
+        // following a link swapped in for the file it resolved to, then checked as opened,
+        // and read no further than allowed.
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(&real)
+                .map_err(failed)?
         };
-        regular(std::fs::metadata(&real).map_err(failed)?)?;
-        let file = std::fs::File::open(&real).map_err(failed)?;
-        regular(file.metadata().map_err(failed)?)?;
+        if !file.metadata().map_err(failed)?.is_file() {
+            return Err(format!("`file:{shown}` is not a regular file"));
+        }
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(file, MOST_BYTES + 1), &mut bytes)
             .map_err(failed)?;
@@ -363,6 +365,16 @@ mod tests {
             .contains("more than 65536"));
         assert!(r
             .resolve(&format!("file:{}", allowed.display()))
+            .unwrap_err()
+            .contains("not a regular file"));
+        // A pipe is refused at once, not waited on for a writer.
+        let made = std::process::Command::new("mkfifo")
+            .arg(allowed.join("pipe"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(r
+            .resolve(&at("pipe"))
             .unwrap_err()
             .contains("not a regular file"));
         // A refused path says nothing of whether it exists.

@@ -202,6 +202,7 @@ impl Telemetry {
             app,
             None,
             crate::listen::Limits::default(),
+            crate::listen::SharedPeers::default(),
             "telemetry",
             tokio_util::sync::CancellationToken::new(),
         ));

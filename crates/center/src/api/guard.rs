@@ -85,6 +85,10 @@ impl KnownTokens {
             .is_some_and(|at| now.duration_since(*at) < Self::FOR)
     }
 
+    fn forget(&mut self, digest: &[u8; 32]) {
+        self.0.remove(digest);
+    }
+
     fn learn(&mut self, digest: [u8; 32], now: std::time::Instant) {
         if self.0.len() >= Self::MOST && !self.0.contains_key(&digest) {
             self.0.retain(|_, at| now.duration_since(*at) < Self::FOR);
@@ -176,6 +180,8 @@ impl Gate {
                 })
             }
             Ok(None) => {
+                // A token revoked or expired since is no longer one it knew.
+                (self.known_tokens.lock().unwrap_or_else(|e| e.into_inner())).forget(&digest);
                 lock().failed(&from, now);
                 Err(Status::unauthenticated(
                     "unknown, expired or revoked token: make a new one (`sluicectl tokens create`)",

@@ -18,7 +18,7 @@ pub(super) async fn list_dead_letters(
 ) -> Result<Response<ListDeadLettersResponse>, Status> {
     let req = req.into_inner();
     let (letters, truncated) = api.dead_letters().await?;
-    let replays = api.shared.meta.replays().await.map_err(meta_err)?;
+    let replays = replays_of(api, &letters).await?;
     let mut matched: Vec<DeadLetter> = letters
         .iter()
         .filter(|l| req.pipeline.is_empty() || l.pipeline() == Some(req.pipeline.as_str()))
@@ -53,12 +53,17 @@ pub(super) async fn replay_dead_letters(
     let epoch = api.writable().await?;
     let kafka = api.kafka()?;
     let (letters, truncated) = api.dead_letters().await?;
-    let replays = api.shared.meta.replays().await.map_err(meta_err)?;
+    let replays = replays_of(api, &letters).await?;
     let (chosen, unknown) =
         crate::dlq::chosen(&letters, &replays, &req.pipeline, &req.ids, req.all);
+    let missing = if truncated {
+        "not among the letters read (the read stops at its bounds)"
+    } else {
+        "no such dead letter"
+    };
     let mut refused: Vec<String> = unknown
         .into_iter()
-        .map(|id| format!("{id}: no such dead letter"))
+        .map(|id| format!("{id}: {missing}"))
         .collect();
     let mut ready = Vec::new();
     for l in chosen {
@@ -133,6 +138,15 @@ impl AdminApi {
             .await
             .map_err(|e| Status::unavailable(format!("cannot read the dead-letter topics: {e}")))
     }
+}
+
+/// When each of `letters` that was replayed was last replayed.
+async fn replays_of(
+    api: &AdminApi,
+    letters: &[crate::dlq::Letter],
+) -> Result<std::collections::HashMap<String, i64>, Status> {
+    let ids: Vec<String> = letters.iter().map(|l| l.id.to_string()).collect();
+    api.shared.meta.replays_of(&ids).await.map_err(meta_err)
 }
 
 /// The letters a page shows at most.

@@ -58,8 +58,13 @@ impl Limiter {
 
     /// Counts a failure against each of `keys`.
     pub(super) fn failed(&mut self, keys: &[(String, Allowance)], now: Instant) {
-        for (k, _) in keys {
-            self.failures.entry(k.clone()).or_default().push_back(now);
+        for (k, allowance) in keys {
+            let times = self.failures.entry(k.clone()).or_default();
+            times.push_back(now);
+            // The newest `allowance` decide a refusal; older ones need no memory.
+            while times.len() > allowance.0.max(1) {
+                times.pop_front();
+            }
         }
         self.counted += 1;
         // Keys whose failures all left the window go, so the map does not grow forever.
@@ -200,5 +205,12 @@ mod tests {
             l.failures.contains_key(&format!("k{}", MOST_KEYS + 9)),
             "the newest stay"
         );
+        // However often one key fails, it remembers only what decides its refusal.
+        let key = [("hot".to_owned(), PER_ADDRESS)];
+        for n in 0..10_000u64 {
+            l.failed(&key, t0 + Duration::from_micros(n));
+        }
+        assert_eq!(l.failures["hot"].len(), PER_ADDRESS.0);
+        assert!(l.refused_for(&key, t0 + Duration::from_secs(1)).is_some());
     }
 }

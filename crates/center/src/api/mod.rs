@@ -82,6 +82,7 @@ pub async fn serve(shared: Arc<Shared>, shutdown: CancellationToken) -> CenterRe
         tcp,
         crate::listeners::grpc_tls(api)?,
         limits,
+        sluice_runtime::listen::SharedPeers::default(),
         "grpc",
         shutdown.clone(),
     );

@@ -197,15 +197,25 @@ impl Meta {
         Ok(rows.into_iter().collect())
     }
 
-    /// When each replayed dead letter (by id) was last replayed, ms since the epoch.
-    pub async fn replays(&self) -> Result<HashMap<String, i64>, MetaError> {
+    /// When each of `letters` (ids) that was replayed was last replayed, ms since the
+    /// epoch: only those, asked in bounded lists, however many replays are recorded.
+    pub async fn replays_of(&self, letters: &[String]) -> Result<HashMap<String, i64>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
-        let rows: Vec<(String, i64)> = conn
-            .query(
-                "SELECT letter, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED) FROM dead_letter_replays",
-            )
-            .await?;
-        Ok(rows.into_iter().collect())
+        let mut out = HashMap::new();
+        for chunk in letters.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            let rows: Vec<(String, i64)> = conn
+                .exec(
+                    format!(
+                        "SELECT letter, CAST(UNIX_TIMESTAMP(at) * 1000 AS SIGNED)
+                         FROM dead_letter_replays WHERE letter IN ({marks})"
+                    ),
+                    chunk.to_vec(),
+                )
+                .await?;
+            out.extend(rows);
+        }
+        Ok(out)
     }
 
     /// Records that the leader at `epoch` replayed `letter` to `to`.

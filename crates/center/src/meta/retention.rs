@@ -2,8 +2,8 @@
 //! Each kind keeps what still says something now: a task's latest assignment, each
 //! pipeline's latest run of each kind, delayed changes still waiting for their pipeline.
 //! Dead-letter replays are kept: forgetting one would let a replay of "every letter not
-//! yet replayed" publish its letter again (they are as many as the letters, which Kafka's
-//! retention of the dead-letter topics bounds).
+//! yet replayed" publish its letter again. They grow only by an operator's replays, one
+//! row per letter replayed, and are read only for the letters a read found.
 
 use std::time::Duration;
 

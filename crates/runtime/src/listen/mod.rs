@@ -43,8 +43,10 @@ use tokio_util::sync::CancellationToken;
 pub struct Limits {
     /// Connections open at once.
     pub connections: usize,
-    /// Connections open at once from one client address (IPv6: one /64).
-    pub per_client: usize,
+    /// Connections open at once from one client address (IPv6: one /64); unset, 128 or
+    /// [`Limits::connections`] if that is less. Proxies a service trusts to name its
+    /// clients are not held to it (see [`SharedPeers`]).
+    pub per_client: Option<usize>,
     /// A client's TLS handshake.
     #[serde(with = "humantime_serde")]
     pub handshake_within: Duration,
@@ -65,7 +67,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             connections: 512,
-            per_client: 128,
+            per_client: None,
             handshake_within: Duration::from_secs(10),
             first_bytes_within: Duration::from_secs(10),
             head_within: Duration::from_secs(10),
@@ -76,13 +78,21 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Connections one client may hold at once: see [`Limits::per_client`].
+    pub fn per_client(&self) -> usize {
+        self.per_client.unwrap_or(self.connections.min(128))
+    }
+
     /// Problems of the values (no I/O), each naming its key under `prefix`.
     pub fn problems(&self, prefix: &str) -> Vec<String> {
         let mut p = Vec::new();
         if self.connections == 0 {
             p.push(format!("{prefix}.connections: must be at least 1"));
         }
-        if self.per_client == 0 || self.per_client > self.connections {
+        if self
+            .per_client
+            .is_some_and(|n| n == 0 || n > self.connections)
+        {
             p.push(format!(
                 "{prefix}.per_client: must be 1..={prefix}.connections ({})",
                 self.connections
@@ -127,6 +137,31 @@ pub fn client_block(ip: std::net::IpAddr) -> std::net::IpAddr {
         v4 => v4,
     }
 }
+
+/// Peers that many clients share — the proxies a service trusts to name its clients —
+/// which [`Limits::per_client`] does not hold back (their clients are told apart, where
+/// it matters, by the address the proxy names). None by default.
+#[derive(Clone, Default)]
+pub struct SharedPeers(Option<Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync>>);
+
+impl SharedPeers {
+    pub fn new(is_shared: impl Fn(std::net::IpAddr) -> bool + Send + Sync + 'static) -> Self {
+        SharedPeers(Some(Arc::new(is_shared)))
+    }
+
+    fn contains(&self, ip: std::net::IpAddr) -> bool {
+        self.0.as_ref().is_some_and(|f| f(ip))
+    }
+}
+
+/// Connections refused for a client having its share open, by listener.
+static OVER_SHARE: std::sync::LazyLock<opentelemetry::metrics::Counter<u64>> =
+    std::sync::LazyLock::new(|| {
+        opentelemetry::global::meter("sluice")
+            .u64_counter("sluice.listener.refused_connections")
+            .with_description("Connections closed at once: their client had its share open")
+            .build()
+    });
 
 /// Connections open per client block, each counted until its [`Conn`] is dropped.
 #[derive(Default)]
@@ -177,7 +212,7 @@ pub struct Conn {
     /// Until the client's first bytes arrived: how many are still awaited, and by when.
     first: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
     _place: OwnedSemaphorePermit,
-    _client: ClientPlace,
+    _client: Option<ClientPlace>,
 }
 
 enum Io {
@@ -272,6 +307,17 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// Counts a connection closed for its client's share and says so, at most once a minute
+/// per listener (a client refused at speed must not flood the log).
+fn over_share(name: &'static str, addr: SocketAddr, warned: &mut Option<std::time::Instant>) {
+    OVER_SHARE.add(1, &[opentelemetry::KeyValue::new("listener", name)]);
+    let now = std::time::Instant::now();
+    if warned.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60)) {
+        *warned = Some(now);
+        tracing::warn!(listener = name, peer = %addr, "a client has its share of connections open (limits.per_client): its new ones are closed");
+    }
+}
+
 /// Accepts connections on `listener` within `limits` (with TLS when `tls` is given) until
 /// `shutdown`; each admitted one arrives on the receiver, its handshake done. `name`
 /// says which listener in logs.
@@ -279,12 +325,14 @@ pub fn accept(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     limits: Limits,
+    shared: SharedPeers,
     name: &'static str,
     shutdown: CancellationToken,
 ) -> mpsc::Receiver<Conn> {
     let (tx, rx) = mpsc::channel(64);
     let places = Arc::new(Semaphore::new(limits.connections));
     let per_client = Arc::new(PerClient::default());
+    let mut warned = None;
     tokio::spawn(async move {
         loop {
             let place = tokio::select! {
@@ -303,35 +351,22 @@ pub fn accept(
                 },
                 () = shutdown.cancelled() => return,
             };
-            let Some(client) = per_client.take(addr.ip(), limits.per_client) else {
-                tracing::debug!(listener = name, peer = %addr, "a client has its share of connections open; closed");
-                continue;
+            let client = if shared.contains(addr.ip()) {
+                None
+            } else {
+                match per_client.take(addr.ip(), limits.per_client()) {
+                    Some(place) => Some(place),
+                    None => {
+                        over_share(name, addr, &mut warned);
+                        continue;
+                    }
+                }
             };
             let _ = tcp.set_nodelay(true);
             let (tx, tls) = (tx.clone(), tls.clone());
             tokio::spawn(async move {
-                let (io, certs) = match tls {
-                    None => (Io::Plain(tcp), Vec::new()),
-                    Some(acceptor) => {
-                        match tokio::time::timeout(limits.handshake_within, acceptor.accept(tcp))
-                            .await
-                        {
-                            Ok(Ok(s)) => {
-                                let certs = (s.get_ref().1.peer_certificates())
-                                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-                                    .unwrap_or_default();
-                                (Io::Tls(Box::new(s)), certs)
-                            }
-                            Ok(Err(e)) => {
-                                tracing::debug!(listener = name, peer = %addr, error = %e, "a TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(listener = name, peer = %addr, "a TLS handshake took too long");
-                                return;
-                            }
-                        }
-                    }
+                let Some((io, certs)) = handshake(tcp, tls, limits, name, addr).await else {
+                    return;
                 };
                 let conn = Conn {
                     io,
@@ -353,6 +388,36 @@ pub fn accept(
     rx
 }
 
+/// A connection's TLS handshake (none without `tls`), within its deadline: its stream
+/// and the certificate chain the client presented, or `None` once it failed.
+async fn handshake(
+    tcp: TcpStream,
+    tls: Option<TlsAcceptor>,
+    limits: Limits,
+    name: &'static str,
+    addr: SocketAddr,
+) -> Option<(Io, Vec<CertificateDer<'static>>)> {
+    let Some(acceptor) = tls else {
+        return Some((Io::Plain(tcp), Vec::new()));
+    };
+    match tokio::time::timeout(limits.handshake_within, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => {
+            let certs = (s.get_ref().1.peer_certificates())
+                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                .unwrap_or_default();
+            Some((Io::Tls(Box::new(s)), certs))
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(listener = name, peer = %addr, error = %e, "a TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(listener = name, peer = %addr, "a TLS handshake took too long");
+            None
+        }
+    }
+}
+
 /// Serves `app` over HTTP/1.1 on `listener` within `limits` (see the module's header)
 /// until `shutdown`; then lets requests under way finish for up to five seconds. Each
 /// request has the client's [`Peer`] and its `ConnectInfo<SocketAddr>` in its extensions.
@@ -361,6 +426,7 @@ pub async fn serve_http(
     app: axum::Router,
     tls: Option<TlsAcceptor>,
     limits: Limits,
+    shared: SharedPeers,
     name: &'static str,
     shutdown: CancellationToken,
 ) {
@@ -370,7 +436,7 @@ pub async fn serve_http(
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| answered_within(within, req, next),
         ));
-    let mut conns = accept(listener, tls, limits, name, shutdown.clone());
+    let mut conns = accept(listener, tls, limits, shared, name, shutdown.clone());
     let mut running = tokio::task::JoinSet::new();
     loop {
         let conn = tokio::select! {

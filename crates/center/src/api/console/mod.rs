@@ -85,6 +85,7 @@ pub(super) async fn serve(
         ),
         hashing: tokio::sync::Semaphore::new(2),
     });
+    let proxies = console.clients.shared_peers();
     let app = axum::Router::new()
         .route(
             "/",
@@ -110,7 +111,8 @@ pub(super) async fn serve(
         .with_state(console);
     let addr = listener.local_addr().ok();
     tracing::info!(addr = ?addr, tls = tls.is_some(), "serving the console");
-    sluice_runtime::listen::serve_http(listener, app, tls, limits, "console", shutdown).await;
+    sluice_runtime::listen::serve_http(listener, app, tls, limits, proxies, "console", shutdown)
+        .await;
     Ok(())
 }
 
