@@ -80,7 +80,9 @@ build:
 # end-to-end tests of ES_LANE again, with Elasticsearch the sink; then the secured lane:
 # the cluster tests of SECURED again through Kafka's SASL_SSL listener (SCRAM) and the
 # OpenSearch with its security plugin (TLS, least-privilege users for the etl and centers).
-ES_LANE = binary(server) | (test(/^(dml::|relations::a_shop_tree|relations_cluster::parent_child|cluster_build::a_build_under_load|replay::)/) & test(/::mariadb$$/))
+# Elasticsearch 7.17 from Maven Central runs no scripts (its Painless module is not
+# published there), so the sink's script test runs on OpenSearch only.
+ES_LANE = (binary(server) & !test(the_sink_runs_scripts)) | (test(/^(dml::|relations::a_shop_tree|relations_cluster::parent_child|cluster_build::a_build_under_load|replay::)/) & test(/::mariadb$$/))
 SECURED = test(/^(cluster_build::a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index::mariadb$$|dead_letter::dead_letters_are_listed|consistency::a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right::mariadb$$|cluster_admin::sources_and_pipelines_added_at_runtime)/)
 test: stack-up
 	cargo fmt --all -- --check

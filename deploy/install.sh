@@ -189,19 +189,57 @@ add_opensearch_modules() {
     org.opensearch.analysis.common.CommonAnalysisPlugin opensearch.version "$v"
 }
 
+# Painless (scripts: a document's part updated in place) is a module with a few jars of
+# its own (its SPI, ANTLR's runtime, ASM), resolved by Maven from a pom of one dependency
+# and taken from those groups only (the server's own jars are on the node's classpath
+# already, and a module repeating them does not load); its security policy grants what the
+# module's own build grants it (class loaders for the scripts it compiles).
+add_painless() {
+  local home=$1 v=$2 d="$1/modules/lang-painless" pom
+  add_module "$home" lang-painless "$MAVEN/org/opensearch/plugin/lang-painless/$v/lang-painless-$v.jar" \
+    org.opensearch.painless.PainlessPlugin opensearch.version "$v"
+  pom=$(mktemp -d)
+  cat >"$pom/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>sluice.stack</groupId><artifactId>painless</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.opensearch.plugin</groupId><artifactId>lang-painless</artifactId><version>$v</version></dependency>
+  </dependencies>
+</project>
+EOF
+  (cd "$pom" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+    -DincludeGroupIds=org.opensearch.plugin,org.antlr,org.ow2.asm \
+    -DoutputDirectory="$d") >"$pom/mvn.log" 2>&1 \
+    || { tail -n 30 "$pom/mvn.log" >&2; die "lang-painless: Maven could not resolve $v"; }
+  rm -rf "$pom"
+  printf 'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n  permission java.lang.RuntimePermission "getClassLoader";\n};\n' \
+    >"$d/plugin-security.policy"
+  chmod -R a+rX "$d"
+}
+
+# An installation made before Painless was among its modules gets it (restart the node).
+painless_added() {
+  local home=$1 v=$2
+  [ -d "$home/modules/lang-painless" ] && return 1
+  add_painless "$home" "$v"
+  log "OpenSearch $v: module lang-painless added in $home (deploy/stack.sh down/up restarts it)"
+}
+
 install_opensearch() {
   local home="$SLUICE_TOOLS/opensearch-$OPENSEARCH_VERSION" v=$OPENSEARCH_VERSION
   if [ -f "$home/stamp" ]; then
-    log "OpenSearch $v present ($home)"
+    painless_added "$home" "$v" || log "OpenSearch $v present ($home)"
     return
   fi
   rm -rf "$home"
   unpack_distribution "$home" \
     "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$v/opensearch-$v.zip"
   add_opensearch_modules "$home" "$v"
+  add_painless "$home" "$v"
   chmod -R a+rX "$home"
   echo "$v" >"$home/stamp"
-  log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common in $home"
+  log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common, lang-painless in $home"
 }
 
 # The secured node (deploy/stack.sh's opensearch-secure) runs from a copy of its own: a
@@ -212,13 +250,14 @@ install_opensearch_secure() {
   local home="$SLUICE_TOOLS/opensearch-secure-$OPENSEARCH_SECURE_VERSION" v=$OPENSEARCH_SECURE_VERSION
   local zip="opensearch-security-$OPENSEARCH_SECURE_VERSION.0.zip" tmp
   if [ -f "$home/stamp" ]; then
-    log "OpenSearch $v with the security plugin present ($home)"
+    painless_added "$home" "$v" || log "OpenSearch $v with the security plugin present ($home)"
     return
   fi
   rm -rf "$home"
   unpack_distribution "$home" \
     "$MAVEN/org/opensearch/distribution/integ-test-zip/opensearch/$v/opensearch-$v.zip"
   add_opensearch_modules "$home" "$v"
+  add_painless "$home" "$v"
   tmp=$(mktemp -d)
   curl -fsSL -o "$tmp/$zip" "$MAVEN/org/opensearch/plugin/opensearch-security/$v.0/$zip" \
     || die "opensearch-secure: $zip is not on Maven Central"
@@ -227,7 +266,7 @@ install_opensearch_secure() {
   rm -rf "$tmp"
   chmod -R a+rX "$home"
   echo "$v" >"$home/stamp"
-  log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common and plugin opensearch-security in $home"
+  log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common, lang-painless and plugin opensearch-security in $home"
 }
 
 # Elasticsearch: Maven Central serves its minimal distribution for every version, but the

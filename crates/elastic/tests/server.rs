@@ -473,3 +473,60 @@ async fn unreachable_server_is_a_transient_error() {
         "{err}"
     );
 }
+
+/// Partial ("area") updates patch one part of a document in place with a script that
+/// keeps each part's version, so the sink must run Painless scripts (the local stack's
+/// OpenSearch nodes carry the module: `deploy/install.sh`). A patch lands over an older
+/// part and leaves a newer one alone, atomically per document (here `qty` holds the
+/// part's version).
+#[tokio::test]
+async fn the_sink_runs_scripts_that_keep_each_parts_newest_version() {
+    with_indices("scripts", 1, |es, names| async move {
+        let index = names[0].clone();
+        es.create_index(&index, &mapping()).await.unwrap();
+        let http = reqwest::Client::new();
+        let url = format!("{}/{index}/_update/1", es_url().trim_end_matches('/'));
+        let patch = |v: u64, name: &str| {
+            let body = json!({
+                "scripted_upsert": true,
+                "upsert": {},
+                "script": {
+                    "source": "def had = ctx._source.qty; \
+                               if (had == null || params.v > had) { \
+                                 ctx._source.name = params.name; ctx._source.qty = params.v; \
+                               } else { ctx.op = 'none'; }",
+                    "params": {"v": v, "name": name},
+                },
+            });
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let mut req = http.post(&url).json(&body);
+                if let Ok(user) = std::env::var("ES_USERNAME") {
+                    req = req.basic_auth(user, std::env::var("ES_PASSWORD").ok());
+                }
+                let r = req.send().await.expect("the sink answers");
+                let status = r.status();
+                let answer: Value = r.json().await.unwrap();
+                assert!(
+                    status.is_success(),
+                    "a scripted update was refused ({status}): {answer}. The sink needs its \
+                     Painless module (`lang-painless`): deploy/install.sh adds it to the \
+                     local stack's OpenSearch; restart it with `deploy/stack.sh down \
+                     opensearch` and `make stack-up`"
+                );
+                answer["result"].as_str().unwrap_or_default().to_owned()
+            }
+        };
+        assert_eq!(patch(5, "v5").await, "created");
+        assert_eq!(patch(3, "v3").await, "noop", "an older part is left alone");
+        assert_eq!(patch(5, "v5 again").await, "noop", "so is the same version");
+        assert_eq!(patch(7, "v7").await, "updated");
+        let docs = es.mget(&index, &ids(&["1"])).await.unwrap();
+        let doc = docs[0].as_ref().unwrap();
+        assert_eq!(
+            (doc["name"].clone(), doc["qty"].clone()),
+            (json!("v7"), json!(7))
+        );
+    })
+    .await;
+}
