@@ -161,9 +161,9 @@ impl Gate {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
         };
+        let known_tokens = || self.known_tokens.lock().unwrap_or_else(|e| e.into_inner());
         let digest = credentials::token_digest(given);
-        let known =
-            (self.known_tokens.lock().unwrap_or_else(|e| e.into_inner())).knows(&digest, now);
+        let known = known_tokens().knows(&digest, now);
         if let Some(wait) = (!known).then(|| lock().refused_for(&from, now)).flatten() {
             return Err(Status::resource_exhausted(format!(
                 "too many unknown tokens from this address: try again in {} s",
@@ -172,7 +172,7 @@ impl Gate {
         }
         match self.meta.token_user(&digest).await {
             Ok(Some((user, role))) => {
-                (self.known_tokens.lock().unwrap_or_else(|e| e.into_inner())).learn(digest, now);
+                known_tokens().learn(digest, now);
                 Ok(Identity {
                     user,
                     role,
@@ -181,7 +181,7 @@ impl Gate {
             }
             Ok(None) => {
                 // A token revoked or expired since is no longer one it knew.
-                (self.known_tokens.lock().unwrap_or_else(|e| e.into_inner())).forget(&digest);
+                known_tokens().forget(&digest);
                 lock().failed(&from, now);
                 Err(Status::unauthenticated(
                     "unknown, expired or revoked token: make a new one (`sluicectl tokens create`)",

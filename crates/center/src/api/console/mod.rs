@@ -73,16 +73,16 @@ pub(super) async fn serve(
 ) -> CenterResult<()> {
     let http = proxy::client(&api.shared.cfg.api)?;
     let limits = api.shared.cfg.limits;
-    let api_cfg = api.shared.cfg.api.clone();
+    let clients = crate::client_addr::ClientAddr::new(
+        &api.shared.cfg.api.trusted_proxies,
+        &api.shared.cfg.api.client_address_header,
+    );
     let console = Arc::new(Console {
         api,
         gate,
         http,
         limiter: Mutex::default(),
-        clients: crate::client_addr::ClientAddr::new(
-            &api_cfg.trusted_proxies,
-            &api_cfg.client_address_header,
-        ),
+        clients,
         hashing: tokio::sync::Semaphore::new(2),
     });
     let proxies = console.clients.shared_peers();
