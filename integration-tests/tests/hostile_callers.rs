@@ -418,6 +418,16 @@ async fn slow_clients_are_closed_within_the_deadlines_while_an_admin_is_served()
             matches!(ended, Ok(Ok(0)) | Ok(Err(_))) && took < Duration::from_secs(1),
             "{listener}: a 9th connection from one address was closed after {took:?} ({ended:?})"
         );
+        let counted = center
+            .metric(
+                "sluice_listener_refused_connections_total",
+                &[("listener", listener)],
+            )
+            .await;
+        assert!(
+            counted >= 1.0,
+            "{listener}: refused connections counted: {counted}"
+        );
         drop(held);
         // A proxy the center trusts to name its clients speaks for many: not held to it
         // where it names them (the console and the search API).
