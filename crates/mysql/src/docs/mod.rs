@@ -208,6 +208,12 @@ impl DocPlan {
         Some(plan)
     }
 
+    /// The document fields of its parts: the relations directly under the root, which a
+    /// change below them patches alone (see [`DocPlan::read_parts`]).
+    pub fn part_names(&self) -> Vec<String> {
+        self.root.children.iter().map(|c| c.name.clone()).collect()
+    }
+
     /// Every node, parents before children.
     pub fn nodes(&self) -> Vec<&Node> {
         self.walk().into_iter().map(|(_, n)| n).collect()

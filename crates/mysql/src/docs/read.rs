@@ -267,6 +267,28 @@ impl DocPlan {
         r: &mut Reader<'_>,
         keys: &[Vec<Json>],
     ) -> Result<Vec<Built>, MysqlError> {
+        self.read_some(r, keys, None).await
+    }
+
+    /// The parts `parts` (indexes of the root's relations) of the documents of `keys`:
+    /// each root row read as [`DocPlan::read`] reads it, and only those relations below
+    /// it. A document built holds those relations' fields alone; `None` when its root row
+    /// is gone or filtered out.
+    pub async fn read_parts(
+        &self,
+        r: &mut Reader<'_>,
+        keys: &[Vec<Json>],
+        parts: &[usize],
+    ) -> Result<Vec<Built>, MysqlError> {
+        self.read_some(r, keys, Some(parts)).await
+    }
+
+    async fn read_some(
+        &self,
+        r: &mut Reader<'_>,
+        keys: &[Vec<Json>],
+        parts: Option<&[usize]>,
+    ) -> Result<Vec<Built>, MysqlError> {
         let root = &self.root;
         let mut distinct = std::collections::HashSet::new();
         let keys: Vec<Vec<Json>> = keys
@@ -288,7 +310,10 @@ impl DocPlan {
             rows.extend(decode(r.src, root, &root.select, raw)?);
         }
         trace(r, root, "", &rows);
-        let docs = assemble(self, r, root, &rows).await?;
+        let docs = match parts {
+            None => assemble(self, r, root, &rows).await?,
+            Some(parts) => self.parts_of(r, &rows, parts).await?,
+        };
         let slots: Vec<usize> = self.id.iter().map(|&c| root.slot(c)).collect();
         let mut found: HashMap<String, usize> = HashMap::new();
         for (i, row) in rows.iter().enumerate() {
@@ -311,6 +336,27 @@ impl DocPlan {
             });
         }
         Ok(out)
+    }
+
+    /// For each root row, the fields of the relations `parts` (indexes of the root's).
+    async fn parts_of(
+        &self,
+        r: &mut Reader<'_>,
+        rows: &[Vec<Json>],
+        parts: &[usize],
+    ) -> Result<Vec<Map<String, Json>>, MysqlError> {
+        let mut docs = vec![Map::new(); rows.len()];
+        if rows.is_empty() {
+            return Ok(docs);
+        }
+        for &i in parts {
+            let child = &self.root.children[i];
+            let values = related(self, r, &self.root, child, rows).await?;
+            for (doc, v) in docs.iter_mut().zip(values) {
+                doc.insert(child.name.clone(), v);
+            }
+        }
+        Ok(docs)
     }
 
     /// The documents whose root rows have primary keys in `(after, upto]` (open ends when
