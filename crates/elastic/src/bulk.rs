@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{is_transient_status, EsError, ServerError};
+use crate::parts::{PartsWrite, UpdateBody, MISSING};
 
 /// Longest `_id` the server accepts, in UTF-8 bytes. A longer one fails request
 /// validation for the *whole* bulk request, so [`validate_op`] rejects it locally.
@@ -21,8 +22,9 @@ pub const MAX_ID_BYTES: usize = 512;
 /// one also fails the whole bulk request.
 pub const MAX_VERSION: u64 = i64::MAX as u64;
 
-/// One write of a bulk request. Both variants are sent with
-/// `"version_type":"external"` and their `version`.
+/// One write of a bulk request. `Index` and `Delete` are sent with
+/// `"version_type":"external"` and their `version`; `Parts` as a scripted upsert that
+/// compares the versions the document keeps (see [`crate::parts`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum BulkOp {
     /// Replace the whole document (`index` action).
@@ -40,30 +42,44 @@ pub enum BulkOp {
         version: u64,
         routing: Option<String>,
     },
+    /// Write a document in parts: whole, some parts, or its tombstone (`update` action).
+    Parts {
+        index: String,
+        id: String,
+        version: u64,
+        routing: Option<String>,
+        write: PartsWrite,
+    },
 }
 
 impl BulkOp {
     pub fn index(&self) -> &str {
         match self {
-            BulkOp::Index { index, .. } | BulkOp::Delete { index, .. } => index,
+            BulkOp::Index { index, .. }
+            | BulkOp::Delete { index, .. }
+            | BulkOp::Parts { index, .. } => index,
         }
     }
 
     pub fn id(&self) -> &str {
         match self {
-            BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } => id,
+            BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } | BulkOp::Parts { id, .. } => id,
         }
     }
 
     pub fn version(&self) -> u64 {
         match self {
-            BulkOp::Index { version, .. } | BulkOp::Delete { version, .. } => *version,
+            BulkOp::Index { version, .. }
+            | BulkOp::Delete { version, .. }
+            | BulkOp::Parts { version, .. } => *version,
         }
     }
 
     pub fn routing(&self) -> Option<&str> {
         match self {
-            BulkOp::Index { routing, .. } | BulkOp::Delete { routing, .. } => routing.as_deref(),
+            BulkOp::Index { routing, .. }
+            | BulkOp::Delete { routing, .. }
+            | BulkOp::Parts { routing, .. } => routing.as_deref(),
         }
     }
 
@@ -78,11 +94,12 @@ impl BulkOp {
         match self {
             BulkOp::Index { doc, .. } => line + approx_json_len(doc) + 1,
             BulkOp::Delete { .. } => line,
+            BulkOp::Parts { write, .. } => line + write.approx_len(),
         }
     }
 }
 
-fn approx_json_len(v: &Value) -> usize {
+pub(crate) fn approx_json_len(v: &Value) -> usize {
     match v {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 12,
@@ -118,6 +135,9 @@ pub enum ItemOutcome {
     /// Any other failure (`mapper_parsing_exception`, `illegal_argument_exception`,
     /// a missing index...): retrying cannot help; dead-letter it with the reason.
     Rejected { status: u16, reason: String },
+    /// A patch of parts found no document (or its tombstone): the whole document is to
+    /// be written instead.
+    Missing,
 }
 
 impl ItemOutcome {
@@ -135,6 +155,7 @@ impl ItemOutcome {
 enum ActionLine<'a> {
     Index(ActionMeta<'a>),
     Delete(ActionMeta<'a>),
+    Update(UpdateMeta<'a>),
 }
 
 #[derive(Serialize)]
@@ -145,6 +166,15 @@ struct ActionMeta<'a> {
     routing: Option<&'a str>,
     version: u64,
     version_type: &'static str,
+}
+
+#[derive(Serialize)]
+struct UpdateMeta<'a> {
+    _index: &'a str,
+    _id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    routing: Option<&'a str>,
+    retry_on_conflict: u32,
 }
 
 /// Appends the NDJSON body of a `POST /_bulk` request for `ops` to `out`: one action
@@ -169,14 +199,28 @@ pub(crate) fn encode_ops<'a>(ops: impl IntoIterator<Item = &'a BulkOp>, out: &mu
         let line = match op {
             BulkOp::Index { .. } => ActionLine::Index(meta),
             BulkOp::Delete { .. } => ActionLine::Delete(meta),
+            BulkOp::Parts { .. } => ActionLine::Update(UpdateMeta {
+                _index: meta._index,
+                _id: meta._id,
+                routing: meta.routing,
+                retry_on_conflict: crate::parts::RETRY_ON_CONFLICT,
+            }),
         };
         // Writing plain structs and `Value`s (string keys only) into a Vec cannot fail.
         serde_json::to_writer(&mut *out, &line).expect("bulk action line serializes");
         out.push(b'\n');
-        if let BulkOp::Index { doc, .. } = op {
-            // Compact JSON escapes control characters, so a document is one line.
-            serde_json::to_writer(&mut *out, doc).expect("bulk document serializes");
-            out.push(b'\n');
+        // Compact JSON escapes control characters, so a document is one line.
+        match op {
+            BulkOp::Index { doc, .. } => {
+                serde_json::to_writer(&mut *out, doc).expect("bulk document serializes");
+                out.push(b'\n');
+            }
+            BulkOp::Parts { write, version, .. } => {
+                let body = UpdateBody::new(write, *version);
+                serde_json::to_writer(&mut *out, &body).expect("bulk update serializes");
+                out.push(b'\n');
+            }
+            BulkOp::Delete { .. } => {}
         }
     }
 }
@@ -289,6 +333,16 @@ fn classify_item(action: &str, item: &BulkItem) -> ItemOutcome {
     };
     match status {
         200..=299 => ItemOutcome::Applied,
+        // The script refused a patch: no document (or a tombstone) to patch.
+        400 if action == "update" && error.as_ref().is_some_and(|e| e.reason.contains(MISSING)) => {
+            ItemOutcome::Missing
+        }
+        // An update that lost its races `retry_on_conflict` times: it is not stale (the
+        // script compares versions itself), it is to be sent again.
+        409 if action == "update" => ItemOutcome::Retry {
+            status,
+            reason: reason(),
+        },
         // A delete of an absent document: the tombstone is written, the goal is met.
         // A 404 *with* an error (index_not_found_exception) is a real failure.
         404 if action == "delete"
@@ -599,6 +653,71 @@ mod tests {
         assert_eq!(
             classify_bulk_response(br#"{"took":0,"errors":false,"items":[]}"#, 0).unwrap(),
             vec![]
+        );
+    }
+
+    #[test]
+    fn a_write_in_parts_is_an_update_running_the_script_without_an_external_version() {
+        let parts: serde_json::Map<String, Value> =
+            json!({"skus": [{"id": 1}]}).as_object().unwrap().clone();
+        let op = BulkOp::Parts {
+            index: "shop_v1".into(),
+            id: "42".into(),
+            version: 9,
+            routing: Some("3".into()),
+            write: PartsWrite::Patch {
+                parts,
+                at: Default::default(),
+            },
+        };
+        let text = encode(std::slice::from_ref(&op));
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines[0],
+            json!({"update": {"_index": "shop_v1", "_id": "42", "routing": "3",
+                "retry_on_conflict": crate::parts::RETRY_ON_CONFLICT}})
+        );
+        assert_eq!(lines[1]["script"]["source"], json!(crate::parts::SCRIPT));
+        assert_eq!(lines[1]["script"]["params"]["v"], json!(9));
+        assert_eq!(lines.len(), 2);
+        let approx = op.approx_len();
+        assert!(approx * 2 >= text.len() && approx <= text.len() * 2);
+    }
+
+    #[test]
+    fn a_patch_without_a_document_is_missing_and_a_lost_race_is_retried() {
+        let body = json!({"took": 1, "errors": true, "items": [
+            {"update": {"_id": "1", "status": 400, "error": {
+                "type": "illegal_argument_exception", "reason": "failed to execute script",
+                "caused_by": {"type": "script_exception", "reason": "runtime error",
+                    "caused_by": {"type": "illegal_argument_exception", "reason": MISSING}}}}},
+            {"update": {"_id": "2", "status": 409, "error": {
+                "type": "version_conflict_engine_exception",
+                "reason": "[2]: version conflict, required seqNo [5], primary term [1]. current document has seqNo [6] and primary term [1]"}}},
+            {"update": {"_id": "3", "status": 200, "result": "noop"}},
+            {"update": {"_id": "4", "status": 400, "error": {
+                "type": "illegal_argument_exception", "reason": "failed to execute script",
+                "caused_by": {"type": "illegal_argument_exception", "reason": "script_lang not supported [painless]"}}}},
+            {"index": {"_id": "5", "status": 400, "error": {"type": "illegal_argument_exception", "reason": MISSING}}},
+        ]});
+        let outcomes = classify_bulk_response(body.to_string().as_bytes(), 5).unwrap();
+        assert_eq!(outcomes[0], ItemOutcome::Missing);
+        assert!(matches!(
+            outcomes[1],
+            ItemOutcome::Retry { status: 409, .. }
+        ));
+        assert_eq!(outcomes[2], ItemOutcome::Applied, "a noop is done");
+        assert!(
+            matches!(&outcomes[3], ItemOutcome::Rejected { reason, .. } if reason.contains("painless")),
+            "{:?}",
+            outcomes[3]
+        );
+        assert!(
+            matches!(outcomes[4], ItemOutcome::Rejected { .. }),
+            "only updates patch"
         );
     }
 }

@@ -25,7 +25,8 @@ use crate::error::EsError;
 pub struct Hit {
     #[serde(rename = "_id", default)]
     pub id: String,
-    /// Its version (the external version it was last written with).
+    /// Its version: the external version it was last written with, or for a document
+    /// written in parts the newest version of its root and parts.
     #[serde(rename = "_version", default)]
     pub version: u64,
     #[serde(rename = "_routing", default)]
@@ -90,14 +91,41 @@ impl ServerInfo {
 /// One action of an atomic `POST /_aliases` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AliasAction {
-    Add { index: String, alias: String },
-    Remove { index: String, alias: String },
+    /// With a filter, searches through the alias see only what matches it.
+    Add {
+        index: String,
+        alias: String,
+        filter: Option<Value>,
+    },
+    Remove {
+        index: String,
+        alias: String,
+    },
 }
 
 impl AliasAction {
+    /// Points `alias` at `index`; for documents written in parts, hiding their tombstones
+    /// ([`crate::parts::live_filter`]).
+    pub fn add(index: &str, alias: &str, in_parts: bool) -> AliasAction {
+        AliasAction::Add {
+            index: index.to_owned(),
+            alias: alias.to_owned(),
+            filter: in_parts.then(crate::parts::live_filter),
+        }
+    }
+
     fn to_json(&self) -> Value {
         match self {
-            AliasAction::Add { index, alias } => json!({"add": {"index": index, "alias": alias}}),
+            AliasAction::Add {
+                index,
+                alias,
+                filter: None,
+            } => json!({"add": {"index": index, "alias": alias}}),
+            AliasAction::Add {
+                index,
+                alias,
+                filter: Some(f),
+            } => json!({"add": {"index": index, "alias": alias, "filter": f}}),
             AliasAction::Remove { index, alias } => {
                 json!({"remove": {"index": index, "alias": alias}})
             }
@@ -106,7 +134,7 @@ impl AliasAction {
 
     fn names(&self) -> (&str, &str) {
         match self {
-            AliasAction::Add { index, alias } | AliasAction::Remove { index, alias } => {
+            AliasAction::Add { index, alias, .. } | AliasAction::Remove { index, alias } => {
                 (index, alias)
             }
         }
@@ -448,6 +476,38 @@ impl EsClient {
         Ok(())
     }
 
+    /// `GET /_script_language`: whether the server runs Painless scripts, which writes of
+    /// documents in parts need ([`crate::parts`]): OpenSearch's and Elasticsearch's
+    /// distributions carry it, a minimal one may not. `None` when the server would not
+    /// say (no right to ask).
+    pub async fn runs_painless(&self) -> Result<Option<bool>, EsError> {
+        const CALL: &str = "script languages";
+        let target = "_script_language";
+        let answer = self
+            .send(CALL, target, self.request(Method::GET, &[target]))
+            .await?;
+        if matches!(answer.status.as_u16(), 401 | 403) {
+            return Ok(None);
+        }
+        let body = expect_success(CALL, target, answer)?;
+        #[derive(Deserialize)]
+        struct Languages {
+            #[serde(default)]
+            language_contexts: Vec<Language>,
+        }
+        #[derive(Deserialize)]
+        struct Language {
+            language: String,
+        }
+        let langs: Languages = parse(CALL, target, &body)?;
+        Ok(Some(
+            langs
+                .language_contexts
+                .iter()
+                .any(|l| l.language == "painless"),
+        ))
+    }
+
     /// `POST /{index}/_refresh`: makes every acknowledged write visible to search.
     pub async fn refresh(&self, index: &str) -> Result<(), EsError> {
         const CALL: &str = "refresh";
@@ -584,7 +644,7 @@ impl EsClient {
                     });
                 }
                 match (doc.found, doc.hit.source.is_null()) {
-                    (true, false) => Ok(Some(doc.hit)),
+                    (true, false) => Ok(crate::parts::live(doc.hit)),
                     (true, true) => Err(EsError::malformed(
                         CALL,
                         index,
@@ -597,7 +657,10 @@ impl EsClient {
     }
 
     /// `POST /{index}/_search` with `body`, which should ask for `"version": true`: the
-    /// hits, each with its version, routing and sort values.
+    /// hits, each with its version, routing and sort values. Like [`Self::mget_hits`],
+    /// documents only: tombstones of documents written in parts are left out (by the
+    /// query, so pages stay whole), and their versions are what [`crate::parts::live`]
+    /// says.
     pub async fn search_hits(&self, index: &str, body: &Value) -> Result<Vec<Hit>, EsError> {
         #[derive(Deserialize)]
         struct Answer {
@@ -607,9 +670,21 @@ impl EsClient {
         struct Hits {
             hits: Vec<Hit>,
         }
-        let answer = self.search(index, body).await?;
+        let mut body = body.clone();
+        let query = body
+            .get("query")
+            .cloned()
+            .unwrap_or(json!({"match_all": {}}));
+        body["query"] = json!({"bool": {"must": [query], "filter": [crate::parts::live_filter()]}});
+        let answer = self.search(index, &body).await?;
         serde_json::from_value::<Answer>(answer)
-            .map(|a| a.hits.hits)
+            .map(|a| {
+                a.hits
+                    .hits
+                    .into_iter()
+                    .filter_map(crate::parts::live)
+                    .collect()
+            })
             .map_err(|e| EsError::malformed("search", index, e.to_string()))
     }
 

@@ -22,6 +22,7 @@ mod bulk;
 mod client;
 mod config;
 mod error;
+pub mod parts;
 mod versions;
 
 pub use bulk::{
@@ -31,4 +32,5 @@ pub use bulk::{
 pub use client::{AliasAction, Distribution, EsClient, EsClientConfig, Hit, ServerInfo};
 pub use config::EsSection;
 pub use error::{EsError, ServerError};
+pub use parts::PartsWrite;
 pub use versions::{index_version, versioned_index};

@@ -5,13 +5,14 @@
 //! Every test works in its own indices (process id + counter) and deletes them at the
 //! end, also when it fails. A server that cannot be reached fails the tests.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice_elastic::{
-    AliasAction, BulkOp, EsClient, EsClientConfig, EsError, ItemOutcome, MAX_ID_BYTES,
+    AliasAction, BulkOp, EsClient, EsClientConfig, EsError, ItemOutcome, PartsWrite, MAX_ID_BYTES,
 };
 
 const DEFAULT_ES_URL: &str = "http://127.0.0.1:19200";
@@ -369,6 +370,7 @@ async fn alias_swap_is_atomic() {
         es.update_aliases(&[AliasAction::Add {
             index: v1.to_owned(),
             alias: alias.to_owned(),
+            filter: None,
         }])
         .await
         .unwrap();
@@ -384,6 +386,7 @@ async fn alias_swap_is_atomic() {
             AliasAction::Add {
                 index: v2.to_owned(),
                 alias: alias.to_owned(),
+                filter: None,
             },
         ])
         .await
@@ -402,6 +405,7 @@ async fn alias_swap_is_atomic() {
                 AliasAction::Add {
                     index: missing.clone(),
                     alias: alias.to_owned(),
+                    filter: None,
                 },
             ])
             .await
@@ -474,59 +478,285 @@ async fn unreachable_server_is_a_transient_error() {
     );
 }
 
-/// Partial ("area") updates patch one part of a document in place with a script that
-/// keeps each part's version, so the sink must run Painless scripts (the local stack's
-/// OpenSearch nodes carry the module: `deploy/install.sh`). A patch lands over an older
-/// part and leaves a newer one alone, atomically per document (here `qty` holds the
-/// part's version).
+fn parts_op(index: &str, id: &str, version: u64, write: PartsWrite) -> BulkOp {
+    BulkOp::Parts {
+        index: index.to_owned(),
+        id: id.to_owned(),
+        version,
+        routing: None,
+        write,
+    }
+}
+
+fn whole(root: Value, parts: Value) -> PartsWrite {
+    whole_at(root, parts, &[])
+}
+
+/// A whole write with `at`: parts at versions of their own.
+fn whole_at(root: Value, parts: Value, at: &[(&str, u64)]) -> PartsWrite {
+    PartsWrite::Whole {
+        root: root.as_object().unwrap().clone(),
+        parts: parts.as_object().unwrap().clone(),
+        at: at.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    }
+}
+
+fn patch(parts: Value) -> PartsWrite {
+    PartsWrite::Patch {
+        parts: parts.as_object().unwrap().clone(),
+        at: Default::default(),
+    }
+}
+
+/// A document's stored source as it is (the client's reads show documents only): its
+/// fields, its `sluice` versions and its `_version`.
+async fn stored(index: &str, id: &str) -> Option<(Value, Value, u64)> {
+    let url = format!("{}/{index}/_doc/{id}", es_url().trim_end_matches('/'));
+    let mut req = reqwest::Client::new().get(&url);
+    if let Ok(user) = std::env::var("ES_USERNAME") {
+        req = req.basic_auth(user, std::env::var("ES_PASSWORD").ok());
+    }
+    let answer: Value = req.send().await.unwrap().json().await.unwrap();
+    let mut doc = answer.get("_source")?.as_object().unwrap().clone();
+    let versions = doc.remove("sluice").unwrap_or_default();
+    Some((
+        Value::Object(doc),
+        versions,
+        answer["_version"].as_u64().unwrap(),
+    ))
+}
+
+fn parts_mapping() -> Value {
+    json!({
+        "settings": {"index": {"number_of_shards": 1}},
+        "mappings": {
+            "dynamic": "strict",
+            "properties": {
+                "name": {"type": "keyword"},
+                "skus": {"type": "long"},
+                "brand": {"type": "keyword"},
+                "sluice": sluice_elastic::parts::mapping(),
+            }
+        }
+    })
+}
+
+/// Documents written in parts (area updates) run a Painless script that keeps each
+/// part's version, so the sink must run Painless (the local stack's OpenSearch nodes carry
+/// the module: `deploy/install.sh`). Whatever order whole writes, patches and deletes of
+/// one document arrive in, and however often, each part ends as its newest write left it:
+/// a patch never lands over a newer whole or part, a whole write keeps a part patched
+/// later, a delete leaves a tombstone that no older write brings back.
 #[tokio::test]
-async fn the_sink_runs_scripts_that_keep_each_parts_newest_version() {
-    with_indices("scripts", 1, |es, names| async move {
+async fn the_sink_runs_scripts_that_write_documents_in_parts_in_order() {
+    with_indices("parts", 1, |es, names| async move {
         let index = names[0].clone();
-        es.create_index(&index, &mapping()).await.unwrap();
-        let http = reqwest::Client::new();
-        let url = format!("{}/{index}/_update/1", es_url().trim_end_matches('/'));
-        let patch = |v: u64, name: &str| {
-            let body = json!({
-                "scripted_upsert": true,
-                "upsert": {},
-                "script": {
-                    "source": "def had = ctx._source.qty; \
-                               if (had == null || params.v > had) { \
-                                 ctx._source.name = params.name; ctx._source.qty = params.v; \
-                               } else { ctx.op = 'none'; }",
-                    "params": {"v": v, "name": name},
-                },
-            });
-            let (http, url) = (http.clone(), url.clone());
+        es.create_index(&index, &parts_mapping()).await.unwrap();
+        let write = |version: u64, w: PartsWrite| {
+            let (es, op) = (es.clone(), parts_op(&index, "1", version, w));
             async move {
-                let mut req = http.post(&url).json(&body);
-                if let Ok(user) = std::env::var("ES_USERNAME") {
-                    req = req.basic_auth(user, std::env::var("ES_PASSWORD").ok());
+                let outcome = es.bulk(&[op]).await.unwrap().remove(0);
+                if let ItemOutcome::Rejected { reason, .. } = &outcome {
+                    assert!(
+                        !reason.contains("painless"),
+                        "the sink runs no Painless ({reason}): deploy/install.sh adds the \
+                         lang-painless module to the local stack's OpenSearch; restart it \
+                         with `deploy/stack.sh down opensearch` and `make stack-up`"
+                    );
                 }
-                let r = req.send().await.expect("the sink answers");
-                let status = r.status();
-                let answer: Value = r.json().await.unwrap();
-                assert!(
-                    status.is_success(),
-                    "a scripted update was refused ({status}): {answer}. The sink needs its \
-                     Painless module (`lang-painless`): deploy/install.sh adds it to the \
-                     local stack's OpenSearch; restart it with `deploy/stack.sh down \
-                     opensearch` and `make stack-up`"
-                );
-                answer["result"].as_str().unwrap_or_default().to_owned()
+                outcome
             }
         };
-        assert_eq!(patch(5, "v5").await, "created");
-        assert_eq!(patch(3, "v3").await, "noop", "an older part is left alone");
-        assert_eq!(patch(5, "v5 again").await, "noop", "so is the same version");
-        assert_eq!(patch(7, "v7").await, "updated");
-        let docs = es.mget(&index, &ids(&["1"])).await.unwrap();
-        let doc = docs[0].as_ref().unwrap();
+        let get = || async {
+            let (doc, versions, _) = stored(&index, "1").await?;
+            Some((doc, versions))
+        };
+        let sku = |v: u64| json!({"skus": [v]});
         assert_eq!(
-            (doc["name"].clone(), doc["qty"].clone()),
-            (json!("v7"), json!(7))
+            write(5, patch(sku(5))).await,
+            ItemOutcome::Missing,
+            "nothing to patch yet"
         );
+        assert_eq!(get().await, None, "and the patch created nothing");
+        let w10 = whole(
+            json!({"name": "a10"}),
+            json!({"skus": [10], "brand": "b10"}),
+        );
+        assert_eq!(write(10, w10.clone()).await, ItemOutcome::Applied);
+        // A replay of the same whole write and an older patch change nothing.
+        let w10b = whole(json!({"name": "x"}), json!({"skus": [0], "brand": "x"}));
+        assert_eq!(write(10, w10b).await, ItemOutcome::Applied);
+        assert_eq!(write(8, patch(sku(8))).await, ItemOutcome::Applied);
+        let (doc, _) = get().await.unwrap();
+        assert_eq!(doc, json!({"name": "a10", "skus": [10], "brand": "b10"}));
+        // A newer patch lands; a whole write older than it keeps it, newer than the root
+        // replaces the rest.
+        write(20, patch(sku(20))).await;
+        let w15 = whole(
+            json!({"name": "a15"}),
+            json!({"skus": [15], "brand": "b15"}),
+        );
+        write(15, w15).await;
+        let (doc, versions) = get().await.unwrap();
+        assert_eq!(
+            doc,
+            json!({"name": "a15", "skus": [20], "brand": "b15"}),
+            "{versions}"
+        );
+        assert_eq!(write(18, patch(sku(18))).await, ItemOutcome::Applied);
+        assert_eq!(
+            get().await.unwrap().0["skus"],
+            json!([20]),
+            "an older patch loses"
+        );
+        let w25 = whole(
+            json!({"name": "a25"}),
+            json!({"skus": [25], "brand": "b25"}),
+        );
+        write(25, w25).await;
+        assert_eq!(
+            get().await.unwrap().0,
+            json!({"name": "a25", "skus": [25], "brand": "b25"})
+        );
+        // An older delete loses; a newer one leaves a tombstone that older writes and
+        // patches leave alone.
+        write(24, PartsWrite::Delete).await;
+        assert_eq!(get().await.unwrap().0["name"], json!("a25"));
+        assert_eq!(write(30, PartsWrite::Delete).await, ItemOutcome::Applied);
+        let (doc, versions) = get().await.unwrap();
+        assert_eq!(doc, json!({}), "a tombstone holds nothing of the document");
+        assert!(
+            sluice_elastic::parts::is_tombstone(
+                &json!({"sluice": versions}).as_object().unwrap().clone()
+            ),
+            "{versions}"
+        );
+        assert_eq!(
+            es.mget(&index, &ids(&["1"])).await.unwrap(),
+            [None],
+            "a tombstone is no document to the client's reads"
+        );
+        assert_eq!(write(40, patch(sku(40))).await, ItemOutcome::Missing);
+        write(29, w10).await;
+        assert_eq!(
+            get().await.unwrap().0,
+            json!({}),
+            "no older write brings it back"
+        );
+        let w31 = whole(
+            json!({"name": "a31"}),
+            json!({"skus": [31], "brand": "b31"}),
+        );
+        write(31, w31).await;
+        assert_eq!(
+            get().await.unwrap().0,
+            json!({"name": "a31", "skus": [31], "brand": "b31"}),
+            "a newer write does"
+        );
+        let hits = es.mget_hits(&index, &[("1".into(), None)]).await.unwrap();
+        let hit = hits[0].as_ref().unwrap();
+        assert_eq!(
+            (hit.source.clone(), hit.version),
+            (json!({"name": "a31", "skus": [31], "brand": "b31"}), 31),
+            "the client's reads show the document and its newest version"
+        );
+        // The alias filter hides tombstones from searches.
+        let dead = parts_op(&index, "2", 3, PartsWrite::Delete);
+        assert_eq!(es.bulk(&[dead]).await.unwrap(), [ItemOutcome::Applied]);
+        es.refresh(&index).await.unwrap();
+        let filtered = json!({"query": sluice_elastic::parts::live_filter()});
+        let hits = es.search(&index, &filtered).await.unwrap();
+        assert_eq!(hits["hits"]["total"]["value"], json!(1), "{hits}");
+        let swept = json!({"query": sluice_elastic::parts::sweep_query(Duration::ZERO)});
+        let hits = es.search(&index, &swept).await.unwrap();
+        assert_eq!(hits["hits"]["hits"][0]["_id"], json!("2"), "{hits}");
+        let all = json!({"query": {"match_all": {}}, "version": true});
+        let hits = es.search_hits(&index, &all).await.unwrap();
+        let found: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(found, ["1"], "searches for hits leave tombstones out");
+    })
+    .await;
+}
+
+/// Each part keeps the version of the newest change below the root that reached it, so
+/// what a document holds does not depend on how changes were batched into writes: a
+/// replay that batches them otherwise writes nothing at all.
+#[tokio::test]
+async fn the_sink_runs_scripts_that_keep_each_parts_own_version() {
+    with_indices("parts-at", 1, |es, names| async move {
+        let index = names[0].clone();
+        es.create_index(&index, &parts_mapping()).await.unwrap();
+        let write = |version: u64, w: PartsWrite| {
+            let (es, op) = (es.clone(), parts_op(&index, "1", version, w));
+            async move { es.bulk(&[op]).await.unwrap().remove(0) }
+        };
+        // The root changed at 10, a SKU at 14: one whole write.
+        let parts = json!({"skus": [14], "brand": "b10"});
+        let w = whole_at(json!({"name": "a10"}), parts, &[("skus", 14)]);
+        assert_eq!(write(10, w).await, ItemOutcome::Applied);
+        let (_, versions, _) = stored(&index, "1").await.unwrap();
+        assert_eq!(versions, json!({"v": 10, "p": {"skus": 14}}));
+        // A SKU change at 12 is older than the part; the brand's at 12 is newer.
+        write(12, patch(json!({"skus": [12]}))).await;
+        write(12, patch(json!({"brand": "b12"}))).await;
+        let (doc, versions, was) = stored(&index, "1").await.unwrap();
+        assert_eq!(doc, json!({"name": "a10", "skus": [14], "brand": "b12"}));
+        assert_eq!(versions, json!({"v": 10, "p": {"skus": 14, "brand": 12}}));
+        // The root's change at 10 and the SKU's at 14 again, in one write or in two.
+        let parts = json!({"skus": [0], "brand": "x"});
+        let again = whole_at(json!({"name": "x"}), parts, &[("skus", 14)]);
+        assert_eq!(write(10, again).await, ItemOutcome::Applied);
+        let at = BTreeMap::from([("skus".to_owned(), 14)]);
+        let parts = json!({"skus": [0]}).as_object().unwrap().clone();
+        write(14, PartsWrite::Patch { parts, at }).await;
+        let (doc, _, now) = stored(&index, "1").await.unwrap();
+        assert_eq!(doc, json!({"name": "a10", "skus": [14], "brand": "b12"}));
+        assert_eq!(now, was, "a replay writes nothing");
+        // A root change at 13 replaces the root and the brand, keeps the newer SKUs.
+        let parts = json!({"skus": [13], "brand": "b13"});
+        write(13, whole(json!({"name": "a13"}), parts)).await;
+        let (doc, versions, _) = stored(&index, "1").await.unwrap();
+        assert_eq!(doc, json!({"name": "a13", "skus": [14], "brand": "b13"}));
+        assert_eq!(versions, json!({"v": 13, "p": {"skus": 14}}));
+    })
+    .await;
+}
+
+/// Documents written whole before area updates (external versions) are patched above
+/// their version and never below it.
+#[tokio::test]
+async fn the_sink_runs_scripts_that_patch_documents_written_whole_above_their_version() {
+    with_indices("parts-old", 1, |es, names| async move {
+        let index = names[0].clone();
+        es.create_index(&index, &parts_mapping()).await.unwrap();
+        let old = index_op(&index, "1", 50, json!({"name": "a", "skus": [50]}));
+        assert_eq!(es.bulk(&[old]).await.unwrap(), [ItemOutcome::Applied]);
+        for (v, skus) in [(40, 50), (60, 60)] {
+            let op = parts_op(&index, "1", v, patch(json!({"skus": [v]})));
+            assert_eq!(es.bulk(&[op]).await.unwrap(), [ItemOutcome::Applied]);
+            let doc = es
+                .mget(&index, &ids(&["1"]))
+                .await
+                .unwrap()
+                .remove(0)
+                .unwrap();
+            assert_eq!(doc["skus"], json!([skus]), "after a patch at {v}");
+        }
+        assert_eq!(es.runs_painless().await.unwrap(), Some(true));
+    })
+    .await;
+}
+
+/// The server says whether it runs Painless exactly when a scripted write works there
+/// (Elasticsearch 7.17 of the local stack runs none: its module is not published).
+#[tokio::test]
+async fn the_sink_says_whether_it_runs_scripts() {
+    with_indices("painless", 1, |es, names| async move {
+        let index = names[0].clone();
+        es.create_index(&index, &parts_mapping()).await.unwrap();
+        let op = parts_op(&index, "1", 1, PartsWrite::Delete);
+        let works = es.bulk(&[op]).await.unwrap() == [ItemOutcome::Applied];
+        assert_eq!(es.runs_painless().await.unwrap(), Some(works));
     })
     .await;
 }

@@ -399,15 +399,23 @@ async fn searched<C: Cluster>(
     Ok(Json(answer_of(&answer, waited)))
 }
 
-/// The search answer without what names physical indexes (a swap stays invisible).
+/// The search answer without what names physical indexes (a swap stays invisible), nor
+/// the versions a document written in parts keeps.
 fn answer_of(es: &Value, waited: Duration) -> Value {
     let hits = es["hits"]["hits"].as_array().cloned().unwrap_or_default();
     let total = &es["hits"]["total"];
+    let document = |h: &Value| {
+        let mut doc = h["_source"].clone();
+        if let Some(fields) = doc.as_object_mut() {
+            fields.remove(sluice_elastic::parts::FIELD);
+        }
+        doc
+    };
     let mut out = json!({
         "total": total.get("value").unwrap_or(total),
         "hits": hits
             .iter()
-            .map(|h| json!({"id": h["_id"], "score": h["_score"], "document": h["_source"]}))
+            .map(|h| json!({"id": h["_id"], "score": h["_score"], "document": document(h)}))
             .collect::<Vec<_>>(),
         "took_ms": es["took"],
         "waited_ms": waited.as_millis() as u64,
@@ -508,4 +516,26 @@ async fn positioned<C: Cluster>(
         "source": target.source,
         "position": point.to_string(),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_shows_documents_without_their_index_or_kept_versions() {
+        let es = json!({"took": 3, "hits": {"total": {"value": 1}, "hits": [
+            {"_index": "shop_v2", "_id": "7", "_score": 1.0,
+             "_source": {"title": "a", "sluice": {"v": 9, "p": {}}}}
+        ]}});
+        let out = answer_of(&es, Duration::from_millis(5));
+        assert_eq!(
+            out["hits"],
+            json!([{"id": "7", "score": 1.0, "document": {"title": "a"}}])
+        );
+        assert_eq!(
+            (out["total"].clone(), out["waited_ms"].clone()),
+            (json!(1), json!(5))
+        );
+    }
 }
