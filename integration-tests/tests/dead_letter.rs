@@ -26,6 +26,7 @@ async fn a_rejected_document_is_dead_lettered_with_its_reason_and_the_rest_flows
     es.update_aliases(&[AliasAction::Add {
         index: index.clone(),
         alias: pipeline.alias.clone(),
+        filter: None,
     }])
     .await
     .unwrap();

@@ -591,10 +591,7 @@ async fn swap(shared: &Shared, term: &Term<'_>, p: &StoredPipeline) -> Result<()
             alias: p.spec.alias.clone(),
         })
         .collect();
-    actions.push(AliasAction::Add {
-        index: new.clone(),
-        alias: p.spec.alias.clone(),
-    });
+    actions.push(AliasAction::add(&new, &p.spec.alias, p.spec.area_updates()));
     term.acting()?;
     es.update_aliases(&actions).await?;
     let previous: Vec<u32> = old

@@ -76,10 +76,7 @@ pub(crate) async fn rollback(
             alias: alias.clone(),
         })
         .collect();
-    actions.push(AliasAction::Add {
-        index: target.clone(),
-        alias: alias.clone(),
-    });
+    actions.push(AliasAction::add(&target, alias, p.spec.area_updates()));
     if shared.leading_epoch() != Some(epoch) {
         return Err(CenterError::Deposed(
             "this center stopped leading; send the rollback to the new leader".into(),

@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use serde_json::Map;
 use serde_json::Value as Json;
-use sluice_elastic::BulkOp;
+use sluice_elastic::{BulkOp, PartsWrite};
 use sluice_model::delayed::{DelayedChange, DELAYED_VERSION};
 use sluice_model::ChangeEvent;
 use sluice_model::RetryPolicy;
@@ -82,8 +83,9 @@ impl Prov {
     }
 }
 
-/// Where to walk up from: a plan, the path of a node in it, and which of its columns.
-type From = (usize, Vec<usize>, Vec<usize>);
+/// Where to walk up from: a plan, the path of a node in it, which of its columns, and
+/// which part (relation under the root) the changed rows are in.
+type From = (usize, Vec<usize>, Vec<usize>, usize);
 
 /// The documents a batch dirtied, by pipeline: one piece of work per compilation of the
 /// pipeline the batch saw (its tables' columns changed in the middle of it: what was
@@ -101,17 +103,25 @@ struct Work {
     /// By plan: each document's key (as text) → what dirtied it.
     docs: BTreeMap<usize, HashMap<String, Entry>>,
     /// Rows whose documents are found by walking up: by plan, the path (from the root)
-    /// of the node to look in, and which of its columns the values are of (relations
-    /// of one parent join it on different columns).
+    /// of the node to look in, which of its columns the values are of (relations of one
+    /// parent join it on different columns), and the part they change.
     lookups: BTreeMap<From, Vec<(Vec<Json>, Prov)>>,
 }
 
+#[derive(Clone)]
 struct Entry {
     key: Vec<Json>,
     prov: Prov,
     /// Routings the document had in the changes' images (a child document that moved
     /// parent must go from the old one's shard).
     routings: BTreeSet<String>,
+    /// Its root row changed (the version of the newest such change): the document is
+    /// read whole.
+    root: Option<u64>,
+    /// The parts (indexes of the root's relations) changes below them reached, each with
+    /// the version of the newest: alone, they are what is read, when the pipeline's
+    /// documents are written in parts.
+    parts: BTreeMap<usize, u64>,
 }
 
 impl Dirty {
@@ -161,6 +171,7 @@ impl Dirty {
                             };
                             let entry = work.entry(k, key, &Prov::of(event, msg));
                             entry.routings.extend(plan.routing_of(image));
+                            entry.root = entry.root.max(Some(event.version));
                         }
                         Some(link) => {
                             let Some(values) = DocPlan::image_values(node, &link.child, image)
@@ -174,7 +185,7 @@ impl Dirty {
                             }
                             let parent = path[..path.len() - 1].to_vec();
                             work.lookups
-                                .entry((k, parent, link.parent.clone()))
+                                .entry((k, parent, link.parent.clone(), path[0]))
                                 .or_default()
                                 .push((values, Prov::of(event, msg)));
                         }
@@ -234,6 +245,8 @@ impl Work {
                 key,
                 prov: Prov::empty(),
                 routings: BTreeSet::new(),
+                root: None,
+                parts: BTreeMap::new(),
             });
         e.prov.merge(prov);
         e
@@ -290,6 +303,8 @@ struct PipelineReads {
     pool: Arc<SourcePool>,
     targets: Vec<String>,
     works: Vec<Work>,
+    /// Its documents are written in parts: a change below the root patches its part.
+    in_parts: bool,
 }
 
 impl Reads {
@@ -308,6 +323,7 @@ impl Reads {
                     pool: sources.pool(src),
                     targets: router.targets(p).to_vec(),
                     works,
+                    in_parts: pipeline.in_parts,
                 }),
                 // Marked only once compiled, which needs the source: cannot happen.
                 Err(why) => {
@@ -334,13 +350,12 @@ impl Reads {
 }
 
 impl PipelineReads {
-    async fn run(self, lanes: &mut Lanes<'_>, reading: &Reading<'_>) -> Result<bool> {
-        let name = &self.name;
+    async fn run(mut self, lanes: &mut Lanes<'_>, reading: &Reading<'_>) -> Result<bool> {
         let mut dead: Vec<(BTreeSet<usize>, String)> = Vec::new();
-        for work in self.works {
+        for work in std::mem::take(&mut self.works) {
             let ctx = Rebuild {
                 pool: &self.pool,
-                name,
+                name: &self.name,
                 retry: reading.retry,
                 shutdown: reading.shutdown,
             };
@@ -348,31 +363,19 @@ impl PipelineReads {
                 return Ok(false);
             };
             for (plan, k, entries) in docs {
-                let entries: Vec<Entry> = entries.into_values().collect();
-                // One plan's documents are each read once: their bulks may fly together,
-                // and its chunks are read several at once (each in its own snapshot, as
-                // one chunk always was), written in their order.
-                let (ctx, plan) = (&ctx, &plan[k]);
-                let size = chunk_size(entries.len(), reading.concurrency);
-                let mut chunks = entries.chunks(size);
-                let mut reads = futures::stream::FuturesOrdered::new();
-                loop {
-                    while reads.len() < reading.concurrency.max(1) {
-                        let Some(chunk) = chunks.next() else { break };
-                        reads.push_back(ctx.read_chunk(plan, chunk));
-                    }
-                    let Some((chunk, built, unread)) = reads.next().await else {
-                        break;
+                let plan = &plan[k];
+                let groups = groups(entries.into_values(), self.in_parts);
+                for (parts, entries) in &groups {
+                    let form = self.form(plan, parts.is_some());
+                    let read = Read {
+                        plan,
+                        parts: parts.as_deref(),
+                        form,
                     };
-                    dead.extend(unread);
-                    let Some(built) = built else {
-                        return Ok(false);
-                    };
-                    METRICS
-                        .documents_read
-                        .add(built.len() as u64, &crate::metrics::pipeline(name));
-                    let (ops, origins) = operations(&self.targets, chunk, built);
-                    if !lanes.push(ops, origins).await? {
+                    if !self
+                        .write(&ctx, &read, entries, lanes, reading, &mut dead)
+                        .await?
+                    {
                         return Ok(false);
                     }
                 }
@@ -380,16 +383,122 @@ impl PipelineReads {
                 if !lanes.settle().await? {
                     return Ok(false);
                 }
+                // Patches that found no document (not written yet, or deleted): whole.
+                let missing: BTreeSet<String> =
+                    lanes.take_missing().into_iter().map(|(_, id)| id).collect();
+                if missing.is_empty() {
+                    continue;
+                }
+                let again: Vec<Entry> = (groups.iter())
+                    .filter(|(parts, _)| parts.is_some())
+                    .flat_map(|(_, entries)| entries.iter())
+                    .filter(|e| {
+                        plan.document_id(&e.key)
+                            .is_some_and(|id| missing.contains(&id))
+                    })
+                    .cloned()
+                    .collect();
+                let read = Read {
+                    plan,
+                    parts: None,
+                    form: self.form(plan, false),
+                };
+                if !self
+                    .write(&ctx, &read, &again, lanes, reading, &mut dead)
+                    .await?
+                    || !lanes.settle().await?
+                {
+                    return Ok(false);
+                }
             }
         }
         let mut letters = Vec::new();
         for (msgs, why) in dead {
             let why = format!("cannot read its documents from the source: {why}");
-            unreadable(&mut letters, name, msgs, &why);
+            unreadable(&mut letters, &self.name, msgs, &why);
         }
         lanes.dead_letter(letters);
         Ok(true)
     }
+
+    /// How documents of `plan` read whole or in parts (`patch`) are written.
+    fn form(&self, plan: &DocPlan, patch: bool) -> Form {
+        match (self.in_parts, patch) {
+            (false, _) => Form::Index,
+            (true, false) => Form::Whole(plan.part_names()),
+            (true, true) => Form::Patch(plan.part_names()),
+        }
+    }
+
+    /// Reads `entries` back as `read` says and writes them. One plan's documents are
+    /// each read once: their bulks may fly together, and its chunks are read several at
+    /// once (each in its own snapshot, as one chunk always was), written in their order.
+    /// `false` on shutdown.
+    async fn write(
+        &self,
+        ctx: &Rebuild<'_>,
+        read: &Read<'_>,
+        entries: &[Entry],
+        lanes: &mut Lanes<'_>,
+        reading: &Reading<'_>,
+        dead: &mut Vec<(BTreeSet<usize>, String)>,
+    ) -> Result<bool> {
+        let size = chunk_size(entries.len(), reading.concurrency);
+        let mut chunks = entries.chunks(size);
+        let mut reads = futures::stream::FuturesOrdered::new();
+        loop {
+            while reads.len() < reading.concurrency.max(1) {
+                let Some(chunk) = chunks.next() else { break };
+                reads.push_back(ctx.read_chunk(read, chunk));
+            }
+            let Some((chunk, built, unread)) = reads.next().await else {
+                return Ok(true);
+            };
+            dead.extend(unread);
+            let Some(built) = built else {
+                return Ok(false);
+            };
+            METRICS
+                .documents_read
+                .add(built.len() as u64, &crate::metrics::pipeline(&self.name));
+            let (ops, origins) = operations(&self.targets, chunk, built, &read.form);
+            if !lanes.push(ops, origins).await? {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+/// A plan's dirty documents as they are read: whole (`None`), or, when its documents are
+/// written in parts, by the set of parts read for them.
+fn groups(
+    entries: impl Iterator<Item = Entry>,
+    in_parts: bool,
+) -> Vec<(Option<Vec<usize>>, Vec<Entry>)> {
+    let mut by: BTreeMap<Option<Vec<usize>>, Vec<Entry>> = BTreeMap::new();
+    for e in entries {
+        let parts = (in_parts && e.root.is_none()).then(|| e.parts.keys().copied().collect());
+        by.entry(parts).or_default().push(e);
+    }
+    by.into_iter().collect()
+}
+
+/// What a chunk's read reads, and how its documents are written.
+struct Read<'a> {
+    plan: &'a DocPlan,
+    /// `None`: whole documents; else these parts (indexes of the root's relations).
+    parts: Option<&'a [usize]>,
+    form: Form,
+}
+
+/// How documents read back are written.
+enum Form {
+    /// Whole, with external versions.
+    Index,
+    /// Whole, in parts (these the names of the plan's parts).
+    Whole(Vec<String>),
+    /// Some parts alone (these the names of the plan's parts).
+    Patch(Vec<String>),
 }
 
 /// Reading one pipeline's documents back.
@@ -416,10 +525,10 @@ type ChunkRead<'c> = futures::future::BoxFuture<
 impl Rebuild<'_> {
     /// [`Rebuild::read`] of one chunk, boxed: the reads run in a spawned task, and a
     /// closure's future over borrowed chunks is not known to be `Send` otherwise.
-    fn read_chunk<'c>(&'c self, plan: &'c DocPlan, chunk: &'c [Entry]) -> ChunkRead<'c> {
+    fn read_chunk<'c>(&'c self, read: &'c Read<'c>, chunk: &'c [Entry]) -> ChunkRead<'c> {
         Box::pin(async move {
             let mut dead = Vec::new();
-            let built = self.read(plan, chunk, &mut dead).await;
+            let built = self.read(read.plan, read.parts, chunk, &mut dead).await;
             (chunk, built, dead)
         })
     }
@@ -432,7 +541,7 @@ impl Rebuild<'_> {
         dead: &mut Vec<(BTreeSet<usize>, String)>,
     ) -> Option<Docs> {
         let plans = work.plans.clone();
-        for ((k, path, cols), values) in std::mem::take(&mut work.lookups) {
+        for ((k, path, cols, part), values) in std::mem::take(&mut work.lookups) {
             let mut all = Prov::empty();
             for (_, prov) in &values {
                 all.merge(prov);
@@ -457,7 +566,9 @@ impl Rebuild<'_> {
             match found {
                 Ok(roots) => {
                     for (key, prov) in roots {
-                        work.entry(k, key, &prov);
+                        let version = prov.version();
+                        let at = work.entry(k, key, &prov).parts.entry(part).or_default();
+                        *at = version.max(*at);
                     }
                 }
                 Err(e) => dead.push((all.msgs, e.to_string())),
@@ -478,6 +589,7 @@ impl Rebuild<'_> {
     async fn read(
         &self,
         plan: &DocPlan,
+        parts: Option<&[usize]>,
         chunk: &[Entry],
         dead: &mut Vec<(BTreeSet<usize>, String)>,
     ) -> Option<Vec<Built>> {
@@ -495,7 +607,10 @@ impl Rebuild<'_> {
             let read = retrying(self.retry, self.shutdown, || async move {
                 let mut r = pool.reader().await?;
                 r.begin_after(floor).await?;
-                let built = plan.read(&mut r, keys).await;
+                let built = match parts {
+                    None => plan.read(&mut r, keys).await,
+                    Some(parts) => plan.read_parts(&mut r, keys, parts).await,
+                };
                 count_queries(name, &r);
                 let _ = r.end().await;
                 built
@@ -554,14 +669,15 @@ pub(crate) fn unreadable(
 }
 
 /// The writes for a chunk's documents as read: each indexed (or deleted) with the version
-/// of the newest change that dirtied it, on every target; a child document that had
-/// another routing is deleted there after it is indexed under the new one (in this
-/// order: if both routings lead to one shard, the delete then loses to the index). Each
-/// write comes from every message that dirtied its document.
+/// of the newest change that dirtied it, on every target, in `form`; a child document
+/// that had another routing is deleted there after it is indexed under the new one (in
+/// this order: if both routings lead to one shard, the delete then loses to the index).
+/// Each write comes from every message that dirtied its document.
 fn operations(
     targets: &[String],
     chunk: &[Entry],
     built: Vec<Built>,
+    form: &Form,
 ) -> (Vec<BulkOp>, Vec<Origin>) {
     let by_key: HashMap<String, &Entry> = chunk
         .iter()
@@ -572,27 +688,66 @@ fn operations(
         let Some(entry) = by_key.get(&serde_json::to_string(&b.key).expect("serializes")) else {
             continue;
         };
-        let version = entry.prov.version();
+        let newest = entry.prov.version();
         let origin = Origin::many(&entry.prov.msgs);
+        // In parts, each part is written at the version of the newest change below the
+        // root that reached it, when newer than the write's own (a whole write's is its
+        // root's newest change): what a document holds then depends on the changes alone,
+        // not on how they were batched.
+        let version = match form {
+            Form::Whole(_) => entry.root.unwrap_or(newest),
+            _ => newest,
+        };
+        let at = |names: &[String]| -> BTreeMap<String, u64> {
+            (entry.parts.iter())
+                .filter(|(_, v)| **v > version || matches!(form, Form::Patch(_)))
+                .filter_map(|(i, v)| Some((names.get(*i)?.clone(), *v)))
+                .collect()
+        };
+        let write = |index: &String, routing: Option<String>, doc: Option<&Map<String, Json>>| {
+            let (index, id) = (index.clone(), b.id.clone());
+            let parts = |write, version| BulkOp::Parts {
+                index: index.clone(),
+                id: id.clone(),
+                version,
+                routing: routing.clone(),
+                write,
+            };
+            match (form, doc) {
+                (Form::Index, Some(doc)) => BulkOp::Index {
+                    index,
+                    id,
+                    version,
+                    routing,
+                    doc: Json::Object(doc.clone()),
+                },
+                (Form::Index, None) => BulkOp::Delete {
+                    index,
+                    id,
+                    version,
+                    routing,
+                },
+                (Form::Whole(names), Some(doc)) => {
+                    parts(PartsWrite::whole(doc.clone(), names, at(names)), version)
+                }
+                (Form::Patch(names), Some(doc)) => parts(
+                    PartsWrite::Patch {
+                        parts: doc.clone(),
+                        at: at(names),
+                    },
+                    version,
+                ),
+                (_, None) => parts(PartsWrite::Delete, newest),
+            }
+        };
         for index in targets {
             let mut push = |op| {
                 ops.push(op);
                 origins.push(origin.clone());
             };
             match &b.doc {
-                Some(doc) => push(BulkOp::Index {
-                    index: index.clone(),
-                    id: b.id.clone(),
-                    version,
-                    routing: b.routing.clone(),
-                    doc: Json::Object(doc.clone()),
-                }),
-                None if entry.routings.is_empty() => push(BulkOp::Delete {
-                    index: index.clone(),
-                    id: b.id.clone(),
-                    version,
-                    routing: None,
-                }),
+                Some(doc) => push(write(index, b.routing.clone(), Some(doc))),
+                None if entry.routings.is_empty() => push(write(index, None, None)),
                 None => {}
             }
             for old in entry
@@ -600,12 +755,7 @@ fn operations(
                 .iter()
                 .filter(|r| Some(*r) != b.routing.as_ref())
             {
-                push(BulkOp::Delete {
-                    index: index.clone(),
-                    id: b.id.clone(),
-                    version,
-                    routing: Some(old.clone()),
-                });
+                push(write(index, Some(old.clone()), None));
             }
         }
     }
@@ -718,7 +868,7 @@ mod tests {
         let lookups: Vec<(Vec<String>, Vec<Value>)> = work
             .lookups
             .iter()
-            .map(|((_, path, cols), values)| {
+            .map(|((_, path, cols, _), values)| {
                 assert!(path.is_empty(), "both walk up to the root");
                 (
                     names(cols),
@@ -814,6 +964,8 @@ mod tests {
                 msgs: msgs.iter().copied().collect(),
             },
             routings: routings.iter().map(|r| r.to_string()).collect(),
+            root: Some(version),
+            parts: BTreeMap::new(),
         }
     }
 
@@ -837,6 +989,7 @@ mod tests {
             &targets,
             &chunk,
             vec![built(7, Some("2"), true), built(8, None, false)],
+            &Form::Index,
         );
         let shape: Vec<(String, Option<&str>, u64)> = ops
             .iter()

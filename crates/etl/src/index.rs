@@ -123,14 +123,18 @@ impl Router {
             let index = versioned_index(&alias, 1);
             es.create_index(&index, &mapping::index_body(props.clone(), &settings))
                 .await?;
-            es.update_aliases(&[AliasAction::Add {
-                index: index.clone(),
-                alias: alias.clone(),
-            }])
-            .await?;
+            es.update_aliases(&[AliasAction::add(&index, &alias, p.in_parts)])
+                .await?;
             tracing::info!(pipeline = %p.cfg.spec.name, %index, %alias, "created index version 1 and its alias");
             targets = vec![index.clone()];
             created.push(index);
+        }
+        if p.in_parts && created.is_empty() {
+            // Written in parts: the alias hides tombstones, whenever it was made.
+            let hiding: Vec<AliasAction> = (targets.iter())
+                .map(|index| AliasAction::add(index, &alias, true))
+                .collect();
+            es.update_aliases(&hiding).await?;
         }
         if let Some(index) = p.building_index.clone() {
             // The version being built, written alongside the live ones. Nobody searches

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use sluice_elastic::{versioned_index, BulkOp, EsClient, EsError};
+use sluice_elastic::{parts, versioned_index, BulkOp, EsClient, EsError, PartsWrite};
 use sluice_kafka::TopicConfig;
 use sluice_model::pipeline::TableMatcher;
 use sluice_model::{BuildDocument, ChangeEvent, ColumnInfo, Op, PipelineSpec};
@@ -52,6 +52,9 @@ pub(crate) struct Pipeline {
     build_topic: String,
     /// Pipelines read back from MySQL: their compiled documents.
     tree: Option<Tree>,
+    /// Its documents are written in parts (area updates: its spec asks, the sink runs
+    /// Painless), known once its tree is ready.
+    pub(crate) in_parts: bool,
 }
 
 /// A pipeline read back from MySQL, as far as this process knows it.
@@ -81,6 +84,8 @@ pub(crate) struct Router {
     /// What the last checks of index mappings and settings found, for the center: per
     /// index version, why it needs a rebuild (`None`: it does not).
     pub verdicts: Vec<Verdict>,
+    /// Whether the sink runs Painless scripts, once asked.
+    painless: Option<bool>,
 }
 
 /// Whether an index version of a pipeline can take what the table and the pipeline now
@@ -121,6 +126,7 @@ impl Pipeline {
             building_index: cfg.building.map(|v| versioned_index(&cfg.spec.alias(), v)),
             build_topic: topics.build_topic(&cfg.spec.name),
             tree: (!cfg.spec.is_flat()).then_some(Tree::Unloaded),
+            in_parts: false,
             cfg: cfg.clone(),
             targets: None,
             live: HashMap::new(),
@@ -141,6 +147,17 @@ impl Pipeline {
             Some(Tree::Ready { plans, .. }) => Some(plans.clone()),
             _ => None,
         }
+    }
+
+    /// The parts of its kinds of documents (the fields of the relations under each
+    /// kind's root), once its tree is ready.
+    pub fn part_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = (self.plans().iter())
+            .flat_map(|plans| plans.iter().flat_map(DocPlan::part_names))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Why a pipeline read back from MySQL cannot be applied, if it cannot.
@@ -209,6 +226,7 @@ impl Router {
             by_schema,
             debezium,
             verdicts: Vec::new(),
+            painless: None,
         }
     }
 
@@ -309,7 +327,7 @@ impl Router {
         idx: usize,
         event: Option<&ChangeEvent>,
     ) -> Result<(), NotReady> {
-        let p = &mut self.pipelines[idx];
+        let p = &self.pipelines[idx];
         let stale = match event {
             Some(e) => p.stale_for(e),
             None => !matches!(p.tree, Some(Tree::Ready { .. })),
@@ -317,6 +335,8 @@ impl Router {
         if !stale || !p.is_tree() {
             return Ok(());
         }
+        let in_parts = p.cfg.spec.area_updates() && self.painless(es, idx).await?;
+        let p = &mut self.pipelines[idx];
         let name = p.cfg.spec.name.clone();
         let loaded = match &p.cfg.source {
             Err(why) => Err(format!("its source cannot be reached from this etl: {why}")),
@@ -332,7 +352,7 @@ impl Router {
                     .map_err(|conflicts| conflicts.join("; ")),
             },
         };
-        let (plans, props, ignored) = match loaded {
+        let (plans, mut props, ignored) = match loaded {
             Ok(l) => l,
             Err(why) => {
                 tracing::error!(pipeline = %name, "{why}: its events are dead-lettered until that is fixed");
@@ -357,6 +377,10 @@ impl Router {
                 .or_default()
                 .insert(e.table.clone(), e.columns.clone());
         }
+        if in_parts {
+            props.insert(parts::FIELD.into(), parts::mapping());
+        }
+        p.in_parts = in_parts;
         self.ensure(es, idx, props).await?;
         self.pipelines[idx].tree = Some(Tree::Ready {
             plans: Arc::new(plans),
@@ -364,6 +388,25 @@ impl Router {
         });
         tracing::info!(pipeline = %name, "documents compiled against the tables");
         Ok(())
+    }
+
+    /// Whether the sink runs Painless scripts (asked once): when it does not, pipeline
+    /// `idx`, which asks for area updates, is written whole, and says so.
+    async fn painless(&mut self, es: &EsClient, idx: usize) -> Result<bool, EsError> {
+        let runs = match self.painless {
+            Some(runs) => runs,
+            None => {
+                // A server that will not say (no right to ask) is taken to run them: its
+                // writes then fail with the reason, dead-lettered.
+                let runs = es.runs_painless().await?.unwrap_or(true);
+                self.painless = Some(runs);
+                runs
+            }
+        };
+        if !runs {
+            tracing::warn!(pipeline = %self.pipelines[idx].cfg.spec.name, "asks for area updates, but the sink runs no Painless scripts (Elasticsearch without its lang-painless module): whole documents are written instead");
+        }
+        Ok(runs)
     }
 
     /// The writes of a build's document: into the version being built only; none when
@@ -385,6 +428,22 @@ impl Router {
         } else {
             Vec::new()
         };
+        if p.in_parts {
+            let names = p.part_names();
+            let write = match doc.deleted {
+                true => PartsWrite::Delete,
+                false => PartsWrite::whole(doc.doc, &names, Default::default()),
+            };
+            return (indexes.into_iter())
+                .map(|index| BulkOp::Parts {
+                    index,
+                    id: doc.id.clone(),
+                    version: doc.version,
+                    routing: doc.routing.clone(),
+                    write: write.clone(),
+                })
+                .collect();
+        }
         // The document is moved into the last write (most often the only one).
         let last = indexes.len().saturating_sub(1);
         let mut body = Some(Value::Object(doc.doc));

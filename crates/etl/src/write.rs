@@ -57,6 +57,8 @@ pub(crate) struct Written {
     pub complete: bool,
     pub dead: Vec<DeadLetter>,
     pub tally: Tally,
+    /// Patches of parts that found no document: `(index, id)`, to be written whole.
+    pub missing: Vec<(String, String)>,
 }
 
 /// Writes a batch's operations, collecting what must be dead-lettered. Owns its handles,
@@ -68,6 +70,8 @@ pub(crate) struct Writer {
     tally: Tally,
     /// Messages to dead-letter once the batch is through, with why.
     pub dead: Vec<DeadLetter>,
+    /// Patches of parts that found no document (see [`Written::missing`]).
+    missing: Vec<(String, String)>,
 }
 
 impl Writer {
@@ -84,6 +88,7 @@ impl Writer {
             shutdown: shutdown.clone(),
             tally: Tally::default(),
             dead,
+            missing: Vec::new(),
         }
     }
 
@@ -96,6 +101,7 @@ impl Writer {
     /// Counts a forked writer's outcome as this one's.
     pub fn absorb(&mut self, other: Written) {
         self.dead.extend(other.dead);
+        self.missing.extend(other.missing);
         let t = other.tally;
         self.tally.written += t.written;
         self.tally.stale += t.stale;
@@ -122,6 +128,7 @@ impl Writer {
             complete,
             dead: self.dead,
             tally: self.tally,
+            missing: self.missing,
         }
     }
 
@@ -210,16 +217,19 @@ impl Writer {
                 let mut warned = SUPERSEDED_WARNED.lock().unwrap_or_else(|e| e.into_inner());
                 if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
                     *warned = Some(Instant::now());
-                    let (BulkOp::Index {
-                        index, id, version, ..
-                    }
-                    | BulkOp::Delete {
-                        index, id, version, ..
-                    }) = &op;
+                    let (index, id, version) = (op.index(), op.id(), op.version());
                     tracing::warn!(%index, %id, %version, "a change arrived older than the indexed document (refused): harmless during a replay; \
                         if it goes on for fresh changes, their versions went backwards, as when a source moved to another server \
                         without `sluicectl sources failover` (at most one such line a minute)");
                 }
+                None
+            }
+            ItemOutcome::Missing => {
+                METRICS
+                    .documents
+                    .add(1, &[KeyValue::new("result", "missing")]);
+                self.missing
+                    .push((op.index().to_owned(), op.id().to_owned()));
                 None
             }
             ItemOutcome::Retry { status, reason } => {
@@ -313,6 +323,12 @@ impl<'w> Lanes<'w> {
             }
         }
         Ok(!self.interrupted)
+    }
+
+    /// The patches of parts that found no document, among the bulks landed so far
+    /// (all of them after [`Lanes::settle`]): each is to be written whole.
+    pub fn take_missing(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.writer.missing)
     }
 
     /// Messages to dead-letter with the batch.

@@ -64,6 +64,7 @@ pub fn pipeline(spec: &PipelineSpec, state: &PipelineState) -> v1::Pipeline {
             parent: j.parent.clone(),
         }),
         auto_rebuild: spec.auto_rebuild,
+        area_updates: spec.area_updates,
         keep_history: Some(spec.keep_history),
         current_history: state.current_history.clone(),
         check: (!spec.check.is_empty()).then(|| v1::PipelineCheck {
@@ -125,6 +126,7 @@ pub fn pipeline_spec(p: v1::Pipeline) -> Result<PipelineSpec, String> {
         tombstone_retention: p.tombstone_retention,
         refresh_interval: p.refresh_interval,
         auto_rebuild: p.auto_rebuild,
+        area_updates: p.area_updates,
         keep_history: p
             .keep_history
             .unwrap_or(sluice_model::pipeline::DEFAULT_KEEP_HISTORY),

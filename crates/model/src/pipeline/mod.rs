@@ -100,6 +100,11 @@ pub struct PipelineSpec {
     /// (otherwise the pipeline is only marked as needing one).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub auto_rebuild: bool,
+    /// A change inside one relation under the root patches that part of each document
+    /// alone, re-reading only it, instead of the whole document (see
+    /// [`PipelineSpec::area_updates`]). `None`: the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub area_updates: Option<bool>,
     /// How many earlier versions a build keeps, written with live changes like the live
     /// one, so the alias can move back to them (`pipelines rollback`); older ones are
     /// deleted. Each costs the etl one more write per change.
@@ -428,11 +433,23 @@ impl PipelineSpec {
             tombstone_retention: default_tombstones(),
             refresh_interval: String::new(),
             auto_rebuild: false,
+            area_updates: None,
             keep_history: DEFAULT_KEEP_HISTORY,
             check: CheckSpec::default(),
             delayed: DelayedSpec::default(),
             input: InputSpec::default(),
         }
+    }
+
+    /// Whether its documents are written in parts (area updates): it has relations under
+    /// its root, and `area_updates` is on (off unless set). A sink that runs no Painless
+    /// scripts (Elasticsearch without its `lang-painless` module) writes whole documents
+    /// whatever this says.
+    pub fn area_updates(&self) -> bool {
+        // A child relation's documents have their own relations as parts.
+        let parts = (self.relations.iter())
+            .any(|r| r.kind != RelationKind::Child || !r.relations.is_empty());
+        parts && self.area_updates.unwrap_or(false)
     }
 
     /// The alias: as given, or the name lowercased.
