@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{is_transient_status, EsError, ServerError};
-use crate::parts::{PartsWrite, UpdateBody, MISSING};
+use crate::parts::{PartsWrite, UpdateBody, MISSING, SCRIPT};
 
 /// Longest `_id` the server accepts, in UTF-8 bytes. A longer one fails request
 /// validation for the *whole* bulk request, so [`validate_op`] rejects it locally.
@@ -94,12 +94,29 @@ impl BulkOp {
         match self {
             BulkOp::Index { doc, .. } => line + approx_json_len(doc) + 1,
             BulkOp::Delete { .. } => line,
-            BulkOp::Parts { write, .. } => line + write.approx_len(),
+            BulkOp::Parts { write, .. } => line + parts_len(write),
         }
     }
 }
 
-pub(crate) fn approx_json_len(v: &Value) -> usize {
+/// [`BulkOp::approx_len`]'s body of a write in parts: the script, its parameters.
+fn parts_len(write: &PartsWrite) -> usize {
+    let fields = |m: &serde_json::Map<String, Value>| {
+        2 + m
+            .iter()
+            .map(|(k, v)| k.len() + 4 + approx_json_len(v))
+            .sum::<usize>()
+    };
+    SCRIPT.len()
+        + 60
+        + match write {
+            PartsWrite::Whole { root, parts, at } => fields(root) + fields(parts) + 30 * at.len(),
+            PartsWrite::Patch { parts, at } => fields(parts) + 30 * at.len(),
+            PartsWrite::Delete => 0,
+        }
+}
+
+fn approx_json_len(v: &Value) -> usize {
     match v {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 12,

@@ -107,20 +107,6 @@ impl PartsWrite {
             at,
         }
     }
-
-    pub(crate) fn approx_len(&self) -> usize {
-        let fields =
-            |m: &Map<String, Value>| crate::bulk::approx_json_len(&Value::Object(m.clone()));
-        SCRIPT.len()
-            + 60
-            + match self {
-                PartsWrite::Whole { root, parts, at } => {
-                    fields(root) + fields(parts) + 30 * at.len()
-                }
-                PartsWrite::Patch { parts, at } => fields(parts) + 30 * at.len(),
-                PartsWrite::Delete => 0,
-            }
-    }
 }
 
 #[derive(Serialize)]

@@ -688,57 +688,9 @@ fn operations(
         let Some(entry) = by_key.get(&serde_json::to_string(&b.key).expect("serializes")) else {
             continue;
         };
-        let newest = entry.prov.version();
         let origin = Origin::many(&entry.prov.msgs);
-        // In parts, each part is written at the version of the newest change below the
-        // root that reached it, when newer than the write's own (a whole write's is its
-        // root's newest change): what a document holds then depends on the changes alone,
-        // not on how they were batched.
-        let version = match form {
-            Form::Whole(_) => entry.root.unwrap_or(newest),
-            _ => newest,
-        };
-        let at = |names: &[String]| -> BTreeMap<String, u64> {
-            (entry.parts.iter())
-                .filter(|(_, v)| **v > version || matches!(form, Form::Patch(_)))
-                .filter_map(|(i, v)| Some((names.get(*i)?.clone(), *v)))
-                .collect()
-        };
         let write = |index: &String, routing: Option<String>, doc: Option<&Map<String, Json>>| {
-            let (index, id) = (index.clone(), b.id.clone());
-            let parts = |write, version| BulkOp::Parts {
-                index: index.clone(),
-                id: id.clone(),
-                version,
-                routing: routing.clone(),
-                write,
-            };
-            match (form, doc) {
-                (Form::Index, Some(doc)) => BulkOp::Index {
-                    index,
-                    id,
-                    version,
-                    routing,
-                    doc: Json::Object(doc.clone()),
-                },
-                (Form::Index, None) => BulkOp::Delete {
-                    index,
-                    id,
-                    version,
-                    routing,
-                },
-                (Form::Whole(names), Some(doc)) => {
-                    parts(PartsWrite::whole(doc.clone(), names, at(names)), version)
-                }
-                (Form::Patch(names), Some(doc)) => parts(
-                    PartsWrite::Patch {
-                        parts: doc.clone(),
-                        at: at(names),
-                    },
-                    version,
-                ),
-                (_, None) => parts(PartsWrite::Delete, newest),
-            }
+            write_of(form, entry, index, &b.id, routing, doc)
         };
         for index in targets {
             let mut push = |op| {
@@ -760,6 +712,65 @@ fn operations(
         }
     }
     (ops, origins)
+}
+
+/// The write of one document (`None`: its delete) into `index`, in `form`. In parts,
+/// each part is written at the version of the newest change below the root that reached
+/// it, when newer than the write's own (a whole write's is its root's newest change):
+/// what a document holds then depends on the changes alone, not on how they were batched.
+fn write_of(
+    form: &Form,
+    entry: &Entry,
+    index: &str,
+    id: &str,
+    routing: Option<String>,
+    doc: Option<&Map<String, Json>>,
+) -> BulkOp {
+    let newest = entry.prov.version();
+    let version = match form {
+        Form::Whole(_) => entry.root.unwrap_or(newest),
+        _ => newest,
+    };
+    let at = |names: &[String]| -> BTreeMap<String, u64> {
+        (entry.parts.iter())
+            .filter(|(_, v)| **v > version || matches!(form, Form::Patch(_)))
+            .filter_map(|(i, v)| Some((names.get(*i)?.clone(), *v)))
+            .collect()
+    };
+    let (index, id) = (index.to_owned(), id.to_owned());
+    let parts = |write, version| BulkOp::Parts {
+        index: index.clone(),
+        id: id.clone(),
+        version,
+        routing: routing.clone(),
+        write,
+    };
+    match (form, doc) {
+        (Form::Index, Some(doc)) => BulkOp::Index {
+            index,
+            id,
+            version,
+            routing,
+            doc: Json::Object(doc.clone()),
+        },
+        (Form::Index, None) => BulkOp::Delete {
+            index,
+            id,
+            version,
+            routing,
+        },
+        (Form::Whole(names), Some(doc)) => {
+            parts(PartsWrite::whole(doc.clone(), names, at(names)), version)
+        }
+        (Form::Patch(names), Some(doc)) => parts(
+            PartsWrite::Patch {
+                parts: doc.clone(),
+                at: at(names),
+            },
+            version,
+        ),
+        (_, None) => parts(PartsWrite::Delete, newest),
+    }
 }
 
 fn count_queries(pipeline: &str, r: &Reader<'_>) {
@@ -976,6 +987,35 @@ mod tests {
             routing: routing.map(String::from),
             doc: doc.then(|| json!({"id": key}).as_object().unwrap().clone()),
         }
+    }
+
+    #[test]
+    fn in_parts_each_part_is_written_at_the_newest_change_that_reached_it() {
+        // The root changed at 10; a change below part 0 at 14, below part 1 at 8.
+        let mut e = entry(7, 14, &[1], &[]);
+        e.root = Some(10);
+        e.parts = BTreeMap::from([(0, 14), (1, 8)]);
+        let names = vec!["skus".to_owned(), "brand".to_owned()];
+        let doc = json!({"id": 7, "skus": [], "brand": null});
+        let doc = doc.as_object().unwrap();
+        let at = |op: BulkOp| match op {
+            BulkOp::Parts { version, write, .. } => match write {
+                PartsWrite::Whole { at, .. } | PartsWrite::Patch { at, .. } => (version, at),
+                PartsWrite::Delete => (version, BTreeMap::new()),
+            },
+            _ => panic!("a write in parts"),
+        };
+        let whole = write_of(&Form::Whole(names.clone()), &e, "i", "7", None, Some(doc));
+        assert_eq!(
+            at(whole),
+            (10, BTreeMap::from([("skus".to_owned(), 14)])),
+            "a whole write is its root's; a part above it says so"
+        );
+        let patch = write_of(&Form::Patch(names.clone()), &e, "i", "7", None, Some(doc));
+        let every = BTreeMap::from([("skus".to_owned(), 14), ("brand".to_owned(), 8)]);
+        assert_eq!(at(patch), (14, every), "a patch names each part's own");
+        let gone = write_of(&Form::Whole(names), &e, "i", "7", None, None);
+        assert_eq!(at(gone).0, 14, "a delete is the newest change's");
     }
 
     #[test]
