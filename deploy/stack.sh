@@ -835,9 +835,10 @@ _meta:
   type: "roles"
   config_version: 2
 sluice_etl:
-  description: "what sluice-etl calls: _bulk (index, delete, update with external versions), index create, mappings, settings, aliases, searches and gets"
+  description: "what sluice-etl calls: _bulk (index, delete with external versions, scripted updates), whether Painless runs, index create, mappings, settings, aliases, searches and gets"
   cluster_permissions:
     - "cluster:monitor/main"
+    - "cluster:admin/script_language/get"
     - "indices:data/write/bulk"
     - "indices:data/read/mget"
   index_permissions:
@@ -860,13 +861,16 @@ sluice_etl:
         - "indices:admin/aliases/get"
         - "indices:admin/refresh*"
 sluice_center:
-  description: "what sluice-center calls: GET /, index create and delete, settings, aliases, refresh, counts and gets"
+  description: "what sluice-center calls: GET /, index create and delete, settings, aliases, refresh, counts and gets, and the deletes of old tombstones"
   cluster_permissions:
     - "cluster:monitor/main"
     - "indices:data/read/mget"
+    - "indices:data/write/bulk"
   index_permissions:
     - index_patterns: ["*"]
       allowed_actions:
+        - "indices:data/write/delete*"
+        - "indices:data/write/bulk*"
         - "indices:data/read/get*"
         - "indices:data/read/mget*"
         - "indices:data/read/search*"

@@ -3,12 +3,14 @@
 //! history older than `[retention]` says, keeping what still says something now — a
 //! task's latest assignment, each pipeline's latest run of each kind, every dead-letter
 //! replay (a forgotten one would be replayed again) — and delayed changes of pipelines
-//! that are gone.
+//! that are gone. It also deletes the tombstones that deletes leave in the indexes of
+//! pipelines written in parts, once past the pipeline's `tombstone_retention`.
 
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use sluice_integration_tests::{eventually, TestCtx};
+use serde_json::json;
+use sluice_integration_tests::{check_documents, eventually, shop, TestCtx};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_deletes_history_past_its_retention() {
@@ -87,6 +89,92 @@ async fn the_leader_deletes_history_past_its_retention() {
         )
         .await;
     assert!(deleted >= 1.0, "{deleted}");
+
+    drop(cluster);
+    ctx.cleanup().await;
+}
+
+/// Deleted rows of a tree written in parts leave tombstones (hidden by the alias); the
+/// leader deletes them once older than the pipeline's `tombstone_retention`, and the
+/// deleted documents stay gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_deletes_tombstones_past_the_pipelines_retention() {
+    let ctx = TestCtx::new("tombsweep").await;
+    shop::schema(&ctx).await;
+    let cluster = ctx.start_cluster(1, 1).await;
+    let source = ctx.add_source(&cluster, "products", 1).await;
+    for t in ["brands", "skus", "sku_prices", "product_tags", "promotions"] {
+        ctx.clean_up_topic(sluice_kafka::TopicConfig::default().rows_topic(
+            &source.name,
+            &ctx.db,
+            t,
+        ));
+    }
+    let mut spec = shop::spec(&ctx);
+    spec["source"] = json!(source.name);
+    spec["tombstone_retention"] = json!("3s");
+    ctx.put_spec(&cluster, &spec).unwrap();
+    cluster
+        .wait_running(&[&source], Duration::from_secs(60))
+        .await;
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let index = sluice_elastic::versioned_index(&alias, 1);
+    // Products inserted now are streamed into the index (it is never built), some deleted.
+    let mark = cluster.centers[0].log_mark();
+    let values: Vec<String> = (1001..=1020)
+        .map(|p| format!("({p}, 'streamed {p}', 1, 1.00, 0)"))
+        .collect();
+    ctx.exec(&format!(
+        "INSERT INTO products VALUES {}",
+        values.join(", ")
+    ))
+    .await;
+    ctx.exec("DELETE FROM products WHERE id BETWEEN 1001 AND 1008")
+        .await;
+    // Tombstones of 8 deletes are gone from the index; the 12 others stay, as in MySQL.
+    eventually(
+        "the deleted products' tombstones are swept",
+        Duration::from_secs(60),
+        || async {
+            ctx.stack
+                .es
+                .refresh(&index)
+                .await
+                .map_err(|e| e.to_string())?;
+            let stored = ctx
+                .stack
+                .es
+                .count(&index)
+                .await
+                .map_err(|e| e.to_string())?;
+            let live = ctx
+                .stack
+                .es
+                .count(&alias)
+                .await
+                .map_err(|e| e.to_string())?;
+            let swept = cluster.centers[0].logged_since(mark, &["deleted tombstones past"]);
+            match (stored, live, swept) {
+                (12, 12, Ok(())) => Ok(()),
+                (stored, live, swept) => Err(format!(
+                    "{stored} stored, {live} searchable, swept: {}\n{}",
+                    swept.is_ok(),
+                    cluster.logs()
+                )),
+            }
+        },
+    )
+    .await;
+    let deleted = cluster.centers[0]
+        .metric(
+            "sluice_center_tombstones_deleted_total",
+            &[("pipeline", spec["name"].as_str().unwrap())],
+        )
+        .await;
+    assert_eq!(deleted, 8.0);
+    // What is left is exactly MySQL's (the deleted ones did not come back).
+    let documents = check_documents(&ctx, &spec).await.unwrap();
+    assert_eq!(documents, 12);
 
     drop(cluster);
     ctx.cleanup().await;

@@ -239,11 +239,12 @@ async fn lead(
             }
         }
     };
-    // Delayed changes are recorded, and history past its retention deleted, for as long
-    // as this replica leads.
+    // Delayed changes are recorded, and history and tombstones past their retention
+    // deleted, for as long as this replica leads.
     tokio::select! {
         r = main => r,
         r = crate::delayed::record_changes(shared, epoch, shutdown) => r,
         r = crate::retention::keep(shared, shutdown) => r,
+        r = crate::tombstones::keep(shared, shutdown) => r,
     }
 }

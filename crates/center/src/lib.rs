@@ -37,6 +37,7 @@ mod rollback;
 mod run;
 mod search;
 mod term;
+mod tombstones;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};

@@ -57,6 +57,17 @@ pub(crate) static FORGOTTEN: LazyLock<opentelemetry::metrics::Counter<u64>> = La
         .build()
 });
 
+pub(crate) static TOMBSTONES: LazyLock<opentelemetry::metrics::Counter<u64>> = LazyLock::new(
+    || {
+        opentelemetry::global::meter("sluice")
+        .u64_counter("sluice.center.tombstones_deleted")
+        .with_description(
+            "Tombstones of documents written in parts deleted past their pipeline's tombstone_retention",
+        )
+        .build()
+    },
+);
+
 /// Bucket bounds, in seconds, of the reconcile pass's duration (a pass is meant to stay
 /// under 0.1 s, so the buckets are fine below it).
 const RECONCILE_BUCKETS: &[f64] = &[

@@ -165,7 +165,7 @@ impl fmt::Debug for EsClient {
 }
 
 /// An answer read to the end.
-struct Answer {
+pub(crate) struct Answer {
     status: StatusCode,
     body: Vec<u8>,
 }
@@ -735,7 +735,7 @@ impl EsClient {
         Ok(())
     }
 
-    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+    pub(crate) fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
         let mut url = self.inner.base.clone();
         if !segments.is_empty() {
             url.path_segments_mut()
@@ -751,7 +751,7 @@ impl EsClient {
         }
     }
 
-    async fn send(
+    pub(crate) async fn send(
         &self,
         call: &'static str,
         target: &str,
@@ -774,7 +774,11 @@ impl EsClient {
 }
 
 /// The body of a 2xx answer, or the server's error.
-fn expect_success(call: &'static str, target: &str, answer: Answer) -> Result<Vec<u8>, EsError> {
+pub(crate) fn expect_success(
+    call: &'static str,
+    target: &str,
+    answer: Answer,
+) -> Result<Vec<u8>, EsError> {
     if answer.status.is_success() {
         Ok(answer.body)
     } else {
@@ -787,7 +791,7 @@ fn expect_success(call: &'static str, target: &str, answer: Answer) -> Result<Ve
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
     call: &'static str,
     target: &str,
     body: &[u8],
@@ -833,7 +837,7 @@ fn bulk_target(ops: &[&BulkOp]) -> String {
 /// Refuses names that would turn a call into something else: empty (`DELETE /`),
 /// API endpoints (`_all`, `_bulk`), wildcards and lists (`*`, `a,b`), path tricks.
 /// Everything else (case, length) is left to the server, which explains itself.
-fn check_name(call: &'static str, name: &str) -> Result<(), EsError> {
+pub(crate) fn check_name(call: &'static str, name: &str) -> Result<(), EsError> {
     let problem = if name.is_empty() {
         Some("the name is empty")
     } else if name.starts_with(['_', '-', '+']) {

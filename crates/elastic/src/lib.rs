@@ -23,6 +23,7 @@ mod client;
 mod config;
 mod error;
 pub mod parts;
+mod sweep;
 mod versions;
 
 pub use bulk::{

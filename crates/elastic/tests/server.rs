@@ -760,3 +760,51 @@ async fn the_sink_says_whether_it_runs_scripts() {
     })
     .await;
 }
+
+/// Tombstones of documents written in parts go once past their window, and only the
+/// ones still as they were found: a document written again since stays.
+#[tokio::test]
+async fn the_sink_runs_scripts_whose_tombstones_are_swept_unless_written_since() {
+    with_indices("parts-sweep", 1, |es, names| async move {
+        let index = names[0].clone();
+        let mut body = parts_mapping();
+        // Searches see only what a refresh made visible, as the test says when.
+        body["settings"]["index"]["refresh_interval"] = json!("-1");
+        es.create_index(&index, &body).await.unwrap();
+        for id in ["1", "2", "3"] {
+            let w = whole(json!({"name": id}), json!({}));
+            es.bulk(&[parts_op(&index, id, 5, w)]).await.unwrap();
+        }
+        for id in ["1", "3"] {
+            let op = parts_op(&index, id, 6, PartsWrite::Delete);
+            assert_eq!(es.bulk(&[op]).await.unwrap(), [ItemOutcome::Applied]);
+        }
+        es.refresh(&index).await.unwrap();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            es.sweep_tombstones(&index, hour).await.unwrap(),
+            0,
+            "too young"
+        );
+        // Document 3 is written again after the search that finds its tombstone could
+        // (no refresh since): its delete is refused, and the write stays.
+        let w = whole(json!({"name": "3 again"}), json!({}));
+        es.bulk(&[parts_op(&index, "3", 7, w)]).await.unwrap();
+        let now = Duration::ZERO;
+        assert_eq!(es.sweep_tombstones(&index, now).await.unwrap(), 1);
+        assert!(stored(&index, "1").await.is_none(), "the tombstone went");
+        let (two, _, _) = stored(&index, "2").await.unwrap();
+        assert_eq!(two, json!({"name": "2"}));
+        let (three, versions, _) = stored(&index, "3").await.unwrap();
+        assert_eq!(
+            (three, versions["v"].clone()),
+            (json!({"name": "3 again"}), json!(7))
+        );
+        // Nothing is left to sweep, and an index that is not there has nothing.
+        es.refresh(&index).await.unwrap();
+        assert_eq!(es.sweep_tombstones(&index, now).await.unwrap(), 0);
+        let gone = format!("{index}-none");
+        assert_eq!(es.sweep_tombstones(&gone, now).await.unwrap(), 0);
+    })
+    .await;
+}
