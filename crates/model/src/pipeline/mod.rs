@@ -442,14 +442,14 @@ impl PipelineSpec {
     }
 
     /// Whether its documents are written in parts (area updates): it has relations under
-    /// its root, and `area_updates` is on (off unless set). A sink that runs no Painless
+    /// its root, and `area_updates` is not set off. A sink that runs no Painless
     /// scripts (Elasticsearch without its `lang-painless` module) writes whole documents
     /// whatever this says.
     pub fn area_updates(&self) -> bool {
         // A child relation's documents have their own relations as parts.
         let parts = (self.relations.iter())
             .any(|r| r.kind != RelationKind::Child || !r.relations.is_empty());
-        parts && self.area_updates.unwrap_or(false)
+        parts && self.area_updates.unwrap_or(true)
     }
 
     /// The alias: as given, or the name lowercased.
@@ -998,6 +998,16 @@ mod tests {
         "#;
         let v: toml::Value = toml::from_str(text).unwrap();
         v.try_into().unwrap()
+    }
+
+    #[test]
+    fn trees_are_written_in_parts_unless_set_off() {
+        let mut spec = shop();
+        assert!(spec.area_updates(), "on by default");
+        spec.area_updates = Some(false);
+        assert!(!spec.area_updates());
+        let flat = PipelineSpec::table("p", "s", "d", "t");
+        assert!(!flat.area_updates(), "a document of one table has no parts");
     }
 
     #[test]
