@@ -215,6 +215,20 @@ impl TestCtx {
             cluster.addrs.push(format!("127.0.0.1:{port}"));
         }
         cluster.wait_leader(Duration::from_secs(30), None).await;
+        // One center answering says nothing of the others: each is waited for.
+        for addr in &cluster.addrs {
+            crate::eventually(
+                &format!("the center at {addr} takes connections"),
+                Duration::from_secs(30),
+                || async {
+                    tokio::net::TcpStream::connect(addr)
+                        .await
+                        .map(drop)
+                        .map_err(|e| format!("{e}\n{}", cluster.logs()))
+                },
+            )
+            .await;
+        }
         cluster
     }
 
