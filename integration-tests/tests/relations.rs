@@ -709,3 +709,39 @@ async fn a_document_is_read_only_once_its_change_is_visible_where_it_is_read() {
     let seven = document(&ctx, &alias, 7).await.expect("product 7");
     assert!(seven.to_string().contains("99.99"), "{seven}");
 }
+
+/// Documents written in parts keep their versions in a `sluice` field: a tree whose
+/// documents would have a field of that name is not written, and its changes are
+/// dead-lettered with the fix named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_with_a_field_where_the_versions_go_dead_letters_with_the_fix_named() {
+    let ctx = TestCtx::new("relsluice").await;
+    shop::schema(&ctx).await;
+    ctx.exec("ALTER TABLE products ADD COLUMN sluice VARCHAR(16) NULL")
+        .await;
+    let spec = shop::spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    ctx.exec("INSERT INTO products VALUES (1, 'mine', NULL, 1.00, 0, 'v9')")
+        .await;
+    let dead = ctx
+        .read_topic(&ctx.dlq_topic, 1, Duration::from_secs(60))
+        .await;
+    let letter: Value = serde_json::from_slice(&dead[0].payload).unwrap();
+    let reason = letter["reason"].as_str().unwrap();
+    assert!(
+        reason
+            .contains("a field `sluice`, which documents written in parts keep their versions in")
+            && reason.contains("area_updates = false"),
+        "{reason}\n{}",
+        run.logs()
+    );
+    assert_eq!(letter["event"]["key"]["id"], 1, "{letter}");
+    let made = ctx.stack.es.index_exists(&alias).await.unwrap();
+    assert!(
+        !made || document(&ctx, &alias, 1).await.is_none(),
+        "nothing written"
+    );
+    drop(run);
+    ctx.cleanup().await;
+}

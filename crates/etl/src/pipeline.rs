@@ -378,6 +378,15 @@ impl Router {
                 .insert(e.table.clone(), e.columns.clone());
         }
         if in_parts {
+            if props.contains_key(parts::FIELD) {
+                let why = format!(
+                    "its documents have a field `{}`, which documents written in parts keep their versions in: rename it (`fields`, or the relation) or set `area_updates = false`",
+                    parts::FIELD
+                );
+                tracing::error!(pipeline = %name, "{why}: its events are dead-lettered until that is fixed");
+                p.tree = Some(Tree::Unfit(why));
+                return Ok(());
+            }
             props.insert(parts::FIELD.into(), parts::mapping());
         }
         p.in_parts = in_parts;
