@@ -64,6 +64,18 @@ impl CpuSeconds {
         )
     }
 
+    /// [`Self::describe`], with the total and the least time the machine's cores needed
+    /// for it: when that is near the time taken, the cores were the limit.
+    pub fn describe_on_cores(&self) -> String {
+        let cores = cores();
+        format!(
+            "{}; {:.1} s in all, {:.1} s on {cores} cores",
+            self.describe(),
+            self.total(),
+            self.total() / cores as f64
+        )
+    }
+
     /// All of them together.
     pub fn total(&self) -> f64 {
         self.0.values().sum()

@@ -774,9 +774,9 @@ fn write_of(
 }
 
 fn count_queries(pipeline: &str, r: &Reader<'_>) {
-    METRICS
-        .source_queries
-        .add(r.queries, &crate::metrics::pipeline(pipeline));
+    let pipeline = crate::metrics::pipeline(pipeline);
+    METRICS.source_queries.add(r.queries, &pipeline);
+    METRICS.source_rows.add(r.rows, &pipeline);
 }
 
 /// Runs `f` until it succeeds or fails for good, pausing between transient failures:

@@ -5,8 +5,9 @@
 //! retry: 5xx items, rejected: items refused for good, request: whole requests failed), `sluice_etl_dead_letters_total{pipeline}`,
 //! `sluice_etl_delayed_changes_total{pipeline}` (changes of `delayed` relations handed to
 //! the center instead of rebuilding documents),
-//! `sluice_etl_documents_read_total{pipeline}` and `sluice_etl_source_queries_total{pipeline}`
-//! (documents read back from MySQL, and the queries that found and read them), and
+//! `sluice_etl_documents_read_total{pipeline}`, `sluice_etl_source_queries_total{pipeline}`
+//! and `sluice_etl_source_rows_total{pipeline}` (documents read back from MySQL, the
+//! queries that found and read them, and the rows those returned), and
 //! `sluice_etl_consumer_lag_messages{topic,partition}`, `sluice_etl_bulks_in_flight` and
 //! `sluice_etl_bulk_concurrency` (batches being written at once, and how many may be),
 //! `sluice_etl_batches_waiting` (batches written and waiting for an older one to land),
@@ -35,6 +36,7 @@ pub(crate) struct Metrics {
     pub dead_letters: Counter<u64>,
     pub documents_read: Counter<u64>,
     pub source_queries: Counter<u64>,
+    pub source_rows: Counter<u64>,
     pub delayed_changes: Counter<u64>,
     pub applied_lag: Gauge<f64>,
 }
@@ -127,6 +129,10 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         source_queries: m
             .u64_counter("sluice.etl.source.queries")
             .with_description("Queries run on sources to find and read documents, by pipeline")
+            .build(),
+        source_rows: m
+            .u64_counter("sluice.etl.source.rows")
+            .with_description("Rows the queries on sources returned, by pipeline")
             .build(),
         delayed_changes: m
             .u64_counter("sluice.etl.delayed.changes")

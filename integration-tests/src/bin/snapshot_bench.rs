@@ -39,7 +39,7 @@ use sluice_elastic::BulkOp;
 use sluice_integration_tests::ceiling::{
     bulk_ceiling_in_flight, documents, raw_concurrency, scratch_like,
 };
-use sluice_integration_tests::cpu::{self, CpuSeconds};
+use sluice_integration_tests::cpu::CpuSeconds;
 use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::{env_num, shop, Cluster, TestCtx};
 
@@ -385,16 +385,9 @@ async fn first_streamed_row(
     Ok(joined)
 }
 
-/// Prints where the CPU went during `what`, and the least time the machine's cores
-/// needed for it: when it is near the time taken, the cores were the limit.
+/// Prints where the CPU went during `what` (see [`CpuSeconds::describe_on_cores`]).
 fn say_cpu(part: &str, what: &str, used: &CpuSeconds) {
-    let cores = cpu::cores();
-    println!(
-        "[snapshot {part}] CPU {what}: {}; {:.1} s in all, {:.1} s on {cores} cores",
-        used.describe(),
-        used.total(),
-        used.total() / cores as f64
-    );
+    println!("[snapshot {part}] CPU {what}: {}", used.describe_on_cores());
 }
 
 /// The etl's bulks, by its metrics.

@@ -7,8 +7,9 @@
 //! 1. Streaming rebuilds: the tree's rows (`BENCH_TREE_PRODUCTS` roots, default 5000,
 //!    7 to 14 rows each, loaded table by table) are streamed into Kafka with the etl
 //!    stopped; an etl is then timed until its group committed every topic. Printed: the
-//!    documents made current per second, how many times each was read back from MySQL
-//!    (target: at most 1.5), the MySQL queries per document read, and rows per second.
+//!    documents made current per second (each document once, whether written whole or
+//!    patched), how many times each was read back from MySQL (target: at most 1.5), the
+//!    MySQL queries per document read and the rows they returned per row event.
 //! 2. The ceiling: the index's final documents `_bulk`-indexed straight into a scratch
 //!    index of the same server (the etl's batch size and requests in flight), then again
 //!    with newer versions (a rebuild replaces a document that exists); the documents'
@@ -16,18 +17,20 @@
 //! 3. A lookup row under `BENCH_TREE_BRAND` documents (default 2000) renamed five times
 //!    (the shop's brand; the blog's tag, two levels down through the link table): the
 //!    median seconds from COMMIT until every one of them shows the new name, against the
-//!    target of one second.
+//!    target of one second, and the MySQL queries and rows read for it.
 //! 4. A change deep in the tree (the shop: a SKU's price; the blog: a comment's text) in
 //!    single-row transactions at `BENCH_TREE_LATENCY_RATE` a second (default 1,000),
 //!    `BENCH_TREE_LATENCY_SAMPLES` times (5,000), each on a random root: commit to
-//!    searchable (a real-time GET of the root's document shows it), p99 against 100 ms;
-//!    then the sink's own floor at the rate reached: one writer replacing as many of the
+//!    searchable (a real-time GET of the root's document shows it), p99 against 100 ms,
+//!    and the MySQL queries and rows read per change (written in parts, one relation's
+//!    rows and the walk up to the root; whole, the entire document); then the sink's own floor at the rate reached: one writer replacing as many of the
 //!    index's documents, a bulk every 100 ms, with nothing else running (each bulk's
 //!    answer time, p99 against the same 100 ms).
 //!
 //! The figures go to `target/bench/tree-<source>.json` and `tree-blog-<source>.json`
 //! (`BENCH_SOURCE`), judged against the committed baseline. `BENCH_TREE_READ_CONCURRENCY`
-//! sets the etl's `read_concurrency` (default: the etl's own).
+//! sets the etl's `read_concurrency` (default: the etl's own); `BENCH_TREE_AREA_UPDATES=0`
+//! writes the documents whole (the spec's `area_updates = false`), to compare.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -38,6 +41,7 @@ use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_elastic::BulkOp;
 use sluice_integration_tests::ceiling::{bulk_all, bulk_ceiling, documents, scratch_like};
+use sluice_integration_tests::cpu::CpuSeconds;
 use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::probe::{Check, Latency, Probe};
 use sluice_integration_tests::{blog, env_num, kafka, shop, TestCtx};
@@ -230,7 +234,10 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     let products = env_num::<u64>("BENCH_TREE_PRODUCTS", 5000)?;
     let brand = env_num::<u64>("BENCH_TREE_BRAND", 2000)?.min(products);
     tree.schema(ctx).await;
-    let spec = tree.spec(ctx);
+    let mut spec = tree.spec(ctx);
+    if env_num::<u8>("BENCH_TREE_AREA_UPDATES", 1)? == 0 {
+        spec["area_updates"] = json!(false);
+    }
     let alias = spec["alias"].as_str().context("alias")?.to_owned();
     let mut worker = ctx.worker();
     worker.start();
@@ -259,6 +266,7 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
         );
     }
     let mut etl = ctx.etl_with(std::slice::from_ref(&spec));
+    let cpu = CpuSeconds::now();
     let started = Instant::now();
     etl.start();
     let deadline = started + Duration::from_secs(1800);
@@ -278,25 +286,25 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
         break;
     }
     let took = started.elapsed();
+    let cpu = CpuSeconds::now().since(&cpu);
     let pipeline = [("pipeline", alias.as_str())];
     let read = etl
         .metric_sum("sluice_etl_documents_read_total", &pipeline)
         .await
         .map_err(anyhow::Error::msg)?;
-    let queries = etl
-        .metric_sum("sluice_etl_source_queries_total", &pipeline)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let (queries, rows) = source_reads(&etl, &alias).await;
     let rate = products as f64 / took.as_secs_f64();
     let roots = tree.roots();
     println!(
-        "[{roots} 1/4] {products} {roots} from {events} row events: {:.1} s = {rate:.0} documents/s ({:.0} events/s; the etl read back {read:.0} documents, each {:.2} times while its tables' rows arrived, {:.0}/s), {:.3} MySQL queries per document read",
+        "[{roots} 1/4] {products} {roots} from {events} row events: {:.1} s = {rate:.0} documents/s ({:.0} events/s; the etl read back {read:.0} documents, each {:.2} times while its tables' rows arrived, {:.0}/s), {:.3} MySQL queries per document read, {:.2} rows read per row event",
         took.as_secs_f64(),
         events as f64 / took.as_secs_f64(),
         read / products as f64,
         read / took.as_secs_f64(),
-        queries / read.max(1.0)
+        queries / read.max(1.0),
+        rows / events.max(1) as f64,
     );
+    println!("[{roots} 1/4] CPU of it: {}", cpu.describe_on_cores());
     let raw_rate = ceiling(ctx, &alias, roots).await?;
     println!(
         "[{roots} 2/4] the documents were made current at {:.0} % of it",
@@ -306,9 +314,9 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     // A lookup row under `brand` documents renamed, RENAMES times.
     let mut renames = Vec::new();
     for r in 1..=RENAMES {
-        let (seen, in_bulk, queries) = rename(ctx, &etl, &alias, tree, brand, r).await?;
+        let (seen, in_bulk, (queries, rows)) = rename(ctx, &etl, &alias, tree, brand, r).await?;
         println!(
-            "[{roots} 3/4] {} renamed under {brand} documents ({r} of {RENAMES}): all of them show it {:.2} s after COMMIT ({in_bulk:.2} s of it in Elasticsearch _bulk requests; {queries:.0} MySQL queries)",
+            "[{roots} 3/4] {} renamed under {brand} documents ({r} of {RENAMES}): all of them show it {:.2} s after COMMIT ({in_bulk:.2} s of it in Elasticsearch _bulk requests; {queries:.0} MySQL queries, {rows:.0} rows read)",
             tree.lookup(),
             seen.as_secs_f64()
         );
@@ -318,9 +326,14 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     let rename_p50 = renames[renames.len() / 2];
     let samples = env_num::<u64>("BENCH_TREE_LATENCY_SAMPLES", 5000)?;
     let pace = env_num::<f64>("BENCH_TREE_LATENCY_RATE", 1000.0)?;
+    let before = source_reads(&etl, &alias).await;
     let deep = deep_latency(ctx, &alias, tree, products, samples, pace).await?;
+    // Every change was seen applied; the etl counts a read's queries when it ends.
+    let after = source_reads(&etl, &alias).await;
+    let n = samples.max(1) as f64;
+    let (deep_queries, deep_rows) = ((after.0 - before.0) / n, (after.1 - before.1) / n);
     println!(
-        "[{roots} 4/4] a change deep in the tree ({}), single-row transactions: commit→searchable {}",
+        "[{roots} 4/4] a change deep in the tree ({}), single-row transactions: commit→searchable {}; {deep_queries:.2} MySQL queries and {deep_rows:.1} rows read per change",
         tree.deep(),
         deep.describe()
     );
@@ -337,6 +350,14 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     f.insert(
         "deep_latency_p99_ms".into(),
         Figure::lower(deep.pct(99.0), "ms", Some(LATENCY_TARGET_MS)),
+    );
+    f.insert(
+        "deep_queries_per_change".into(),
+        Figure::lower(deep_queries, "queries", None),
+    );
+    f.insert(
+        "deep_rows_per_change".into(),
+        Figure::lower(deep_rows, "rows", None),
     );
     f.insert(
         "deep_sink_floor_p99_ms".into(),
@@ -476,7 +497,9 @@ async fn ceiling(ctx: &TestCtx, alias: &str, roots: &str) -> anyhow::Result<f64>
     bulk_all(es, &ops(1)).await?;
     let created = created.elapsed();
     let overwrite = ops(2);
+    let cpu = CpuSeconds::now();
     let raw = bulk_ceiling(es, &index, &overwrite).await?;
+    let cpu = CpuSeconds::now().since(&cpu);
     let raw_rate = overwrite.len() as f64 / raw.as_secs_f64();
     println!(
         "[{roots} 2/4] raw _bulk ceiling of the same Elasticsearch: {} documents in {:.1} s = {raw_rate:.0} docs/s replacing existing ones ({:.0} docs/s creating them)",
@@ -484,12 +507,13 @@ async fn ceiling(ctx: &TestCtx, alias: &str, roots: &str) -> anyhow::Result<f64>
         raw.as_secs_f64(),
         overwrite.len() as f64 / created.as_secs_f64(),
     );
+    println!("[{roots} 2/4] CPU of it: {}", cpu.describe_on_cores());
     Ok(raw_rate)
 }
 
 /// Renames the tree's lookup row (under `brand` documents) to `renamed <round>`: how
 /// long from COMMIT until every document shows it, the seconds the etl spent in `_bulk`
-/// requests meanwhile, and the MySQL queries it made.
+/// requests meanwhile, and the MySQL queries it made and rows it read.
 async fn rename(
     ctx: &TestCtx,
     etl: &sluice_integration_tests::Service,
@@ -497,7 +521,7 @@ async fn rename(
     tree: Tree,
     brand: u64,
     round: u32,
-) -> anyhow::Result<(Duration, f64, f64)> {
+) -> anyhow::Result<(Duration, f64, (f64, f64))> {
     let es = &ctx.stack.es;
     let bulk = async |etl: &sluice_integration_tests::Service| {
         etl.metric_sum("sluice_etl_bulk_duration_seconds_sum", &[])
@@ -511,10 +535,7 @@ async fn rename(
     };
     let bulk_before = bulk(etl).await;
     let settled_before = settled(etl).await;
-    let queries_before = etl
-        .metric_sum("sluice_etl_source_queries_total", &[("pipeline", alias)])
-        .await
-        .unwrap_or(0.0);
+    let reads_before = source_reads(etl, alias).await;
     let name = format!("renamed {round}");
     let (update, field) = tree.rename(&name);
     let committed = Instant::now();
@@ -546,10 +567,17 @@ async fn rename(
         tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
     }
     let in_bulk = bulk(etl).await - bulk_before;
-    let queries = etl
-        .metric_sum("sluice_etl_source_queries_total", &[("pipeline", alias)])
-        .await
-        .unwrap_or(0.0)
-        - queries_before;
-    Ok((seen, in_bulk, queries))
+    let reads = source_reads(etl, alias).await;
+    let reads = (reads.0 - reads_before.0, reads.1 - reads_before.1);
+    Ok((seen, in_bulk, reads))
+}
+
+/// The MySQL queries the etl ran, and the rows they returned, for pipeline `alias` so far.
+async fn source_reads(etl: &sluice_integration_tests::Service, alias: &str) -> (f64, f64) {
+    let pipeline = [("pipeline", alias)];
+    let sum = async |name: &str| etl.metric_sum(name, &pipeline).await.unwrap_or(0.0);
+    (
+        sum("sluice_etl_source_queries_total").await,
+        sum("sluice_etl_source_rows_total").await,
+    )
 }

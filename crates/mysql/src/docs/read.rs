@@ -86,6 +86,8 @@ pub struct Reader<'a> {
     server: Option<Server>,
     /// Statements run so far.
     pub queries: u64,
+    /// Rows those statements returned.
+    pub rows: u64,
     /// While a document is explained: the rows each table gave it.
     trace: Option<Vec<TracedRows>>,
 }
@@ -114,6 +116,7 @@ impl<'a> Reader<'a> {
             conn,
             server,
             queries: 0,
+            rows: 0,
             trace: None,
         }
     }
@@ -237,6 +240,7 @@ impl<'a> Reader<'a> {
             .exec(text, params)
             .await
             .map_err(query_err(self.src, what))?;
+        self.rows += rows.len() as u64;
         Ok(rows.into_iter().map(Row::unwrap).collect())
     }
 }
