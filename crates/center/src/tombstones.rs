@@ -3,9 +3,9 @@
 //! older than the pipeline's `tombstone_retention`: the window in which a late write of
 //! a deleted row's document could still come, as `index.gc_deletes` is for the
 //! versioned deletes of other pipelines. It sweeps each such pipeline at the start of its
-//! term (or when the pipeline appears), then as often as its retention (at most hourly,
-//! at least every [`QUICKEST`]). Removals are counted in
-//! `sluice_center_tombstones_deleted_total{pipeline}`.
+//! term (or when the pipeline appears), then as often as its retention, but at least
+//! hourly and at most every [`QUICKEST`]; a sweep that failed is tried again within
+//! [`AGAIN`]. Removals are counted in `sluice_center_tombstones_deleted_total{pipeline}`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -25,6 +25,9 @@ const QUICKEST: Duration = Duration::from_secs(1);
 /// How often the pipelines are listed again (a new one, a retention changed).
 const LOOK: Duration = Duration::from_secs(10);
 
+/// The longest wait before a failed sweep is tried again.
+const AGAIN: Duration = Duration::from_secs(60);
+
 /// Sweeps each pipeline written in parts when it is due, until `shutdown`.
 pub(crate) async fn keep(
     shared: &Shared,
@@ -35,8 +38,8 @@ pub(crate) async fn keep(
         shutdown.cancelled().await;
         return Ok(());
     };
-    // When each pipeline was last swept, in this term.
-    let mut swept: HashMap<String, Instant> = HashMap::new();
+    // When each pipeline is next to be swept, in this term.
+    let mut due: HashMap<String, Instant> = HashMap::new();
     loop {
         let mut next = LOOK;
         match shared.meta.pipelines().await {
@@ -45,12 +48,12 @@ pub(crate) async fn keep(
                     let Some(every) = every(p) else { continue };
                     next = next.min(every);
                     let name = &p.spec.name;
-                    if due(swept.get(name).copied(), every, Instant::now()) {
-                        sweep(es, p).await;
-                        swept.insert(name.clone(), Instant::now());
+                    if due.get(name).is_none_or(|at| Instant::now() >= *at) {
+                        let wait = next_sweep(sweep(es, p).await, every);
+                        due.insert(name.clone(), Instant::now() + wait);
                     }
                 }
-                swept.retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
+                due.retain(|name, _| pipelines.iter().any(|p| p.spec.name == *name));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list the pipelines whose tombstones to sweep; trying again");
@@ -62,9 +65,12 @@ pub(crate) async fn keep(
     }
 }
 
-/// One pipeline's indexes swept; a failure is logged and tried again at the next pass.
-async fn sweep(es: &sluice_elastic::EsClient, p: &StoredPipeline) {
-    let Some(window) = retention(p) else { return };
+/// One pipeline's indexes swept; whether every one was (a failure is logged).
+async fn sweep(es: &sluice_elastic::EsClient, p: &StoredPipeline) -> bool {
+    let Some(window) = retention(p) else {
+        return true;
+    };
+    let mut all = true;
     let pipeline = p.spec.name.as_str();
     for index in indexes(p) {
         match es.sweep_tombstones(&index, window).await {
@@ -80,10 +86,12 @@ async fn sweep(es: &sluice_elastic::EsClient, p: &StoredPipeline) {
                 );
             }
             Err(e) => {
-                tracing::warn!(pipeline, index, error = %e, "cannot delete tombstones past their retention; trying again at the next sweep")
+                all = false;
+                tracing::warn!(pipeline, index, error = %e, "cannot delete tombstones past their retention; trying again within a minute")
             }
         }
     }
+    all
 }
 
 /// A pipeline's tombstone retention (its spec is validated: a bad one is skipped).
@@ -112,9 +120,14 @@ fn every(p: &StoredPipeline) -> Option<Duration> {
     retention(p).map(|r| r.clamp(QUICKEST, SLOWEST))
 }
 
-/// Whether a pipeline last swept at `last` (never: `None`) is due at `now`.
-fn due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
-    last.is_none_or(|last| now.duration_since(last) >= every)
+/// The wait until a pipeline swept `every` so long is swept again: sooner when this
+/// sweep failed.
+fn next_sweep(swept: bool, every: Duration) -> Duration {
+    if swept {
+        every
+    } else {
+        every.min(AGAIN)
+    }
 }
 
 #[cfg(test)]
@@ -161,10 +174,13 @@ mod tests {
         assert_eq!(every("7d"), Some(SLOWEST));
         assert_eq!(every("1ms"), Some(QUICKEST));
         assert_eq!(every("soon"), None);
-        let now = Instant::now();
-        let minute = Duration::from_secs(60);
-        assert!(due(None, minute, now), "at once when never swept");
-        assert!(!due(Some(now), minute, now + minute / 2));
-        assert!(due(Some(now), minute, now + minute));
+        let hour = Duration::from_secs(3600);
+        assert_eq!(next_sweep(true, hour), hour);
+        assert_eq!(
+            next_sweep(false, hour),
+            AGAIN,
+            "a failed sweep is tried again sooner"
+        );
+        assert_eq!(next_sweep(false, QUICKEST), QUICKEST);
     }
 }

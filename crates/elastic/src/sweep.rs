@@ -119,6 +119,15 @@ fn deleted(call: &'static str, index: &str, body: &[u8]) -> Result<u64, EsError>
     Ok(n)
 }
 
+/// Whether an index's mapping (`{"mappings": {...}}`) maps `sluice` as documents written
+/// in parts do ([`crate::parts::mapping`]).
+fn keeps_versions(index: &Value) -> bool {
+    let field = &index["mappings"]["properties"][crate::parts::FIELD]["properties"];
+    field["p"]["enabled"] == json!(false)
+        && field["dead"]["type"] == json!("boolean")
+        && field["at"]["type"] == json!("date")
+}
+
 impl EsClient {
     /// Deletes the tombstones of documents written in parts left in `index` more than
     /// `older_than` ago, a page at a time, and returns how many went. An index that
@@ -131,6 +140,15 @@ impl EsClient {
         const CALL: &str = "sweep tombstones";
         check_name(CALL, index)?;
         if !self.index_exists(index).await? {
+            return Ok(0);
+        }
+        // Only an index whose `sluice` field is the one documents written in parts keep
+        // (a table's own `sluice` column could hold anything, `dead` included).
+        let mapping = self.get_mapping(index).await?;
+        let fits =
+            (mapping.as_object()).is_some_and(|m| !m.is_empty() && m.values().all(keeps_versions));
+        if !fits {
+            tracing::warn!(index, "not sweeping tombstones: its `sluice` field is not the one of documents written in parts");
             return Ok(0);
         }
         let mut total = 0;
@@ -211,6 +229,19 @@ mod tests {
                 routing: Some("k".into()),
             }]
         );
+    }
+
+    #[test]
+    fn only_an_index_mapped_for_parts_is_swept() {
+        let ours = json!({"mappings": {"properties": {"sluice": crate::parts::mapping()}}});
+        assert!(keeps_versions(&ours));
+        let theirs = json!({"mappings": {"properties": {"sluice": {"properties": {
+            "dead": {"type": "boolean"}, "at": {"type": "date"}, "p": {"type": "keyword"}}}}}});
+        assert!(!keeps_versions(&theirs));
+        assert!(!keeps_versions(
+            &json!({"mappings": {"properties": {"sluice": {"type": "keyword"}}}})
+        ));
+        assert!(!keeps_versions(&json!({"mappings": {}})));
     }
 
     #[test]
