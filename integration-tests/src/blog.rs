@@ -29,6 +29,8 @@ pub async fn schema(ctx: &TestCtx) {
 pub fn spec(ctx: &TestCtx) -> Value {
     ctx.spec(json!({
         "table": "articles",
+        // In parts where the sink runs scripts, as the shop (see `shop::spec`).
+        "area_updates": true,
         "relations": [
             {"name": "author", "kind": "one_to_one", "table": "authors", "on": {"author_id": "id"}},
             {"name": "comments", "kind": "one_to_many", "table": "comments", "on": {"id": "article_id"},

@@ -33,8 +33,10 @@ pub fn spec(ctx: &TestCtx) -> Value {
     ctx.spec(json!({
         "table": "products",
         "filter": "deleted = 0",
-        // Written in parts (the default) where the sink runs scripts (OpenSearch of the
-        // local stack), whole where it does not (its Elasticsearch 7.17).
+        // Written in parts where the sink runs scripts (OpenSearch of the local stack), whole
+        // where it does not (its Elasticsearch 7.17). Said, for an etl's own pipelines are
+        // written whole unless they say so.
+        "area_updates": true,
         "relations": [
             {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
             {"name": "skus", "kind": "one_to_many", "table": "skus", "on": {"id": "product_id"},

@@ -179,3 +179,56 @@ async fn the_leader_deletes_tombstones_past_the_pipelines_retention() {
     drop(cluster);
     ctx.cleanup().await;
 }
+
+/// Trees are written in parts by default, but a pipeline stored by an earlier version
+/// keeps its whole writes across the upgrade (its etls may still be the earlier ones);
+/// a spec that says either way keeps what it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelines_stored_before_parts_were_the_default_keep_whole_writes() {
+    let ctx = TestCtx::new("upgrade18").await;
+    let mut cluster = ctx.start_cluster(1, 0).await;
+    let db = ctx.meta_db();
+    let mut conn = ctx.stack.conn().await;
+    let mut stored = Vec::new();
+    for (name, said) in [("before", None), ("on", Some(true))] {
+        let mut spec = shop::spec(&ctx);
+        spec["name"] = json!(name);
+        spec["alias"] = json!(format!("{name}_{}", ctx.db));
+        match said {
+            Some(on) => spec["area_updates"] = json!(on),
+            None => drop(spec.as_object_mut().unwrap().remove("area_updates")),
+        }
+        conn.exec_drop(
+            format!("INSERT INTO `{db}`.pipelines (name, source, db_name, table_name, alias, spec_json) VALUES (?, 'gone', ?, 'products', ?, ?)"),
+            (name, &ctx.db, spec["alias"].as_str().unwrap(), spec.to_string()),
+        )
+        .await
+        .unwrap();
+        stored.push(name);
+    }
+    // As a database of the version before: the migration runs at the next start.
+    conn.query_drop(format!(
+        "DELETE FROM `{db}`.schema_migrations WHERE version = 18"
+    ))
+    .await
+    .unwrap();
+    cluster.centers[0].terminate(Duration::from_secs(10));
+    cluster.centers[0].start();
+    cluster.wait_leader(Duration::from_secs(30), None).await;
+    for (name, want) in [("before", false), ("on", true)] {
+        let spec: String = conn
+            .exec_first(
+                format!("SELECT spec_json FROM `{db}`.pipelines WHERE name = ?"),
+                (name,),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+        assert_eq!(spec["area_updates"], json!(want), "{name}: {spec}");
+        let parsed: sluice_model::PipelineSpec = serde_json::from_value(spec).unwrap();
+        assert_eq!(parsed.area_updates(), want, "{name}");
+    }
+    drop(cluster);
+    ctx.cleanup().await;
+}

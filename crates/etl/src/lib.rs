@@ -58,8 +58,17 @@ pub fn load(path: &Path) -> Result<EtlConfig, ConfigError> {
         .pipelines
         .into_iter()
         .map(sluice_model::PipelineSpec::normalized)
+        .map(whole_unless_said)
         .collect();
     Ok(cfg)
+}
+
+/// A pipeline of the etl's own file is written whole unless it says `area_updates = true`:
+/// the tombstones deletes leave in documents written in parts are swept by a center's
+/// leader, which does not know these pipelines (README, "Area updates").
+fn whole_unless_said(mut spec: sluice_model::PipelineSpec) -> sluice_model::PipelineSpec {
+    spec.area_updates.get_or_insert(false);
+    spec
 }
 
 /// The pipelines of the etl's own file, as it applies them, with their sources from the

@@ -291,4 +291,13 @@ pub(super) const MIGRATIONS: &[(u32, &[&str])] = &[
             "ALTER TABLE checks ADD KEY finished (finished_at)",
         ],
     ),
+    // Trees are written in parts unless a spec says otherwise; pipelines stored before keep
+    // their whole writes (a switch while an older etl still writes them is not safe), and
+    // `area_updates = true` turns it on. Specs are JSON objects: the key goes before the
+    // closing brace (MariaDB's JSON_SET has no JSON `false`).
+    (
+        18,
+        &[r#"UPDATE pipelines SET spec_json = CONCAT(LEFT(TRIM(spec_json), CHAR_LENGTH(TRIM(spec_json)) - 1), ',"area_updates":false}')
+             WHERE spec_json NOT LIKE '%"area_updates"%' AND TRIM(spec_json) LIKE '{%"%}'"#],
+    ),
 ];
