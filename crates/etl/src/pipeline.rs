@@ -378,11 +378,7 @@ impl Router {
                 .insert(e.table.clone(), e.columns.clone());
         }
         if in_parts {
-            if props.contains_key(parts::FIELD) {
-                let why = format!(
-                    "its documents have a field `{}`, which documents written in parts keep their versions in: rename it (`fields`, or the relation) or set `area_updates = false`",
-                    parts::FIELD
-                );
+            if let Some(why) = versions_field_taken(&props) {
                 tracing::error!(pipeline = %name, "{why}: its events are dead-lettered until that is fixed");
                 p.tree = Some(Tree::Unfit(why));
                 return Ok(());
@@ -582,6 +578,17 @@ pub(crate) fn change_topics(
     let mut out = topics.rows_topics(spec, existing);
     out.push(topics.schema_topic(&spec.source));
     out
+}
+
+/// Why documents of these properties cannot be written in parts: one of their fields is
+/// the one those keep their versions in.
+fn versions_field_taken(props: &Map<String, Value>) -> Option<String> {
+    props.contains_key(parts::FIELD).then(|| {
+        format!(
+            "its documents have a field `{}`, which documents written in parts keep their versions in: leave that column out (`columns`), rename the relation, or set `area_updates = false`",
+            parts::FIELD
+        )
+    })
 }
 
 #[cfg(test)]
