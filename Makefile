@@ -28,7 +28,7 @@ stack-status:
 # Then snapshot throughput of a build (integration-tests/src/bin/snapshot_bench.rs):
 # BENCH_SNAPSHOT_ROWS, BENCH_SNAPSHOT_E2E_ROWS, BENCH_BUILD_PRODUCTS, BENCH_CHUNK_ROWS; then documents built from
 # several tables (integration-tests/src/bin/tree_bench.rs): BENCH_TREES, BENCH_TREE_PRODUCTS,
-# BENCH_TREE_BRAND, BENCH_TREE_LATENCY_SAMPLES/_RATE; then the worker against Debezium's MySQL
+# BENCH_TREE_BRAND, BENCH_TREE_LATENCY_SAMPLES/_RATE, BENCH_TREE_AREA_UPDATES=0 (whole writes, to compare); then the worker against Debezium's MySQL
 # connector on the same binlog (integration-tests/src/bin/peer_bench.rs; Debezium is installed
 # from Maven Central on first use by integration-tests/debezium/run.sh): BENCH_PEER_EVENTS.
 # Each runs on every source of BENCH_SOURCES (default: mariadb mysql): figures in
