@@ -32,6 +32,7 @@ pub mod secure;
 pub mod shop;
 pub mod soak;
 pub mod stack;
+pub mod stages;
 pub mod tamper;
 pub mod zookeeper;
 

@@ -1,7 +1,14 @@
-//! Commit-to-searchable latency, as the benches measure it: each change handed to a
-//! [`Probe`] is polled by its document's id (a real-time GET, before any refresh) until the
+//! Commit-to-searchable latency, as the benches measure it: changes handed to a [`Probe`]
+//! are polled by their document's id (a real-time GET, before any refresh) until the
 //! document is there — or shows what the change wrote — and the time since it was handed
 //! over is kept.
+//!
+//! The probe must not be what it measures: polling every change every few milliseconds
+//! made its own GETs the sink's largest load once changes took seconds (thousands of ids
+//! per `_mget`, each read from the translog). So it watches a sample, at most
+//! [`WATCHED_PER_S`] changes a second evenly in time (every change at lower rates), and
+//! polls each at an interval that grows with its age ([`poll_interval`]): a change seen
+//! after `t` is timed to within a tenth of `t`, or 5 ms.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,15 +22,34 @@ pub type Check = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
 /// A change watched: its document's id, when it was handed over, and what it must show.
 type Watched = (String, Instant, Option<Check>);
 
-/// Latencies, in ms and sorted, with how many were never seen and the rate they were
-/// handed over at.
+/// At most this many changes a second are watched (see the module's text).
+pub const WATCHED_PER_S: f64 = 200.0;
+
+/// How long after a poll that did not see it a change `age` old is polled again.
+pub fn poll_interval(age: Duration) -> Duration {
+    (age / 10).max(Duration::from_millis(5))
+}
+
+/// Latencies, in ms and sorted, with how many were never seen, how many changes were
+/// handed over (of which those timed were watched), and the rate they were handed over at.
 pub struct Latency {
     pub sorted_ms: Vec<f64>,
     pub lost: usize,
+    pub handed: usize,
     pub sent_rate: f64,
 }
 
 impl Latency {
+    /// A sink's bulks' answer times (sorted, in ms), kept at `rate` documents a second.
+    pub fn of_bulks(sorted_ms: Vec<f64>, rate: f64) -> Latency {
+        Latency {
+            handed: sorted_ms.len(),
+            sorted_ms,
+            lost: 0,
+            sent_rate: rate,
+        }
+    }
+
     /// The `p`th percentile (nearest rank).
     pub fn pct(&self, p: f64) -> f64 {
         if self.sorted_ms.is_empty() {
@@ -53,12 +79,13 @@ impl Latency {
         )
     }
 
-    /// `p50 …, p99 …, max … (N samples at R/s[, L lost])`.
+    /// `p50 …, p99 …, max … (N of M changes watched, at R/s[, L lost])`.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({} samples at {:.1}/s{})",
+            "{} ({} of {} changes watched, at {:.1}/s{})",
             self.spread(),
-            self.sorted_ms.len(),
+            self.sorted_ms.len() + self.lost,
+            self.handed,
             self.sent_rate,
             if self.lost > 0 {
                 format!(", {} never became visible", self.lost)
@@ -72,7 +99,7 @@ impl Latency {
 /// Watches documents of one index (or alias) until each is seen.
 pub struct Probe {
     tx: mpsc::UnboundedSender<Watched>,
-    poller: tokio::task::JoinHandle<anyhow::Result<(Vec<f64>, usize)>>,
+    poller: tokio::task::JoinHandle<anyhow::Result<Polled>>,
 }
 
 /// Hands changes to a [`Probe`] from another task.
@@ -113,25 +140,47 @@ impl Probe {
     pub async fn finish(self, samples: usize, started: Instant) -> anyhow::Result<Latency> {
         let sent_rate = samples as f64 / started.elapsed().as_secs_f64();
         drop(self.tx);
-        let (sorted_ms, lost) = self.poller.await??;
+        let polled = self.poller.await??;
         Ok(Latency {
-            sorted_ms,
-            lost,
+            sorted_ms: polled.seen_ms,
+            lost: polled.lost,
+            handed: polled.handed,
             sent_rate,
         })
     }
 }
 
-/// A [`Probe`]'s poller, until every sender is dropped and every id is seen or given up.
+/// What a [`Probe`]'s poller came to: the latencies seen (sorted), the watched changes
+/// never seen, and every change handed over.
+struct Polled {
+    seen_ms: Vec<f64>,
+    lost: usize,
+    handed: usize,
+}
+
+/// A change being watched, and when to poll it next.
+struct Pending {
+    id: String,
+    since: Instant,
+    check: Option<Check>,
+    next: Instant,
+}
+
+/// A [`Probe`]'s poller, until every sender is dropped and every watched id is seen or
+/// given up on.
 async fn poll(
     es: sluice_elastic::EsClient,
     alias: String,
     mut rx: mpsc::UnboundedReceiver<Watched>,
-) -> anyhow::Result<(Vec<f64>, usize)> {
+) -> anyhow::Result<Polled> {
     let give_up = Duration::from_secs(30);
-    let mut pending: Vec<Watched> = Vec::new();
-    let mut seen_ms = Vec::new();
-    let mut lost = 0usize;
+    let mut sampler = Sampler::default();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut polled = Polled {
+        seen_ms: Vec::new(),
+        lost: 0,
+        handed: 0,
+    };
     let mut open = true;
     loop {
         if pending.is_empty() {
@@ -139,36 +188,127 @@ async fn poll(
                 break;
             }
             match rx.recv().await {
-                Some(p) => pending.push(p),
+                Some(w) => sampler.take(w, &mut pending, &mut polled),
                 None => break,
             }
         }
-        while let Ok(p) = rx.try_recv() {
-            pending.push(p);
+        while let Ok(w) = rx.try_recv() {
+            sampler.take(w, &mut pending, &mut polled);
         }
         if rx.is_closed() && rx.is_empty() {
             open = false;
         }
-        let ids: Vec<String> = pending.iter().map(|(id, _, _)| id.clone()).collect();
+        let now = Instant::now();
+        let due: Vec<usize> = (0..pending.len())
+            .filter(|&i| pending[i].next <= now)
+            .collect();
+        if due.is_empty() {
+            let next = pending.iter().map(|p| p.next).min().unwrap_or(now);
+            // Until the next is due, or a new change comes (it is due 5 ms after it).
+            tokio::time::sleep_until(next.min(now + Duration::from_millis(5)).into()).await;
+            continue;
+        }
+        let ids: Vec<String> = due.iter().map(|&i| pending[i].id.clone()).collect();
         let found = es.mget(&alias, &ids).await?;
         let now = Instant::now();
-        let mut i = 0;
-        pending.retain(|(_, committed, check)| {
-            let doc = found[i].as_ref();
-            i += 1;
-            let visible = doc.is_some_and(|d| check.as_ref().is_none_or(|c| c(d)));
-            if visible {
-                seen_ms.push((now - *committed).as_secs_f64() * 1000.0);
-            } else if now - *committed > give_up {
-                lost += 1;
-                return false;
+        let mut done = vec![false; pending.len()];
+        for (&i, doc) in due.iter().zip(&found) {
+            let p = &mut pending[i];
+            let age = now - p.since;
+            if doc
+                .as_ref()
+                .is_some_and(|d| p.check.as_ref().is_none_or(|c| c(d)))
+            {
+                polled.seen_ms.push(age.as_secs_f64() * 1000.0);
+                done[i] = true;
+            } else if age > give_up {
+                polled.lost += 1;
+                done[i] = true;
+            } else {
+                p.next = now + poll_interval(age);
             }
-            !visible
-        });
-        if !pending.is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await; // a poll pace
         }
+        let mut i = 0;
+        pending.retain(|_| {
+            i += 1;
+            !done[i - 1]
+        });
     }
-    seen_ms.sort_by(f64::total_cmp);
-    anyhow::Ok((seen_ms, lost))
+    polled.seen_ms.sort_by(f64::total_cmp);
+    anyhow::Ok(polled)
+}
+
+/// Which changes handed over are watched: at most [`WATCHED_PER_S`] a second, by the
+/// time they were handed over at.
+#[derive(Default)]
+struct Sampler {
+    last: Option<Instant>,
+}
+
+impl Sampler {
+    fn take(
+        &mut self,
+        (id, since, check): Watched,
+        pending: &mut Vec<Pending>,
+        polled: &mut Polled,
+    ) {
+        polled.handed += 1;
+        let every = Duration::from_secs_f64(1.0 / WATCHED_PER_S);
+        if self.last.is_some_and(|last| since < last + every) {
+            return;
+        }
+        self.last = Some(since);
+        pending.push(Pending {
+            id,
+            since,
+            check,
+            next: since + poll_interval(Duration::ZERO),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_is_polled_within_a_tenth_of_its_age_or_5_ms() {
+        assert_eq!(poll_interval(Duration::ZERO), Duration::from_millis(5));
+        assert_eq!(
+            poll_interval(Duration::from_millis(40)),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            poll_interval(Duration::from_secs(2)),
+            Duration::from_millis(200)
+        );
+    }
+
+    #[test]
+    fn at_most_the_watched_rate_is_watched_evenly_in_time() {
+        let (mut sampler, mut pending) = (Sampler::default(), Vec::new());
+        let mut polled = Polled {
+            seen_ms: Vec::new(),
+            lost: 0,
+            handed: 0,
+        };
+        let start = Instant::now();
+        // 1,000 changes a second for one second: 200 of them watched, one every 5 ms.
+        for n in 0..1000u64 {
+            let since = start + Duration::from_millis(n);
+            sampler.take((n.to_string(), since, None), &mut pending, &mut polled);
+        }
+        assert_eq!(polled.handed, 1000);
+        assert_eq!(pending.len(), 200);
+        assert!(pending
+            .iter()
+            .all(|p| p.id.parse::<u64>().unwrap() % 5 == 0));
+        // At a rate below it, every change.
+        let (mut sampler, mut pending) = (Sampler::default(), Vec::new());
+        for n in 0..100u64 {
+            let since = start + Duration::from_millis(10 * n);
+            sampler.take((n.to_string(), since, None), &mut pending, &mut polled);
+        }
+        assert_eq!(pending.len(), 100);
+    }
 }

@@ -51,6 +51,7 @@ const ROWS_PER_TXN: u64 = 1000;
 use sluice_integration_tests::ceiling;
 use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::probe::{Latency, Probe};
+use sluice_integration_tests::stages;
 const POLL: Duration = Duration::from_millis(50);
 /// Connections the latency runs commit their single-row transactions on, in turn.
 const LATENCY_CONNECTIONS: usize = 4;
@@ -348,7 +349,7 @@ impl Bench {
         let after = self.stage_samples().await;
         println!(
             "[4/5] the stages under load, by the services' histograms: {}",
-            stages(&before, &after)
+            stages::describe(&before, &after)
         );
         let loaded_raw = self.raw_latency(loaded_samples, loaded_rate).await?;
         let sink_alone = self.sink_alone(loaded_samples, loaded_rate).await?;
@@ -461,11 +462,7 @@ impl Bench {
 
     /// The worker's and the etl's `/metrics` (empty when unreadable).
     async fn stage_samples(&self) -> BTreeMap<String, f64> {
-        let mut all = BTreeMap::new();
-        for s in [&self.worker, &self.etl].into_iter().flatten() {
-            all.extend(s.metrics().await.unwrap_or_default());
-        }
-        all
+        stages::scrape([&self.worker, &self.etl].into_iter().flatten()).await
     }
 
     /// Inserts `rows` rows in one statement (one transaction) and waits until the index
@@ -743,11 +740,7 @@ impl Bench {
         let (sorted_ms, kept) = ceiling::paced_bulks(&es, &ops, per_bulk, every).await?;
         es.delete_index(&index).await?;
         self.raw_index = None;
-        let alone = Latency {
-            sorted_ms,
-            lost: 0,
-            sent_rate: kept,
-        };
+        let alone = Latency::of_bulks(sorted_ms, kept);
         println!(
             "[4/5] the sink alone, one writer, {per_bulk} documents every 100 ms: each bulk answered in {}",
             alone.describe_bulks()
@@ -853,39 +846,6 @@ fn bench_doc(rng: &mut Xorshift, index: &str, id: u64) -> BulkOp {
         routing: None,
         doc: Value::Object(doc),
     }
-}
-
-/// The latency stages of commit to searchable between two scrapes of the services'
-/// metrics: each histogram's p50 and p99 as the bucket bounds they fall within.
-fn stages(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
-    const STAGES: [(&str, &str); 3] = [
-        ("read→published", "sluice_worker_publish_latency_seconds"),
-        ("published→consumed", "sluice_etl_consume_latency_seconds"),
-        ("consumed→indexed", "sluice_etl_index_latency_seconds"),
-    ];
-    let stage = |name: &str| {
-        let buckets = sluice_integration_tests::process::buckets_between(before, after, name);
-        let total = buckets.last().map_or(0.0, |b| b.1);
-        let at = |q: f64| {
-            buckets
-                .iter()
-                .find(|(_, n)| *n >= q * total)
-                .map_or(f64::NAN, |(le, _)| le * 1000.0)
-        };
-        match total > 0.0 {
-            true => format!(
-                "p50 ≤ {:.0} ms, p99 ≤ {:.0} ms ({total:.0})",
-                at(0.5),
-                at(0.99)
-            ),
-            false => "no samples".into(),
-        }
-    };
-    STAGES
-        .iter()
-        .map(|(what, name)| format!("{what} {}", stage(name)))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Samples the `VmRSS` of services every 100 ms until finished: the most of each, by pid.

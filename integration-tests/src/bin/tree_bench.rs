@@ -44,7 +44,7 @@ use sluice_integration_tests::ceiling::{bulk_all, bulk_ceiling, documents, scrat
 use sluice_integration_tests::cpu::CpuSeconds;
 use sluice_integration_tests::figures::{self, Figure, Figures};
 use sluice_integration_tests::probe::{Check, Latency, Probe};
-use sluice_integration_tests::{blog, env_num, kafka, shop, TestCtx};
+use sluice_integration_tests::{blog, env_num, kafka, shop, stages, TestCtx};
 use tokio::sync::mpsc;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -327,7 +327,11 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
     let samples = env_num::<u64>("BENCH_TREE_LATENCY_SAMPLES", 5000)?;
     let pace = env_num::<f64>("BENCH_TREE_LATENCY_RATE", 1000.0)?;
     let before = source_reads(&etl, &alias).await;
+    let stages_before = stages::scrape([&worker, &etl]).await;
+    let deep_cpu = CpuSeconds::now();
     let deep = deep_latency(ctx, &alias, tree, products, samples, pace).await?;
+    let deep_cpu = CpuSeconds::now().since(&deep_cpu);
+    let stages_after = stages::scrape([&worker, &etl]).await;
     // Every change was seen applied; the etl counts a read's queries when it ends.
     let after = source_reads(&etl, &alias).await;
     let n = samples.max(1) as f64;
@@ -337,6 +341,11 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
         tree.deep(),
         deep.describe()
     );
+    println!(
+        "[{roots} 4/4] its stages, by the services' histograms: {}",
+        stages::describe(&stages_before, &stages_after)
+    );
+    println!("[{roots} 4/4] CPU of it: {}", deep_cpu.describe_on_cores());
     let floor = sink_floor(ctx, &alias, samples as usize, deep.sent_rate).await?;
     println!(
         "[{roots} 4/4] the sink's own floor at that rate (one writer, the same documents, a bulk every 100 ms, nothing else running): each bulk answered in {}",
@@ -465,11 +474,7 @@ async fn sink_floor(
     let (sorted_ms, kept) =
         sluice_integration_tests::ceiling::paced_bulks(es, &ops, per_bulk, every).await?;
     es.delete_index(&index).await?;
-    Ok(Latency {
-        sorted_ms,
-        lost: 0,
-        sent_rate: kept,
-    })
+    Ok(Latency::of_bulks(sorted_ms, kept))
 }
 
 /// The ceiling: the index's documents, straight into a scratch index of the same server
