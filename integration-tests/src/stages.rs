@@ -22,7 +22,10 @@ pub fn describe(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -
         ("read→published", "sluice_worker_publish_latency_seconds"),
         ("published→consumed", "sluice_etl_consume_latency_seconds"),
         ("consumed→indexed", "sluice_etl_index_latency_seconds"),
-        ("of which each _bulk request", "sluice_etl_bulk_duration_seconds"),
+        (
+            "of which each _bulk request",
+            "sluice_etl_bulk_duration_seconds",
+        ),
     ];
     let stage = |name: &str| {
         let buckets = buckets_between(before, after, name);

@@ -26,6 +26,7 @@ use sluice_model::ChangeEvent;
 use sluice_model::RetryPolicy;
 use sluice_mysql::docs::{Built, DocPlan, Floor, Reader, SourcePool};
 use sluice_mysql::{MysqlError, SourceConfig};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::DeadLetter;
@@ -286,6 +287,19 @@ pub(crate) struct Reading<'a> {
     /// Chunks read at once, each on a connection of its own.
     pub concurrency: usize,
     pub shutdown: &'a CancellationToken,
+    /// Told once every document is read (the last bulks may still be going): the next
+    /// batch's reads may begin, as what they read is never older than what these read.
+    pub done: std::sync::Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Reading<'_> {
+    /// Says the reads are done (once; later calls do nothing).
+    pub fn reads_done(&self) {
+        let told = self.done.lock().map(|mut d| d.take());
+        if let Ok(Some(tx)) = told {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// The documents a batch dirtied, with what reading them back needs, detached from the
@@ -340,8 +354,9 @@ impl Reads {
     /// source or Elasticsearch was unavailable (nothing may be committed).
     pub async fn run(self, lanes: &mut Lanes<'_>, reading: &Reading<'_>) -> Result<bool> {
         lanes.dead_letter(self.unreadable);
-        for pipeline in self.pipelines {
-            if !pipeline.run(lanes, reading).await? {
+        let n = self.pipelines.len();
+        for (i, pipeline) in self.pipelines.into_iter().enumerate() {
+            if !pipeline.run(lanes, reading, i + 1 == n).await? {
                 return Ok(false);
             }
         }
@@ -350,9 +365,17 @@ impl Reads {
 }
 
 impl PipelineReads {
-    async fn run(mut self, lanes: &mut Lanes<'_>, reading: &Reading<'_>) -> Result<bool> {
+    /// `last`: no pipeline's reads come after this one's in the batch.
+    async fn run(
+        mut self,
+        lanes: &mut Lanes<'_>,
+        reading: &Reading<'_>,
+        last: bool,
+    ) -> Result<bool> {
         let mut dead: Vec<(BTreeSet<usize>, String)> = Vec::new();
-        for work in std::mem::take(&mut self.works) {
+        let works = std::mem::take(&mut self.works);
+        let n_works = works.len();
+        for (w, work) in works.into_iter().enumerate() {
             let ctx = Rebuild {
                 pool: &self.pool,
                 name: &self.name,
@@ -362,7 +385,8 @@ impl PipelineReads {
             let Some(docs) = ctx.walk_up(work, &mut dead).await else {
                 return Ok(false);
             };
-            for (plan, k, entries) in docs {
+            let n_docs = docs.len();
+            for (d, (plan, k, entries)) in docs.into_iter().enumerate() {
                 let plan = &plan[k];
                 let groups = groups(entries.into_values(), self.in_parts);
                 for (parts, entries) in &groups {
@@ -378,6 +402,12 @@ impl PipelineReads {
                     {
                         return Ok(false);
                     }
+                }
+                // The last of the batch's reads: the next batch's may begin while these
+                // bulks go. (A patch that finds no document is read again whole below,
+                // later than those: newer, and at a lower version, it cannot undo them.)
+                if last && w + 1 == n_works && d + 1 == n_docs {
+                    reading.reads_done();
                 }
                 // Another plan or compilation may hold the same documents.
                 if !lanes.settle().await? {

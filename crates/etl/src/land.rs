@@ -260,6 +260,7 @@ pub(crate) async fn write_held(
                 retry,
                 concurrency,
                 shutdown: &shutdown,
+                done: std::sync::Mutex::new(Some(read)),
             };
             // Read after the batches before have read theirs: a document read here is
             // never older than what they read, and its higher version wins in whatever
@@ -272,7 +273,8 @@ pub(crate) async fn write_held(
             let reading_began = Instant::now();
             complete = reads.run(&mut lanes, &reading).await?;
             read_ms = reading_began.elapsed().as_millis() as u64;
-            let _ = read.send(());
+            // Said already after the last read, unless there was none or it stopped.
+            reading.reads_done();
             complete = complete && lanes.settle().await?;
         }
         let written = writer.finish(complete);

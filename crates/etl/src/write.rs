@@ -339,10 +339,20 @@ impl<'w> Lanes<'w> {
     /// Writes what is queued and waits for every bulk: `false` when shutdown
     /// interrupted one. Documents written before may be written again after.
     pub async fn settle(&mut self) -> Result<bool> {
-        let rest = std::mem::take(&mut self.queued);
+        let (mut ops, mut origins) = std::mem::take(&mut self.queued);
         self.queued_bytes = 0;
-        if !rest.0.is_empty() {
-            self.launch(rest).await?;
+        // What is left goes over the free lanes at once, so that the server writes it
+        // on as many threads (a bulk's items of one shard are written one by one).
+        let free = self.lanes.saturating_sub(self.flying.len()).max(1);
+        let size = ops.len().div_ceil(pieces(ops.len(), free)).max(1);
+        while !ops.is_empty() {
+            let at = size.min(ops.len());
+            let (later_ops, later_origins) = (ops.split_off(at), origins.split_off(at));
+            let piece = (
+                std::mem::replace(&mut ops, later_ops),
+                std::mem::replace(&mut origins, later_origins),
+            );
+            self.launch(piece).await?;
         }
         while let Some(task) = self.flying.pop_front() {
             self.land(task).await?;
@@ -368,11 +378,35 @@ impl<'w> Lanes<'w> {
     }
 }
 
+/// The fewest operations worth a bulk of their own when a batch's last ones are spread
+/// over free lanes.
+const LEAST_SPREAD: usize = 64;
+
+/// Into how many bulks `n` operations left are cut with `free` lanes free: one per lane,
+/// each of at least [`LEAST_SPREAD`] (one at least).
+fn pieces(n: usize, free: usize) -> usize {
+    n.div_ceil(LEAST_SPREAD).clamp(1, free.max(1))
+}
+
 impl Drop for Lanes<'_> {
     /// Bulks never waited for belong to a batch that is not committed.
     fn drop(&mut self) {
         for task in &self.flying {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_left_is_spread_over_free_lanes_in_bulks_worth_sending() {
+        assert_eq!(pieces(0, 4), 1);
+        assert_eq!(pieces(10, 4), 1, "too few to spread");
+        assert_eq!(pieces(100, 4), 2);
+        assert_eq!(pieces(500, 4), 4);
+        assert_eq!(pieces(500, 0), 1, "every lane busy: one, after the oldest");
     }
 }
