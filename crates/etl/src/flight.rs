@@ -12,10 +12,13 @@
 //! the others' places). How many batches may wait to land is bounded too, at twice the
 //! limit's maximum, so a stalled bulk holds only so many batches in memory.
 //!
-//! Per-document order is kept: a batch that writes a document an earlier batch is still
-//! writing waits for those writes to finish first. External versions would make a
-//! reordering harmless anyway (the higher version wins, a delete's tombstone outlives any
-//! retry by days), but kept order also keeps the counts of stale writes meaningful.
+//! Per-document order is kept: a batch's writes of documents an earlier batch is still
+//! writing wait until that batch's writes are over; its other writes go at once. (A
+//! batch as a whole waiting for any document in common held every batch back behind the
+//! one before whenever a transaction's inserts and its updates fell into two batches: one
+//! bulk in flight at a time.) External versions would make a reordering harmless anyway
+//! (the higher version wins, a delete's tombstone outlives any retry by days), but kept
+//! order also keeps the counts of stale writes meaningful.
 //! Documents read back from MySQL (pipelines with relations or a filter) are only known
 //! once read, so such a batch is applied after every batch before it has landed.
 //!
@@ -27,6 +30,7 @@ use std::hash::{BuildHasher as _, RandomState};
 
 use sluice_elastic::BulkOp;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::batch::Batch;
 use crate::error::{Context as _, EtlError, Result};
@@ -46,6 +50,9 @@ struct Flying<T> {
     docs: HashSet<u64>,
     writes: Writes,
     rest: T,
+    /// Cancelled once its writes are over (done, failed or aborted): what a later batch's
+    /// writes of the same documents wait for.
+    over: CancellationToken,
 }
 
 /// A batch's writes: still going, or what they came to.
@@ -120,21 +127,24 @@ impl<T> Flight<T> {
             .collect()
     }
 
-    /// Whether a batch writing `docs` must wait before it is launched: the limit of bulks
-    /// being written is reached, as many batches as may wait to land are waiting, or a
-    /// batch still being written writes one of its documents.
-    pub fn must_wait(&self, docs: &HashSet<u64>) -> bool {
-        if self.queue.len() >= self.most_queued() {
-            return true;
-        }
-        let mut going = 0;
+    /// Whether the next batch must wait before it is launched: the limit of bulks being
+    /// written is reached, or as many batches as may wait to land are waiting.
+    pub fn must_wait(&self) -> bool {
+        self.queue.len() >= self.most_queued() || self.going().count() >= self.limit.now
+    }
+
+    /// Of `docs`, those a batch still being written writes, with what tells when each such
+    /// batch's writes are over.
+    fn busy(&self, docs: &HashSet<u64>) -> (HashSet<u64>, Vec<CancellationToken>) {
+        let (mut busy, mut over) = (HashSet::new(), Vec::new());
         for f in self.going() {
-            if !f.docs.is_disjoint(docs) {
-                return true;
+            let before = busy.len();
+            busy.extend(f.docs.intersection(docs).copied());
+            if busy.len() > before {
+                over.push(f.over.clone());
             }
-            going += 1;
         }
-        going >= self.limit.now
+        (busy, over)
     }
 
     /// The most batches queued, being written or waiting to land: twice the limit's
@@ -188,11 +198,23 @@ impl<T> Flight<T> {
         (ops, origins): (Vec<BulkOp>, Vec<Origin>),
         rest: T,
     ) {
-        let writes = writer.spawn(ops, origins);
-        self.launch_task(batch, docs, writes, rest);
+        let (busy, after) = self.busy(&docs);
+        let (mut now, mut later) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+        for (op, origin) in ops.into_iter().zip(origins) {
+            let to = match busy.contains(&self.hasher.hash_one((op.index(), op.id()))) {
+                true => &mut later,
+                false => &mut now,
+            };
+            to.0.push(op);
+            to.1.push(origin);
+        }
+        let over = CancellationToken::new();
+        let writes = writer.spawn_after(now, later, after, over.clone().drop_guard());
+        self.push(batch, docs, Writes::Going(writes), rest, over);
     }
 
     /// Adds a batch whose writes `task` makes (documents read back, then written).
+    /// Such a batch tracks no documents (`docs` is empty): no later batch waits for it.
     pub fn launch_task(
         &mut self,
         batch: Batch,
@@ -200,11 +222,25 @@ impl<T> Flight<T> {
         task: JoinHandle<Result<Written>>,
         rest: T,
     ) {
+        debug_assert!(docs.is_empty(), "a task's documents are not tracked");
+        let over = CancellationToken::new();
+        self.push(batch, docs, Writes::Going(task), rest, over);
+    }
+
+    fn push(
+        &mut self,
+        batch: Batch,
+        docs: HashSet<u64>,
+        writes: Writes,
+        rest: T,
+        over: CancellationToken,
+    ) {
         self.queue.push_back(Flying {
             batch,
             docs,
-            writes: Writes::Going(task),
+            writes,
             rest,
+            over,
         });
         self.export_gauges();
     }
@@ -311,24 +347,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_document_in_flight_and_the_limit_hold_a_batch_back_and_batches_land_in_order() {
+    async fn the_limit_holds_a_batch_back_and_batches_land_in_order() {
         let mut flight: Flight<u32> = Flight::new(2);
         let first = flight.docs(&[delete("i", "a")]);
         launch(&mut flight, first, 1);
         assert!(
-            flight.must_wait(&flight.docs(&[delete("i", "a")])),
-            "a document of a batch in flight waits for it"
-        );
-        assert!(
-            !flight.must_wait(&flight.docs(&[delete("j", "a"), delete("i", "b")])),
-            "other documents go at once, below the limit"
+            !flight.must_wait(),
+            "below the limit, the next goes at once"
         );
         let second = flight.docs(&[delete("i", "b")]);
         launch(&mut flight, second, 2);
-        assert!(
-            flight.must_wait(&flight.docs(&[delete("i", "c")])),
-            "the limit holds the next batch back"
-        );
+        assert!(flight.must_wait(), "the limit holds the next batch back");
         assert_eq!(
             flight.land().await.unwrap().rest,
             1,
@@ -357,12 +386,8 @@ mod tests {
         flight.some_done().await;
         assert!(!flight.front_done(), "the oldest is still writing");
         assert!(
-            !flight.must_wait(&flight.docs(&[delete("i", "c")])),
+            !flight.must_wait(),
             "one bulk is being written, so a second may go"
-        );
-        assert!(
-            flight.must_wait(&flight.docs(&[delete("i", "a")])),
-            "but not one writing the document still being written"
         );
         let docs = flight.docs(&[delete("i", "c")]);
         launch(&mut flight, docs, 3);
@@ -371,7 +396,7 @@ mod tests {
         flight.some_done().await;
         flight.some_done().await;
         assert!(
-            flight.must_wait(&flight.docs(&[delete("i", "e")])),
+            flight.must_wait(),
             "twice the limit waits to land behind the oldest"
         );
         shutdown.cancel();
@@ -382,6 +407,51 @@ mod tests {
             assert_eq!(flight.land().await.unwrap().rest, tag);
         }
         assert!(flight.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_document_still_being_written_waits_while_the_batch_s_others_go() {
+        let mut flight: Flight<u32> = Flight::new(4);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        // The first batch's write of "a" cannot get through (no server) until shutdown.
+        let ops = vec![delete("i", "a")];
+        let docs = flight.docs(&ops);
+        let stuck = writer_until(&shutdown);
+        flight.launch(
+            Batch::default(),
+            docs,
+            stuck,
+            (ops, vec![Origin::One(0)]),
+            1,
+        );
+        let (busy, after) = flight.busy(&flight.docs(&[delete("i", "a"), delete("i", "b")]));
+        assert_eq!(
+            busy,
+            flight.docs(&[delete("i", "a")]),
+            "only the shared one waits"
+        );
+        assert_eq!(after.len(), 1);
+        assert!(!after[0].is_cancelled(), "the first batch is still writing");
+        // The second batch writes "a" too: its write waits for the first's writes, which
+        // end only with shutdown.
+        let ops = vec![delete("i", "a")];
+        let docs = flight.docs(&ops);
+        let waiting = writer_until(&shutdown);
+        flight.launch(
+            Batch::default(),
+            docs,
+            waiting,
+            (ops, vec![Origin::One(0)]),
+            2,
+        );
+        assert!(!flight.front_done());
+        assert_eq!(flight.going().count(), 2);
+        shutdown.cancel();
+        assert_eq!(flight.land().await.unwrap().rest, 1);
+        assert!(after[0].is_cancelled(), "its writes are over");
+        let second = flight.land().await.unwrap();
+        assert_eq!(second.rest, 2);
+        assert!(!second.written.complete, "shutdown came while it waited");
     }
 
     #[test]

@@ -180,7 +180,7 @@ pub(crate) async fn apply(
     if held.is_empty() && plan.dirty.is_empty() {
         let (ops, origins) = plan.take_writes();
         let docs = flight.docs(&ops);
-        if !make_room(ctx, router, flight, &docs, stats).await? {
+        if !make_room(ctx, router, flight, stats).await? {
             return Ok(false);
         }
         let writer = ctx.writer(plan.dead);
@@ -229,7 +229,7 @@ pub(crate) async fn write_held(
     // Documents read back are not tracked one by one: versions order their writes, and
     // the flight's limit bounds the batches going.
     let docs = HashSet::new();
-    if !make_room(ctx, router, flight, &docs, stats).await? {
+    if !make_room(ctx, router, flight, stats).await? {
         return Ok(false);
     }
     // Handed over first: a batch not committed hands them over again when it is
@@ -291,16 +291,15 @@ pub(crate) async fn write_held(
     Ok(true)
 }
 
-/// Waits until a batch writing `docs` may join the flight, landing the oldest batches
-/// as their writes finish. `false` when shutdown interrupted one.
+/// Waits until another batch may join the flight, landing the oldest batches as their
+/// writes finish. `false` when shutdown interrupted one.
 async fn make_room(
     ctx: &Ctx<'_>,
     router: &Router,
     flight: &mut InFlight,
-    docs: &HashSet<u64>,
     stats: &mut Stats,
 ) -> Result<bool> {
-    while flight.must_wait(docs) {
+    while flight.must_wait() {
         if !flight.front_done() {
             flight.some_done().await;
             continue;

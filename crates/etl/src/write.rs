@@ -122,6 +122,32 @@ impl Writer {
         })
     }
 
+    /// Writes `now`, then, once the writes of every batch in `after` are over, `later`
+    /// (documents those batches were writing), in a task of its own; `over` is dropped
+    /// when it ends, which tells the batches that wait for this one.
+    pub fn spawn_after(
+        mut self,
+        now: (Vec<BulkOp>, Vec<Origin>),
+        later: (Vec<BulkOp>, Vec<Origin>),
+        after: Vec<CancellationToken>,
+        over: tokio_util::sync::DropGuard,
+    ) -> tokio::task::JoinHandle<Result<Written>> {
+        tokio::spawn(async move {
+            let _over = over;
+            let mut complete = self.write(now.0, now.1).await?;
+            if complete && !later.0.is_empty() {
+                for earlier in &after {
+                    tokio::select! {
+                        _ = earlier.cancelled() => {}
+                        _ = self.shutdown.cancelled() => return Ok(self.finish(false)),
+                    }
+                }
+                complete = self.write(later.0, later.1).await?;
+            }
+            Ok(self.finish(complete))
+        })
+    }
+
     /// What the writes came to; `complete` as the last [`Writer::write`] said.
     pub fn finish(self, complete: bool) -> Written {
         Written {
