@@ -405,7 +405,8 @@ impl PipelineReads {
                 }
                 // The last of the batch's reads: the next batch's may begin while these
                 // bulks go. (A patch that finds no document is read again whole below,
-                // later than those: newer, and at a lower version, it cannot undo them.)
+                // maybe after the next batch read: at its lower versions, the parts'
+                // script keeps whatever that one writes.)
                 if last && w + 1 == n_works && d + 1 == n_docs {
                     reading.reads_done();
                 }

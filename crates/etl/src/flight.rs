@@ -6,7 +6,8 @@
 //! order, so no partition's committed offset passes a message of an unfinished batch, and
 //! a build's catch-up marker is recorded only once everything before it is applied.
 //!
-//! The limit counts the bulks still being written, not the batches waiting to land: a
+//! The limit counts the batches still being written (one whose writes of a shared
+//! document wait for an earlier batch among them), not the batches waiting to land: a
 //! batch whose writes finished while an older one is still being written frees its place
 //! at once, as a client with several requests in flight would (a slow bulk does not hold
 //! the others' places). How many batches may wait to land is bounded too, at twice the
@@ -133,11 +134,12 @@ impl<T> Flight<T> {
         self.queue.len() >= self.most_queued() || self.going().count() >= self.limit.now
     }
 
-    /// Of `docs`, those a batch still being written writes, with what tells when each such
-    /// batch's writes are over.
+    /// Of `docs`, those a batch still being written writes, with what tells when the
+    /// newest such batch of each is over: it waits for any older one writing the same
+    /// document before its own writes of it end, so order holds along a chain.
     fn busy(&self, docs: &HashSet<u64>) -> (HashSet<u64>, Vec<CancellationToken>) {
         let (mut busy, mut over) = (HashSet::new(), Vec::new());
-        for f in self.going() {
+        for f in self.going().rev() {
             let before = busy.len();
             busy.extend(f.docs.intersection(docs).copied());
             if busy.len() > before {
@@ -154,7 +156,7 @@ impl<T> Flight<T> {
     }
 
     /// The batches whose writes are not done.
-    fn going(&self) -> impl Iterator<Item = &Flying<T>> {
+    fn going(&self) -> impl DoubleEndedIterator<Item = &Flying<T>> {
         self.queue.iter().filter(|f| !f.writes.is_done())
     }
 
@@ -214,17 +216,11 @@ impl<T> Flight<T> {
     }
 
     /// Adds a batch whose writes `task` makes (documents read back, then written).
-    /// Such a batch tracks no documents (`docs` is empty): no later batch waits for it.
-    pub fn launch_task(
-        &mut self,
-        batch: Batch,
-        docs: HashSet<u64>,
-        task: JoinHandle<Result<Written>>,
-        rest: T,
-    ) {
-        debug_assert!(docs.is_empty(), "a task's documents are not tracked");
+    /// Such a batch's documents are not tracked (they are only known once read back;
+    /// versions order their writes): no later batch waits for it.
+    pub fn launch_task(&mut self, batch: Batch, task: JoinHandle<Result<Written>>, rest: T) {
         let over = CancellationToken::new();
-        self.push(batch, docs, Writes::Going(task), rest, over);
+        self.push(batch, HashSet::new(), Writes::Going(task), rest, over);
     }
 
     fn push(
@@ -452,6 +448,46 @@ mod tests {
         let second = flight.land().await.unwrap();
         assert_eq!(second.rest, 2);
         assert!(!second.written.complete, "shutdown came while it waited");
+    }
+
+    #[tokio::test]
+    async fn along_a_chain_of_batches_on_one_document_each_waits_for_the_one_before() {
+        let mut flight: Flight<u32> = Flight::new(4);
+        let (first_stops, second_stops) = (
+            tokio_util::sync::CancellationToken::new(),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let a = || vec![delete("i", "a")];
+        let docs = flight.docs(&a());
+        let stuck = writer_until(&first_stops);
+        flight.launch(
+            Batch::default(),
+            docs,
+            stuck,
+            (a(), vec![Origin::One(0)]),
+            1,
+        );
+        let docs = flight.docs(&a());
+        let waiting = writer_until(&second_stops);
+        flight.launch(
+            Batch::default(),
+            docs,
+            waiting,
+            (a(), vec![Origin::One(0)]),
+            2,
+        );
+        // A third batch writing "a" waits for the second (which waits for the first).
+        let (_, after) = flight.busy(&flight.docs(&a()));
+        assert_eq!(after.len(), 1);
+        first_stops.cancel();
+        assert_eq!(flight.land().await.unwrap().rest, 1);
+        assert!(
+            !after[0].is_cancelled(),
+            "the first's writes are over, the second's are not: the third waits for the second"
+        );
+        second_stops.cancel();
+        assert_eq!(flight.land().await.unwrap().rest, 2);
+        assert!(after[0].is_cancelled());
     }
 
     #[test]

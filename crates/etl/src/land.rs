@@ -5,7 +5,7 @@
 //! Kafka, its changes of delayed relations handed over, what it tells the center
 //! recorded — and only then its offsets committed.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -148,8 +148,9 @@ pub(crate) enum MayHold {
     No,
 }
 
-/// Plans a batch and sets its writes going. Flat pipelines' writes join the flight, once
-/// the limit allows and no batch in flight writes the same documents. A batch that
+/// Plans a batch and sets its writes going. Flat pipelines' writes join the flight once
+/// the limit allows (writes of documents a batch in flight is writing wait for it; see
+/// the flight's module). A batch that
 /// dirtied documents read back from MySQL is held when `backlog` says more are waiting,
 /// or while the last read back is under way (see [`Held`]), up to the batch `bounds`
 /// four times over; otherwise what is held is written — after every batch before it
@@ -224,11 +225,9 @@ pub(crate) async fn write_held(
     let Held {
         batch, mut plan, ..
     } = std::mem::take(held);
-    let (read, reads_done) = oneshot::channel();
-    held.read = Some(reads_done);
-    // Documents read back are not tracked one by one: versions order their writes, and
-    // the flight's limit bounds the batches going.
-    let docs = HashSet::new();
+    let (reads_done, read) = oneshot::channel();
+    held.read = Some(read);
+    // The flight's limit bounds the batches going.
     if !make_room(ctx, router, flight, stats).await? {
         return Ok(false);
     }
@@ -260,7 +259,7 @@ pub(crate) async fn write_held(
                 retry,
                 concurrency,
                 shutdown: &shutdown,
-                done: std::sync::Mutex::new(Some(read)),
+                done: std::sync::Mutex::new(Some(reads_done)),
             };
             // Read after the batches before have read theirs: a document read here is
             // never older than what they read, and its higher version wins in whatever
@@ -287,7 +286,7 @@ pub(crate) async fn write_held(
         );
         Ok(written)
     });
-    flight.launch_task(batch, docs, task, plan.rewritten);
+    flight.launch_task(batch, task, plan.rewritten);
     Ok(true)
 }
 

@@ -378,7 +378,9 @@ impl<'w> Lanes<'w> {
                 std::mem::replace(&mut ops, later_ops),
                 std::mem::replace(&mut origins, later_origins),
             );
-            self.launch(piece).await?;
+            if !self.launch(piece).await? {
+                break;
+            }
         }
         while let Some(task) = self.flying.pop_front() {
             self.land(task).await?;
@@ -408,10 +410,10 @@ impl<'w> Lanes<'w> {
 /// over free lanes.
 const LEAST_SPREAD: usize = 64;
 
-/// Into how many bulks `n` operations left are cut with `free` lanes free: one per lane,
-/// each of at least [`LEAST_SPREAD`] (one at least).
+/// Into how many bulks `n` operations left are cut with `free` lanes free: at most one
+/// per lane, each of at least [`LEAST_SPREAD`] (one bulk at least).
 fn pieces(n: usize, free: usize) -> usize {
-    n.div_ceil(LEAST_SPREAD).clamp(1, free.max(1))
+    (n / LEAST_SPREAD).clamp(1, free.max(1))
 }
 
 impl Drop for Lanes<'_> {
@@ -431,7 +433,8 @@ mod tests {
     fn what_is_left_is_spread_over_free_lanes_in_bulks_worth_sending() {
         assert_eq!(pieces(0, 4), 1);
         assert_eq!(pieces(10, 4), 1, "too few to spread");
-        assert_eq!(pieces(100, 4), 2);
+        assert_eq!(pieces(100, 4), 1, "two would be under 64 each");
+        assert_eq!(pieces(130, 4), 2);
         assert_eq!(pieces(500, 4), 4);
         assert_eq!(pieces(500, 0), 1, "every lane busy: one, after the oldest");
     }
