@@ -414,30 +414,9 @@ impl PipelineReads {
                 if !lanes.settle().await? {
                     return Ok(false);
                 }
-                // Patches that found no document (not written yet, or deleted): whole.
-                let missing: BTreeSet<String> =
-                    lanes.take_missing().into_iter().map(|(_, id)| id).collect();
-                if missing.is_empty() {
-                    continue;
-                }
-                let again: Vec<Entry> = (groups.iter())
-                    .filter(|(parts, _)| parts.is_some())
-                    .flat_map(|(_, entries)| entries.iter())
-                    .filter(|e| {
-                        plan.document_id(&e.key)
-                            .is_some_and(|id| missing.contains(&id))
-                    })
-                    .cloned()
-                    .collect();
-                let read = Read {
-                    plan,
-                    parts: None,
-                    form: self.form(plan, false),
-                };
                 if !self
-                    .write(&ctx, &read, &again, lanes, reading, &mut dead)
+                    .write_missing(&ctx, plan, &groups, lanes, reading, &mut dead)
                     .await?
-                    || !lanes.settle().await?
                 {
                     return Ok(false);
                 }
@@ -450,6 +429,39 @@ impl PipelineReads {
         }
         lanes.dead_letter(letters);
         Ok(true)
+    }
+
+    /// Writes whole the documents of `groups` whose patches found no document (not
+    /// written yet, or deleted), read again. `false` on shutdown.
+    async fn write_missing(
+        &self,
+        ctx: &Rebuild<'_>,
+        plan: &DocPlan,
+        groups: &[(Option<Vec<usize>>, Vec<Entry>)],
+        lanes: &mut Lanes<'_>,
+        reading: &Reading<'_>,
+        dead: &mut Vec<(BTreeSet<usize>, String)>,
+    ) -> Result<bool> {
+        let missing: BTreeSet<String> =
+            lanes.take_missing().into_iter().map(|(_, id)| id).collect();
+        if missing.is_empty() {
+            return Ok(true);
+        }
+        let again: Vec<Entry> = (groups.iter())
+            .filter(|(parts, _)| parts.is_some())
+            .flat_map(|(_, entries)| entries.iter())
+            .filter(|e| {
+                plan.document_id(&e.key)
+                    .is_some_and(|id| missing.contains(&id))
+            })
+            .cloned()
+            .collect();
+        let read = Read {
+            plan,
+            parts: None,
+            form: self.form(plan, false),
+        };
+        Ok(self.write(ctx, &read, &again, lanes, reading, dead).await? && lanes.settle().await?)
     }
 
     /// How documents of `plan` read whole or in parts (`patch`) are written.
