@@ -342,6 +342,26 @@ mod tests {
         );
     }
 
+    /// Launches a batch writing the one document `id` of index `i`, with a writer that
+    /// retries against no server until `shutdown`, tagged `tag`.
+    fn launch_stuck(
+        flight: &mut Flight<u32>,
+        id: &str,
+        shutdown: &tokio_util::sync::CancellationToken,
+        tag: u32,
+    ) {
+        let ops = vec![delete("i", id)];
+        let docs = flight.docs(&ops);
+        let writer = writer_until(shutdown);
+        flight.launch(
+            Batch::default(),
+            docs,
+            writer,
+            (ops, vec![Origin::One(0)]),
+            tag,
+        );
+    }
+
     #[tokio::test]
     async fn the_limit_holds_a_batch_back_and_batches_land_in_order() {
         let mut flight: Flight<u32> = Flight::new(2);
@@ -367,16 +387,7 @@ mod tests {
     async fn a_batch_done_behind_one_still_writing_frees_its_place_and_waits_to_land() {
         let mut flight: Flight<u32> = Flight::new(2);
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let ops = vec![delete("i", "a")];
-        let first = flight.docs(&ops);
-        let stuck = writer_until(&shutdown);
-        flight.launch(
-            Batch::default(),
-            first,
-            stuck,
-            (ops, vec![Origin::One(0)]),
-            1,
-        );
+        launch_stuck(&mut flight, "a", &shutdown, 1);
         let docs = flight.docs(&[delete("i", "b")]);
         launch(&mut flight, docs, 2);
         flight.some_done().await;
@@ -410,16 +421,7 @@ mod tests {
         let mut flight: Flight<u32> = Flight::new(4);
         let shutdown = tokio_util::sync::CancellationToken::new();
         // The first batch's write of "a" cannot get through (no server) until shutdown.
-        let ops = vec![delete("i", "a")];
-        let docs = flight.docs(&ops);
-        let stuck = writer_until(&shutdown);
-        flight.launch(
-            Batch::default(),
-            docs,
-            stuck,
-            (ops, vec![Origin::One(0)]),
-            1,
-        );
+        launch_stuck(&mut flight, "a", &shutdown, 1);
         let (busy, after) = flight.busy(&flight.docs(&[delete("i", "a"), delete("i", "b")]));
         assert_eq!(
             busy,
@@ -430,16 +432,7 @@ mod tests {
         assert!(!after[0].is_cancelled(), "the first batch is still writing");
         // The second batch writes "a" too: its write waits for the first's writes, which
         // end only with shutdown.
-        let ops = vec![delete("i", "a")];
-        let docs = flight.docs(&ops);
-        let waiting = writer_until(&shutdown);
-        flight.launch(
-            Batch::default(),
-            docs,
-            waiting,
-            (ops, vec![Origin::One(0)]),
-            2,
-        );
+        launch_stuck(&mut flight, "a", &shutdown, 2);
         assert!(!flight.front_done());
         assert_eq!(flight.going().count(), 2);
         shutdown.cancel();
@@ -457,27 +450,10 @@ mod tests {
             tokio_util::sync::CancellationToken::new(),
             tokio_util::sync::CancellationToken::new(),
         );
-        let a = || vec![delete("i", "a")];
-        let docs = flight.docs(&a());
-        let stuck = writer_until(&first_stops);
-        flight.launch(
-            Batch::default(),
-            docs,
-            stuck,
-            (a(), vec![Origin::One(0)]),
-            1,
-        );
-        let docs = flight.docs(&a());
-        let waiting = writer_until(&second_stops);
-        flight.launch(
-            Batch::default(),
-            docs,
-            waiting,
-            (a(), vec![Origin::One(0)]),
-            2,
-        );
+        launch_stuck(&mut flight, "a", &first_stops, 1);
+        launch_stuck(&mut flight, "a", &second_stops, 2);
         // A third batch writing "a" waits for the second (which waits for the first).
-        let (_, after) = flight.busy(&flight.docs(&a()));
+        let (_, after) = flight.busy(&flight.docs(&[delete("i", "a")]));
         assert_eq!(after.len(), 1);
         first_stops.cancel();
         assert_eq!(flight.land().await.unwrap().rest, 1);
