@@ -93,6 +93,14 @@ async fn a_replaced_version_is_kept_current_and_the_alias_rolls_back_and_forth()
     build(&cluster, &alias).await;
     let p = cluster.ctl(&["pipelines", "get", &alias]).unwrap();
     assert_eq!(versions(&p), (3, vec![2], vec![2]), "{p}");
+    // Right after a swap, as an operator would: the etl members are taking up the new
+    // history, and the rollback waits for them rather than refusing. Then forward again.
+    let p = cluster.ctl(&["pipelines", "rollback", &alias]).unwrap();
+    assert_eq!(versions(&p), (2, vec![3], vec![3]), "{p}");
+    let p = cluster
+        .ctl(&["pipelines", "rollback", &alias, "--to", "3"])
+        .unwrap();
+    assert_eq!(versions(&p), (3, vec![2], vec![2]), "{p}");
     index_gone(&ctx, &v(1)).await;
 
     // Changes after the swap reach the live version and the kept one alike.

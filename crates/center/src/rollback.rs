@@ -2,7 +2,10 @@
 //! Refused, with the reason, when that would serve anything but the table as it is: a
 //! build under way (its swap would move the alias again), a version not kept current, one
 //! whose mapping cannot take what the pipeline now asks for, one an etl member does not
-//! write yet, one whose index is gone.
+//! write after a short wait (right after a swap the members are taking it up), one whose
+//! index is gone.
+
+use std::time::{Duration, Instant};
 
 use sluice_elastic::{AliasAction, EsClient};
 use sluice_zk::layout::{self, EtlRecord, NeedsRebuild};
@@ -11,6 +14,11 @@ use sluice_zk::Coordinator;
 use crate::error::{CenterError, Result};
 use crate::meta::StoredPipeline;
 use crate::Shared;
+
+/// How long a rollback waits for every etl member to write the versions it moves between
+/// (a member takes up a new history within a reconcile pass or two of a swap).
+const CATCH_UP: Duration = Duration::from_secs(20);
+const CATCH_UP_POLL: Duration = Duration::from_millis(200);
 
 /// Moves `p`'s alias to `to` (`None`: the newest current version); the version now live.
 /// A refusal is a definite error with the reason. Safe to repeat after a failure halfway: the
@@ -45,19 +53,22 @@ pub(crate) async fn rollback(
         )));
     }
     // Every etl member must already write both as history: the target (so it is
-    // current) and the live one (so it stays current once the alias leaves it).
-    let mut behind = Vec::new();
-    for member in coord.children("etls").await? {
-        let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await?;
-        if !rec.is_some_and(|r| r.writes_history(name, &[to, live])) {
-            behind.push(member);
+    // current) and the live one (so it stays current once the alias leaves it). Right
+    // after a swap the members are still taking up the new history: waited for, briefly.
+    let deadline = Instant::now() + CATCH_UP;
+    loop {
+        let behind = not_writing(coord, name, &[to, live]).await?;
+        if behind.is_empty() {
+            break;
         }
-    }
-    if !behind.is_empty() {
-        return Err(CenterError::definite(format!(
-            "etl member(s) {} do not write versions {to} and {live} as history yet; retry in a moment",
-            behind.join(", ")
-        )));
+        if Instant::now() >= deadline {
+            return Err(CenterError::definite(format!(
+                "etl member(s) {} did not write versions {to} and {live} as history within {} s; check that they run and reach ZooKeeper",
+                behind.join(", "),
+                CATCH_UP.as_secs()
+            )));
+        }
+        tokio::time::sleep(CATCH_UP_POLL).await;
     }
     let alias = &p.spec.alias;
     let target = sluice_elastic::versioned_index(alias, to);
@@ -86,4 +97,16 @@ pub(crate) async fn rollback(
     let dropped = shared.meta.rolled_back(epoch, p, to).await?;
     tracing::info!(pipeline = %name, from = live, to, ?dropped, "alias moved back");
     Ok(to)
+}
+
+/// The etl members that do not write all of `versions` of `pipeline` as history.
+async fn not_writing(coord: &Coordinator, pipeline: &str, versions: &[u32]) -> Result<Vec<String>> {
+    let mut behind = Vec::new();
+    for member in coord.children("etls").await? {
+        let rec: Option<EtlRecord> = coord.get_json(&layout::etl(&member)).await?;
+        if !rec.is_some_and(|r| r.writes_history(pipeline, versions)) {
+            behind.push(member);
+        }
+    }
+    Ok(behind)
 }
