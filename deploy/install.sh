@@ -193,25 +193,27 @@ add_opensearch_modules() {
 # its own (its SPI, ANTLR's runtime, ASM), resolved by Maven from a pom of one dependency
 # and taken from those groups only (the server's own jars are on the node's classpath
 # already, and a module repeating them does not load); its security policy grants what the
-# module's own build grants it (class loaders for the scripts it compiles).
+# module's own build grants it (class loaders for the scripts it compiles). $3: the Maven
+# group of the module's jars, $4: its plugin class, $5: the descriptor's version key.
 add_painless() {
-  local home=$1 v=$2 d="$1/modules/lang-painless" pom
-  add_module "$home" lang-painless "$MAVEN/org/opensearch/plugin/lang-painless/$v/lang-painless-$v.jar" \
-    org.opensearch.painless.PainlessPlugin opensearch.version "$v"
+  local home=$1 v=$2 group=${3:-org.opensearch.plugin} class=${4:-org.opensearch.painless.PainlessPlugin}
+  local key=${5:-opensearch.version} d="$1/modules/lang-painless" pom
+  add_module "$home" lang-painless "$MAVEN/${group//.//}/lang-painless/$v/lang-painless-$v.jar" \
+    "$class" "$key" "$v"
   pom=$(mktemp -d)
   cat >"$pom/pom.xml" <<EOF
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>sluice.stack</groupId><artifactId>painless</artifactId><version>1</version>
   <dependencies>
-    <dependency><groupId>org.opensearch.plugin</groupId><artifactId>lang-painless</artifactId><version>$v</version></dependency>
+    <dependency><groupId>$group</groupId><artifactId>lang-painless</artifactId><version>$v</version></dependency>
   </dependencies>
 </project>
 EOF
   (cd "$pom" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
-    -DincludeGroupIds=org.opensearch.plugin,org.antlr,org.ow2.asm \
+    -DincludeGroupIds="$group,org.antlr,org.ow2.asm" \
     -DoutputDirectory="$d") >"$pom/mvn.log" 2>&1 \
-    || { tail -n 30 "$pom/mvn.log" >&2; die "lang-painless: Maven could not resolve $v"; }
+    || { tail -n 30 "$pom/mvn.log" >&2; die "lang-painless: Maven could not resolve $group $v"; }
   rm -rf "$pom"
   printf 'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n  permission java.lang.RuntimePermission "getClassLoader";\n};\n' \
     >"$d/plugin-security.policy"
@@ -290,6 +292,40 @@ install_elasticsearch() {
   chmod -R a+rX "$home"
   echo "$v" >"$home/stamp"
   log "Elasticsearch $v with modules parent-join, mapper-extras in $home"
+}
+
+# The Elasticsearch that runs scripts (stack service elasticsearch-painless), where area
+# updates are tested on Elasticsearch: Elastic publishes no lang-painless module on Maven
+# Central, and CodeLibs' builds of Elasticsearch's modules (org.codelibs.elasticsearch.module)
+# end at 7.10.2, the last release under the Apache License. Its log4j 2.11.1 is replaced by
+# 2.17.1 (the Log4Shell fixes; the API Elasticsearch 7.10 calls is unchanged).
+install_elasticsearch_painless() {
+  local v=$ELASTICSEARCH_PAINLESS_VERSION l=$ELASTICSEARCH_PAINLESS_LOG4J old part
+  local home="$SLUICE_TOOLS/elasticsearch-painless-$v" plugins="$MAVEN/org/elasticsearch/plugin"
+  if [ -f "$home/stamp" ]; then
+    log "Elasticsearch $v with Painless present ($home)"
+    return
+  fi
+  rm -rf "$home"
+  unpack_distribution "$home" \
+    "$MAVEN/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$v/elasticsearch-$v.zip"
+  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
+    org.elasticsearch.join.ParentJoinPlugin elasticsearch.version "$v"
+  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
+    org.elasticsearch.index.mapper.MapperExtrasPlugin elasticsearch.version "$v"
+  add_painless "$home" "$v" org.codelibs.elasticsearch.module \
+    org.elasticsearch.painless.PainlessPlugin elasticsearch.version
+  for old in "$home"/lib/log4j-api-*.jar "$home"/lib/log4j-core-*.jar; do
+    part=${old##*/log4j-}
+    part=${part%%-*}
+    rm -f "$old"
+    curl -fsSL -o "$home/lib/log4j-$part-$l.jar" \
+      "$MAVEN/org/apache/logging/log4j/log4j-$part/$l/log4j-$part-$l.jar" \
+      || die "log4j-$part $l is not on Maven Central"
+  done
+  chmod -R a+rX "$home"
+  echo "$v" >"$home/stamp"
+  log "Elasticsearch $v with modules parent-join, mapper-extras, lang-painless and log4j $l in $home"
 }
 
 # OpenSearch and Elasticsearch refuse to run as root: as root, deploy/stack.sh starts them
@@ -377,7 +413,7 @@ install_playwright() {
 # What to install: everything (the default), only the Debian packages the build needs, or
 # the servers `make demo` runs (it compiles meanwhile: see the Makefile).
 case "${1:-all}" in
-  all) steps=(packages mysql kafka opensearch opensearch-secure elasticsearch user nextest confluent helm playwright) ;;
+  all) steps=(packages mysql kafka opensearch opensearch-secure elasticsearch elasticsearch-painless user nextest confluent helm playwright) ;;
   packages) steps=(packages) ;;
   demo) steps=(mysql kafka opensearch user) ;;
   *) die "usage: deploy/install.sh [all|packages|demo]" ;;
@@ -392,6 +428,7 @@ for s in "${steps[@]}"; do
     opensearch) step "OpenSearch" install_opensearch ;;
     opensearch-secure) step "OpenSearch (secured)" install_opensearch_secure ;;
     elasticsearch) step "Elasticsearch" install_elasticsearch ;;
+    elasticsearch-painless) step "Elasticsearch (Painless)" install_elasticsearch_painless ;;
     user) step "service user" service_user ;;
     nextest) step "cargo-nextest" install_nextest ;;
     confluent) step "confluent-kafka" install_confluent_kafka ;;

@@ -29,6 +29,7 @@ DEFAULT_KAFKA_BROKERS="127.0.0.1:19092"
 DEFAULT_ES_URL="http://127.0.0.1:19200"
 DEFAULT_ELASTICSEARCH_URL="http://127.0.0.1:19201"
 DEFAULT_SECURE_ES_URL="https://127.0.0.1:19202"
+DEFAULT_PAINLESS_ES_URL="http://127.0.0.1:19203"
 
 MARIADB_PORT=13306
 MYSQL_PORT=13307
@@ -42,8 +43,10 @@ ELASTICSEARCH_PORT=19201
 ELASTICSEARCH_TRANSPORT_PORT=19301
 OPENSEARCH_SECURE_PORT=19202
 OPENSEARCH_SECURE_TRANSPORT_PORT=19302
+ELASTICSEARCH_PAINLESS_PORT=19203
+ELASTICSEARCH_PAINLESS_TRANSPORT_PORT=19303
 
-SERVICES=(mariadb mysql zookeeper kafka opensearch elasticsearch opensearch-secure)
+SERVICES=(mariadb mysql zookeeper kafka opensearch elasticsearch opensearch-secure elasticsearch-painless)
 SECURE_ENV="$WORK/secure.env"
 SECRETS="$WORK/secrets"
 
@@ -57,7 +60,7 @@ env_var() {
   case $1 in
     mariadb) echo MARIADB_URL ;; mysql) echo MYSQL_URL ;; zookeeper) echo ZOOKEEPER ;;
     kafka) echo KAFKA_BROKERS ;; opensearch) echo ES_URL ;; elasticsearch) echo ELASTICSEARCH_URL ;;
-    opensearch-secure) echo SECURE_ES_URL ;;
+    opensearch-secure) echo SECURE_ES_URL ;; elasticsearch-painless) echo PAINLESS_ES_URL ;;
   esac
 }
 default_of() { local v; v="DEFAULT_$(env_var "$1")"; echo "${!v}"; }
@@ -68,6 +71,7 @@ local_port() {
     mariadb) echo $MARIADB_PORT ;; mysql) echo $MYSQL_PORT ;; zookeeper) echo $ZOOKEEPER_PORT ;;
     kafka) echo $KAFKA_PORT ;; opensearch) echo $OPENSEARCH_PORT ;;
     elasticsearch) echo $ELASTICSEARCH_PORT ;; opensearch-secure) echo $OPENSEARCH_SECURE_PORT ;;
+    elasticsearch-painless) echo $ELASTICSEARCH_PAINLESS_PORT ;;
   esac
 }
 # Seconds to become healthy / to stop. A database's first start includes creating its files;
@@ -77,12 +81,12 @@ local_port() {
 start_deadline() {
   case $1 in
     mariadb | mysql | zookeeper) echo 90 ;;
-    kafka | opensearch | elasticsearch | opensearch-secure) echo 240 ;;
+    kafka | opensearch | elasticsearch | opensearch-secure | elasticsearch-painless) echo 240 ;;
     *) echo 90 ;;
   esac
 }
 stop_deadline() {
-  case $1 in mariadb | mysql | opensearch | elasticsearch | opensearch-secure) echo 60 ;; *) echo 30 ;; esac
+  case $1 in mariadb | mysql | opensearch | elasticsearch* | opensearch-secure) echo 60 ;; *) echo 30 ;; esac
 }
 # What the process' command line must contain: a pid file left from before a reboot may
 # name an unrelated process by now.
@@ -93,6 +97,7 @@ proc_marker() {
     opensearch) echo org.opensearch.bootstrap.OpenSearch ;;
     elasticsearch) echo org.elasticsearch.bootstrap.Elasticsearch ;;
     opensearch-secure) echo "-Dopensearch.path.home=$OPENSEARCH_SECURE_HOME" ;;
+    elasticsearch-painless) echo "-Des.path.home=$ELASTICSEARCH_PAINLESS_HOME" ;;
   esac
 }
 
@@ -664,11 +669,12 @@ as_search_user() {
 # The node of a search server: its own config directory (a 1 GiB heap unless $5 says
 # otherwise, no disk watermarks — a test machine's disk may be fuller than a production
 # node's would be allowed — no GC log or heap dump files), data and logs in the service's
-# directory. $1: opensearch, elasticsearch or opensearch-secure (an OpenSearch whose
-# security settings opensearch_secure_config adds); $2: its home; $3, $4: HTTP and
+# directory. $1: opensearch, elasticsearch, opensearch-secure (an OpenSearch whose
+# security settings opensearch_secure_config adds) or elasticsearch-painless (an
+# Elasticsearch 7.10 without x-pack, which reads JAVA_HOME); $2: its home; $3, $4: HTTP and
 # transport ports.
 search_start() {
-  local svc=$1 home=$2 http=$3 transport=$4 heap=${5:-1g} kind=${1%-secure} d
+  local svc=$1 home=$2 http=$3 transport=$4 heap=${5:-1g} kind=${1%-*} d
   d=$(dir_of "$svc")
   [[ -f $home/stamp ]] || die "$svc: $home not found (run deploy/install.sh)"
   mkdir -p "$d/config" "$d/data" "$d/logs" "$d/tmp"
@@ -707,7 +713,7 @@ EOF
   [[ $svc == opensearch-secure ]] && opensearch_secure_config "$d" "$home"
   [[ $(id -u) == 0 ]] && chown -R "$SEARCH_USER:$SEARCH_USER" "$d"
   OPENSEARCH_JAVA_HOME=$JAVA_HOME OPENSEARCH_PATH_CONF=$d/config OPENSEARCH_TMPDIR=$d/tmp \
-  ES_JAVA_HOME=$JAVA_HOME ES_PATH_CONF=$d/config ES_TMPDIR=$d/tmp \
+  ES_JAVA_HOME=$JAVA_HOME JAVA_HOME=$JAVA_HOME ES_PATH_CONF=$d/config ES_TMPDIR=$d/tmp \
     launch "$svc" bash -c "$(declare -f as_search_user die); SEARCH_USER=$SEARCH_USER; \
       as_search_user \"\$@\"" _ "$home/bin/$kind"
 }
@@ -731,6 +737,17 @@ elasticsearch_start() {
 }
 elasticsearch_healthy() { search_healthy elasticsearch; }
 elasticsearch_after_healthy() { :; }
+
+# --- Elasticsearch with Painless (area updates on Elasticsearch; a small heap: the lane
+# runs the relations tests only) ----------------------------------------------------------
+ELASTICSEARCH_PAINLESS_HOME="$SLUICE_TOOLS/elasticsearch-painless-$ELASTICSEARCH_PAINLESS_VERSION"
+
+elasticsearch-painless_start() {
+  search_start elasticsearch-painless "$ELASTICSEARCH_PAINLESS_HOME" $ELASTICSEARCH_PAINLESS_PORT \
+    $ELASTICSEARCH_PAINLESS_TRANSPORT_PORT 512m
+}
+elasticsearch-painless_healthy() { search_healthy elasticsearch-painless; }
+elasticsearch-painless_after_healthy() { :; }
 
 # --- OpenSearch with its security plugin (credentials and TLS on HTTP and transport) ---
 
@@ -961,7 +978,7 @@ version_of() {
     kafka)
       if is_external kafka; then v="(external)"
       else v=$(cat "$KAFKA_HOME/stamp" 2>/dev/null); fi ;;
-    opensearch | elasticsearch | opensearch-secure)
+    opensearch | elasticsearch | opensearch-secure | elasticsearch-painless)
       if [[ $1 == opensearch-secure ]]; then
         v=$(secure_es_curl "$(endpoint "$1")/" 2>/dev/null)
       else
@@ -1083,9 +1100,9 @@ cmd_status() {
       rc=1
     fi
     if [[ $state == *up ]]; then
-      printf '%-17s %-14s %-30s %s\n' "$svc" "$state" "$(version_of "$svc")" "$where"
+      printf '%-22s %-14s %-30s %s\n' "$svc" "$state" "$(version_of "$svc")" "$where"
     else
-      printf '%-17s %-14s %-30s %s\n' "$svc" "$state" "-" "$where"
+      printf '%-22s %-14s %-30s %s\n' "$svc" "$state" "-" "$where"
     fi
   done
   return $rc
@@ -1122,7 +1139,7 @@ usage: $0 up|down|status [SERVICE...] | clean | env | logs [-f] | mysqld-version
   clean   down, then delete $WORK
   status  each service up/down with its version and endpoint; non-zero if any is not up
   env     export lines for MARIADB_URL MYSQL_URL ZOOKEEPER KAFKA_BROKERS ES_URL ELASTICSEARCH_URL
-          SECURE_ES_URL, and the SECURE_* credentials of $SECURE_ENV
+          PAINLESS_ES_URL SECURE_ES_URL, and the SECURE_* credentials of $SECURE_ENV
   mysqld-version  the version of the Oracle MySQL deploy/install.sh unpacked
   logs    last lines of every log (-f: follow)
 EOF

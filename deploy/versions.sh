@@ -10,6 +10,10 @@ OPENSEARCH_VERSION=2.19.6
 # the plugin (2.19.4.0).
 OPENSEARCH_SECURE_VERSION=2.19.4
 ELASTICSEARCH_VERSION=7.17.29
+# The Elasticsearch whose Painless module Maven Central serves (stack service
+# elasticsearch-painless: area updates on Elasticsearch), with this log4j in place of its own.
+ELASTICSEARCH_PAINLESS_VERSION=7.10.2
+ELASTICSEARCH_PAINLESS_LOG4J=2.17.1
 NEXTEST_VERSION=0.9.148
 # Debezium's embedded engine and MySQL connector: the peer integration-tests/debezium/run.sh
 # measures (installed on first use). Maven Central serves no debezium-connector-mariadb

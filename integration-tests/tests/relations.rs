@@ -10,6 +10,7 @@ use mysql_async::prelude::*;
 use serde_json::{json, Value};
 use sluice_integration_tests::on_sources;
 use sluice_integration_tests::private_source::PrivateSource;
+use sluice_integration_tests::proxy::{HttpFault, HttpProxy};
 use sluice_integration_tests::{blog, check_documents, eventually, shop, Running, TestCtx};
 
 const PRODUCTS: u64 = 2200;
@@ -741,6 +742,68 @@ async fn a_tree_with_a_field_where_the_versions_go_dead_letters_with_the_fix_nam
     assert!(
         !made || document(&ctx, &alias, 1).await.is_none(),
         "nothing written"
+    );
+    drop(run);
+    ctx.cleanup().await;
+}
+
+/// A write of an etl killed while its bulk was on the way, landing after the etl that
+/// replaced it wrote newer versions of the same part: refused by the part's own version,
+/// so the document stays what MySQL holds (written whole, the document's external
+/// version refuses it the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_of_a_killed_etl_never_lands_over_a_newer_part() {
+    let ctx = TestCtx::new("rellate").await;
+    shop::schema(&ctx).await;
+    let proxy = HttpProxy::start(&ctx.stack.es_url, "_bulk").await;
+    ctx.route_elasticsearch(&proxy.url());
+    let spec = shop::spec(&ctx);
+    let alias = spec["alias"].as_str().unwrap().to_owned();
+    let mut run = ctx.start_with(std::slice::from_ref(&spec)).await;
+    shop::data(&ctx, 20, 10).await;
+    converged(&ctx, &run, &spec, "the shop is indexed").await;
+
+    // A price of product 9's SKU changes; its patch is held on the way to the sink.
+    let price = |amount: &str| {
+        format!("UPDATE sku_prices SET amount = {amount} WHERE sku_id = 90 AND currency = 'USD'")
+    };
+    proxy.inject(HttpFault::Hold, 1);
+    ctx.exec(&price("1.00")).await;
+    eventually("the patch held", Duration::from_secs(60), || async {
+        match proxy.held() {
+            1 => Ok(()),
+            n => Err(format!("{n} bulks held\n{}", run.logs())),
+        }
+    })
+    .await;
+    // The etl dies with it; the price changes again; the etl that replaces it replays
+    // both changes and writes the price as it is now.
+    run.etl.kill9();
+    ctx.exec(&price("2.00")).await;
+    run.etl.start();
+    converged(&ctx, &run, &spec, "the replaced etl wrote the newer price").await;
+    let before = stored_versions(&ctx, &alias, 9).await;
+
+    // Then the dead etl's bulk reaches the sink, carrying the older price.
+    proxy.release();
+    eventually(
+        "the held bulk answered by the sink",
+        Duration::from_secs(60),
+        || async {
+            match proxy.forwarded_after_hold() {
+                1 => Ok(()),
+                n => Err(format!("{n} held bulks forwarded")),
+            }
+        },
+    )
+    .await;
+    check_documents(&ctx, &spec)
+        .await
+        .unwrap_or_else(|e| panic!("the late write landed over the newer part: {e}"));
+    assert_eq!(
+        stored_versions(&ctx, &alias, 9).await,
+        before,
+        "the late write changed nothing"
     );
     drop(run);
     ctx.cleanup().await;

@@ -251,6 +251,8 @@ struct HttpRules {
     matched: u64,
     /// Requests being held now.
     held: usize,
+    /// Held requests released, forwarded and answered by the server.
+    forwarded_after_hold: u64,
 }
 
 /// An HTTP/1.1 proxy to `upstream` (host:port) that injects queued faults into requests
@@ -279,6 +281,7 @@ impl HttpProxy {
             faults: VecDeque::new(),
             matched: 0,
             held: 0,
+            forwarded_after_hold: 0,
         }));
         let (releases, released) = watch::channel(0);
         let shared = rules.clone();
@@ -307,6 +310,12 @@ impl HttpProxy {
     /// Requests being held now.
     pub fn held(&self) -> usize {
         self.rules.lock().expect("rules").held
+    }
+
+    /// Held requests that were released and answered by the server since the proxy started
+    /// (forwarded whether or not their client still waits: a late write of a dead client).
+    pub fn forwarded_after_hold(&self) -> u64 {
+        self.rules.lock().expect("rules").forwarded_after_hold
     }
 
     /// `http://127.0.0.1:port`, to give the service instead of the real URL.
@@ -399,6 +408,9 @@ async fn serve(
                 let Some(answer) = forward(&upstream, &request).await else {
                     return;
                 };
+                if fault.is_some() {
+                    rules.lock().expect("rules").forwarded_after_hold += 1;
+                }
                 if client.write_all(&answer).await.is_err() {
                     return;
                 }
