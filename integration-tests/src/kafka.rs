@@ -271,4 +271,49 @@ impl TestCtx {
             .map_err(|(e, _)| e)
             .expect("republish");
     }
+
+    /// A raw producer's ceiling for `records`: how long `producers` producers with the
+    /// workers' settings (`sluice_kafka::producer`) take to write them, each a contiguous
+    /// share, with their keys and partitions, into a fresh `topic` of as many partitions,
+    /// until Kafka acknowledged every one. Nothing is read or encoded on the way: what
+    /// is left is the client and the broker. The topic is deleted afterwards.
+    pub async fn producer_ceiling(
+        &self,
+        records: &[Record],
+        topic: &str,
+        producers: usize,
+    ) -> anyhow::Result<Duration> {
+        let partitions = records.iter().map(|r| r.partition + 1).max().unwrap_or(1);
+        let cfg = sluice_kafka::KafkaConfig {
+            partitions,
+            ..self.kafka_config()
+        };
+        sluice_kafka::ensure_topics(&cfg, &[topic.to_owned()]).await?;
+        let share = records.len().div_ceil(producers.max(1)).max(1);
+        let started = Instant::now();
+        let writers = records.chunks(share).map(|part| {
+            let cfg = &cfg;
+            async move {
+                let producer = sluice_kafka::producer(cfg)?;
+                let mut deliveries = Vec::with_capacity(part.len());
+                for r in part {
+                    let to = Some((r.partition, &[][..]));
+                    let key = (!r.key.is_empty()).then_some(&r.key[..]);
+                    deliveries.push(
+                        sluice_kafka::queue_with(&producer, topic, key, &r.payload, to).await?,
+                    );
+                }
+                for d in deliveries {
+                    d.acknowledged().await?;
+                }
+                anyhow::Ok(())
+            }
+        });
+        futures::future::try_join_all(writers).await?;
+        let took = started.elapsed();
+        delete_topics(&self.kafka_brokers(), &[topic.to_owned()])
+            .await
+            .map_err(anyhow::Error::msg)?;
+        Ok(took)
+    }
 }

@@ -5,7 +5,10 @@
 //!    1,000,000) rows is built with the etl stopped (SIGSTOP, once it confirmed it writes
 //!    to the new version; its session then expires and the build goes on without it), so
 //!    nothing competes with the workers; timed from the build's start until every chunk
-//!    is done. The build is then reset.
+//!    is done. Its messages are then read back from the build's topic and written again
+//!    by a raw producer (as many as the workers, with their producer settings, the same
+//!    keys and partitions) into a scratch topic: the snapshot is to reach 0.8 of that
+//!    pace. The build is then reset.
 //! 2. End to end into Elasticsearch: a table of `BENCH_SNAPSHOT_E2E_ROWS` (default
 //!    50,000) is built with
 //!    the etl running, once the etl applies the pipeline (a streamed row is indexed; the
@@ -119,15 +122,23 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     let rows = env_num::<u64>("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
     let e2e_rows = env_num::<u64>("BENCH_SNAPSHOT_E2E_ROWS", 50_000)?;
     let chunk = env_num::<u64>("BENCH_CHUNK_ROWS", 20_000)?.to_string();
-    let mut cluster = ctx.start_cluster(1, 3).await;
-    let workers_rate = workers_alone(ctx, &mut cluster, rows, &chunk).await?;
+    let mut cluster = ctx.start_cluster(1, WORKERS).await;
+    let workers = workers_alone(ctx, &mut cluster, rows, &chunk).await?;
     let e2e = end_to_end(ctx, &cluster, e2e_rows, &chunk).await?;
     let products = env_num::<u64>("BENCH_BUILD_PRODUCTS", 20_000)?;
     let tree = tree_build(ctx, &cluster, products, &chunk).await?;
     let figures = Figures::from([
         (
             "workers_rows_per_s".to_owned(),
-            Figure::higher(workers_rate, "rows/s", None),
+            Figure::higher(
+                workers.rate,
+                "rows/s",
+                Some(PRODUCER_SHARE * workers.raw_rate),
+            ),
+        ),
+        (
+            "raw_producer_messages_per_s".to_owned(),
+            Figure::higher(workers.raw_rate, "messages/s", None),
         ),
         (
             "build_docs_per_s".to_owned(),
@@ -159,14 +170,18 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The workers of the bench's cluster.
+const WORKERS: usize = 3;
+
 /// Part 1: a build of `rows` rows by the workers alone (the etl stopped once it confirmed
-/// it writes to the new version); their rate in rows/s. Leaves nothing of it behind.
+/// it writes to the new version); their rate in rows/s, and a raw producer's of the same
+/// messages. Leaves nothing of it behind.
 async fn workers_alone(
     ctx: &TestCtx,
     cluster: &mut Cluster,
     rows: u64,
     chunk: &str,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<WorkersAlone> {
     let filled = fill(ctx, "big", rows).await?;
     println!(
         "[snapshot 1/4] table big: {rows} rows written in {:.1} s",
@@ -179,6 +194,7 @@ async fn workers_alone(
         .ctl(&["pipelines", "build", &alias, "--chunk-rows", chunk])
         .map_err(anyhow::Error::msg)?;
     let started = Instant::now();
+    let cpu = CpuSeconds::now();
     wait_phase(
         cluster,
         &alias,
@@ -197,12 +213,21 @@ async fn workers_alone(
     )
     .await?;
     let took = started.elapsed();
-    let rate = s["rows_done"].as_u64().unwrap_or(0) as f64 / took.as_secs_f64();
+    let cpu = CpuSeconds::now().since(&cpu);
+    let done = s["rows_done"].as_u64().unwrap_or(0);
+    let rate = done as f64 / took.as_secs_f64();
     println!(
         "[snapshot 2/4] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {rate:.0} rows/s",
         s["rows_done"],
         s["chunks"],
         took.as_secs_f64(),
+    );
+    say_cpu("2/4", "of the workers' snapshot", &cpu);
+    let raw_rate = producer_ceiling(ctx, &alias, done).await?;
+    println!(
+        "[snapshot 2/4] the workers ran at {:.0} % of the raw producer (target: {:.0} %)",
+        100.0 * rate / raw_rate,
+        100.0 * PRODUCER_SHARE
     );
     for args in [
         ["pipelines", "reset", &alias],
@@ -213,7 +238,40 @@ async fn workers_alone(
     }
     cluster.etl.signal("CONT");
     ctx.exec("DROP TABLE big").await;
-    Ok(rate)
+    Ok(WorkersAlone { rate, raw_rate })
+}
+
+/// What part 1 measured: the workers' snapshot rows a second, and a raw producer's.
+struct WorkersAlone {
+    rate: f64,
+    raw_rate: f64,
+}
+
+/// The share of a raw producer's pace a snapshot into Kafka is to reach.
+const PRODUCER_SHARE: f64 = 0.8;
+
+/// The raw producer's ceiling of the build's own messages (at least `rows`, read back
+/// from its topic): as many producers as workers, the workers' producer settings, into a
+/// scratch topic of the same partitions; its messages a second.
+async fn producer_ceiling(ctx: &TestCtx, pipeline: &str, rows: u64) -> anyhow::Result<f64> {
+    let topic = sluice_kafka::TopicConfig::default().build_topic(pipeline);
+    let records = ctx
+        .read_topic(&topic, rows as usize, Duration::from_secs(600))
+        .await;
+    let bytes: usize = records.iter().map(|r| r.key.len() + r.payload.len()).sum();
+    let cpu = CpuSeconds::now();
+    let took = ctx
+        .producer_ceiling(&records, &format!("{topic}_raw"), WORKERS)
+        .await?;
+    let raw_rate = records.len() as f64 / took.as_secs_f64();
+    println!(
+        "[snapshot 2/4] raw producer ceiling of the same broker: the build's {} messages ({:.0} MB) by {WORKERS} producers in {:.1} s = {raw_rate:.0} messages/s",
+        records.len(),
+        bytes as f64 / 1e6,
+        took.as_secs_f64()
+    );
+    say_cpu("2/4", "of the raw producer", &CpuSeconds::now().since(&cpu));
+    Ok(raw_rate)
 }
 
 /// The share of the raw `_bulk` ceiling a tree's build is to reach.
