@@ -78,6 +78,8 @@ pub struct Shared {
     ready: sluice_runtime::telemetry::Readiness,
     /// Turns to read the dead-letter topics (each read holds its letters in memory).
     letter_reads: tokio::sync::Semaphore,
+    /// The pipelines being rolled back (one rollback of each at a time).
+    rollbacks: rollback::Rollbacks,
 }
 
 impl Shared {
@@ -115,6 +117,7 @@ pub async fn run(
         rebalance: rebalance_tx,
         ready,
         letter_reads: tokio::sync::Semaphore::new(api::LETTER_READS_AT_ONCE),
+        rollbacks: rollback::Rollbacks::default(),
     });
     let dictionaries = dict::bind(shared.cfg.center.dictionary_listen).await?;
     let searches = search::bind(&shared).await?;

@@ -158,9 +158,9 @@ pub(super) async fn rollback_pipeline(
             "rollbacks need the center's [elasticsearch] section (to move the alias)",
         )
     })?;
-    let p = api.existing(&req.name).await?;
+    api.existing(&req.name).await?;
     let to = (req.to_version > 0).then_some(req.to_version);
-    crate::rollback::rollback(&api.shared, es, &api.coord()?, epoch, &p, to)
+    crate::rollback::rollback(&api.shared, es, &api.coord()?, epoch, &req.name, to)
         .await
         .map_err(center_err)?;
     api.changed();
