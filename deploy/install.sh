@@ -271,6 +271,19 @@ install_opensearch_secure() {
   log "OpenSearch $v with modules parent-join, mapper-extras, analysis-common, lang-painless and plugin opensearch-security in $home"
 }
 
+# Elasticsearch's minimal distribution $2 in a fresh $1, with the join field (parent-child
+# pipelines) and mapper-extras modules.
+elasticsearch_distribution() {
+  local home=$1 v=$2 plugins="$MAVEN/org/elasticsearch/plugin"
+  rm -rf "$home"
+  unpack_distribution "$home" \
+    "$MAVEN/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$v/elasticsearch-$v.zip"
+  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
+    org.elasticsearch.join.ParentJoinPlugin elasticsearch.version "$v"
+  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
+    org.elasticsearch.index.mapper.MapperExtrasPlugin elasticsearch.version "$v"
+}
+
 # Elasticsearch: Maven Central serves its minimal distribution for every version, but the
 # modules only up to 7.17 (8.x's lacks even `GET /`); 7.17 with parent-join and
 # mapper-extras runs every mapping Sluice makes. Its analysis-common is not served:
@@ -281,14 +294,7 @@ install_elasticsearch() {
     log "Elasticsearch $v present ($home)"
     return
   fi
-  rm -rf "$home"
-  unpack_distribution "$home" \
-    "$MAVEN/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$v/elasticsearch-$v.zip"
-  local plugins="$MAVEN/org/elasticsearch/plugin"
-  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
-    org.elasticsearch.join.ParentJoinPlugin elasticsearch.version "$v"
-  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
-    org.elasticsearch.index.mapper.MapperExtrasPlugin elasticsearch.version "$v"
+  elasticsearch_distribution "$home" "$v"
   chmod -R a+rX "$home"
   echo "$v" >"$home/stamp"
   log "Elasticsearch $v with modules parent-join, mapper-extras in $home"
@@ -301,18 +307,13 @@ install_elasticsearch() {
 # 2.17.1 (the Log4Shell fixes; the API Elasticsearch 7.10 calls is unchanged).
 install_elasticsearch_painless() {
   local v=$ELASTICSEARCH_PAINLESS_VERSION l=$ELASTICSEARCH_PAINLESS_LOG4J old part
-  local home="$SLUICE_TOOLS/elasticsearch-painless-$v" plugins="$MAVEN/org/elasticsearch/plugin"
-  if [ -f "$home/stamp" ]; then
+  local home="$SLUICE_TOOLS/elasticsearch-painless-$v"
+  # The stamp names the log4j too: another one asked for installs afresh.
+  if [ "$(cat "$home/stamp" 2>/dev/null)" = "$v log4j $l" ]; then
     log "Elasticsearch $v with Painless present ($home)"
     return
   fi
-  rm -rf "$home"
-  unpack_distribution "$home" \
-    "$MAVEN/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$v/elasticsearch-$v.zip"
-  add_module "$home" parent-join "$plugins/parent-join-client/$v/parent-join-client-$v.jar" \
-    org.elasticsearch.join.ParentJoinPlugin elasticsearch.version "$v"
-  add_module "$home" mapper-extras "$plugins/mapper-extras-client/$v/mapper-extras-client-$v.jar" \
-    org.elasticsearch.index.mapper.MapperExtrasPlugin elasticsearch.version "$v"
+  elasticsearch_distribution "$home" "$v"
   add_painless "$home" "$v" org.codelibs.elasticsearch.module \
     org.elasticsearch.painless.PainlessPlugin elasticsearch.version
   for old in "$home"/lib/log4j-api-*.jar "$home"/lib/log4j-core-*.jar; do
@@ -324,7 +325,7 @@ install_elasticsearch_painless() {
       || die "log4j-$part $l is not on Maven Central"
   done
   chmod -R a+rX "$home"
-  echo "$v" >"$home/stamp"
+  echo "$v log4j $l" >"$home/stamp"
   log "Elasticsearch $v with modules parent-join, mapper-extras, lang-painless and log4j $l in $home"
 }
 

@@ -95,7 +95,7 @@ proc_marker() {
     mariadb) echo mariadbd ;; mysql) echo "$MYSQL_HOME/usr/sbin/mysqld" ;;
     zookeeper) echo QuorumPeerMain ;; kafka) echo kafka.Kafka ;;
     opensearch) echo org.opensearch.bootstrap.OpenSearch ;;
-    elasticsearch) echo org.elasticsearch.bootstrap.Elasticsearch ;;
+    elasticsearch) echo "-Des.path.home=$ELASTICSEARCH_HOME" ;;
     opensearch-secure) echo "-Dopensearch.path.home=$OPENSEARCH_SECURE_HOME" ;;
     elasticsearch-painless) echo "-Des.path.home=$ELASTICSEARCH_PAINLESS_HOME" ;;
   esac
@@ -696,6 +696,9 @@ EOF
 $jvm
 -Djava.io.tmpdir=\${ES_TMPDIR}
 EOF
+    # Elasticsearch 7.10 installs a security manager, which Java 18+ allows only when
+    # asked (7.17's launcher asks itself).
+    [[ $svc == elasticsearch-painless ]] && echo "-Djava.security.manager=allow" >>"$d/config/jvm.options"
   fi
   cat >"$d/config/$kind.yml" <<EOF
 cluster.name: sluice-local-$svc

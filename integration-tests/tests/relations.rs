@@ -784,19 +784,28 @@ async fn a_late_write_of_a_killed_etl_never_lands_over_a_newer_part() {
     converged(&ctx, &run, &spec, "the replaced etl wrote the newer price").await;
     let before = stored_versions(&ctx, &alias, 9).await;
 
-    // Then the dead etl's bulk reaches the sink, carrying the older price.
+    // Then the dead etl's bulk reaches the sink, carrying the older price: refused.
     proxy.release();
-    eventually(
+    let (late, answer) = eventually(
         "the held bulk answered by the sink",
         Duration::from_secs(60),
         || async {
-            match proxy.forwarded_after_hold() {
-                1 => Ok(()),
-                n => Err(format!("{n} held bulks forwarded")),
+            match &proxy.answered_after_hold()[..] {
+                [one] => Ok(one.clone()),
+                other => Err(format!("{} held bulks answered", other.len())),
             }
         },
     )
     .await;
+    assert!(
+        late.contains(r#""_id":"9""#) && late.contains("1.00") && !late.contains("2.00"),
+        "the held bulk is product 9's write of the older price: {late}"
+    );
+    assert!(
+        answer.contains(r#""result":"noop""#) || answer.contains("version_conflict"),
+        "the sink refused the late write as older (a no-op, or a version conflict where \
+         written whole): {answer}"
+    );
     check_documents(&ctx, &spec)
         .await
         .unwrap_or_else(|e| panic!("the late write landed over the newer part: {e}"));

@@ -251,8 +251,9 @@ struct HttpRules {
     matched: u64,
     /// Requests being held now.
     held: usize,
-    /// Held requests released, forwarded and answered by the server.
-    forwarded_after_hold: u64,
+    /// Held requests released, forwarded and answered by the server: each request's body
+    /// and the server's answer.
+    answered_after_hold: Vec<(String, String)>,
 }
 
 /// An HTTP/1.1 proxy to `upstream` (host:port) that injects queued faults into requests
@@ -281,7 +282,7 @@ impl HttpProxy {
             faults: VecDeque::new(),
             matched: 0,
             held: 0,
-            forwarded_after_hold: 0,
+            answered_after_hold: Vec::new(),
         }));
         let (releases, released) = watch::channel(0);
         let shared = rules.clone();
@@ -312,10 +313,15 @@ impl HttpProxy {
         self.rules.lock().expect("rules").held
     }
 
-    /// Held requests that were released and answered by the server since the proxy started
-    /// (forwarded whether or not their client still waits: a late write of a dead client).
-    pub fn forwarded_after_hold(&self) -> u64 {
-        self.rules.lock().expect("rules").forwarded_after_hold
+    /// Held requests that were released and answered by the server since the proxy
+    /// started (forwarded whether or not their client still waits: a late write of a dead
+    /// client), oldest first: each request's body and the server's whole answer.
+    pub fn answered_after_hold(&self) -> Vec<(String, String)> {
+        self.rules
+            .lock()
+            .expect("rules")
+            .answered_after_hold
+            .clone()
     }
 
     /// `http://127.0.0.1:port`, to give the service instead of the real URL.
@@ -409,7 +415,15 @@ async fn serve(
                     return;
                 };
                 if fault.is_some() {
-                    rules.lock().expect("rules").forwarded_after_hold += 1;
+                    let exchange = (
+                        String::from_utf8_lossy(&request.body).into_owned(),
+                        String::from_utf8_lossy(&answer).into_owned(),
+                    );
+                    rules
+                        .lock()
+                        .expect("rules")
+                        .answered_after_hold
+                        .push(exchange);
                 }
                 if client.write_all(&answer).await.is_err() {
                     return;
