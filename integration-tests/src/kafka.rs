@@ -290,30 +290,31 @@ impl TestCtx {
         };
         sluice_kafka::ensure_topics(&cfg, &[topic.to_owned()]).await?;
         let share = records.len().div_ceil(producers.max(1)).max(1);
+        let parts: Vec<_> = records
+            .chunks(share)
+            .map(|part| Ok((sluice_kafka::producer(&cfg)?, part)))
+            .collect::<anyhow::Result<_>>()?;
         let started = Instant::now();
-        let writers = records.chunks(share).map(|part| {
-            let cfg = &cfg;
-            async move {
-                let producer = sluice_kafka::producer(cfg)?;
-                let mut deliveries = Vec::with_capacity(part.len());
-                for r in part {
-                    let to = Some((r.partition, &[][..]));
-                    let key = (!r.key.is_empty()).then_some(&r.key[..]);
-                    deliveries.push(
-                        sluice_kafka::queue_with(&producer, topic, key, &r.payload, to).await?,
-                    );
-                }
-                for d in deliveries {
-                    d.acknowledged().await?;
-                }
-                anyhow::Ok(())
+        let writers = parts.iter().map(|(producer, part)| async move {
+            let mut deliveries = Vec::with_capacity(part.len());
+            for r in *part {
+                let to = Some((r.partition, &[][..]));
+                let key = (!r.key.is_empty()).then_some(&r.key[..]);
+                deliveries
+                    .push(sluice_kafka::queue_with(producer, topic, key, &r.payload, to).await?);
             }
+            for d in deliveries {
+                d.acknowledged().await?;
+            }
+            anyhow::Ok(())
         });
-        futures::future::try_join_all(writers).await?;
+        let written = futures::future::try_join_all(writers).await;
         let took = started.elapsed();
+        // Deleted whether or not every message went: a leftover would be reused next time.
         delete_topics(&self.kafka_brokers(), &[topic.to_owned()])
             .await
             .map_err(anyhow::Error::msg)?;
+        written?;
         Ok(took)
     }
 }

@@ -217,7 +217,7 @@ async fn workers_alone(
     let done = s["rows_done"].as_u64().unwrap_or(0);
     let rate = done as f64 / took.as_secs_f64();
     println!(
-        "[snapshot 2/4] MySQL→Kafka by 3 workers alone: {} rows in {} chunks in {:.1} s = {rate:.0} rows/s",
+        "[snapshot 2/4] MySQL→Kafka by {WORKERS} workers alone: {} rows in {} chunks in {:.1} s = {rate:.0} rows/s",
         s["rows_done"],
         s["chunks"],
         took.as_secs_f64(),
