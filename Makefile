@@ -84,7 +84,7 @@ build:
 # published there): there, trees are written whole. The Painless lane runs documents
 # written in parts (area updates) on Elasticsearch 7.10.2, the newest whose Painless
 # module Maven Central serves: the sink's script tests, the relations and retention tests.
-PAINLESS_LANE = (binary(server) & test(/^the_sink_runs_scripts/)) | (binary(e2e) & test(/^(relations|retention)::/) & !test(/::mysql$$/))
+PAINLESS_LANE = (binary(server) & test(/^the_sink_runs_scripts/)) | (binary(e2e) & test(/^(relations|retention)::/))
 ES_LANE = (binary(server) & !test(the_sink_runs_scripts)) | (test(/^(dml::|relations::a_shop_tree|relations_cluster::parent_child|cluster_build::a_build_under_load|replay::)/) & test(/::mariadb$$/))
 SECURED = test(/^(cluster_build::a_build_under_load_and_a_worker_kill_swaps_to_a_complete_index::mariadb$$|dead_letter::dead_letters_are_listed|consistency::a_check_finds_exactly_what_was_corrupted_and_repair_puts_it_right::mariadb$$|cluster_admin::sources_and_pipelines_added_at_runtime)/)
 test: stack-up
