@@ -122,10 +122,10 @@ fn deposed() -> CenterError {
 }
 
 async fn stored(shared: &Shared, name: &str) -> Result<StoredPipeline> {
-    let pipelines = shared.meta.pipelines().await?;
-    pipelines
-        .into_iter()
-        .find(|p| p.spec.name == name)
+    shared
+        .meta
+        .pipeline(name)
+        .await?
         .ok_or_else(|| CenterError::definite(format!("no pipeline `{name}`")))
 }
 
@@ -173,4 +173,22 @@ async fn not_writing(coord: &Coordinator, pipeline: &str, versions: &[u32]) -> R
         }
     }
     Ok(behind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_rollback_of_a_pipeline_is_refused_until_the_first_ends() {
+        let rollbacks = Rollbacks::default();
+        let first = rollbacks.begin("items").expect("the first begins");
+        let refused = rollbacks.begin("items").err().expect("a second is refused");
+        assert!(refused.to_string().contains("under way"), "{refused}");
+        rollbacks.begin("notes").expect("another pipeline's begins");
+        drop(first);
+        rollbacks
+            .begin("items")
+            .expect("one begins again once the first ended");
+    }
 }

@@ -142,8 +142,7 @@ impl AdminApi {
     }
 
     pub(super) async fn pipeline(&self, name: &str) -> Result<Option<StoredPipeline>, Status> {
-        let pipelines = self.shared.meta.pipelines().await.map_err(meta_err)?;
-        Ok(pipelines.into_iter().find(|p| p.spec.name == name))
+        self.shared.meta.pipeline(name).await.map_err(meta_err)
     }
 
     /// The pipeline as the API shows it: its spec and its versions' state, with what

@@ -53,6 +53,12 @@ impl StoredPipeline {
 }
 
 impl Meta {
+    /// The pipeline named `name`, if there is one.
+    pub async fn pipeline(&self, name: &str) -> Result<Option<StoredPipeline>, MetaError> {
+        let pipelines = self.pipelines().await?;
+        Ok(pipelines.into_iter().find(|p| p.spec.name == name))
+    }
+
     pub async fn pipelines(&self) -> Result<Vec<StoredPipeline>, MetaError> {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
