@@ -1,10 +1,10 @@
 //! Documents read back from MySQL (pipelines with relations or a filter).
 //!
 //! A change of any table in a pipeline's tree marks the documents that contain the row
-//! as dirty: the root row's own document (its key before and after the change), or for a
-//! related row the documents its join columns lead up to — from its before and after
-//! images, so a child moved from one parent to another dirties both, and through one
-//! query per level above the first. Per batch each dirty document keeps the version of
+//! as dirty (`dirty.rs`): the root row's own document, or for a related row the documents
+//! its join columns lead up to — from its before and after images, so a child moved from
+//! one parent to another dirties both; here they are found through one query per level
+//! above the first. Per batch each dirty document keeps the version of
 //! the newest change that dirtied it; it is read back from the source (one query per
 //! relation for a chunk of documents), in a snapshot that includes that change, and
 //! written with that version, or deleted with it when its root row is gone or filtered
@@ -21,8 +21,6 @@ use futures::StreamExt as _;
 use serde_json::Map;
 use serde_json::Value as Json;
 use sluice_elastic::{BulkOp, PartsWrite};
-use sluice_model::delayed::{DelayedChange, DELAYED_VERSION};
-use sluice_model::ChangeEvent;
 use sluice_model::RetryPolicy;
 use sluice_mysql::docs::{Built, DocPlan, Floor, Reader, SourcePool};
 use sluice_mysql::{MysqlError, SourceConfig};
@@ -30,6 +28,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::DeadLetter;
+use crate::dirty::{Dirty, Entry, Prov, Work};
 use crate::error::Result;
 use crate::metrics::METRICS;
 use crate::pipeline::Router;
@@ -46,212 +45,6 @@ const MIN_CHUNK: usize = 32;
 /// a third of it), none larger than [`CHUNK`], none smaller than [`MIN_CHUNK`].
 fn chunk_size(n: usize, concurrency: usize) -> usize {
     n.div_ceil(concurrency.max(1)).clamp(MIN_CHUNK, CHUNK)
-}
-
-/// What dirtied a document: the version of the newest change, and every message that
-/// dirtied it (each is dead-lettered if the document cannot be made).
-#[derive(Debug, Clone, PartialEq)]
-struct Prov {
-    /// The newest changes among them, which a read of the document must see.
-    floor: Floor,
-    msgs: BTreeSet<usize>,
-}
-
-impl Prov {
-    fn of(event: &ChangeEvent, msg: usize) -> Self {
-        let mut floor = Floor::default();
-        floor.add(event.version, event.source.gtid.as_deref());
-        Prov {
-            floor,
-            msgs: BTreeSet::from([msg]),
-        }
-    }
-
-    fn empty() -> Self {
-        Prov {
-            floor: Floor::default(),
-            msgs: BTreeSet::new(),
-        }
-    }
-
-    fn version(&self) -> u64 {
-        self.floor.version
-    }
-
-    fn merge(&mut self, other: &Prov) {
-        self.floor.merge(&other.floor);
-        self.msgs.extend(&other.msgs);
-    }
-}
-
-/// Where to walk up from: a plan, the path of a node in it, which of its columns, and
-/// which part (relation under the root) the changed rows are in.
-type From = (usize, Vec<usize>, Vec<usize>, usize);
-
-/// The documents a batch dirtied, by pipeline: one piece of work per compilation of the
-/// pipeline the batch saw (its tables' columns changed in the middle of it: what was
-/// marked before is read with the plans it was marked with).
-#[derive(Default)]
-pub(crate) struct Dirty {
-    pipelines: BTreeMap<usize, Vec<Work>>,
-    /// Changes of `delayed` relations, for the delayed job instead: by pipeline, node and
-    /// join values (the same row changed twice in a batch is one change).
-    delayed: Delayed,
-}
-
-struct Work {
-    plans: Arc<Vec<DocPlan>>,
-    /// By plan: each document's key (as text) → what dirtied it.
-    docs: BTreeMap<usize, HashMap<String, Entry>>,
-    /// Rows whose documents are found by walking up: by plan, the path (from the root)
-    /// of the node to look in, which of its columns the values are of (relations of one
-    /// parent join it on different columns), and the part they change.
-    lookups: BTreeMap<From, Vec<(Vec<Json>, Prov)>>,
-}
-
-#[derive(Clone)]
-struct Entry {
-    key: Vec<Json>,
-    prov: Prov,
-    /// Routings the document had in the changes' images (a child document that moved
-    /// parent must go from the old one's shard).
-    routings: BTreeSet<String>,
-    /// Its root row changed (the version of the newest such change): the document is
-    /// read whole.
-    root: Option<u64>,
-    /// The parts (indexes of the root's relations) changes below them reached, each with
-    /// the version of the newest: alone, they are what is read, when the pipeline's
-    /// documents are written in parts.
-    parts: BTreeMap<usize, u64>,
-}
-
-impl Dirty {
-    pub fn is_empty(&self) -> bool {
-        self.pipelines.is_empty() && self.delayed.is_empty()
-    }
-
-    /// The changes of `delayed` relations the batch held, each with the version of its
-    /// newest event (`name` gives a pipeline's name).
-    pub fn take_delayed(&mut self, name: impl Fn(usize) -> String) -> Vec<DelayedChange> {
-        std::mem::take(&mut self.delayed)
-            .into_iter()
-            .map(|((p, _, _), (mut change, _))| {
-                change.pipeline = name(p);
-                change
-            })
-            .collect()
-    }
-
-    /// Marks what `event` (message `msg`) changes in the documents of pipeline
-    /// `pipeline`, compiled as `plans`.
-    pub fn touch(
-        &mut self,
-        pipeline: usize,
-        plans: &Arc<Vec<DocPlan>>,
-        event: &ChangeEvent,
-        msg: usize,
-    ) {
-        let works = self.pipelines.entry(pipeline).or_default();
-        if works.last().is_none_or(|w| !Arc::ptr_eq(&w.plans, plans)) {
-            works.push(Work {
-                plans: plans.clone(),
-                docs: BTreeMap::new(),
-                lookups: BTreeMap::new(),
-            });
-        }
-        let work = works.last_mut().expect("just made sure");
-        for (k, plan) in plans.iter().enumerate() {
-            for path in plan.paths_of(&event.db, &event.table) {
-                let node = plan.node(path);
-                for image in [&event.before, &event.after].into_iter().flatten() {
-                    let image = &*DocPlan::event_image(node, &event.db, &event.table, image);
-                    match &node.link {
-                        None => {
-                            let Some(key) = DocPlan::image_values(node, &plan.id, image) else {
-                                continue;
-                            };
-                            let entry = work.entry(k, key, &Prov::of(event, msg));
-                            entry.routings.extend(plan.routing_of(image));
-                            entry.root = entry.root.max(Some(event.version));
-                        }
-                        Some(link) => {
-                            let Some(values) = DocPlan::image_values(node, &link.child, image)
-                            else {
-                                continue;
-                            };
-                            if node.delayed {
-                                let d = &mut self.delayed;
-                                delay(d, pipeline, plan, path, values, event.version);
-                                continue;
-                            }
-                            let parent = path[..path.len() - 1].to_vec();
-                            work.lookups
-                                .entry((k, parent, link.parent.clone(), path[0]))
-                                .or_default()
-                                .push((values, Prov::of(event, msg)));
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Each with the version of the event folded last (an update's two images are one change).
-type Delayed = BTreeMap<(usize, String, String), (DelayedChange, u64)>;
-
-/// Notes a change of a `delayed` node (at `path`) for the delayed job.
-fn delay(
-    delayed: &mut Delayed,
-    pipeline: usize,
-    plan: &DocPlan,
-    path: &[usize],
-    values: Vec<Json>,
-    version: u64,
-) {
-    let change = DelayedChange {
-        v: DELAYED_VERSION,
-        pipeline: String::new(),
-        kind: plan.name.clone(),
-        node: plan.path_names(path),
-        values,
-        version,
-        changes: 1,
-    };
-    let key = (pipeline, change.node_key(), change.values_text());
-    match delayed.entry(key) {
-        std::collections::btree_map::Entry::Vacant(v) => {
-            v.insert((change, version));
-        }
-        std::collections::btree_map::Entry::Occupied(mut o) => {
-            let (had, last) = o.get_mut();
-            if *last != version {
-                had.version = had.version.max(version);
-                had.changes += 1;
-                *last = version;
-            }
-        }
-    }
-}
-
-impl Work {
-    fn entry(&mut self, plan: usize, key: Vec<Json>, prov: &Prov) -> &mut Entry {
-        let text = serde_json::to_string(&key).expect("JSON values serialize");
-        let e = self
-            .docs
-            .entry(plan)
-            .or_default()
-            .entry(text)
-            .or_insert_with(|| Entry {
-                key,
-                prov: Prov::empty(),
-                routings: BTreeSet::new(),
-                root: None,
-                parts: BTreeMap::new(),
-            });
-        e.prov.merge(prov);
-        e
-    }
 }
 
 /// Connections to the sources documents are read from, by source name.
@@ -677,21 +470,6 @@ impl Rebuild<'_> {
     }
 }
 
-impl Work {
-    /// Every message that dirtied something here.
-    fn messages(&self) -> BTreeSet<usize> {
-        let docs = self
-            .docs
-            .values()
-            .flat_map(|d| d.values().flat_map(|e| e.prov.msgs.iter().copied()));
-        let lookups = self
-            .lookups
-            .values()
-            .flat_map(|l| l.iter().flat_map(|(_, p)| p.msgs.iter().copied()));
-        docs.chain(lookups).collect()
-    }
-}
-
 /// Dead letters for every message that dirtied something in a pipeline whose documents
 /// cannot be made (`why`: its spec does not fit its tables, its source is unreachable,
 /// a read failed for good).
@@ -850,8 +628,6 @@ async fn retrying<T, F: std::future::Future<Output = Result<T, MysqlError>>>(
 mod tests {
     use super::*;
     use serde_json::json;
-    use serde_json::Value;
-    use sluice_mysql::SnapshotTable;
 
     #[test]
     fn documents_are_cut_into_enough_chunks_to_be_read_at_once_within_bounds() {
@@ -859,152 +635,6 @@ mod tests {
         assert_eq!(chunk_size(5000, 4), CHUNK, "no chunk larger than the bound");
         assert_eq!(chunk_size(40, 4), MIN_CHUNK, "a few documents: one chunk");
         assert_eq!(chunk_size(300, 0), CHUNK, "one read at a time");
-    }
-
-    fn shop() -> Vec<DocPlan> {
-        let spec: sluice_model::PipelineSpec = serde_json::from_value(json!({
-            "source": "s", "database": "d", "table": "products",
-            "relations": [
-                {"name": "brand", "kind": "one_to_one", "table": "brands", "on": {"brand_id": "id"}},
-                {"name": "tags", "kind": "one_to_many", "table": "tags", "on": {"id": "product_id"}}
-            ]
-        }))
-        .unwrap();
-        let int = ("", "int", "int");
-        let table = |name: &str, cols: &[&str]| {
-            let cols: Vec<(&str, &str, &str)> = cols.iter().map(|c| (*c, int.1, int.2)).collect();
-            (
-                ("d".to_owned(), name.to_owned()),
-                SnapshotTable::from_columns("d", name, &cols, &["id"]),
-            )
-        };
-        let tables = [
-            table("products", &["id", "brand_id"]),
-            table("brands", &["id"]),
-            table("tags", &["id", "product_id"]),
-        ]
-        .into_iter()
-        .collect();
-        sluice_mysql::docs::compile(&spec, &tables).unwrap()
-    }
-
-    fn event(table: &str, row: Value, version: u64) -> ChangeEvent {
-        serde_json::from_value(json!({
-            "v": 1,
-            "source": {"instance": "s", "server_id": 1, "file": "b.000001", "pos": 4, "row": 0, "ts_ms": 0},
-            "db": "d", "table": table, "op": "c", "key": {"id": row["id"]},
-            "after": row, "columns": [], "version": version
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn relations_of_one_parent_walk_up_by_their_own_join_columns() {
-        let plans = Arc::new(shop());
-        let mut dirty = Dirty::default();
-        // A tag of product 5 first, then brand 2: the brand's id is a brand_id, not a
-        // product id, whatever came first in the batch.
-        dirty.touch(
-            0,
-            &plans,
-            &event("tags", json!({"id": 70, "product_id": 5}), 10),
-            0,
-        );
-        dirty.touch(0, &plans, &event("brands", json!({"id": 2}), 20), 1);
-        dirty.touch(
-            0,
-            &plans,
-            &event("products", json!({"id": 9, "brand_id": 2}), 30),
-            2,
-        );
-        let work = &dirty.pipelines[&0][0];
-        let names = |cols: &[usize]| plans[0].root.names(cols);
-        let lookups: Vec<(Vec<String>, Vec<Value>)> = work
-            .lookups
-            .iter()
-            .map(|((_, path, cols, _), values)| {
-                assert!(path.is_empty(), "both walk up to the root");
-                (
-                    names(cols),
-                    values.iter().map(|(v, _)| v[0].clone()).collect(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            lookups,
-            [
-                (vec!["id".to_owned()], vec![json!(5)]),
-                (vec!["brand_id".to_owned()], vec![json!(2)]),
-            ]
-        );
-        let roots: Vec<(&Vec<Value>, &Prov)> =
-            work.docs[&0].values().map(|e| (&e.key, &e.prov)).collect();
-        assert_eq!(
-            roots,
-            [(
-                &vec![json!(9)],
-                &Prov {
-                    floor: Floor {
-                        version: 30,
-                        ..Floor::default()
-                    },
-                    msgs: BTreeSet::from([2])
-                }
-            )],
-            "a root row is its own document"
-        );
-    }
-
-    #[test]
-    fn a_delayed_relation_is_handed_over_not_walked_up() {
-        let mut plans = shop();
-        plans[0].root.children[0].delayed = true; // brand
-        let plans = Arc::new(plans);
-        let mut dirty = Dirty::default();
-        dirty.touch(0, &plans, &event("brands", json!({"id": 2}), 20), 0);
-        // An update: its two images are one change.
-        let mut update = event("brands", json!({"id": 2}), 25);
-        update.before = update.after.clone();
-        dirty.touch(0, &plans, &update, 1);
-        dirty.touch(
-            0,
-            &plans,
-            &event("tags", json!({"id": 70, "product_id": 5}), 30),
-            2,
-        );
-        assert!(!dirty.is_empty());
-        let work = &dirty.pipelines[&0][0];
-        assert_eq!(work.lookups.len(), 1, "only the tag walks up");
-        let delayed = dirty.take_delayed(|_| "shop".into());
-        assert_eq!(
-            delayed,
-            [DelayedChange {
-                v: DELAYED_VERSION,
-                pipeline: "shop".into(),
-                kind: "products".into(),
-                node: vec!["brand".into()],
-                values: vec![json!(2)],
-                version: 25,
-                changes: 2,
-            }],
-            "one change per row, with its newest version"
-        );
-        assert_eq!(delayed[0].node_key(), "products/brand");
-    }
-
-    #[test]
-    fn marks_made_under_another_compilation_keep_their_own_plans() {
-        // The tables changed in the middle of a batch: the plans were compiled again.
-        let (before, after) = (Arc::new(shop()), Arc::new(shop()));
-        let mut dirty = Dirty::default();
-        dirty.touch(0, &before, &event("brands", json!({"id": 2}), 20), 0);
-        dirty.touch(0, &after, &event("brands", json!({"id": 3}), 30), 1);
-        dirty.touch(0, &after, &event("brands", json!({"id": 4}), 40), 2);
-        let works = &dirty.pipelines[&0];
-        assert_eq!(works.len(), 2);
-        assert!(Arc::ptr_eq(&works[0].plans, &before) && Arc::ptr_eq(&works[1].plans, &after));
-        assert_eq!(works[0].messages(), BTreeSet::from([0]));
-        assert_eq!(works[1].messages(), BTreeSet::from([1, 2]));
     }
 
     fn entry(key: i64, version: u64, msgs: &[usize], routings: &[&str]) -> Entry {

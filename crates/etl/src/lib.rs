@@ -12,6 +12,7 @@ mod applied;
 mod batch;
 pub mod config;
 mod ddl;
+mod dirty;
 mod docs;
 pub mod error;
 mod flight;

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::{DeadLetter, Msg};
 use crate::error::{Context as _, Result};
 use crate::pipeline::{NotReady, Router};
-use crate::{ddl, docs, write};
+use crate::{ddl, dirty, docs, write};
 
 /// Batches as what to write: flat pipelines' operations — the newest version of each
 /// document (older ones would only be answered 409), each with the message it came
@@ -32,7 +32,7 @@ use crate::{ddl, docs, write};
 #[derive(Default)]
 pub(crate) struct Plan {
     latest: HashMap<(String, String), (BulkOp, usize)>,
-    pub dirty: docs::Dirty,
+    pub dirty: dirty::Dirty,
     pub dead: Vec<DeadLetter>,
     pub rewritten: Vec<ddl::Rewritten>,
 }
