@@ -41,7 +41,7 @@ use sluice_kafka::SharedProducer;
 use sluice_model::{BuildDocument, ENVELOPE_VERSION};
 use sluice_mysql::docs::{Built, DocPlan, Reader};
 use sluice_mysql::{Key, Watermarks};
-use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, EtlRecord, SourceRecord};
+use sluice_zk::layout::{self, CheckRecord, CheckTally, ChunkRecord, SourceRecord};
 use sluice_zk::{Coordinator, Expect, SessionState, ZkError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,12 +50,15 @@ use crate::config::WorkerConfig;
 use crate::error::{Context as _, Result, WorkerError};
 use crate::snapshot::{confirmed, version_at};
 
+mod applied;
 mod live;
+mod scan;
+
+use applied::settle;
+use scan::scan;
 
 /// Root rows per snapshot read, and documents per index page.
 const BATCH: usize = 1000;
-/// How long confirming waits for the stream and the etl to pass a position.
-const SETTLE_WITHIN: Duration = Duration::from_secs(60);
 
 pub(crate) struct Checks {
     pub cfg: Arc<WorkerConfig>,
@@ -583,136 +586,6 @@ async fn copies(
     Ok(found)
 }
 
-/// The documents of `index` in the chunk's key range, by `_id` (`search_after` in key
-/// order).
-async fn scan(
-    c: &Checks,
-    ctx: &Ctx<'_>,
-    index: &str,
-    lower: Option<&Key>,
-    upper: Option<&Key>,
-) -> Result<BTreeMap<String, Hit>> {
-    let sort = sort_fields(c, ctx, index).await?;
-    let query = range_query(ctx, &sort, lower, upper)?;
-    let mut found = BTreeMap::new();
-    let mut search_after: Option<Vec<Json>> = None;
-    loop {
-        let mut body = json!({
-            "size": BATCH,
-            "version": true,
-            "query": query,
-            "sort": sort.iter().map(|f| json!({ f: "asc" })).collect::<Vec<_>>(),
-        });
-        if let Some(a) = &search_after {
-            body["search_after"] = json!(a);
-        }
-        let hits = c.es.search_hits(index, &body).await?;
-        let full = hits.len() == BATCH;
-        search_after = hits.last().map(|h| h.sort.clone());
-        for hit in hits {
-            found.insert(hit.id.clone(), hit);
-        }
-        if !full {
-            return Ok(found);
-        }
-    }
-}
-
-/// The fields of `index` holding the root's primary key, as sortable fields (a text
-/// field's `keyword` sub-field).
-async fn sort_fields(c: &Checks, ctx: &Ctx<'_>, index: &str) -> Result<Vec<String>> {
-    let mapping = c.es.get_mapping(index).await?;
-    let props = mapping
-        .as_object()
-        .and_then(|m| m.values().next())
-        .and_then(|m| m.pointer("/mappings/properties"))
-        .cloned()
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    for name in key_fields(ctx)? {
-        let field = &props[&name];
-        let sortable = match field["type"].as_str() {
-            Some("text") if field.pointer("/fields/keyword").is_some() => format!("{name}.keyword"),
-            Some("text") | None => return Err(WorkerError::definite(format!(
-                "key column `{name}` is not a sortable field of {} (a text field without a keyword sub-field, or not mapped): a check reads the index in key order",
-                index
-            ))),
-            Some(_) => name,
-        };
-        out.push(sortable);
-    }
-    Ok(out)
-}
-
-/// The root's primary-key columns, which must be document fields.
-fn key_fields(ctx: &Ctx<'_>) -> Result<Vec<String>> {
-    let root = &ctx.plan.root;
-    let output = root.names(&root.output);
-    let keys = root.table.key_names();
-    if let Some(k) = keys.iter().find(|k| !output.contains(k)) {
-        return Err(WorkerError::definite(format!(
-            "the documents lack key column `{k}` of {}.{}: a check reads the index in key order (add it to `columns`)",
-            root.table.db, root.table.table
-        )));
-    }
-    Ok(keys)
-}
-
-/// The documents of this kind whose key (in `fields`, as [`sort_fields`] names them) is
-/// in `(lower, upper]`, compared in key order (a composite key lexicographically).
-fn range_query(
-    ctx: &Ctx<'_>,
-    fields: &[String],
-    lower: Option<&Key>,
-    upper: Option<&Key>,
-) -> Result<Json> {
-    let values = |k: &Key| -> Result<Vec<Json>> {
-        k.0.iter()
-            .map(|part| {
-                part.to_json().ok_or_else(|| {
-                    WorkerError::definite(
-                        "a check reads keys of numbers and strings only (this key has another type)"
-                    )
-                })
-            })
-            .collect()
-    };
-    let mut must = Vec::new();
-    if let Some(k) = lower {
-        must.push(lexicographic(fields, &values(k)?, "gt"));
-    }
-    if let Some(k) = upper {
-        must.push(lexicographic(fields, &values(k)?, "lte"));
-    }
-    if let Some(join) = &ctx.plan.join {
-        must.push(json!({ "term": { join.field.clone(): ctx.plan.name.clone() } }));
-    }
-    Ok(json!({ "bool": { "filter": must } }))
-}
-
-/// `(f0, f1, …) <op> (v0, v1, …)` for `op` `gt` or `lte`: for each `i`, the fields before
-/// `i` equal and field `i` strictly beyond; `lte` also the whole tuple equal.
-fn lexicographic(fields: &[String], values: &[Json], op: &str) -> Json {
-    let strict = if op == "gt" { "gt" } else { "lt" };
-    let mut any = Vec::new();
-    for i in 0..fields.len() {
-        let mut all: Vec<Json> = (0..i)
-            .map(|j| json!({ "term": { fields[j].clone(): values[j] } }))
-            .collect();
-        all.push(json!({ "range": { fields[i].clone(): { strict: values[i] } } }));
-        any.push(json!({ "bool": { "filter": all } }));
-    }
-    if op == "lte" {
-        let all: Vec<Json> = fields
-            .iter()
-            .zip(values)
-            .map(|(f, v)| json!({ "term": { f.clone(): v } }))
-            .collect();
-        any.push(json!({ "bool": { "filter": all } }));
-    }
-    json!({ "bool": { "should": any, "minimum_should_match": 1 } })
-}
-
 /// Round two: judges the suspects again between two watermarks, once everything the
 /// stream carried up to the first is applied; reports (and repairs) what still differs.
 async fn confirm(
@@ -873,107 +746,6 @@ async fn read_keys(reader: &mut Reader<'_>, ctx: &Ctx<'_>, keys: &[Vec<Json>]) -
     })
 }
 
-/// Waits until every change up to `position` is applied: the source's task confirmed
-/// it (so it is in Kafka), then every etl group consuming the pipeline committed past a
-/// probe written behind it to each partition of the pipeline's change topics.
-async fn settle(c: &Checks, ctx: &Ctx<'_>, position: &sluice_model::BinlogPosition) -> Result<()> {
-    let deadline = Instant::now() + SETTLE_WITHIN;
-    let target = version_at(ctx.epoch, position)?;
-    let spec = &ctx.rec.spec;
-    loop {
-        let at = confirmed(&c.coord, &spec.source)
-            .await?
-            .and_then(|cp| version_at(cp.epoch, &cp.position).ok());
-        if at.is_some_and(|v| v >= target) {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(WorkerError::transient(format!("the task of source {} did not confirm position {position} within {SETTLE_WITHIN:?}", spec.source)));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let groups = etl_groups(c, &spec.name)
-        .await?
-        .into_iter()
-        .map(|g| Ok((sluice_kafka::GroupOffsets::new(&c.cfg.kafka, &g)?, g)))
-        .collect::<Result<Vec<_>, sluice_kafka::KafkaError>>()?;
-    let probes = probe(c, ctx).await?;
-    let partitions: Vec<(String, i32)> = probes.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
-    loop {
-        let mut behind = None;
-        for (offsets, group) in &groups {
-            let at = offsets.committed(&partitions).await?;
-            if let Some(((t, p, _), _)) = probes
-                .iter()
-                .zip(at)
-                .find(|((_, _, offset), committed)| committed.is_none_or(|c| c <= *offset))
-            {
-                behind = Some(format!("etl group {group} on {t}/{p}"));
-                break;
-            }
-        }
-        let Some(behind) = behind else {
-            return Ok(());
-        };
-        if Instant::now() > deadline {
-            return Err(WorkerError::transient(format!(
-                "{behind} did not apply the changes up to {position} within {SETTLE_WITHIN:?}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The consumer groups of the etl members applying `pipeline`.
-async fn etl_groups(c: &Checks, pipeline: &str) -> Result<Vec<String>> {
-    let mut groups = Vec::new();
-    for member in c.coord.children("etls").await? {
-        if let Some(r) = c.coord.get_json::<EtlRecord>(&layout::etl(&member)).await? {
-            if r.pipelines.iter().any(|p| p == pipeline)
-                && !r.group.is_empty()
-                && !groups.contains(&r.group)
-            {
-                groups.push(r.group);
-            }
-        }
-    }
-    if groups.is_empty() {
-        return Err(WorkerError::transient(format!("no etl member applies pipeline {pipeline}: a check waits for the etl to apply what it reads")));
-    }
-    Ok(groups)
-}
-
-/// A marker (which the etl skips) on every partition of the pipeline's change topics:
-/// `(topic, partition, offset)` of each.
-async fn probe(c: &Checks, ctx: &Ctx<'_>) -> Result<Vec<(String, i32, i64)>> {
-    let spec = &ctx.rec.spec;
-    let producer = c.producer.get();
-    let payload = serde_json::to_vec(&layout::Marker {
-        pipeline: spec.name.clone(),
-        version: 0,
-    })?;
-    let headers: &[(&str, &[u8])] = &[(layout::MARKER_HEADER, &payload)];
-    let mut sent = Vec::new();
-    for topic in sluice_kafka::rows_topics(&producer, &c.cfg.topics, spec).await? {
-        let partitions = sluice_kafka::partitions(&producer, &topic).await?;
-        for p in 0..partitions {
-            let d = sluice_kafka::queue_with(&producer, &topic, None, &payload, Some((p, headers)))
-                .await
-                .context("cannot send a check probe")?;
-            sent.push((topic.clone(), d));
-        }
-    }
-    let mut out = Vec::new();
-    for (topic, d) in sent {
-        let stored = d
-            .acknowledged()
-            .await
-            .context("Kafka refused a check probe")?;
-        out.push((topic, stored.partition, stored.offset));
-    }
-    Ok(out)
-}
-
 /// Sends repairs through the etl (the pipeline's build topic); returns how many Kafka
 /// acknowledged.
 async fn repair(c: &Checks, pipeline: &str, docs: Vec<BuildDocument>) -> Result<u64> {
@@ -1031,18 +803,6 @@ mod tests {
                 Some(&hit(3, json!({"id": 1, "a": "y", "b": 2})))
             ),
             Verdict::Different("fields differ: a, b".into())
-        );
-    }
-
-    #[test]
-    fn composite_ranges_compare_lexicographically() {
-        let q = lexicographic(&["a".into(), "b".into()], &[json!(1), json!("x")], "lte");
-        let any = q["bool"]["should"].as_array().unwrap();
-        assert_eq!(any.len(), 3, "a < 1, a = 1 and b < x, or both equal");
-        assert_eq!(any[1]["bool"]["filter"][0], json!({"term": {"a": 1}}));
-        assert_eq!(
-            any[1]["bool"]["filter"][1],
-            json!({"range": {"b": {"lt": "x"}}})
         );
     }
 }
