@@ -66,6 +66,9 @@ pub struct TestCtx {
     pub zk_root: String,
     pub group: String,
     pub dlq_topic: String,
+    /// The test's own topic of delayed changes (the etl hands them to the leader there;
+    /// shared, every test's center would record every other test's).
+    pub delayed_topic: String,
     pub server_id: u32,
     pub dir: PathBuf,
     pub secrets: Secrets,
@@ -132,6 +135,7 @@ impl TestCtx {
             zk_root: format!("/sluice-it-{name}-{suffix}"),
             group: format!("etl-{name}-{suffix}"),
             dlq_topic: format!("sluice.dlq.{name}.{suffix}"),
+            delayed_topic: format!("sluice.delayed.{name}.{suffix}"),
             suffix,
             db,
             stack,
@@ -307,9 +311,12 @@ impl TestCtx {
         )
     }
 
-    /// The test's own dead-letter topic.
-    pub(crate) fn topics_section(&self) -> String {
-        format!("[topics]\ndead_letter = \"{}\"\n", self.dlq_topic)
+    /// The test's own dead-letter and delayed-changes topics.
+    pub fn topics_section(&self) -> String {
+        format!(
+            "[topics]\ndead_letter = \"{}\"\ndelayed = \"{}\"\n",
+            self.dlq_topic, self.delayed_topic
+        )
     }
 
     /// Writes `sections` as `<name>.toml` in the test directory; the service `bin` with
@@ -620,6 +627,7 @@ impl TestCtx {
         }
         all_topics.extend([
             self.dlq_topic.clone(),
+            self.delayed_topic.clone(),
             topics.schema_topic(&self.instance),
             topics.source_dead_letter_topic(&self.instance),
         ]);

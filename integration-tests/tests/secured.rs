@@ -38,7 +38,7 @@ async fn a_wrong_password_or_an_untrusted_certificate_stops_a_service_naming_the
             "[etl]\ngroup_id = \"{}-{n}\"\ninstance_id = \"{}-{n}\"\n",
             ctx.group, ctx.group
         );
-        let topics = format!("[topics]\ndead_letter = \"{}\"\n", ctx.dlq_topic);
+        let topics = ctx.topics_section();
         ctx.etl_of_sections(&format!("etl-{n}"), &[&etl, &kafka, &topics, &es])
             .with_env("SLUICE_KAFKA__SASL_PASSWORD", kafka_password)
             .with_env("SLUICE_ELASTICSEARCH__PASSWORD", es_password)
