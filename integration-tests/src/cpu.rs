@@ -113,6 +113,58 @@ impl CpuSeconds {
         )
     }
 
+    /// The rate `items` done over this interval would reach had every core been busy
+    /// with the same work: `items` × cores ÷ the machine's busy seconds. At this CPU per
+    /// item the machine can do no better, however the waiting is tuned.
+    pub fn on_full_cores(&self, items: f64) -> Option<f64> {
+        let busy = self.machine.filter(|b| *b > 0.0)?;
+        Some(items * cores() as f64 / busy)
+    }
+
+    /// What keeps `rate` (`items` done over this interval, in `unit`) from `target`: the
+    /// cores, when even [`Self::on_full_cores`] falls short of it, or else the waiting.
+    /// The rate on full cores, and a line saying so.
+    pub fn bound(&self, items: f64, rate: f64, target: f64, unit: &str) -> Option<(f64, String)> {
+        let full = self.on_full_cores(items)?;
+        let busy = self.machine?;
+        let per_item = 1000.0 * busy / items.max(1.0);
+        let verdict = if rate >= target {
+            "met".to_owned()
+        } else if full < target {
+            let most =
+                self.by
+                    .iter()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or(String::new(), |(k, v)| {
+                        format!(
+                            ", {:.0} % of the counted CPU in {k}",
+                            100.0 * v / self.total().max(f64::MIN_POSITIVE)
+                        )
+                    });
+            format!(
+                "the cores bound it: the CPU per item must fall {:.1}× to meet it{most}",
+                target / full
+            )
+        } else {
+            "waiting bounds it, not the cores: with them kept busy it would meet it".to_owned()
+        };
+        let line = format!(
+            "{rate:.0} {unit} at {per_item:.3} ms of the machine's CPU each; with every core busy at most {full:.0} {unit} = {:.2} of the target {target:.0}: {verdict}",
+            full / target
+        );
+        Some((full, line))
+    }
+
+    /// The search server's CPU per item, of `items` done over this interval (OpenSearch's
+    /// or Elasticsearch's, whichever worked more): `0.352 ms`.
+    pub fn sink_per_item(&self, items: f64) -> String {
+        let used = ["opensearch", "elasticsearch"]
+            .iter()
+            .map(|k| self.by.get(k).copied().unwrap_or(0.0))
+            .fold(0.0, f64::max);
+        format!("{:.3} ms", 1000.0 * used / items.max(1.0))
+    }
+
     /// All of them together.
     pub fn total(&self) -> f64 {
         self.by.values().sum()
@@ -146,4 +198,39 @@ fn machine_busy() -> Option<f64> {
 /// The cores this machine has.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn over(machine_busy: f64, by: &[(&'static str, f64)]) -> CpuSeconds {
+        CpuSeconds {
+            by: by.iter().copied().collect(),
+            machine: Some(machine_busy),
+            at: std::time::Instant::now(),
+            wall: Some(std::time::Duration::from_secs(10)),
+        }
+    }
+
+    #[test]
+    fn the_cores_bound_a_rate_whose_cpu_per_item_cannot_reach_the_target() {
+        let cores = cores() as f64;
+        // 1,000 items took 2 busy seconds: on full cores, 500 × cores a second.
+        let cpu = over(2.0, &[("etl", 0.5), ("opensearch", 1.5)]);
+        let (full, line) = cpu.bound(1000.0, 100.0, 1000.0 * cores, "docs/s").unwrap();
+        assert!((full - 500.0 * cores).abs() < 1e-6, "{full}");
+        assert!(line.contains("the cores bound it"), "{line}");
+        assert!(line.contains("fall 2.0×"), "{line}");
+        assert!(
+            line.contains("75 % of the counted CPU in opensearch"),
+            "{line}"
+        );
+        let (_, line) = cpu.bound(1000.0, 100.0, 400.0 * cores, "docs/s").unwrap();
+        assert!(line.contains("waiting bounds it"), "{line}");
+        let (_, line) = cpu
+            .bound(1000.0, 500.0 * cores, 400.0 * cores, "docs/s")
+            .unwrap();
+        assert!(line.ends_with("met"), "{line}");
+    }
 }

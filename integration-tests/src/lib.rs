@@ -34,6 +34,7 @@ pub mod soak;
 pub mod stack;
 pub mod stages;
 pub mod tamper;
+mod warm;
 pub mod zookeeper;
 
 use std::future::Future;

@@ -60,6 +60,7 @@ struct Run {
 }
 
 async fn run(ctx: &TestCtx, server: &PrivateSource) -> anyhow::Result<()> {
+    ctx.warm_up().await?;
     let events = env_num::<u64>("BENCH_PEER_EVENTS", 1_000_000)?;
     ctx.exec("CREATE TABLE items (id BIGINT PRIMARY KEY, k INT, c VARCHAR(120), pad VARCHAR(60), price DECIMAL(10,2), ts DATETIME(6))")
         .await;

@@ -119,6 +119,7 @@ async fn wait_phase(
 }
 
 async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
+    ctx.warm_up().await?;
     let rows = env_num::<u64>("BENCH_SNAPSHOT_ROWS", 1_000_000)?;
     let e2e_rows = env_num::<u64>("BENCH_SNAPSHOT_E2E_ROWS", 50_000)?;
     let chunk = env_num::<u64>("BENCH_CHUNK_ROWS", 20_000)?.to_string();
@@ -132,6 +133,14 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
             "workers_rows_per_s".to_owned(),
             Figure::higher(
                 workers.rate,
+                "rows/s",
+                Some(PRODUCER_SHARE * workers.raw_rate),
+            ),
+        ),
+        (
+            "workers_rows_per_s_on_full_cores".to_owned(),
+            Figure::higher(
+                workers.on_full_cores,
                 "rows/s",
                 Some(PRODUCER_SHARE * workers.raw_rate),
             ),
@@ -153,8 +162,20 @@ async fn run(ctx: &TestCtx) -> anyhow::Result<()> {
             ),
         ),
         (
+            "build_docs_per_s_on_full_cores".to_owned(),
+            Figure::higher(e2e.on_full_cores, "docs/s", Some(e2e.target_rate)),
+        ),
+        (
             "tree_build_docs_per_s".to_owned(),
             Figure::higher(tree.rate, "docs/s", Some(TREE_SHARE * tree.raw_rate)),
+        ),
+        (
+            "tree_build_docs_per_s_on_full_cores".to_owned(),
+            Figure::higher(
+                tree.on_full_cores,
+                "docs/s",
+                Some(TREE_SHARE * tree.raw_rate),
+            ),
         ),
         (
             "tree_raw_bulk_docs_per_s".to_owned(),
@@ -229,6 +250,8 @@ async fn workers_alone(
         100.0 * rate / raw_rate,
         100.0 * PRODUCER_SHARE
     );
+    let target = PRODUCER_SHARE * raw_rate;
+    let on_full_cores = say_bound("2/4", &cpu, done as f64, rate, target, "rows/s");
     for args in [
         ["pipelines", "reset", &alias],
         ["pipelines", "delete", &alias],
@@ -238,13 +261,19 @@ async fn workers_alone(
     }
     cluster.etl.signal("CONT");
     ctx.exec("DROP TABLE big").await;
-    Ok(WorkersAlone { rate, raw_rate })
+    Ok(WorkersAlone {
+        rate,
+        raw_rate,
+        on_full_cores,
+    })
 }
 
 /// What part 1 measured: the workers' snapshot rows a second, and a raw producer's.
 struct WorkersAlone {
     rate: f64,
     raw_rate: f64,
+    /// The rate with every core busy at the same CPU per row.
+    on_full_cores: f64,
 }
 
 /// The share of a raw producer's pace a snapshot into Kafka is to reach.
@@ -292,6 +321,12 @@ struct EndToEnd {
     raw_rate: f64,
     /// How long a sequential raw `_bulk` client took for as many documents.
     sequential: Duration,
+    /// The build's documents a second with every core busy at the same CPU per document
+    /// (its fixed waits, between phases, not counted out).
+    on_full_cores: f64,
+    /// The rate that meets the target: within [`SEQUENTIAL_SHARE`] of the sequential
+    /// client.
+    target_rate: f64,
 }
 
 /// Part 2: a build of `rows` rows with the etl running, next to the raw ceiling taken
@@ -318,7 +353,7 @@ async fn end_to_end(
         &CpuSeconds::now().since(&cpu),
     );
     let bulks_before = EtlBulks::read(cluster).await;
-    let (took, new) = timed_build(cluster, es, &alias, &alias, chunk, "3/4").await?;
+    let (took, new, cpu) = timed_build(cluster, es, &alias, &alias, chunk, "3/4").await?;
     let docs = es.count(&alias).await?;
     let rate = docs as f64 / took.as_secs_f64();
     println!(
@@ -351,18 +386,22 @@ async fn end_to_end(
         sequential.as_secs_f64(),
         took.as_secs_f64() / sequential.as_secs_f64()
     );
+    let target = rows as f64 / (SEQUENTIAL_SHARE * sequential.as_secs_f64());
+    let on_full_cores = say_bound("3/4", &cpu, docs as f64, rate, target, "docs/s");
     Ok(EndToEnd {
         joined,
         took,
         rate,
         raw_rate,
         sequential,
+        on_full_cores,
+        target_rate: target,
     })
 }
 
 /// Builds `pipeline` (whose alias is `alias`) in chunks of `chunk` rows: how long from
-/// `pipelines build` until the alias answers from the new version, and that version's
-/// index. Prints its phases and where the CPU went meanwhile.
+/// `pipelines build` until the alias answers from the new version, that version's index,
+/// and where the CPU went meanwhile (printed with its phases).
 async fn timed_build(
     cluster: &Cluster,
     es: &sluice_elastic::EsClient,
@@ -370,7 +409,7 @@ async fn timed_build(
     alias: &str,
     chunk: &str,
     part: &str,
-) -> anyhow::Result<(Duration, String)> {
+) -> anyhow::Result<(Duration, String, CpuSeconds)> {
     let cpu = CpuSeconds::now();
     let started = Instant::now();
     let built = cluster
@@ -388,8 +427,9 @@ async fn timed_build(
     )
     .await?;
     let took = moved.await?? - started;
-    say_cpu(part, "of the build", &CpuSeconds::now().since(&cpu));
-    Ok((took, new))
+    let cpu = CpuSeconds::now().since(&cpu);
+    say_cpu(part, "of the build", &cpu);
+    Ok((took, new, cpu))
 }
 
 /// When `alias` points at `new` alone (the center refreshed it before the move, so it
@@ -441,6 +481,18 @@ async fn first_streamed_row(
         joined.as_secs_f64()
     );
     Ok(joined)
+}
+
+/// Prints what keeps `rate` (of `items` over `cpu`'s interval) from `target`, and returns
+/// the rate on full cores (see [`CpuSeconds::bound`]).
+fn say_bound(part: &str, cpu: &CpuSeconds, items: f64, rate: f64, target: f64, unit: &str) -> f64 {
+    match cpu.bound(items, rate, target, unit) {
+        Some((full, line)) => {
+            println!("[snapshot {part}] what bounds it: {line}");
+            full
+        }
+        None => f64::NAN,
+    }
 }
 
 /// Prints where the CPU went during `what` (see [`CpuSeconds::describe_on_cores`]).
@@ -518,6 +570,8 @@ async fn raw_ceiling(
 struct TreeBuild {
     rate: f64,
     raw_rate: f64,
+    /// The rate with every core busy at the same CPU per document.
+    on_full_cores: f64,
 }
 
 /// Part 3: the shop's tree of `products` products built with the etl running, next to the
@@ -571,7 +625,7 @@ async fn tree_build(
         }
         tokio::time::sleep(Duration::from_millis(50)).await; // a poll pace
     }
-    let (took, new) = timed_build(cluster, es, &name, &alias, chunk, "4/4").await?;
+    let (took, new, build_cpu) = timed_build(cluster, es, &name, &alias, chunk, "4/4").await?;
     let docs = es.count(&alias).await?;
     let rate = docs as f64 / took.as_secs_f64();
     println!(
@@ -599,7 +653,13 @@ async fn tree_build(
         .collect();
     let cpu = CpuSeconds::now();
     let raw = bulk_ceiling_in_flight(es, &scratch, &ops, raw_concurrency()).await?;
-    say_cpu("4/4", "of the raw client", &CpuSeconds::now().since(&cpu));
+    let cpu = CpuSeconds::now().since(&cpu);
+    say_cpu("4/4", "of the raw client", &cpu);
+    println!(
+        "[snapshot 4/4] the sink's CPU per document: {} for the build's, {} for the raw client's",
+        build_cpu.sink_per_item(docs as f64),
+        cpu.sink_per_item(docs as f64)
+    );
     let raw_rate = docs as f64 / raw.as_secs_f64();
     println!(
         "[snapshot 4/4] raw _bulk ceiling of the same documents ({}): {:.1} s = {raw_rate:.0} docs/s; the build ran at {:.0} % of it (target: {:.0} %)",
@@ -608,5 +668,11 @@ async fn tree_build(
         100.0 * rate / raw_rate,
         100.0 * TREE_SHARE
     );
-    Ok(TreeBuild { rate, raw_rate })
+    let target = TREE_SHARE * raw_rate;
+    let on_full_cores = say_bound("4/4", &build_cpu, docs as f64, rate, target, "docs/s");
+    Ok(TreeBuild {
+        rate,
+        raw_rate,
+        on_full_cores,
+    })
 }

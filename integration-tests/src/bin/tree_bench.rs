@@ -231,6 +231,7 @@ fn same_number(v: &Value, text: &str) -> bool {
 }
 
 async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
+    ctx.warm_up().await?;
     let products = env_num::<u64>("BENCH_TREE_PRODUCTS", 5000)?;
     let brand = env_num::<u64>("BENCH_TREE_BRAND", 2000)?.min(products);
     tree.schema(ctx).await;
@@ -304,12 +305,21 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
         queries / read.max(1.0),
         rows / events.max(1) as f64,
     );
-    println!("[{roots} 1/4] CPU of it: {}", cpu.describe_on_cores());
+    println!(
+        "[{roots} 1/4] CPU of it: {}; the sink's per document made current: {}",
+        cpu.describe_on_cores(),
+        cpu.sink_per_item(products as f64)
+    );
     let raw_rate = ceiling(ctx, &alias, roots).await?;
     println!(
         "[{roots} 2/4] the documents were made current at {:.0} % of it",
         100.0 * rate / raw_rate
     );
+    let target = CEILING_SHARE * raw_rate;
+    let on_full_cores = cpu.bound(products as f64, rate, target, "docs/s");
+    if let Some((_, line)) = &on_full_cores {
+        println!("[{roots} 2/4] what bounds it: {line}");
+    }
 
     // A lookup row under `brand` documents renamed, RENAMES times.
     let mut renames = Vec::new();
@@ -380,6 +390,12 @@ async fn run(ctx: &TestCtx, tree: Tree) -> anyhow::Result<()> {
         "raw_bulk_docs_per_s".into(),
         Figure::higher(raw_rate, "docs/s", None),
     );
+    if let Some((full, _)) = on_full_cores {
+        f.insert(
+            "documents_per_s_on_full_cores".into(),
+            Figure::higher(full, "docs/s", Some(target)),
+        );
+    }
     f.insert(
         "reads_per_document".into(),
         Figure::lower(read / products as f64, "reads", Some(READS_TARGET)),
@@ -512,7 +528,11 @@ async fn ceiling(ctx: &TestCtx, alias: &str, roots: &str) -> anyhow::Result<f64>
         raw.as_secs_f64(),
         overwrite.len() as f64 / created.as_secs_f64(),
     );
-    println!("[{roots} 2/4] CPU of it: {}", cpu.describe_on_cores());
+    println!(
+        "[{roots} 2/4] CPU of it: {}; the sink's per document: {}",
+        cpu.describe_on_cores(),
+        cpu.sink_per_item(overwrite.len() as f64)
+    );
     Ok(raw_rate)
 }
 
