@@ -1,10 +1,11 @@
 //! The pure core of bulk writes: the NDJSON encoder and the per-item response
 //! classifier. No I/O here, so both are tested byte for byte.
 //!
-//! Every operation carries an external version (`"version_type":"external"`), so
+//! Every index and delete carries an external version (`"version_type":"external"`), so
 //! replays, retries and reordering can never move a document backwards: the server
 //! applies a write only when its version is higher than the stored one, including
 //! the version of a delete's tombstone (kept for `index.gc_deletes`, 60 s by default).
+//! Writes in parts keep their versions in the document instead ([`crate::parts`]).
 
 use std::collections::BTreeMap;
 
@@ -53,6 +54,31 @@ pub enum BulkOp {
 }
 
 impl BulkOp {
+    /// Whether it is sent as a `create` (a whole write in parts of a likely new document).
+    pub(crate) fn is_create(&self) -> bool {
+        matches!(self, BulkOp::Parts { write, .. } if write.is_fresh())
+    }
+
+    /// The same operation, a write in parts sent as the script only.
+    pub(crate) fn scripted(&self) -> BulkOp {
+        match self {
+            BulkOp::Parts {
+                index,
+                id,
+                version,
+                routing,
+                write,
+            } => BulkOp::Parts {
+                index: index.clone(),
+                id: id.clone(),
+                version: *version,
+                routing: routing.clone(),
+                write: write.scripted(),
+            },
+            other => other.clone(),
+        }
+    }
+
     pub fn index(&self) -> &str {
         match self {
             BulkOp::Index { index, .. }
@@ -110,7 +136,9 @@ fn parts_len(write: &PartsWrite) -> usize {
     SCRIPT.len()
         + 60
         + match write {
-            PartsWrite::Whole { root, parts, at } => fields(root) + fields(parts) + 30 * at.len(),
+            PartsWrite::Whole {
+                root, parts, at, ..
+            } => fields(root) + fields(parts) + 30 * at.len(),
             PartsWrite::Patch { parts, at } => fields(parts) + 30 * at.len(),
             PartsWrite::Delete => 0,
         }
@@ -173,6 +201,7 @@ enum ActionLine<'a> {
     Index(ActionMeta<'a>),
     Delete(ActionMeta<'a>),
     Update(UpdateMeta<'a>),
+    Create(CreateMeta<'a>),
 }
 
 #[derive(Serialize)]
@@ -183,6 +212,15 @@ struct ActionMeta<'a> {
     routing: Option<&'a str>,
     version: u64,
     version_type: &'static str,
+}
+
+/// A `create`: refused with 409 when any document of the id is there.
+#[derive(Serialize)]
+struct CreateMeta<'a> {
+    _index: &'a str,
+    _id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    routing: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -216,6 +254,11 @@ pub(crate) fn encode_ops<'a>(ops: impl IntoIterator<Item = &'a BulkOp>, out: &mu
         let line = match op {
             BulkOp::Index { .. } => ActionLine::Index(meta),
             BulkOp::Delete { .. } => ActionLine::Delete(meta),
+            BulkOp::Parts { write, .. } if write.is_fresh() => ActionLine::Create(CreateMeta {
+                _index: meta._index,
+                _id: meta._id,
+                routing: meta.routing,
+            }),
             BulkOp::Parts { .. } => ActionLine::Update(UpdateMeta {
                 _index: meta._index,
                 _id: meta._id,
@@ -230,6 +273,21 @@ pub(crate) fn encode_ops<'a>(ops: impl IntoIterator<Item = &'a BulkOp>, out: &mu
         match op {
             BulkOp::Index { doc, .. } => {
                 serde_json::to_writer(&mut *out, doc).expect("bulk document serializes");
+                out.push(b'\n');
+            }
+            BulkOp::Parts {
+                write:
+                    PartsWrite::Whole {
+                        root,
+                        parts,
+                        at,
+                        fresh: true,
+                    },
+                version,
+                ..
+            } => {
+                let doc = crate::parts::created(root, parts, at, *version);
+                serde_json::to_writer(&mut *out, &doc).expect("bulk document serializes");
                 out.push(b'\n');
             }
             BulkOp::Parts { write, version, .. } => {

@@ -304,9 +304,11 @@ impl EsClient {
     /// [`crate::validate_op`]) are not sent and come back `Rejected` with status 400.
     /// A whole-request failure (connection error, timeout, HTTP 429/5xx, any other
     /// non-200) is an [`EsError`]; then none of the outcomes are known, but every
-    /// operation is safe to send again thanks to external versions.
+    /// operation is safe to send again thanks to external versions (or, in parts, the
+    /// versions the documents keep). A write in parts sent as a `create` that found a
+    /// document is sent again as the script in a second request, and its outcome is that
+    /// one's.
     pub async fn bulk(&self, ops: &[BulkOp]) -> Result<Vec<ItemOutcome>, EsError> {
-        const CALL: &str = "bulk";
         let mut outcomes: Vec<Option<ItemOutcome>> = ops
             .iter()
             .map(|op| {
@@ -326,9 +328,35 @@ impl EsClient {
             return Ok(outcomes.into_iter().flatten().collect());
         }
 
-        let target = bulk_target(&to_send);
-        let mut body = Vec::with_capacity(to_send.len() * 256);
-        encode_ops(to_send.iter().copied(), &mut body);
+        let sent = self.send_bulk(&to_send).await?;
+        let mut sent = sent.into_iter();
+        for slot in outcomes.iter_mut().filter(|o| o.is_none()) {
+            *slot = sent.next();
+        }
+        let mut outcomes: Vec<ItemOutcome> = outcomes.into_iter().flatten().collect();
+        debug_assert_eq!(outcomes.len(), ops.len());
+
+        // A `create` that found a document (409): the write goes again as the script.
+        let exists: Vec<usize> = (0..ops.len())
+            .filter(|&i| ops[i].is_create())
+            .filter(|&i| matches!(outcomes[i], ItemOutcome::Stale | ItemOutcome::Superseded))
+            .collect();
+        if !exists.is_empty() {
+            let again: Vec<BulkOp> = exists.iter().map(|&i| ops[i].scripted()).collect();
+            let answered = self.send_bulk(&again.iter().collect::<Vec<_>>()).await?;
+            for (i, outcome) in exists.into_iter().zip(answered) {
+                outcomes[i] = outcome;
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// One `POST /_bulk` of `ops` (each valid), its items classified in order.
+    async fn send_bulk(&self, ops: &[&BulkOp]) -> Result<Vec<ItemOutcome>, EsError> {
+        const CALL: &str = "bulk";
+        let target = bulk_target(ops);
+        let mut body = Vec::with_capacity(ops.len() * 256);
+        encode_ops(ops.iter().copied(), &mut body);
         let body_bytes = body.len();
         let started = Instant::now();
         let request = self
@@ -337,18 +365,10 @@ impl EsClient {
             .body(body);
         let answer = self.send(CALL, &target, request).await?;
         let response = expect_success(CALL, &target, answer)?;
-        let sent = classify_with_target(&response, to_send.len(), &target)?;
-
-        let mut sent = sent.into_iter();
-        for slot in outcomes.iter_mut().filter(|o| o.is_none()) {
-            *slot = sent.next();
-        }
-        let outcomes: Vec<ItemOutcome> = outcomes.into_iter().flatten().collect();
-        debug_assert_eq!(outcomes.len(), ops.len());
+        let outcomes = classify_with_target(&response, ops.len(), &target)?;
         tracing::debug!(
             target = %target,
             ops = ops.len(),
-            sent = to_send.len(),
             body_bytes,
             elapsed_ms = started.elapsed().as_millis() as u64,
             not_done = outcomes.iter().filter(|o| !o.is_done()).count(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 use sluice_model::delayed::{DelayedChange, DELAYED_VERSION};
-use sluice_model::ChangeEvent;
+use sluice_model::{ChangeEvent, Op};
 use sluice_mysql::docs::{DocPlan, Floor};
 
 /// What dirtied a document: the version of the newest change, and every message that
@@ -84,6 +84,9 @@ pub(crate) struct Entry {
     /// Its root row changed (the version of the newest such change): the document is
     /// read whole.
     pub(crate) root: Option<u64>,
+    /// Likely new: its root row was inserted, or a patch found no document. Written in
+    /// parts, it is sent as a `create` first (`sluice_elastic::parts`).
+    pub(crate) fresh: bool,
     /// The parts (indexes of the root's relations) changes below them reached, each with
     /// the version of the newest: alone, they are what is read, when the pipeline's
     /// documents are written in parts.
@@ -138,6 +141,7 @@ impl Dirty {
                             let entry = work.entry(k, key, &Prov::of(event, msg));
                             entry.routings.extend(plan.routing_of(image));
                             entry.root = entry.root.max(Some(event.version));
+                            entry.fresh |= event.op == Op::Create;
                         }
                         Some(link) => {
                             let Some(values) = DocPlan::image_values(node, &link.child, image)
@@ -212,6 +216,7 @@ impl Work {
                 prov: Prov::empty(),
                 routings: BTreeSet::new(),
                 root: None,
+                fresh: false,
                 parts: BTreeMap::new(),
             });
         e.prov.merge(prov);

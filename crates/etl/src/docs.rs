@@ -247,7 +247,10 @@ impl PipelineReads {
                 plan.document_id(&e.key)
                     .is_some_and(|id| missing.contains(&id))
             })
-            .cloned()
+            .map(|e| Entry {
+                fresh: true,
+                ..e.clone()
+            })
             .collect();
         let read = Read {
             plan,
@@ -581,7 +584,8 @@ fn write_of(
             routing,
         },
         (Form::Whole(names), Some(doc)) => {
-            parts(PartsWrite::whole(doc.clone(), names, at(names)), version)
+            let whole = PartsWrite::whole(doc.clone(), names, at(names), entry.fresh);
+            parts(whole, version)
         }
         (Form::Patch(names), Some(doc)) => parts(
             PartsWrite::Patch {
@@ -649,6 +653,7 @@ mod tests {
             },
             routings: routings.iter().map(|r| r.to_string()).collect(),
             root: Some(version),
+            fresh: false,
             parts: BTreeMap::new(),
         }
     }

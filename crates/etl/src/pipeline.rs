@@ -437,7 +437,8 @@ impl Router {
             let names = p.part_names();
             let write = match doc.deleted {
                 true => PartsWrite::Delete,
-                false => PartsWrite::whole(doc.doc, &names, Default::default()),
+                // A build's document is new to the version it fills (a repair's is not).
+                false => PartsWrite::whole(doc.doc, &names, Default::default(), !doc.repair),
             };
             return (indexes.into_iter())
                 .map(|index| BulkOp::Parts {
