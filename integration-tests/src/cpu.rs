@@ -190,8 +190,9 @@ fn machine_busy() -> Option<f64> {
         .split_whitespace()
         .filter_map(|t| t.parse().ok())
         .collect();
-    // user nice system idle iowait irq softirq steal (guest time is within user).
-    let busy: f64 = ticks.iter().take(8).sum::<f64>() - ticks.get(3)? - ticks.get(4)?;
+    // user nice system idle iowait irq softirq steal (guest time is within user): steal is
+    // another guest's, not this machine's work.
+    let busy: f64 = ticks.iter().take(7).sum::<f64>() - ticks.get(3)? - ticks.get(4)?;
     Some(busy / 100.0)
 }
 

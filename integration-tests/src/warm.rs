@@ -54,7 +54,7 @@ impl TestCtx {
             .producer_ceiling(&records, &format!("sluice.warm_up.{}", self.suffix), 3)
             .await?;
         println!(
-            "warm-up: {DOCUMENTS} documents into OpenSearch in {:.1} s, {MESSAGES} messages into Kafka in {:.1} s",
+            "warm-up: {DOCUMENTS} documents into the sink in {:.1} s, {MESSAGES} messages into Kafka in {:.1} s",
             sink.as_secs_f64(),
             broker.as_secs_f64()
         );

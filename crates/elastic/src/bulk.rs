@@ -61,22 +61,11 @@ impl BulkOp {
 
     /// The same operation, a write in parts sent as the script only.
     pub(crate) fn scripted(&self) -> BulkOp {
-        match self {
-            BulkOp::Parts {
-                index,
-                id,
-                version,
-                routing,
-                write,
-            } => BulkOp::Parts {
-                index: index.clone(),
-                id: id.clone(),
-                version: *version,
-                routing: routing.clone(),
-                write: write.scripted(),
-            },
-            other => other.clone(),
+        let mut op = self.clone();
+        if let BulkOp::Parts { write, .. } = &mut op {
+            *write = write.scripted();
         }
+        op
     }
 
     pub fn index(&self) -> &str {
@@ -133,7 +122,9 @@ fn parts_len(write: &PartsWrite) -> usize {
             .map(|(k, v)| k.len() + 4 + approx_json_len(v))
             .sum::<usize>()
     };
-    SCRIPT.len()
+    // A create carries the document alone, no script.
+    let script = if write.is_fresh() { 0 } else { SCRIPT.len() };
+    script
         + 60
         + match write {
             PartsWrite::Whole {

@@ -343,9 +343,24 @@ impl EsClient {
             .collect();
         if !exists.is_empty() {
             let again: Vec<BulkOp> = exists.iter().map(|&i| ops[i].scripted()).collect();
-            let answered = self.send_bulk(&again.iter().collect::<Vec<_>>()).await?;
-            for (i, outcome) in exists.into_iter().zip(answered) {
-                outcomes[i] = outcome;
+            match self.send_bulk(&again.iter().collect::<Vec<_>>()).await {
+                Ok(answered) => {
+                    for (i, outcome) in exists.into_iter().zip(answered) {
+                        outcomes[i] = outcome;
+                    }
+                }
+                // The first request's outcomes stand; these go again with the caller's
+                // retries (sent again, each is a create first once more).
+                Err(e) => {
+                    for i in exists {
+                        outcomes[i] = ItemOutcome::Retry {
+                            status: e.status().unwrap_or(503),
+                            reason: format!(
+                                "sent again as the script after its create found a document: {e}"
+                            ),
+                        };
+                    }
+                }
             }
         }
         Ok(outcomes)

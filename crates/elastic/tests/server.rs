@@ -504,21 +504,6 @@ fn whole_at(root: Value, parts: Value, at: &[(&str, u64)]) -> PartsWrite {
     }
 }
 
-/// `w` sent as the script only.
-fn scripted(w: &PartsWrite) -> PartsWrite {
-    match w.clone() {
-        PartsWrite::Whole {
-            root, parts, at, ..
-        } => PartsWrite::Whole {
-            root,
-            parts,
-            at,
-            fresh: false,
-        },
-        other => other,
-    }
-}
-
 fn patch(parts: Value) -> PartsWrite {
     PartsWrite::Patch {
         parts: parts.as_object().unwrap().clone(),
@@ -698,12 +683,18 @@ async fn the_sink_runs_scripts_that_write_documents_in_parts_in_order() {
 
 /// A whole write sent as a `create` where no document is, and as the script where one is
 /// (a tombstone included), leaves what the script alone leaves, step by step: documents,
-/// versions and outcomes.
+/// versions and outcomes; also over a document written whole with an external version
+/// and over one deleted with one (before area updates).
 #[tokio::test]
 async fn the_sink_runs_scripts_only_where_a_create_finds_a_document_and_ends_the_same() {
     with_indices("parts-create", 2, |es, names| async move {
         for index in &names {
             es.create_index(index, &parts_mapping()).await.unwrap();
+            let before = [
+                index_op(index, "4", 50, json!({"name": "old", "skus": [50]})),
+                delete_op(index, "5", 50),
+            ];
+            es.bulk(&before).await.unwrap();
         }
         let sku = |v: u64| patch(json!({"skus": [v]}));
         let w = |v: u64, at: &[(&str, u64)]| {
@@ -725,9 +716,12 @@ async fn the_sink_runs_scripts_only_where_a_create_finds_a_document_and_ends_the
             ("3", 3, PartsWrite::Delete),
             ("3", 2, w(2, &[])),
             ("3", 4, w(4, &[("skus", 8)])),
+            ("4", 45, w(45, &[])),
+            ("4", 60, w(60, &[("skus", 70)])),
+            ("5", 40, w(40, &[])),
         ];
         for (n, (id, v, write)) in steps.into_iter().enumerate() {
-            let both = [scripted(&write), write];
+            let both = [write.scripted(), write];
             let mut seen = Vec::new();
             for (index, write) in names.iter().zip(both) {
                 let outcome = es.bulk(&[parts_op(index, id, v, write)]).await.unwrap();
