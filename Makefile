@@ -42,6 +42,16 @@ bench: stack-up
 	  done; \
 	done
 
+# ----- images (deploy/images.sh) ---------------------------------------------------------
+# The four images (sluice-center, sluice-worker, sluice-etl, sluicectl) built with podman
+# from the Dockerfile on a Debian base made by debootstrap (no registry needed), from the
+# ship profile's stripped binaries, tagged with the workspace's version. To push one:
+#   podman push localhost/sluice-center:0.1.0 REGISTRY/sluice-center:0.1.0
+.PHONY: images
+images:
+	cargo build --profile ship --bins -p sluice-center -p sluice-worker -p sluice-etl -p sluicectl
+	deploy/images.sh $${CARGO_TARGET_DIR:-target}/ship
+
 # ----- scale (integration-tests/src/bin/scale_bench.rs) ------------------------------
 # 200 sources on 20 workers and 2 centers, the sources on 4 MySQL servers of the bench's
 # own: registration, the leader's reconcile pass (p99 < 100 ms) and its ZooKeeper writes
@@ -91,6 +101,8 @@ test: stack-up
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo build --bins
+	# The images of the debug binaries, for the test that runs the services as containers.
+	deploy/images.sh $${CARGO_TARGET_DIR:-target}/debug it
 	# Debezium's connectors (the Debezium-input tests' producer), once, before tests run at once.
 	integration-tests/debezium/run.sh install mysql
 	integration-tests/debezium/run.sh install mariadb

@@ -78,6 +78,8 @@ pub struct TestCtx {
     /// More topics and databases the test created (cluster sources, the meta database).
     pub(crate) extra: std::sync::Mutex<(Vec<String>, Vec<String>)>,
     cleaned: std::sync::atomic::AtomicBool,
+    /// The tag of the images services configured from now on run from as containers.
+    images: std::sync::Mutex<Option<String>>,
     /// Endpoints the services are given instead of the stack's (a fault proxy's).
     routes: std::sync::Mutex<Routes>,
     /// Environment for services configured from now on, by binary.
@@ -150,7 +152,14 @@ impl TestCtx {
             routes: Default::default(),
             env: Default::default(),
             plaintext: true.into(),
+            images: Default::default(),
         }
+    }
+
+    /// Services configured from now on run from their images under `tag` as containers
+    /// (`deploy/images.sh`), not from their binaries.
+    pub fn run_from_images(&self, tag: &str) {
+        *self.images.lock().expect("images") = Some(tag.to_owned());
     }
 
     /// Services configured from now on reach the source's MySQL at `addr` (`host:port`,
@@ -330,6 +339,9 @@ impl TestCtx {
         fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         let mut service = Service::new(bin, path, self.dir.join(format!("{name}.log")));
         service.telemetry = telemetry;
+        if let Some(tag) = &*self.images.lock().expect("images") {
+            service.image = Some(crate::container::image_of(bin, tag));
+        }
         if let Some((key, value)) = Lane::current().env() {
             service = service.with_env(key, value);
         }

@@ -14,6 +14,7 @@ pub mod ceiling;
 pub mod checker;
 pub mod cluster;
 pub mod console;
+pub mod container;
 pub mod context;
 pub mod cpu;
 pub mod debezium;

@@ -2,7 +2,7 @@
 //! metrics read.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -35,6 +35,8 @@ pub struct Service {
     pub paused: bool,
     /// Where its `/metrics`, `/healthz` and `/readyz` are served.
     pub telemetry: std::net::SocketAddr,
+    /// The image it runs from as a container (`crate::container`), instead of its binary.
+    pub(crate) image: Option<String>,
 }
 
 impl Service {
@@ -47,7 +49,43 @@ impl Service {
             child: None,
             paused: false,
             telemetry: std::net::SocketAddr::from(([127, 0, 0, 1], 9464)),
+            image: None,
         }
+    }
+
+    /// The name of its container: the test's directory and the service's log name.
+    pub fn container_name(&self) -> String {
+        let part = |p: Option<&std::ffi::OsStr>| {
+            p.map_or(String::new(), |p| p.to_string_lossy().into_owned())
+        };
+        let dir = part(self.log.parent().and_then(Path::file_name));
+        format!("sluice-it-{dir}-{}", part(self.log.file_stem()))
+    }
+
+    /// How it starts: its binary, or `podman run` of its image with the test's directory
+    /// (its config and secrets) mounted read-only where it is, and its environment.
+    fn command(&self, rust_log: &str) -> Command {
+        let Some(image) = &self.image else {
+            let mut cmd = Command::new(Service::binary(self.bin));
+            cmd.arg("--config").arg(&self.config);
+            return cmd;
+        };
+        let name = self.container_name();
+        crate::container::remove(&name);
+        let dir = self
+            .config
+            .parent()
+            .expect("a config file in the test's directory");
+        let dir = dir.to_str().expect("a UTF-8 test directory");
+        let mut cmd = crate::container::podman();
+        cmd.args(["run", "--rm", "--name", &name, "--network", "host"]);
+        cmd.arg("--volume").arg(format!("{dir}:{dir}:ro"));
+        cmd.arg("--env").arg(format!("RUST_LOG={rust_log}"));
+        for (k, v) in &self.env {
+            cmd.arg("--env").arg(format!("{k}={v}"));
+        }
+        cmd.arg(image).arg("--config").arg(&self.config);
+        cmd
     }
 
     /// An environment variable for the process; a `SLUICE_…` one overrides a key of its
@@ -104,17 +142,14 @@ impl Service {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(Service::binary(self.bin))
-            .arg("--config")
-            .arg(&self.config)
+        let rust_log = std::env::var("SLUICE_IT_LOG")
+            .unwrap_or_else(|_| sluice_runtime::telemetry::DEFAULT_FILTER.into());
+        let child = self
+            .command(&rust_log)
             // Every SLUICE_* variable is a config override for the services.
             .env_remove("SLUICE_BIN_DIR")
             .env_remove("SLUICE_IT_LOG")
-            .env(
-                "RUST_LOG",
-                std::env::var("SLUICE_IT_LOG")
-                    .unwrap_or_else(|_| sluice_runtime::telemetry::DEFAULT_FILTER.into()),
-            )
+            .env("RUST_LOG", &rust_log)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
@@ -185,8 +220,11 @@ impl Service {
         self.child.as_ref().map(Child::id)
     }
 
-    /// `kill -9`: no drain, no goodbye.
+    /// `kill -9`: no drain, no goodbye (a container is removed by force).
     pub fn kill9(&mut self) {
+        if self.image.is_some() && self.child.is_some() {
+            crate::container::remove(&self.container_name());
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();

@@ -29,6 +29,7 @@ mod helm_chart;
 mod history;
 mod hostile_callers;
 mod hostile_source;
+mod images;
 mod kafka_faults;
 mod latency;
 mod layout;

@@ -86,11 +86,11 @@ fn selects(selector: &BTreeMap<String, String>, pod: &BTreeMap<String, String>) 
     !selector.is_empty() && selector.iter().all(|(k, v)| pod.get(k) == Some(v))
 }
 
-/// The Dockerfile's build targets (`FROM ... AS name`), checking it is multi-stage and
-/// that every final image runs as a non-root user.
-fn dockerfile_targets() -> BTreeSet<String> {
+/// The Dockerfile's build targets (`FROM ... AS name`) with the ports each `EXPOSE`s,
+/// checking it is multi-stage and that every final image runs as a non-root user.
+fn dockerfile_targets() -> BTreeMap<String, BTreeSet<String>> {
     let text = std::fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
-    let mut targets = BTreeSet::new();
+    let mut targets: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut current: Option<String> = None;
     let mut user: BTreeMap<String, String> = BTreeMap::new();
     for line in text.lines().map(str::trim) {
@@ -98,9 +98,15 @@ fn dockerfile_targets() -> BTreeSet<String> {
         match words.as_slice() {
             ["FROM", _, "AS", name] | ["FROM", _, "as", name] => {
                 current = Some(name.to_string());
-                targets.insert(name.to_string());
+                targets.insert(name.to_string(), BTreeSet::new());
             }
             ["FROM", ..] => current = None,
+            ["EXPOSE", ports @ ..] => {
+                if let Some(c) = &current {
+                    let exposed = targets.get_mut(c).expect("a target");
+                    exposed.extend(ports.iter().map(|p| p.to_string()));
+                }
+            }
             ["USER", u] => {
                 if let Some(c) = &current {
                     user.insert(c.clone(), u.to_string());
@@ -298,10 +304,16 @@ fn the_chart_renders_what_a_cluster_needs_for_every_ci_values_file() {
             let image = str_of(&c["image"]);
             let repo_name = image.rsplit('/').next().unwrap().split(':').next().unwrap();
             let target = repo_name.trim_start_matches("sluice-");
-            assert!(
-                targets.contains(target),
-                "{name}: image {image} is no Dockerfile target ({targets:?})"
-            );
+            let exposed = targets.get(target).unwrap_or_else(|| {
+                panic!("{name}: image {image} is no Dockerfile target ({targets:?})")
+            });
+            for port in c["ports"].as_sequence().into_iter().flatten() {
+                let port = str_of(&port["containerPort"]);
+                assert!(
+                    exposed.contains(&port),
+                    "{name}: {wname} listens on {port}, which the Dockerfile's {target} does not EXPOSE ({exposed:?})"
+                );
+            }
             if component == "center" {
                 assert!(
                     s(w, &["spec", "replicas"]).as_u64().is_some_and(|r| r >= 2),
