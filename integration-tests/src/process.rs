@@ -36,6 +36,8 @@ pub struct Service {
     /// Where its `/metrics`, `/healthz` and `/readyz` are served.
     pub telemetry: std::net::SocketAddr,
     /// The image it runs from as a container (`crate::container`), instead of its binary.
+    /// Its process is then `podman run`: TERM and INT reach the service through podman's
+    /// signal proxy, STOP and CONT only podman, and its memory figures are podman's.
     pub(crate) image: Option<String>,
 }
 

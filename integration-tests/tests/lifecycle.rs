@@ -3,7 +3,7 @@
 //! applies and commits the batch in hand) and exits 0; a second signal exits at once.
 //! After a SIGTERM mid-load and a restart nothing is lost and nothing is replayed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -138,6 +138,29 @@ async fn sigterm_mid_load_then_restart_loses_and_replays_nothing() {
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "published more than once: {twice:?}");
     assert_eq!(seen.len() as u64, STATEMENTS, "row events in Kafka");
+    // Each is keyed by its row's primary key, and one row's changes (its insert, update
+    // and delete, across the worker's restart) share one partition, so they stay in order.
+    let mut partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    for r in &records {
+        let e: ChangeEvent = serde_json::from_slice(&r.payload).expect("change event");
+        let key: serde_json::Value = serde_json::from_slice(&r.key).expect("a JSON key");
+        assert_eq!(
+            key,
+            serde_json::Value::Object(e.key.clone()),
+            "the message's key"
+        );
+        partitions
+            .entry(key.to_string())
+            .or_default()
+            .insert(r.partition);
+    }
+    let split: Vec<_> = partitions.iter().filter(|(_, p)| p.len() > 1).collect();
+    assert!(split.is_empty(), "rows in several partitions: {split:?}");
+    let used: BTreeSet<i32> = partitions.values().flatten().copied().collect();
+    assert!(
+        used.len() > 1,
+        "every row in partitions {used:?}: the key does not pick the partition"
+    );
     // And the restarted etl started where the first one committed.
     assert_eq!(
         stale(&run.etl).await,
