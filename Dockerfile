@@ -3,6 +3,7 @@
 #   docker build --target center -t sluice-center .   (and worker, etl, sluicectl)
 #   make images    (deploy/images.sh: the same targets from target/ship, on a Debian base
 #                   made by debootstrap; BINARIES=prebuilt, RUNTIME=localhost/sluice-base)
+# Docker needs BuildKit (the build stage's cache mounts; it skips the unused stage).
 ARG RUNTIME=debian:bookworm-slim
 ARG BINARIES=build
 
@@ -31,10 +32,11 @@ COPY ${PREBUILT}/ /out/
 FROM ${BINARIES} AS binaries
 
 FROM ${RUNTIME} AS runtime
-# A base that has the CA certificates already (deploy/images.sh's) needs no package index.
-RUN if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then \
+# A base that has the CA certificates and OpenSSL already (deploy/images.sh's) needs no
+# package index.
+RUN if [ ! -s /etc/ssl/certs/ca-certificates.crt ] || ! ldconfig -p | grep -q 'libssl\.so\.3 '; then \
       apt-get update \
-      && apt-get install -y --no-install-recommends ca-certificates \
+      && apt-get install -y --no-install-recommends ca-certificates libssl3 \
       && rm -rf /var/lib/apt/lists/*; \
     fi \
  && groupadd --gid 10001 sluice \

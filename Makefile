@@ -101,8 +101,11 @@ test: stack-up
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo build --bins
-	# The images of the debug binaries, for the test that runs the services as containers.
+	# The images of the debug binaries, for the test that runs the services as containers;
+	# containers a killed run of it left behind go.
 	deploy/images.sh $${CARGO_TARGET_DIR:-target}/debug it
+	CONTAINERS_CONF=$${SLUICE_IMAGE_CACHE:-/var/cache/sluice-images}/containers.conf \
+	  podman --runtime runc --cgroup-manager=cgroupfs rm --force --filter label=sluice-it >/dev/null
 	# Debezium's connectors (the Debezium-input tests' producer), once, before tests run at once.
 	integration-tests/debezium/run.sh install mysql
 	integration-tests/debezium/run.sh install mariadb

@@ -8,8 +8,10 @@
 # BIN_DIR holds sluice-center, sluice-worker, sluice-etl and sluicectl (default
 # target/ship, which `make images` builds); they are staged stripped in
 # target/images/TAG/bin of the repository (the build context), their sizes printed. Images: localhost/sluice-<target>:TAG (default: the workspace's
-# version); the base: localhost/sluice-base:bookworm. Whatever is missing (podman, buildah,
-# debootstrap, runc) is installed with apt-get; what is present is kept.
+# version), each labelled with its binary's SHA-256 (`sluice.binary.sha256`); the base:
+# localhost/sluice-base:<this machine's Debian release>, whose glibc the binaries were
+# linked against. Whatever is missing (podman, buildah, debootstrap, runc, catatonit for
+# `podman run --init`, strip) is installed with apt-get; what is present is kept. As root.
 #
 # These machines' sandbox refuses setrlimit and runs no systemd cgroups: podman runs with
 # Debian's runc, cgroupfs and the containers.conf written here ($CONTAINERS_CONF, unless
@@ -22,18 +24,24 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN_DIR=${1:-$TARGET_DIR/ship}
+# The workspace's version: the only `version = ` at the start of a line of Cargo.toml.
 TAG=${2:-$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)}
 CACHE=${SLUICE_IMAGE_CACHE:-/var/cache/sluice-images}
-BASE=localhost/sluice-base:bookworm
+RELEASE=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+BASE=localhost/sluice-base:$RELEASE
 BINARIES=(sluice-center sluice-worker sluice-etl sluicectl)
 
 log() { printf '[images] %s\n' "$*"; }
 die() { printf '[images] ERROR: %s\n' "$*" >&2; exit 1; }
 
+[[ $TAG =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || die "tag '$TAG' is not an image tag"
+((EUID == 0)) || die "run as root (apt-get, debootstrap, $CACHE)"
+
 need=()
-for tool in podman buildah debootstrap runc; do
-  command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+for tool in podman buildah debootstrap runc strip; do
+  command -v "$tool" >/dev/null 2>&1 || need+=("${tool/strip/binutils}")
 done
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 if ((${#need[@]} > 0)); then
   log "apt-get install ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -49,20 +57,23 @@ fi
 podman=(podman --runtime runc --cgroup-manager=cgroupfs)
 
 if ! "${podman[@]}" image exists "$BASE"; then
-  rootfs=$CACHE/rootfs
-  if [ ! -f "$CACHE/rootfs.done" ]; then
-    log "debootstrap --variant=minbase bookworm (Debian's packages, about 2 minutes)"
-    rm -rf "$rootfs"
-    debootstrap --variant=minbase --include=ca-certificates bookworm "$rootfs" \
+  rootfs=$CACHE/rootfs-$RELEASE
+  if [ ! -f "$rootfs.done" ] || [ ! -d "$rootfs" ]; then
+    log "debootstrap --variant=minbase $RELEASE (Debian's packages, about 2 minutes)"
+    rm -rf "$rootfs" "$rootfs.done"
+    debootstrap --variant=minbase --include=ca-certificates,libssl3 "$RELEASE" "$rootfs" \
       "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" > "$CACHE/debootstrap.log" 2>&1 \
       || die "debootstrap failed; see $CACHE/debootstrap.log"
-    # What a service never reads: documentation, manuals, translations, package lists.
+    # What a service never reads: documentation, manuals, translations, package lists;
+    # and what debootstrap copied of this machine.
     rm -rf "$rootfs"/usr/share/{doc,man,info,locale} "$rootfs"/var/lib/apt/lists/* \
       "$rootfs"/var/cache/apt/*.bin
-    touch "$CACHE/rootfs.done"
+    : > "$rootfs/etc/resolv.conf"
+    echo sluice > "$rootfs/etc/hostname"
+    touch "$rootfs.done"
   fi
   log "importing the base as $BASE"
-  tar -C "$rootfs" -c . | "${podman[@]}" import - "$BASE" >/dev/null
+  tar -C "$rootfs" -c . | "${podman[@]}" import --quiet - "$BASE" >/dev/null
 fi
 
 stage=$ROOT/target/images/$TAG/bin
@@ -75,10 +86,18 @@ for b in "${BINARIES[@]}"; do
 done
 
 for target in center worker etl sluicectl; do
-  image=localhost/sluice-$target:$TAG
-  [ "$target" = sluicectl ] && image=localhost/sluicectl:$TAG
+  bin=sluice-$target
+  [ "$target" = sluicectl ] && bin=sluicectl
+  image=localhost/$bin:$TAG
   "${podman[@]}" build --quiet --network host -f "$ROOT/Dockerfile" --target "$target" \
     --build-arg RUNTIME="$BASE" --build-arg BINARIES=prebuilt \
-    --build-arg PREBUILT="target/images/$TAG/bin" -t "$image" "$ROOT" >/dev/null
-  log "$image: $("${podman[@]}" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.1f MB", $1 / 1e6}')"
+    --build-arg PREBUILT="target/images/$TAG/bin" \
+    --label "sluice.binary.sha256=$(sha256sum "$BIN_DIR/$bin" | cut -d' ' -f1)" \
+    -t "$image" "$ROOT" >/dev/null
+  # It runs here: the base's libraries are the ones the binary needs.
+  "${podman[@]}" run --rm --network host --entrypoint "/usr/local/bin/$bin" "$image" --help >/dev/null \
+    || die "$image does not run its binary"
+  log "$image: $("${podman[@]}" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.1f MB", $1 / 1e6}') with the base"
 done
+# The images these replaced, now untagged.
+"${podman[@]}" image prune --force >/dev/null

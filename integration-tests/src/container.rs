@@ -1,7 +1,7 @@
 //! Services run from their images (`deploy/images.sh`) as podman containers instead of
 //! as child processes: the same config file, environment and log, the host's network.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use crate::paths::target_dir;
@@ -28,33 +28,38 @@ pub fn podman() -> Command {
     cmd
 }
 
+/// The label every container of the tests carries: what is left of a killed run is
+/// found by it (`make test` removes them before it runs).
+pub const LABEL: &str = "sluice-it";
+
 /// Fails, saying how to build them, unless the images of `bins` under `tag` exist and
-/// were built from the debug binaries as they are now (each staged copy in the
-/// repository's `target/images/<tag>/bin`, the build context's, no older than its binary).
+/// hold the debug binaries as they are now: each image's `sluice.binary.sha256` label
+/// (`deploy/images.sh` sets it) is its binary's.
 pub fn check_built(bins: &[&str], tag: &str) {
     let how = format!("build them with `deploy/images.sh target/debug {tag}` (make test does)");
     for bin in bins {
         let image = image_of(bin, tag);
-        let exists = podman()
-            .args(["image", "exists", &image])
-            .status()
+        let labelled = podman()
+            .args(["image", "inspect", "--format"])
+            .arg("{{index .Labels \"sluice.binary.sha256\"}}")
+            .arg(&image)
+            .output()
             .unwrap_or_else(|e| panic!("podman cannot run ({e}): {how}"));
-        assert!(exists.success(), "image {image} is missing: {how}");
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let staged = repo.join("target/images").join(tag).join("bin").join(bin);
+        assert!(labelled.status.success(), "image {image} is missing: {how}");
         let built = target_dir().join("debug").join(bin);
-        assert!(
-            modified(&staged) >= modified(&built),
-            "image {image} is older than {}: {how}",
+        let sum = Command::new("sha256sum")
+            .arg(&built)
+            .output()
+            .expect("sha256sum");
+        let sum = String::from_utf8_lossy(&sum.stdout);
+        let sum = sum.split_whitespace().next().unwrap_or_default();
+        assert_eq!(
+            String::from_utf8_lossy(&labelled.stdout).trim(),
+            sum,
+            "image {image} does not hold {} as it is now: {how}",
             built.display()
         );
     }
-}
-
-fn modified(path: &Path) -> std::time::SystemTime {
-    std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
 }
 
 /// The containers running from `image` (their names).

@@ -65,8 +65,9 @@ impl Service {
     }
 
     /// How it starts: its binary, or `podman run` of its image with the test's directory
-    /// (its config and secrets) mounted read-only where it is, and its environment.
-    fn command(&self, rust_log: &str) -> Command {
+    /// (its config and secrets) mounted read-only where it is, and its environment (by
+    /// name: podman takes the values from its own, so no secret is on a command line).
+    fn command(&self) -> Command {
         let Some(image) = &self.image else {
             let mut cmd = Command::new(Service::binary(self.bin));
             cmd.arg("--config").arg(&self.config);
@@ -80,11 +81,22 @@ impl Service {
             .expect("a config file in the test's directory");
         let dir = dir.to_str().expect("a UTF-8 test directory");
         let mut cmd = crate::container::podman();
-        cmd.args(["run", "--rm", "--name", &name, "--network", "host"]);
+        // --init: a service is not PID 1, which would ignore a signal it has no handler
+        // for yet.
+        cmd.args([
+            "run",
+            "--rm",
+            "--init",
+            "--name",
+            &name,
+            "--network",
+            "host",
+        ]);
+        cmd.arg("--label").arg(crate::container::LABEL);
         cmd.arg("--volume").arg(format!("{dir}:{dir}:ro"));
-        cmd.arg("--env").arg(format!("RUST_LOG={rust_log}"));
-        for (k, v) in &self.env {
-            cmd.arg("--env").arg(format!("{k}={v}"));
+        cmd.arg("--env").arg("RUST_LOG");
+        for (k, _) in &self.env {
+            cmd.arg("--env").arg(k);
         }
         cmd.arg(image).arg("--config").arg(&self.config);
         cmd
@@ -147,7 +159,7 @@ impl Service {
         let rust_log = std::env::var("SLUICE_IT_LOG")
             .unwrap_or_else(|_| sluice_runtime::telemetry::DEFAULT_FILTER.into());
         let child = self
-            .command(&rust_log)
+            .command()
             // Every SLUICE_* variable is a config override for the services.
             .env_remove("SLUICE_BIN_DIR")
             .env_remove("SLUICE_IT_LOG")
