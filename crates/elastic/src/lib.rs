@@ -25,6 +25,7 @@ mod error;
 pub mod parts;
 mod sweep;
 mod versions;
+mod writes;
 
 pub use bulk::{
     classify_bulk_response, encode_bulk, validate_op, BulkOp, ItemOutcome, MAX_ID_BYTES,
